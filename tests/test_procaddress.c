@@ -244,6 +244,12 @@ int main(int argc, char **argv)
         }
     }
     edge_cases();
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].name);
+        free(rows[i].sym);
+        free(rows[i].sym1);
+    }
+    free(rows);
     printf("test_procaddress: %zu rows, %lu checks, %lu failures, %d internal stubs\n", n, checks, failures, nhidden);
     return failures ? 1 : 0;
 }
