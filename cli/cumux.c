@@ -1,0 +1,268 @@
+/* cumux: the command line. start/stop/status of the server, and `run` to put a program under it. */
+#include <errno.h>
+#include <stdbool.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/proto.h"
+#include "common/sock.h"
+
+static char exe_dir[PATH_MAX];
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: cumux <command> [args]\n"
+               "  start [--foreground]   start the server (cumuxd) for this pipe directory\n"
+               "  stop                   stop it; its clients are disconnected\n"
+               "  status                 the server's pid, GPUs and clients\n"
+               "  run -- CMD [ARGS...]   run CMD under cumux (starts the server if none runs)\n"
+               "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY, CUMUX_DEBUG.\n",
+            CUMUX_DEFAULT_PIPE_DIRECTORY);
+}
+
+static int find_exe_dir(void)
+{
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    const char *d = dirname(buf);
+    if (strlen(d) >= sizeof exe_dir)
+        return -1;
+    memcpy(exe_dir, d, strlen(d) + 1);
+    return 0;
+}
+
+static int first_existing(char *out, size_t len, const char *env, const char *const *candidates, int mode)
+{
+    const char *e = getenv(env);
+    if (e && *e) {
+        snprintf(out, len, "%s", e);
+        return 0;
+    }
+    for (int i = 0; candidates[i]; i++) {
+        int n = snprintf(out, len, "%s/%s", exe_dir, candidates[i]);
+        if (n > 0 && (size_t)n < len && access(out, mode) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+/* The server binary: $CUMUX_SERVER, beside cumux (installed), or in the build tree. */
+static int server_path(char *out, size_t len)
+{
+    static const char *const c[] = {"cumuxd", "../server/cumuxd", "../libexec/cumuxd", NULL};
+    return first_existing(out, len, "CUMUX_SERVER", c, X_OK);
+}
+
+/* The directory holding the shim libcuda.so.1. */
+static int shim_dir(char *out, size_t len)
+{
+    static const char *const c[] = {"../lib/libcuda.so.1", "../lib/cumux/libcuda.so.1", NULL};
+    if (first_existing(out, len, "CUMUX_LIB_DIRECTORY", c, R_OK) < 0)
+        return -1;
+    if (!getenv("CUMUX_LIB_DIRECTORY")) {
+        char tmp[PATH_MAX];
+        if (strlen(out) >= sizeof tmp)
+            return -1;
+        memcpy(tmp, out, strlen(out) + 1);
+        char *real = realpath(dirname(tmp), NULL);
+        if (!real)
+            return -1;
+        snprintf(out, len, "%s", real);
+        free(real);
+    }
+    return 0;
+}
+
+static int connect_server(void)
+{
+    char path[256];
+    if (cumux_socket_path(path, sizeof path) < 0)
+        return -1;
+    return cumux_sock_connect(path);
+}
+
+/* Send a hello of this kind and print the text that comes back. */
+static int request(uint32_t kind, FILE *out)
+{
+    int s = connect_server();
+    if (s < 0)
+        return -1;
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind};
+    struct cumux_welcome w;
+    if (cumux_sock_send(s, &h, sizeof h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, NULL) < 0) {
+        close(s);
+        return -1;
+    }
+    if (w.text_len > 0 && w.text_len < (1u << 24)) {
+        char *t = malloc(w.text_len + 1);
+        if (t && cumux_sock_recv(s, t, w.text_len, NULL) == 0) {
+            t[w.text_len] = 0;
+            if (out)
+                fputs(t, out);
+        }
+        free(t);
+    }
+    close(s);
+    return w.status;
+}
+
+/* LD_LIBRARY_PATH without the shim's directory: the server needs the real driver. */
+static void strip_shim_from_env(const char *dir)
+{
+    const char *llp = getenv("LD_LIBRARY_PATH");
+    if (!llp)
+        return;
+    char *copy = strdup(llp), *outp = calloc(1, strlen(llp) + 1);
+    if (!copy || !outp)
+        exit(1);
+    for (char *save, *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
+        char *real = realpath(tok, NULL);
+        bool same = real && !strcmp(real, dir);
+        free(real);
+        if (same)
+            continue;
+        if (*outp)
+            strcat(outp, ":");
+        strcat(outp, tok);
+    }
+    setenv("LD_LIBRARY_PATH", outp, 1);
+    free(copy);
+    free(outp);
+}
+
+static int start_server(bool foreground)
+{
+    char srv[PATH_MAX], lib[PATH_MAX];
+    if (server_path(srv, sizeof srv) < 0) {
+        fprintf(stderr, "cumux: cannot find cumuxd (set CUMUX_SERVER)\n");
+        return 1;
+    }
+    if (shim_dir(lib, sizeof lib) == 0)
+        strip_shim_from_env(lib);
+    if (foreground) {
+        execl(srv, "cumuxd", "--foreground", (char *)NULL);
+        fprintf(stderr, "cumux: cannot run %s: %s\n", srv, strerror(errno));
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    if (pid == 0) {
+        execl(srv, "cumuxd", (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return 1;
+    return 0;
+}
+
+static int cmd_start(int argc, char **argv)
+{
+    bool fg = argc > 1 && (!strcmp(argv[1], "--foreground") || !strcmp(argv[1], "-f"));
+    int s = connect_server();
+    if (s >= 0) {
+        close(s);
+        fprintf(stderr, "cumux: cumuxd already runs on %s\n", cumux_pipe_directory());
+        return 0;
+    }
+    int r = start_server(fg);
+    if (r == 0)
+        printf("cumuxd started (pipe directory %s)\n", cumux_pipe_directory());
+    return r;
+}
+
+static int cmd_stop(void)
+{
+    if (request(CUMUX_HELLO_STOP, NULL) < 0) {
+        fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
+        return 1;
+    }
+    /* Stopping is done when the socket is gone. */
+    char path[256];
+    cumux_socket_path(path, sizeof path);
+    for (int i = 0; i < 300; i++) {
+        if (access(path, F_OK) < 0)
+            break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    printf("cumuxd stopped\n");
+    return 0;
+}
+
+static int cmd_status(void)
+{
+    if (request(CUMUX_HELLO_STATUS, stdout) < 0) {
+        printf("cumuxd is not running (pipe directory %s)\n", cumux_pipe_directory());
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    int i = 1;
+    if (i < argc && !strcmp(argv[i], "--"))
+        i++;
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    char lib[PATH_MAX];
+    if (shim_dir(lib, sizeof lib) < 0) {
+        fprintf(stderr, "cumux: cannot find the shim libcuda.so.1 (set CUMUX_LIB_DIRECTORY)\n");
+        return 1;
+    }
+    int s = connect_server();
+    if (s >= 0) {
+        close(s);
+    } else if (start_server(false) != 0) {
+        fprintf(stderr, "cumux: cannot start cumuxd\n");
+        return 1;
+    }
+    const char *llp = getenv("LD_LIBRARY_PATH");
+    char *nl = malloc(strlen(lib) + (llp ? strlen(llp) : 0) + 2);
+    if (!nl)
+        return 1;
+    sprintf(nl, "%s%s%s", lib, llp && *llp ? ":" : "", llp && *llp ? llp : "");
+    setenv("LD_LIBRARY_PATH", nl, 1);
+    free(nl);
+    execvp(argv[i], &argv[i]);
+    fprintf(stderr, "cumux: cannot run %s: %s\n", argv[i], strerror(errno));
+    return 127;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    find_exe_dir();
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "start"))
+        return cmd_start(argc - 1, argv + 1);
+    if (!strcmp(cmd, "stop"))
+        return cmd_stop();
+    if (!strcmp(cmd, "status"))
+        return cmd_status();
+    if (!strcmp(cmd, "run"))
+        return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "cumux: unknown command %s\n", cmd);
+    usage(stderr);
+    return 2;
+}

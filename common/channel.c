@@ -1,0 +1,184 @@
+#include "common/channel.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+uint64_t cumux_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int cumux_futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
+{
+    struct timespec ts, *tp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = timeout_ns / 1000000000;
+        ts.tv_nsec = timeout_ns % 1000000000;
+        tp = &ts;
+    }
+    long r = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, tp, NULL, 0);
+    if (r < 0 && errno == ETIMEDOUT)
+        return -1;
+    return 0;
+}
+
+void cumux_futex_wake(_Atomic uint32_t *word, int count)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, count, NULL, NULL, 0);
+}
+
+void cumux_shm_init(struct cumux_shm *shm)
+{
+    shm->magic = CUMUX_MAGIC;
+    shm->version = CUMUX_PROTO_VERSION;
+    shm->size = sizeof *shm;
+    atomic_store(&shm->head, 0);
+    atomic_store(&shm->tail, 0);
+    atomic_store(&shm->doorbell, 0);
+    atomic_store(&shm->server_sleeping, 0);
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
+        atomic_store(&shm->stage_state[i], CUMUX_STAGE_FREE);
+        atomic_store(&shm->stage_seq[i], 0);
+    }
+}
+
+void *cumux_ring_reserve(struct cumux_shm *shm, uint32_t size)
+{
+    uint64_t head = atomic_load_explicit(&shm->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&shm->tail, memory_order_acquire);
+    uint64_t pos = head % CUMUX_RING_BYTES;
+    uint64_t to_end = CUMUX_RING_BYTES - pos;
+    uint64_t need = size <= to_end ? size : to_end + size;
+    if (head - tail + need > CUMUX_RING_BYTES)
+        return NULL;
+    if (size > to_end) {
+        /* Pad to the end of the ring; the message starts at offset 0. */
+        struct cumux_msg_hdr *pad = (struct cumux_msg_hdr *)&shm->ring[pos];
+        pad->op = CUMUX_OP_PAD;
+        pad->reply = CUMUX_NO_REPLY;
+        pad->size = (uint32_t)to_end;
+        atomic_store_explicit(&shm->head, head + to_end, memory_order_relaxed);
+        return &shm->ring[0];
+    }
+    return &shm->ring[pos];
+}
+
+void cumux_ring_commit(struct cumux_shm *shm, uint32_t size)
+{
+    uint64_t head = atomic_load_explicit(&shm->head, memory_order_relaxed);
+    /* seq_cst store then load: pairs with the server's store of server_sleeping then load of head, so
+     * one of the two always sees the other and no wake-up is lost. */
+    atomic_store(&shm->head, head + size);
+    if (atomic_load(&shm->server_sleeping)) {
+        atomic_fetch_add(&shm->doorbell, 1);
+        cumux_futex_wake(&shm->doorbell, 1);
+    }
+}
+
+enum cumux_ring_status cumux_ring_take(struct cumux_shm *shm, void *buf, uint32_t *size)
+{
+    for (;;) {
+        uint64_t tail = atomic_load_explicit(&shm->tail, memory_order_relaxed);
+        uint64_t head = atomic_load_explicit(&shm->head, memory_order_acquire);
+        if (head == tail)
+            return CUMUX_RING_EMPTY;
+        uint64_t avail = head - tail;
+        if (avail > CUMUX_RING_BYTES || (avail & 7u) != 0)
+            return CUMUX_RING_CORRUPT;
+        uint64_t pos = tail % CUMUX_RING_BYTES;
+        struct cumux_msg_hdr hdr;
+        memcpy(&hdr, &shm->ring[pos], sizeof hdr);
+        uint64_t to_end = CUMUX_RING_BYTES - pos;
+        if (hdr.size < sizeof hdr || (hdr.size & 7u) != 0 || hdr.size > avail || hdr.size > to_end)
+            return CUMUX_RING_CORRUPT;
+        if (hdr.op == CUMUX_OP_PAD) {
+            if (hdr.size != to_end)
+                return CUMUX_RING_CORRUPT;
+            atomic_store_explicit(&shm->tail, tail + hdr.size, memory_order_release);
+            continue;
+        }
+        if (hdr.size > CUMUX_MAX_MSG)
+            return CUMUX_RING_CORRUPT;
+        memcpy(buf, &shm->ring[pos], hdr.size);
+        /* The header may have changed between the two reads: trust only the copy, and its size. */
+        ((struct cumux_msg_hdr *)buf)->size = hdr.size;
+        *size = hdr.size;
+        atomic_store_explicit(&shm->tail, tail + hdr.size, memory_order_release);
+        return CUMUX_RING_MSG;
+    }
+}
+
+void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t spin_ns, int64_t timeout_ns)
+{
+    uint64_t start = cumux_now_ns();
+    unsigned n = 0;
+    while (atomic_load_explicit(&shm->head, memory_order_acquire) ==
+           atomic_load_explicit(&shm->tail, memory_order_relaxed)) {
+        if (atomic_load(stop))
+            return;
+        if ((++n & 63u) == 0 && cumux_now_ns() - start > spin_ns)
+            break;
+        cpu_relax();
+    }
+    uint32_t bell = atomic_load(&shm->doorbell);
+    atomic_store(&shm->server_sleeping, 1);
+    if (atomic_load(&shm->head) == atomic_load(&shm->tail) && !atomic_load(stop))
+        cumux_futex_wait(&shm->doorbell, bell, timeout_ns);
+    atomic_store(&shm->server_sleeping, 0);
+}
+
+void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void *data, uint32_t len)
+{
+    if (len > CUMUX_REPLY_DATA)
+        len = CUMUX_REPLY_DATA;
+    if (len && data != slot->data)
+        memcpy(slot->data, data, len);
+    slot->result = result;
+    slot->len = len;
+    atomic_fetch_add(&slot->seq, 1); /* seq_cst: pairs with the client's store of waiting then load of seq */
+    if (atomic_load(&slot->waiting))
+        cumux_futex_wake(&slot->seq, 1);
+}
+
+int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void))
+{
+    /* Spin briefly: most replies come in microseconds, and a futex sleep costs more than that. */
+    uint64_t start = cumux_now_ns();
+    unsigned n = 0;
+    while (atomic_load_explicit(&slot->seq, memory_order_acquire) == seq_before) {
+        if ((++n & 63u) == 0) {
+            uint64_t t = cumux_now_ns() - start;
+            if (t > 50000)
+                break;
+            if (t > 20000)
+                sched_yield();
+        }
+        cpu_relax();
+    }
+    while (atomic_load_explicit(&slot->seq, memory_order_acquire) == seq_before) {
+        atomic_store(&slot->waiting, 1);
+        if (atomic_load(&slot->seq) == seq_before) {
+            if (cumux_futex_wait(&slot->seq, seq_before, 100000000) < 0 && alive && !alive()) {
+                atomic_store(&slot->waiting, 0);
+                return -1;
+            }
+        }
+        atomic_store(&slot->waiting, 0);
+    }
+    return 0;
+}

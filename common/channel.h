@@ -1,0 +1,49 @@
+/* The shared-memory channel: a single-consumer ring of commands, reply slots, futex waits. */
+#ifndef CUMUX_CHANNEL_H
+#define CUMUX_CHANNEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/proto.h"
+
+/* Cross-process futex (the memory is MAP_SHARED, so no FUTEX_PRIVATE_FLAG). timeout_ns < 0 waits forever.
+ * Returns 0 when woken or the value differed, -1 on timeout. */
+int cumux_futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns);
+void cumux_futex_wake(_Atomic uint32_t *word, int count);
+
+uint64_t cumux_now_ns(void);
+
+/* Initialise a fresh channel (server side). */
+void cumux_shm_init(struct cumux_shm *shm);
+
+/* ---- client side ---- */
+/* Room in the ring for a message of `size` bytes (hdr included, multiple of 8)? Writes padding at the end
+ * of the ring when the message would not fit before it. Returns a pointer to write the message at, or NULL
+ * when the ring is full now. The caller serialises producers. */
+void *cumux_ring_reserve(struct cumux_shm *shm, uint32_t size);
+/* Publish the message written at the reserved place and wake the server if it sleeps. */
+void cumux_ring_commit(struct cumux_shm *shm, uint32_t size);
+
+/* ---- server side ---- */
+enum cumux_ring_status { CUMUX_RING_EMPTY = 0, CUMUX_RING_MSG = 1, CUMUX_RING_CORRUPT = -1 };
+/* Take the next message out of the ring into buf (at least CUMUX_MAX_MSG bytes), skipping padding.
+ * The copy is made before anything is checked, so the client cannot change it afterwards. */
+enum cumux_ring_status cumux_ring_take(struct cumux_shm *shm, void *buf, uint32_t *size);
+/* Sleep until the ring is not empty, *stop becomes true, or timeout. Spins first for spin_ns. */
+void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t spin_ns, int64_t timeout_ns);
+
+/* Bytes a message of body_len needs, rounded up to 8. */
+static inline uint32_t cumux_msg_size(size_t body_len)
+{
+    return (uint32_t)((sizeof(struct cumux_msg_hdr) + body_len + 7u) & ~(size_t)7u);
+}
+
+/* Post a reply (server) and wait for one (client). */
+void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void *data, uint32_t len);
+/* Wait until slot->seq != seq_before. Calls alive() every ~100 ms while sleeping; gives up (returns -1)
+ * when it says the peer is gone. */
+int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void));
+
+#endif

@@ -1,0 +1,33 @@
+/* A sorted table of disjoint address ranges: device allocations, pinned host memory, module globals.
+ * The server checks every address a client names against that client's table; the shim classifies
+ * pointers with its own. Not thread-safe: callers lock. */
+#ifndef CUMUX_RANGES_H
+#define CUMUX_RANGES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cumux_range {
+    uint64_t base;
+    uint64_t size;
+    uint64_t tag;   /* what it is; the owner's meaning */
+    uint64_t extra; /* e.g. the other side's address of shared host memory */
+};
+
+struct cumux_ranges {
+    struct cumux_range *v;
+    size_t n, cap;
+};
+
+/* Insert; -1 when it overlaps an existing range or memory runs out. */
+int cumux_ranges_add(struct cumux_ranges *t, uint64_t base, uint64_t size, uint64_t tag, uint64_t extra);
+/* Remove the range that starts exactly at base; fills *out when given. -1 when there is none. */
+int cumux_ranges_remove(struct cumux_ranges *t, uint64_t base, struct cumux_range *out);
+/* The range holding addr, or NULL. */
+const struct cumux_range *cumux_ranges_find(const struct cumux_ranges *t, uint64_t addr);
+/* Does one range hold all of [addr, addr+len)? len 0 still needs addr inside a range. */
+const struct cumux_range *cumux_ranges_covers(const struct cumux_ranges *t, uint64_t addr, uint64_t len);
+void cumux_ranges_free(struct cumux_ranges *t);
+
+#endif

@@ -1,0 +1,99 @@
+/* A client of the server: its shared-memory channel and the worker thread that runs its commands. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "server/server.h"
+
+int srv_wake_fd = -1;
+
+static void *worker_main(void *arg)
+{
+    struct srv_client *c = arg;
+    void *msg = malloc(CUMUX_MAX_MSG);
+    if (!msg) {
+        atomic_store(&c->dead, 1);
+    } else {
+        cuCtxSetCurrent(srv_gpus[0].ctx);
+        c->current_gpu = 0;
+        /* Copies of pageable memory are staged through the channel: pin it once for the GPU's DMA. */
+        CUresult r = cuMemHostRegister(c->shm->staging, sizeof c->shm->staging, CU_MEMHOSTREGISTER_PORTABLE);
+        c->staging_registered = r == CUDA_SUCCESS;
+        if (r != CUDA_SUCCESS)
+            cumux_logf("client %u: cannot pin staging buffers (%d): pageable copies will fail", c->id, (int)r);
+        for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
+            cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
+    }
+    while (!atomic_load(&c->dead)) {
+        uint32_t size;
+        enum cumux_ring_status st = cumux_ring_take(c->shm, msg, &size);
+        if (st == CUMUX_RING_EMPTY) {
+            /* Nothing to do: give back staging slots whose copies are done before sleeping, since the
+             * client may be waiting for one and will send nothing until it has it. */
+            srv_staging_flush(c);
+            cumux_ring_wait(c->shm, &c->dead, 50000, 1000000000);
+            continue;
+        }
+        if (st == CUMUX_RING_CORRUPT || srv_dispatch(c, msg, size) < 0) {
+            cumux_logf("client %u (pid %d): protocol violation, disconnecting it", c->id, (int)c->pid);
+            atomic_store(&c->dead, 1);
+        }
+    }
+    free(msg);
+    srv_client_release_all(c);
+    cumux_logf("client %u (pid %d) gone; everything it held is freed", c->id, (int)c->pid);
+    atomic_store(&c->finished, 1);
+    char b = 1;
+    ssize_t w = write(srv_wake_fd, &b, 1);
+    (void)w;
+    return NULL;
+}
+
+struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id)
+{
+    struct srv_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->id = id;
+    c->pid = pid;
+    c->uid = uid;
+    c->sock = sock;
+    c->shm_fd = memfd_create("cumux-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (c->shm_fd < 0 || ftruncate(c->shm_fd, sizeof(struct cumux_shm)) < 0)
+        goto fail;
+    /* The client must not be able to resize what the server maps (SIGBUS in the server). */
+    if (fcntl(c->shm_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+        goto fail;
+    c->shm = mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED, c->shm_fd, 0);
+    if (c->shm == MAP_FAILED) {
+        c->shm = NULL;
+        goto fail;
+    }
+    cumux_shm_init(c->shm);
+    if (pthread_create(&c->worker, NULL, worker_main, c) != 0)
+        goto fail;
+    return c;
+fail:
+    cumux_logf("client %u: cannot set up its channel: %s", id, strerror(errno));
+    if (c->shm)
+        munmap(c->shm, sizeof(struct cumux_shm));
+    if (c->shm_fd >= 0)
+        close(c->shm_fd);
+    free(c);
+    return NULL;
+}
+
+void srv_client_free(struct srv_client *c)
+{
+    pthread_join(c->worker, NULL);
+    munmap(c->shm, sizeof(struct cumux_shm));
+    close(c->shm_fd);
+    close(c->sock);
+    free(c);
+}

@@ -1,0 +1,133 @@
+/* cumuxd internals: GPUs, clients and the objects each client owns. */
+#ifndef CUMUX_SERVER_H
+#define CUMUX_SERVER_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/proto.h"
+#include "common/ranges.h"
+
+/* ---- GPUs: one real (primary) context each, shared by every client ---- */
+struct srv_gpu {
+    CUdevice dev;
+    CUcontext ctx;
+    struct cumux_device_info info;
+};
+
+extern struct srv_gpu srv_gpus[CUMUX_MAX_DEVICES];
+extern int srv_gpu_count;
+extern int srv_driver_version;
+
+int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */
+void srv_gpus_fini(void);
+
+/* ---- per-client objects, named to the client by small integer handles ---- */
+enum srv_obj_type { OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION };
+
+enum srv_stream_kind { STREAM_LEGACY, STREAM_BLOCKING, STREAM_NONBLOCKING };
+
+struct srv_ctx;
+
+struct srv_stream {
+    CUstream cu; /* always a real non-blocking stream: legacy semantics are emulated per client */
+    struct srv_ctx *ctx;
+    enum srv_stream_kind kind;
+    uint32_t handle;
+    bool dirty;          /* blocking stream: work since the legacy stream last joined it */
+    uint64_t seen_epoch; /* blocking stream: the legacy epoch it already waits for */
+    struct srv_stream *next_in_ctx;
+};
+
+struct srv_ctx {
+    int gpu;
+    uint32_t handle;
+    struct srv_stream *legacy;   /* this client's legacy default stream in this context */
+    struct srv_stream *streams;  /* all streams of the context, legacy included */
+    uint64_t epoch;              /* bumped by every operation on the legacy stream */
+    CUevent join_event;          /* recorded on a stream for another to wait on */
+    CUevent epoch_event;         /* the legacy stream's position at epoch_event_epoch */
+    uint64_t epoch_event_epoch;
+    struct srv_stream **dirty;   /* blocking streams with work the legacy stream has not joined */
+    size_t ndirty, capdirty;
+};
+
+struct srv_event {
+    CUevent cu;
+    struct srv_ctx *ctx;
+};
+
+struct srv_module {
+    uint32_t kind; /* cumux_image_kind */
+    CUmodule mod;
+    CUlibrary lib;
+    struct srv_ctx *ctx;
+    void *image; /* the client's image, mapped from its memfd */
+    size_t image_size;
+    uint64_t *globals; /* device ranges of its globals that were handed to the client */
+    size_t nglobals;
+};
+
+struct srv_function {
+    CUfunction fn; /* for a library kernel: the CUkernel, which launches accept in its place */
+    bool is_kernel;
+    uint32_t module;
+    uint32_t param_bytes;
+};
+
+struct srv_handle {
+    enum srv_obj_type type;
+    void *obj;
+};
+
+enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3 };
+
+struct srv_client {
+    uint32_t id;
+    pid_t pid;
+    uid_t uid;
+    int sock;
+    int shm_fd;
+    struct cumux_shm *shm;
+    pthread_t worker;
+    _Atomic int dead;     /* hung up, protocol violation or server stopping: the worker cleans up */
+    _Atomic int finished; /* the worker is done: the main thread may join and free */
+    bool hup_seen;
+
+    /* Owned by the worker thread alone. */
+    struct srv_handle *handles;
+    uint32_t nhandles, caphandles;
+    uint32_t free_hint;
+    struct cumux_ranges dev_ranges;  /* device memory the client may name: its allocations and globals */
+    struct cumux_ranges host_ranges; /* its pinned host memory, by server address; extra = mapping size */
+    CUresult pending_error;          /* first error of a one-way command, reported at the next sync */
+    int current_gpu;
+    bool staging_registered;
+    CUevent stage_event[CUMUX_STAGING_SLOTS];
+    bool stage_pending[CUMUX_STAGING_SLOTS];
+
+    /* Read by status reports. */
+    _Atomic uint64_t mem_bytes;
+    _Atomic uint64_t host_bytes;
+    _Atomic uint64_t launches;
+    _Atomic uint32_t nstreams;
+
+    struct srv_client *next;
+};
+
+/* client.c */
+struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id);
+void srv_client_free(struct srv_client *c);
+extern int srv_wake_fd; /* a worker writes here when it finishes */
+
+/* dispatch.c */
+/* Run one message; -1 on a protocol violation (the client is then dropped). */
+int srv_dispatch(struct srv_client *c, void *msg, uint32_t size);
+void srv_client_release_all(struct srv_client *c);
+void srv_staging_flush(struct srv_client *c);
+
+#endif

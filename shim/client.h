@@ -1,0 +1,121 @@
+/* The shim's state: its connection to the server, and the client-side objects behind CUDA handles. */
+#ifndef CUMUX_SHIM_CLIENT_H
+#define CUMUX_SHIM_CLIENT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/proto.h"
+#include "common/ranges.h"
+#include "shim/shim.h"
+
+#define SHIM_MAGIC_CTX 0x43545831u
+#define SHIM_MAGIC_STREAM 0x53545231u
+#define SHIM_MAGIC_EVENT 0x45564e31u
+#define SHIM_MAGIC_MODULE 0x4d4f4431u
+#define SHIM_MAGIC_LIBRARY 0x4c494231u
+#define SHIM_MAGIC_FUNCTION 0x46554e31u
+#define SHIM_MAGIC_DEAD 0xdeadbeefu
+
+/* Handles the program holds are pointers to these. The server knows each by its integer handle. */
+struct CUctx_st {
+    uint32_t magic;
+    uint32_t handle;        /* server context handle */
+    uint32_t legacy_stream; /* server handle of this context's legacy default stream */
+    int device;
+    unsigned flags;
+    bool primary;
+    uint64_t id;
+    int cache_config;
+    int shmem_config;
+};
+
+struct CUstream_st {
+    uint32_t magic;
+    uint32_t handle;
+    struct CUctx_st *ctx;
+    unsigned flags;
+    int priority;
+    uint64_t id;
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    uint32_t handle;
+    struct CUctx_st *ctx;
+    unsigned flags;
+};
+
+/* A loaded image: a module (CUmodule) or a library (CUlibrary), same layout. */
+struct CUmod_st {
+    uint32_t magic; /* SHIM_MAGIC_MODULE or SHIM_MAGIC_LIBRARY */
+    uint32_t handle;
+    struct CUctx_st *ctx;
+    pthread_mutex_t lock;
+    struct CUfunc_st *functions; /* looked up so far, so a name costs one round trip per module */
+};
+
+/* A kernel: CUfunction, and also CUkernel (CUDA launches accept a CUkernel cast to CUfunction). */
+struct CUfunc_st {
+    uint32_t magic;
+    uint32_t handle;
+    struct CUmod_st *module;
+    uint32_t nparams;
+    uint32_t param_bytes;
+    struct cumux_param_layout *params;
+    char *name;
+    struct CUfunc_st *next;
+};
+
+struct shim_state {
+    bool initialized;
+    int sock;
+    struct cumux_shm *shm;
+    uint32_t client_id;
+    int driver_version;
+    int device_count;
+    struct cumux_device_info devices[CUMUX_MAX_DEVICES];
+    pthread_mutex_t ring_lock;
+    pthread_mutex_t stage_lock;
+    pthread_mutex_t sock_lock;
+    unsigned stage_next;
+    /* Address ranges the shim knows, to classify pointers without asking (unified addressing). */
+    pthread_rwlock_t ranges_lock;
+    struct cumux_ranges dev_ranges;    /* tag: device ordinal + 1; extra: 1 for module globals */
+    struct cumux_ranges pinned_ranges; /* client address; extra: the server's address of the same memory */
+    struct CUctx_st *primary[CUMUX_MAX_DEVICES];
+    int primary_refs[CUMUX_MAX_DEVICES];
+    unsigned primary_flags[CUMUX_MAX_DEVICES];
+    pthread_mutex_t ctx_lock;
+};
+
+extern struct shim_state shim;
+
+/* connection.c */
+CUresult shim_require_init(void);
+/* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply. */
+CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len);
+/* One-way: nothing comes back; an error surfaces at the next synchronizing call. */
+CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len);
+/* One-way message written in place: begin returns where body_len bytes go (ring lock held), end publishes. */
+void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err);
+void shim_send_end(void);
+/* Send a descriptor over the socket for the next command (HOST_ALLOC, MODULE_LOAD); the caller holds
+ * sock_lock from here until that command is sent. */
+CUresult shim_send_fd(int fd);
+/* Reply slot of the calling thread (for commands that need the slot for more than one answer). */
+int shim_reply_slot(void);
+bool shim_server_alive(void);
+
+/* context.c */
+struct CUctx_st *shim_current_ctx(void);
+/* The server stream for a CUstream of the calling thread (NULL, legacy and per-thread handles resolved). */
+CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_out);
+CUresult shim_need_ctx(struct CUctx_st **out);
+
+/* memory.c */
+bool shim_is_device_ptr(uint64_t p, uint64_t len);
+void shim_add_device_range(uint64_t base, uint64_t size, int device, bool global);
+
+#endif

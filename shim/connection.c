@@ -1,0 +1,299 @@
+/* The shim's connection to cumuxd: cuInit, and the two ways a call travels (round trip or one way). */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "shim/client.h"
+
+struct shim_state shim = {
+    .sock = -1,
+    .ring_lock = PTHREAD_MUTEX_INITIALIZER,
+    .stage_lock = PTHREAD_MUTEX_INITIALIZER,
+    .sock_lock = PTHREAD_MUTEX_INITIALIZER,
+    .ranges_lock = PTHREAD_RWLOCK_INITIALIZER,
+    .ctx_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
+
+/* ---- reply slots: one per client thread, given back when the thread ends ---- */
+static _Atomic uint64_t slot_used[CUMUX_REPLY_SLOTS / 64];
+static pthread_key_t slot_key;
+static __thread int tls_slot = -1;
+
+static void slot_release(void *arg)
+{
+    int s = (int)(intptr_t)arg - 1;
+    if (s >= 0)
+        atomic_fetch_and(&slot_used[s / 64], ~(1ull << (s % 64)));
+}
+
+int shim_reply_slot(void)
+{
+    if (tls_slot >= 0)
+        return tls_slot;
+    for (;;) {
+        for (int w = 0; w < CUMUX_REPLY_SLOTS / 64; w++) {
+            uint64_t v = atomic_load(&slot_used[w]);
+            while (~v) {
+                int b = __builtin_ctzll(~v);
+                if (atomic_compare_exchange_weak(&slot_used[w], &v, v | (1ull << b))) {
+                    tls_slot = w * 64 + b;
+                    pthread_setspecific(slot_key, (void *)(intptr_t)(tls_slot + 1));
+                    return tls_slot;
+                }
+            }
+        }
+        /* More threads talk to the GPU at once than there are slots: wait for one to end. */
+        sched_yield();
+    }
+}
+
+bool shim_server_alive(void)
+{
+    struct pollfd p = {.fd = shim.sock, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+        return false;
+    return true;
+}
+
+static void server_lost(void)
+{
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        cumux_logf("lost the connection to cumuxd: every further CUDA call fails");
+}
+
+/* ---- the ring ---- */
+static void *reserve(uint32_t size, CUresult *err)
+{
+    void *p;
+    unsigned n = 0;
+    while (!(p = cumux_ring_reserve(shim.shm, size))) {
+        /* Full: the server is behind. Wait for it, and make sure it is still there. */
+        if ((++n & 1023u) == 0 && !shim_server_alive()) {
+            server_lost();
+            *err = CUDA_ERROR_MPS_CONNECTION_FAILED;
+            return NULL;
+        }
+        sched_yield();
+    }
+    return p;
+}
+
+static uint32_t begun_size; /* under ring_lock, from shim_send_begin to shim_send_end */
+
+void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
+{
+    uint32_t size = cumux_msg_size(body_len);
+    if (size > CUMUX_MAX_MSG) {
+        *err = CUDA_ERROR_INVALID_VALUE;
+        return NULL;
+    }
+    pthread_mutex_lock(&shim.ring_lock);
+    struct cumux_msg_hdr *h = reserve(size, err);
+    if (!h) {
+        pthread_mutex_unlock(&shim.ring_lock);
+        return NULL;
+    }
+    h->op = op;
+    h->reply = CUMUX_NO_REPLY;
+    h->size = size;
+    begun_size = size;
+    return h + 1;
+}
+
+void shim_send_end(void)
+{
+    cumux_ring_commit(shim.shm, begun_size);
+    pthread_mutex_unlock(&shim.ring_lock);
+}
+
+static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_len, const void *payload,
+                    size_t payload_len)
+{
+    uint32_t size = cumux_msg_size(body_len + payload_len);
+    if (size > CUMUX_MAX_MSG)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&shim.ring_lock);
+    struct cumux_msg_hdr *h = reserve(size, &err);
+    if (!h) {
+        pthread_mutex_unlock(&shim.ring_lock);
+        return err;
+    }
+    h->op = op;
+    h->reply = reply;
+    h->size = size;
+    memcpy(h + 1, body, body_len);
+    if (payload_len)
+        memcpy((char *)(h + 1) + body_len, payload, payload_len);
+    cumux_ring_commit(shim.shm, size);
+    pthread_mutex_unlock(&shim.ring_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len)
+{
+    return put(op, CUMUX_NO_REPLY, body, body_len, payload, payload_len);
+}
+
+CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len)
+{
+    int s = shim_reply_slot();
+    struct cumux_reply_slot *slot = &shim.shm->replies[s];
+    uint32_t before = atomic_load(&slot->seq);
+    CUresult r = put(op, (uint16_t)s, body, body_len, NULL, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (cumux_reply_wait(slot, before, shim_server_alive) < 0) {
+        server_lost();
+        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+    }
+    uint32_t len = slot->len <= CUMUX_REPLY_DATA ? slot->len : CUMUX_REPLY_DATA;
+    if (reply) {
+        if (len > cap)
+            len = cap;
+        memcpy(reply, slot->data, len);
+    }
+    if (reply_len)
+        *reply_len = len;
+    return (CUresult)slot->result;
+}
+
+CUresult shim_send_fd(int fd)
+{
+    uint64_t tag = CUMUX_MAGIC;
+    return cumux_sock_send(shim.sock, &tag, sizeof tag, fd) == 0 ? CUDA_SUCCESS : CUDA_ERROR_MPS_CONNECTION_FAILED;
+}
+
+/* ---- cuInit ---- */
+static void after_fork_child(void)
+{
+    /* The child has no channel of its own: it may call cuInit again and gets a new one. */
+    shim.initialized = false;
+    init_result = CUDA_ERROR_NOT_INITIALIZED;
+    shim.sock = -1;
+    shim.shm = NULL;
+    tls_slot = -1;
+    for (int i = 0; i < CUMUX_REPLY_SLOTS / 64; i++)
+        atomic_store(&slot_used[i], 0);
+    pthread_mutex_init(&shim.ring_lock, NULL);
+    pthread_mutex_init(&shim.stage_lock, NULL);
+    pthread_mutex_init(&shim.sock_lock, NULL);
+    pthread_mutex_init(&shim.ctx_lock, NULL);
+    pthread_mutex_init(&init_lock, NULL);
+    memset(shim.primary, 0, sizeof shim.primary);
+    memset(shim.primary_refs, 0, sizeof shim.primary_refs);
+}
+
+static CUresult connect_server(void)
+{
+    char path[256];
+    if (cumux_socket_path(path, sizeof path) < 0) {
+        cumux_logf("pipe directory %s: path too long", cumux_pipe_directory());
+        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+    }
+    int s = cumux_sock_connect(path);
+    if (s < 0) {
+        cumux_logf("cannot reach cumuxd at %s (%s): start the server with `cumux start`, or run the program "
+                   "with `cumux run -- PROGRAM`; set CUMUX_PIPE_DIRECTORY if it uses another pipe directory",
+                   path, strerror(errno));
+        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+    }
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_CLIENT};
+    struct cumux_welcome w;
+    int fd = -1;
+    if (cumux_sock_send(s, &h, sizeof h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, &fd) < 0 ||
+        w.magic != CUMUX_MAGIC) {
+        cumux_logf("cumuxd at %s did not answer", path);
+        close(s);
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+    }
+    if (w.status != 0 || fd < 0 || w.shm_size != sizeof(struct cumux_shm)) {
+        char text[256] = "";
+        if (w.text_len && w.text_len < sizeof text)
+            cumux_sock_recv(s, text, w.text_len, NULL);
+        cumux_logf("cumuxd refused the connection: %s", text[0] ? text : "channel size mismatch (different builds?)");
+        close(s);
+        if (fd >= 0)
+            close(fd);
+        return w.status ? (CUresult)w.status : CUDA_ERROR_MPS_CONNECTION_FAILED;
+    }
+    void *m = mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        close(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    shim.sock = s;
+    shim.shm = m;
+    shim.client_id = w.client_id;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuInit(unsigned int flags)
+{
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&init_lock);
+    if (!shim.initialized) {
+        static bool once;
+        if (!once) {
+            once = true;
+            cumux_log_init("cumux");
+            pthread_key_create(&slot_key, slot_release);
+            pthread_atfork(NULL, NULL, after_fork_child);
+        }
+        init_result = connect_server();
+        if (init_result == CUDA_SUCCESS) {
+            static uint8_t buf[CUMUX_REPLY_DATA];
+            uint32_t len = 0;
+            shim.initialized = true; /* shim_call needs the channel */
+            struct cumux_none none = {0};
+            init_result = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
+            struct cumux_init_reply rep;
+            if (init_result == CUDA_SUCCESS && len >= sizeof rep) {
+                memcpy(&rep, buf, sizeof rep);
+                if (rep.device_count < 0 || rep.device_count > CUMUX_MAX_DEVICES ||
+                    len < sizeof rep + (size_t)rep.device_count * sizeof(struct cumux_device_info)) {
+                    init_result = CUDA_ERROR_MPS_CONNECTION_FAILED;
+                } else {
+                    shim.driver_version = rep.driver_version;
+                    shim.device_count = rep.device_count;
+                    memcpy(shim.devices, buf + sizeof rep, (size_t)rep.device_count * sizeof(struct cumux_device_info));
+                }
+            } else if (init_result == CUDA_SUCCESS) {
+                init_result = CUDA_ERROR_MPS_CONNECTION_FAILED;
+            }
+            if (init_result != CUDA_SUCCESS) {
+                shim.initialized = false;
+                munmap(shim.shm, sizeof(struct cumux_shm));
+                close(shim.sock);
+                shim.shm = NULL;
+                shim.sock = -1;
+            } else {
+                cumux_debugf("connected to cumuxd as client %u, %d device(s)", shim.client_id, shim.device_count);
+            }
+        }
+    }
+    CUresult r = init_result;
+    pthread_mutex_unlock(&init_lock);
+    return r;
+}
+
+CUresult shim_require_init(void)
+{
+    return shim.initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}

@@ -1,0 +1,532 @@
+/* Contexts as the program sees them. Each maps onto the server's one real context of its device; the
+ * server gives each its own legacy default stream, so a client's NULL stream and cuCtxSynchronize
+ * concern only that client's work (invariant 1). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim/client.h"
+
+/* The plain names are the legacy entry points (cuda.h maps them to _v2): define both. */
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxSetFlags
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
+
+static __thread struct CUctx_st *tls_ctx_stack[32];
+static __thread int tls_ctx_depth; /* tls_ctx_stack[depth-1] is current; depth 0: none */
+static _Atomic uint64_t next_ctx_id = 1;
+
+/* The per-thread default stream of each context this thread used (CU_STREAM_PER_THREAD). */
+struct ptds_entry {
+    struct CUctx_st *ctx;
+    uint32_t stream;
+};
+static __thread struct ptds_entry tls_ptds[8];
+static pthread_key_t ptds_key;
+static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
+
+static void ptds_thread_exit(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 8; i++) {
+        if (tls_ptds[i].ctx && shim.initialized && tls_ptds[i].ctx->magic == SHIM_MAGIC_CTX) {
+            struct cumux_handle_arg m = {.handle = tls_ptds[i].stream};
+            shim_send(CUMUX_OP_STREAM_DESTROY, &m, sizeof m, NULL, 0);
+        }
+        tls_ptds[i].ctx = NULL;
+    }
+}
+
+static void ptds_init(void)
+{
+    pthread_key_create(&ptds_key, ptds_thread_exit);
+}
+
+struct CUctx_st *shim_current_ctx(void)
+{
+    return tls_ctx_depth > 0 ? tls_ctx_stack[tls_ctx_depth - 1] : NULL;
+}
+
+CUresult shim_need_ctx(struct CUctx_st **out)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUctx_st *c = shim_current_ctx();
+    if (!c || c->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
+{
+    int free_i = -1;
+    for (int i = 0; i < 8; i++) {
+        if (tls_ptds[i].ctx == ctx) {
+            *out = tls_ptds[i].stream;
+            return CUDA_SUCCESS;
+        }
+        if (!tls_ptds[i].ctx && free_i < 0)
+            free_i = i;
+    }
+    if (free_i < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_once(&ptds_once, ptds_init);
+    /* A blocking stream of its own: it synchronizes with the legacy stream, as CUDA's does. */
+    struct cumux_stream_create m = {.ctx = ctx->handle, .flags = 0, .priority = 0};
+    struct cumux_u64_reply rep;
+    CUresult r = shim_call(CUMUX_OP_STREAM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    tls_ptds[free_i] = (struct ptds_entry){ctx, (uint32_t)rep.value};
+    pthread_setspecific(ptds_key, (void *)1);
+    *out = (uint32_t)rep.value;
+    return CUDA_SUCCESS;
+}
+
+CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_out)
+{
+    struct CUctx_st *ctx = NULL;
+    if (h == NULL)
+        h = cumux_tls_ptds ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    if (h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+        CUresult r = shim_need_ctx(&ctx);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (ctx_out)
+            *ctx_out = ctx;
+        if (h == CU_STREAM_LEGACY) {
+            *out = ctx->legacy_stream;
+            return CUDA_SUCCESS;
+        }
+        return ptds_stream(ctx, out);
+    }
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (h->magic != SHIM_MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = h->handle;
+    if (ctx_out)
+        *ctx_out = h->ctx;
+    return CUDA_SUCCESS;
+}
+
+/* ---- creation and destruction ---- */
+static CUresult ctx_new(int dev, unsigned flags, bool primary, struct CUctx_st **out)
+{
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct CUctx_st *c = calloc(1, sizeof *c);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_ctx_create m = {.device = dev, .flags = flags};
+    struct cumux_ctx_reply rep;
+    CUresult r = shim_call(CUMUX_OP_CTX_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS) {
+        free(c);
+        return r;
+    }
+    c->magic = SHIM_MAGIC_CTX;
+    c->handle = rep.ctx;
+    c->legacy_stream = rep.legacy_stream;
+    c->device = dev;
+    c->flags = flags;
+    c->primary = primary;
+    c->id = atomic_fetch_add(&next_ctx_id, 1);
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+static void ctx_forget_current(struct CUctx_st *c)
+{
+    for (int i = 0; i < tls_ctx_depth; i++)
+        if (tls_ctx_stack[i] == c)
+            tls_ctx_stack[i] = NULL;
+    while (tls_ctx_depth > 0 && !tls_ctx_stack[tls_ctx_depth - 1])
+        tls_ctx_depth--;
+}
+
+static CUresult ctx_delete(struct CUctx_st *c)
+{
+    struct cumux_handle_arg m = {.handle = c->handle};
+    CUresult r = shim_call(CUMUX_OP_CTX_DESTROY, &m, sizeof m, NULL, 0, NULL);
+    for (int i = 0; i < 8; i++)
+        if (tls_ptds[i].ctx == c)
+            tls_ptds[i].ctx = NULL;
+    c->magic = SHIM_MAGIC_DEAD;
+    ctx_forget_current(c);
+    /* The object stays allocated: stale handles then fail the magic check instead of reading freed memory. */
+    return r;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&shim.ctx_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!shim.primary[dev])
+        r = ctx_new(dev, shim.primary_flags[dev], true, &shim.primary[dev]);
+    if (r == CUDA_SUCCESS) {
+        shim.primary_refs[dev]++;
+        *pctx = shim.primary[dev];
+    }
+    pthread_mutex_unlock(&shim.ctx_lock);
+    return r;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&shim.ctx_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (shim.primary_refs[dev] <= 0) {
+        r = CUDA_ERROR_INVALID_CONTEXT;
+    } else if (--shim.primary_refs[dev] == 0) {
+        /* As in CUDA, the last release destroys the primary context and what it holds. */
+        r = ctx_delete(shim.primary[dev]);
+        shim.primary[dev] = NULL;
+    }
+    pthread_mutex_unlock(&shim.ctx_lock);
+    return r;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    return cuDevicePrimaryCtxRelease(dev);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&shim.ctx_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (shim.primary[dev]) {
+        r = ctx_delete(shim.primary[dev]);
+        shim.primary[dev] = NULL;
+        shim.primary_refs[dev] = 0;
+    }
+    shim.primary_flags[dev] = 0;
+    pthread_mutex_unlock(&shim.ctx_lock);
+    return r;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    return cuDevicePrimaryCtxReset(dev);
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&shim.ctx_lock);
+    *flags = shim.primary_flags[dev];
+    *active = shim.primary[dev] != NULL;
+    pthread_mutex_unlock(&shim.ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    /* Scheduling flags only shape how the host waits; the server decides that for everyone. */
+    if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&shim.ctx_lock);
+    shim.primary_flags[dev] = flags;
+    if (shim.primary[dev])
+        shim.primary[dev]->flags = flags;
+    pthread_mutex_unlock(&shim.ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    return cuDevicePrimaryCtxSetFlags(dev, flags);
+}
+
+static CUresult ctx_create_push(CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *c;
+    CUresult r = ctx_new(dev, flags, false, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (tls_ctx_depth >= 32) {
+        ctx_delete(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    tls_ctx_stack[tls_ctx_depth++] = c;
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return ctx_create_push(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags, CUdevice dev)
+{
+    if (params && n > 0)
+        return cumux_unsupported("cuCtxCreate_v3 with execution affinity");
+    return ctx_create_push(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    if (params && (params->execAffinityParams || params->numExecAffinityParams || params->cigParams))
+        return cumux_unsupported("cuCtxCreate_v4 with affinity or CIG parameters");
+    return ctx_create_push(pctx, flags, dev);
+}
+
+CUresult cuCtxDestroy(CUcontext ctx)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ctx || ctx->magic != SHIM_MAGIC_CTX || ctx->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return ctx_delete(ctx);
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (ctx && ctx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx) {
+        if (tls_ctx_depth > 0)
+            tls_ctx_depth--;
+        return CUDA_SUCCESS;
+    }
+    if (tls_ctx_depth == 0)
+        tls_ctx_depth = 1;
+    tls_ctx_stack[tls_ctx_depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = shim_current_ctx();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ctx || ctx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_ctx_depth >= 32)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    tls_ctx_stack[tls_ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent(CUcontext *pctx)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (tls_ctx_depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUctx_st *c = tls_ctx_stack[--tls_ctx_depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_or_current(CUcontext ctx, struct CUctx_st **out)
+{
+    if (!ctx)
+        return shim_need_ctx(out);
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (ctx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *dev)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dev = c->device;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
+{
+    struct CUctx_st *c;
+    CUresult r = ctx_or_current(ctx, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dev = c->device;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_sync(struct CUctx_st *c)
+{
+    struct cumux_handle_arg m = {.handle = c->handle};
+    return shim_call(CUMUX_OP_CTX_SYNC, &m, sizeof m, NULL, 0, NULL);
+}
+
+CUresult cuCtxSynchronize(void)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    return r == CUDA_SUCCESS ? ctx_sync(c) : r;
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    struct CUctx_st *c;
+    CUresult r = ctx_or_current(ctx, &c);
+    return r == CUDA_SUCCESS ? ctx_sync(c) : r;
+}
+
+CUresult cuCtxGetFlags(unsigned int *flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = c->flags;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetFlags(unsigned int flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    c->flags = flags;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+    struct CUctx_st *c;
+    CUresult r = ctx_or_current(ctx, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    *id = c->id;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    struct CUctx_st *c;
+    CUresult r = ctx_or_current(ctx, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = 3020; /* what the driver reports for contexts made with the current API */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (least)
+        *least = shim.devices[c->device].stream_priority_least;
+    if (greatest)
+        *greatest = shim.devices[c->device].stream_priority_greatest;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCacheConfig(CUfunc_cache *cfg)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!cfg)
+        return CUDA_ERROR_INVALID_VALUE;
+    *cfg = (CUfunc_cache)c->cache_config;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCacheConfig(CUfunc_cache cfg)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if ((unsigned)cfg > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* A preference only; the shared context keeps the driver's choice per kernel. */
+    c->cache_config = (int)cfg;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_limit(CUlimit limit, bool set, size_t *value)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cumux_ctx_limit m = {.ctx = c->handle, .limit = (uint32_t)limit, .set = set, .value = set ? *value : 0};
+    struct cumux_u64_reply rep = {0};
+    r = shim_call(CUMUX_OP_CTX_LIMIT, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && !set)
+        *value = (size_t)rep.value;
+    return r;
+}
+
+CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
+{
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    return ctx_limit(limit, false, value);
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    return ctx_limit(limit, true, &value);
+}

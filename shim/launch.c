@@ -1,0 +1,125 @@
+/* Kernel launches: arguments packed by the shim from the layout the server sent with the kernel, and
+ * written straight into the ring; one way, no round trip (invariant 2). */
+#include <string.h>
+
+#include "shim/client.h"
+
+/* Checked before any ring space is taken, so that packing cannot fail half-way. */
+static CUresult check_params(const struct CUfunc_st *f, void **params, void **extra, const void **buf)
+{
+    if (params) {
+        for (uint32_t i = 0; i < f->nparams; i++)
+            if (!params[i])
+                return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    }
+    if (extra) {
+        size_t size = 0;
+        for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                *buf = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+                size = *(const size_t *)extra[i + 1];
+            else
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        return *buf && size >= f->param_bytes ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    }
+    return f->param_bytes == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static void pack_params(const struct CUfunc_st *f, void **params, const void *buf, uint8_t *dst)
+{
+    if (params) {
+        for (uint32_t i = 0; i < f->nparams; i++)
+            memcpy(dst + f->params[i].offset, params[i], f->params[i].size);
+    } else if (buf) {
+        memcpy(dst, buf, f->param_bytes);
+    }
+}
+
+static CUresult launch(struct CUfunc_st *f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
+                       CUstream h, void **params, void **extra, const CUlaunchAttribute *attrs, unsigned nattrs)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (params && extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t stream;
+    struct CUctx_st *ctx;
+    CUresult r = shim_resolve_stream(h, &stream, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* What the driver rejects at once is rejected here too, rather than at the next synchronization. */
+    const int32_t *a = shim.devices[ctx->device].attrs;
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 || block[2] == 0 ||
+        (uint64_t)block[0] * block[1] * block[2] > (uint64_t)a[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] ||
+        block[0] > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X] ||
+        block[1] > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y] ||
+        block[2] > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z] ||
+        grid[0] > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X] ||
+        grid[1] > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y] || grid[2] > (unsigned)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z])
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nattrs > 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *buf = NULL;
+    if ((r = check_params(f, params, extra, &buf)) != CUDA_SUCCESS)
+        return r;
+    size_t attr_bytes = nattrs * sizeof(struct cumux_launch_attr);
+    uint8_t *body = shim_send_begin(CUMUX_OP_LAUNCH, sizeof(struct cumux_launch) + attr_bytes + f->param_bytes, &r);
+    if (!body)
+        return r;
+    struct cumux_launch *m = (struct cumux_launch *)body;
+    m->function = f->handle;
+    m->stream = stream;
+    memcpy(m->grid, grid, sizeof m->grid);
+    memcpy(m->block, block, sizeof m->block);
+    m->shared_bytes = shmem;
+    m->param_bytes = f->param_bytes;
+    m->nattrs = nattrs;
+    m->pad = 0;
+    struct cumux_launch_attr *la = (struct cumux_launch_attr *)(m + 1);
+    for (unsigned i = 0; i < nattrs; i++) {
+        la[i].id = (uint32_t)attrs[i].id;
+        la[i].pad = 0;
+        memcpy(la[i].value, &attrs[i].value, sizeof la[i].value);
+    }
+    pack_params(f, params, buf, body + sizeof *m + attr_bytes);
+    shim_send_end();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                        unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params, void **extra)
+{
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    return launch(f, grid, block, shmem, s, params, extra, NULL, 0);
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra)
+{
+    if (!cfg)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < cfg->numAttrs; i++) {
+        switch (cfg->attrs[i].id) {
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+            break;
+        default:
+            return cumux_unsupported("cuLaunchKernelEx with an event or access-policy attribute");
+        }
+    }
+    const unsigned grid[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ};
+    const unsigned block[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};
+    return launch(f, grid, block, cfg->sharedMemBytes, cfg->hStream, params, extra, cfg->attrs, cfg->numAttrs);
+}

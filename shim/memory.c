@@ -1,0 +1,580 @@
+/* Memory: device allocations, pinned host memory shared with the server, copies and memset.
+ * The shim classifies every pointer itself (unified addressing): device memory it allocated, pinned
+ * memory it got from the server (copied by the GPU directly), or ordinary pageable memory (staged
+ * through the channel's pinned buffers, as the driver stages it through its own). */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "shim/client.h"
+
+/* ---- the shim's address ranges ---- */
+void shim_add_device_range(uint64_t base, uint64_t size, int device, bool global)
+{
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    if (!cumux_ranges_find(&shim.dev_ranges, base))
+        cumux_ranges_add(&shim.dev_ranges, base, size, (uint64_t)device + 1, global ? 1 : 0);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+}
+
+bool shim_is_device_ptr(uint64_t p, uint64_t len)
+{
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    bool ok = cumux_ranges_covers(&shim.dev_ranges, p, len) != NULL;
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return ok;
+}
+
+/* The server's address of [p, p+len) when it lies in pinned memory from the server; 0 otherwise. */
+static uint64_t pinned_server_addr(const void *p, uint64_t len)
+{
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *r = cumux_ranges_covers(&shim.pinned_ranges, (uint64_t)(uintptr_t)p, len);
+    uint64_t a = r ? r->extra + ((uint64_t)(uintptr_t)p - r->base) : 0;
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return a;
+}
+
+/* ---- allocation ---- */
+CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dptr || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_mem_alloc m = {.ctx = c->handle, .size = size};
+    struct cumux_u64_reply rep;
+    r = shim_call(CUMUX_OP_MEM_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    shim_add_device_range(rep.value, size, c->device, false);
+    *dptr = (CUdeviceptr)rep.value;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem)
+{
+    if (!pitch || (elem != 4 && elem != 8 && elem != 16) || width == 0 || height == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The driver's pitch alignment on current GPUs is 512 bytes (texture pitch alignment is 32). */
+    size_t p = (width + 511) & ~(size_t)511;
+    CUresult r = cuMemAlloc(dptr, p * height);
+    if (r == CUDA_SUCCESS)
+        *pitch = p;
+    return r;
+}
+
+CUresult cuMemFree(CUdeviceptr p)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (p == 0)
+        return CUDA_SUCCESS;
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    const struct cumux_range *rg = cumux_ranges_find(&shim.dev_ranges, p);
+    bool ok = rg && rg->base == p && rg->extra == 0;
+    if (ok)
+        cumux_ranges_remove(&shim.dev_ranges, p, NULL);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_mem_free m = {.ptr = p};
+    return shim_call(CUMUX_OP_MEM_FREE, &m, sizeof m, NULL, 0, NULL);
+}
+
+CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cumux_handle_arg m = {.handle = c->handle};
+    struct cumux_mem_info rep;
+    r = shim_call(CUMUX_OP_MEM_INFO, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (free_bytes)
+        *free_bytes = rep.free;
+    if (total)
+        *total = rep.total;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *r = cumux_ranges_find(&shim.dev_ranges, p);
+    struct cumux_range found = r ? *r : (struct cumux_range){0};
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    if (!r)
+        return CUDA_ERROR_NOT_FOUND;
+    if (base)
+        *base = found.base;
+    if (size)
+        *size = found.size;
+    return CUDA_SUCCESS;
+}
+
+/* ---- pinned host memory: a memfd mapped by both processes, registered with CUDA by the server ---- */
+CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pp || size == 0 || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                                                  CU_MEMHOSTALLOC_WRITECOMBINED)))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t len = (size + 4095) & ~(size_t)4095;
+    int fd = memfd_create("cumux-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ftruncate(fd, (off_t)len) < 0) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    void *mine = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (mine == MAP_FAILED) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct cumux_host_alloc m = {.size = len, .flags = flags, .client_addr = (uint64_t)(uintptr_t)mine};
+    struct cumux_u64_reply rep;
+    /* The descriptor and the command must reach the server in the same order as other threads' pairs. */
+    pthread_mutex_lock(&shim.sock_lock);
+    r = shim_send_fd(fd);
+    if (r == CUDA_SUCCESS)
+        r = shim_call(CUMUX_OP_HOST_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
+    pthread_mutex_unlock(&shim.sock_lock);
+    if (r != CUDA_SUCCESS) {
+        munmap(mine, len);
+        close(fd);
+        return r;
+    }
+    uint64_t server_addr = rep.value;
+    if (server_addr != (uint64_t)(uintptr_t)mine) {
+        /* The server mapped it elsewhere: move ours there if we can, so that both agree on the address. */
+        void *moved = mmap((void *)(uintptr_t)server_addr, len, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+        if (moved != MAP_FAILED && (uint64_t)(uintptr_t)moved == server_addr) {
+            munmap(mine, len);
+            mine = moved;
+        } else if (moved != MAP_FAILED) {
+            munmap(moved, len);
+        }
+    }
+    close(fd);
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    cumux_ranges_add(&shim.pinned_ranges, (uint64_t)(uintptr_t)mine, len, len, server_addr);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    *pp = mine;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocHost(void **pp, size_t size)
+{
+    return cuMemHostAlloc(pp, size, 0);
+}
+
+CUresult cuMemFreeHost(void *p)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct cumux_range r;
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    int found = cumux_ranges_remove(&shim.pinned_ranges, (uint64_t)(uintptr_t)p, &r);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    if (found < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_mem_free m = {.ptr = r.extra};
+    CUresult res = shim_call(CUMUX_OP_HOST_FREE, &m, sizeof m, NULL, 0, NULL);
+    munmap(p, r.size);
+    return res;
+}
+
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!dptr || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t a = pinned_server_addr(p, 1);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Unified addressing: the device address is the server's host address of the same memory. */
+    *dptr = (CUdeviceptr)a;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *r = cumux_ranges_find(&shim.pinned_ranges, (uint64_t)(uintptr_t)p);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    if (!r || !flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+    return CUDA_SUCCESS;
+}
+
+/* ---- copies ---- */
+static CUresult copy_direct(uint32_t kind, uint32_t stream, uint64_t dst, uint64_t src, uint64_t n, bool sync)
+{
+    struct cumux_copy m = {.kind = kind, .stream = stream, .dst = dst, .src = src, .size = n};
+    if (sync)
+        return shim_call(CUMUX_OP_COPY, &m, sizeof m, NULL, 0, NULL);
+    return shim_send(CUMUX_OP_COPY, &m, sizeof m, NULL, 0);
+}
+
+static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, uint32_t reply_before)
+{
+    unsigned n = 0;
+    for (;;) {
+        uint32_t seq = atomic_load(&shim.shm->stage_seq[slot]);
+        if (atomic_load(&shim.shm->stage_state[slot]) == want)
+            return true;
+        if (reply && atomic_load(&reply->seq) != reply_before)
+            return false; /* the server answered early: an error */
+        if (++n < 2000) {
+            sched_yield();
+            continue;
+        }
+        if (cumux_futex_wait(&shim.shm->stage_seq[slot], seq, 20000000) < 0 && !shim_server_alive())
+            return false;
+    }
+}
+
+/* Pageable to device: through the staging slots, one way; returns once the data is staged, as CUDA does. */
+static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, const void *src, uint64_t n)
+{
+    pthread_mutex_lock(&shim.stage_lock);
+    CUresult r = CUDA_SUCCESS;
+    for (uint64_t off = 0; off < n && r == CUDA_SUCCESS;) {
+        uint64_t len = n - off < CUMUX_STAGING_BYTES ? n - off : CUMUX_STAGING_BYTES;
+        int slot = (int)(shim.stage_next++ % CUMUX_STAGING_SLOTS);
+        if (!stage_wait(slot, CUMUX_STAGE_FREE, NULL, 0)) {
+            r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+            break;
+        }
+        memcpy(shim.shm->staging[slot], (const char *)src + off, len);
+        atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FULL);
+        struct cumux_copy_staged m = {.stream = stream, .slot = (uint32_t)slot, .dev = dst + off, .size = len};
+        r = shim_send(CUMUX_OP_COPY_HTOD_STAGED, &m, sizeof m, NULL, 0);
+        off += len;
+    }
+    pthread_mutex_unlock(&shim.stage_lock);
+    return r;
+}
+
+/* Device to pageable: the server fills the slots in turn while we empty them. */
+static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t src, uint64_t n)
+{
+    pthread_mutex_lock(&shim.stage_lock);
+    int s = shim_reply_slot();
+    struct cumux_reply_slot *reply = &shim.shm->replies[s];
+    uint32_t before = atomic_load(&reply->seq);
+    struct cumux_copy_staged m = {.stream = stream, .dev = src, .size = n};
+    CUresult r = CUDA_SUCCESS;
+    /* Sent with a reply slot by hand: the answer comes after all the chunks. */
+    struct {
+        struct cumux_msg_hdr h;
+        struct cumux_copy_staged b;
+    } msg = {{CUMUX_OP_COPY_DTOH_STAGED, (uint16_t)s, cumux_msg_size(sizeof m)}, m};
+    pthread_mutex_lock(&shim.ring_lock);
+    void *p;
+    while (!(p = cumux_ring_reserve(shim.shm, msg.h.size)))
+        sched_yield();
+    memcpy(p, &msg, sizeof msg);
+    cumux_ring_commit(shim.shm, msg.h.size);
+    pthread_mutex_unlock(&shim.ring_lock);
+    uint64_t nchunks = (n + CUMUX_STAGING_BYTES - 1) / CUMUX_STAGING_BYTES;
+    for (uint64_t i = 0; i < nchunks; i++) {
+        int slot = (int)(i % CUMUX_STAGING_SLOTS);
+        if (!stage_wait(slot, CUMUX_STAGE_READY, reply, before))
+            break;
+        uint64_t off = i * CUMUX_STAGING_BYTES;
+        uint64_t len = n - off < CUMUX_STAGING_BYTES ? n - off : CUMUX_STAGING_BYTES;
+        memcpy((char *)dst + off, shim.shm->staging[slot], len);
+        atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FREE);
+        atomic_fetch_add(&shim.shm->stage_seq[slot], 1);
+        cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
+    }
+    if (cumux_reply_wait(reply, before, shim_server_alive) < 0)
+        r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+    else
+        r = (CUresult)reply->result;
+    /* After an error some slots may still say READY: the server's next staged copy starts from FREE. */
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
+        atomic_store(&shim.shm->stage_state[i], CUMUX_STAGE_FREE);
+    pthread_mutex_unlock(&shim.stage_lock);
+    return r;
+}
+
+static CUresult sync_stream_handle(uint32_t stream)
+{
+    struct cumux_handle_arg m = {.handle = stream};
+    return shim_call(CUMUX_OP_STREAM_SYNC, &m, sizeof m, NULL, 0, NULL);
+}
+
+enum { PTR_HOST = 0, PTR_DEVICE = 1 };
+
+/* One copy of n bytes in any direction; `sync` for the calls that CUDA makes synchronous. */
+static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstream, bool sync, int dst_kind, int src_kind)
+{
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if ((dst_kind == PTR_DEVICE && !shim_is_device_ptr(dst, n)) || (src_kind == PTR_DEVICE && !shim_is_device_ptr(src, n)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dst_kind == PTR_DEVICE && src_kind == PTR_DEVICE)
+        return copy_direct(CUMUX_COPY_DTOD, stream, dst, src, n, false);
+    if (dst_kind == PTR_DEVICE) {
+        uint64_t a = pinned_server_addr((const void *)(uintptr_t)src, n);
+        if (a)
+            return copy_direct(CUMUX_COPY_HTOD, stream, dst, a, n, sync);
+        r = copy_htod_staged(stream, dst, (const void *)(uintptr_t)src, n);
+        /* A synchronous copy is complete when it returns, whichever stream comes next. */
+        return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
+    }
+    if (src_kind == PTR_DEVICE) {
+        uint64_t a = pinned_server_addr((const void *)(uintptr_t)dst, n);
+        if (a)
+            return copy_direct(CUMUX_COPY_DTOH, stream, a, src, n, sync);
+        return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, src, n);
+    }
+    /* Host to host: ordered after the stream's earlier work, as the driver orders it. */
+    r = sync_stream_handle(stream);
+    if (r == CUDA_SUCCESS)
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return r;
+}
+
+static int classify(uint64_t p)
+{
+    return shim_is_device_ptr(p, 1) ? PTR_DEVICE : PTR_HOST;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+    return copy_any(dst, (uint64_t)(uintptr_t)src, n, NULL, true, PTR_DEVICE, PTR_HOST);
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return copy_any(dst, (uint64_t)(uintptr_t)src, n, s, false, PTR_DEVICE, PTR_HOST);
+}
+
+CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    return copy_any((uint64_t)(uintptr_t)dst, src, n, NULL, true, PTR_HOST, PTR_DEVICE);
+}
+
+CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_any((uint64_t)(uintptr_t)dst, src, n, s, false, PTR_HOST, PTR_DEVICE);
+}
+
+CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_any(dst, src, n, NULL, true, PTR_DEVICE, PTR_DEVICE);
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_any(dst, src, n, s, false, PTR_DEVICE, PTR_DEVICE);
+}
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_any(dst, src, n, NULL, true, classify(dst), classify(src));
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_any(dst, src, n, s, false, classify(dst), classify(src));
+}
+
+CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n)
+{
+    if (!dctx || !sctx || dctx->magic != SHIM_MAGIC_CTX || sctx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (dctx->device != sctx->device)
+        return cumux_unsupported("cuMemcpyPeer between devices");
+    return copy_any(dst, src, n, NULL, true, PTR_DEVICE, PTR_DEVICE);
+}
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s)
+{
+    if (!dctx || !sctx || dctx->magic != SHIM_MAGIC_CTX || sctx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (dctx->device != sctx->device)
+        return cumux_unsupported("cuMemcpyPeerAsync between devices");
+    return copy_any(dst, src, n, s, false, PTR_DEVICE, PTR_DEVICE);
+}
+
+/* ---- memset ---- */
+static CUresult memset_any(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem, size_t width, size_t height,
+                           CUstream hstream)
+{
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;
+    uint64_t row = (uint64_t)width * elem;
+    if (height > 1 && pitch < row)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t span = height > 1 ? (uint64_t)pitch * (height - 1) + row : row;
+    if (!shim_is_device_ptr(dst, span) || (dst % elem) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_memset m = {.stream = stream, .elem_size = elem, .dst = dst, .pitch = pitch, .width = width,
+                             .height = height, .value = value};
+    return shim_send(CUMUX_OP_MEMSET, &m, sizeof m, NULL, 0);
+}
+
+CUresult cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { return memset_any(d, 0, v, 1, n, 1, NULL); }
+CUresult cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n) { return memset_any(d, 0, v, 2, n, 1, NULL); }
+CUresult cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) { return memset_any(d, 0, v, 4, n, 1, NULL); }
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return memset_any(d, 0, v, 1, n, 1, s); }
+CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return memset_any(d, 0, v, 2, n, 1, s); }
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return memset_any(d, 0, v, 4, n, 1, s); }
+
+CUresult cuMemsetD2D8(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h)
+{
+    return memset_any(d, pitch, v, 1, w, h, NULL);
+}
+CUresult cuMemsetD2D16(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h)
+{
+    return memset_any(d, pitch, v, 2, w, h, NULL);
+}
+CUresult cuMemsetD2D32(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h)
+{
+    return memset_any(d, pitch, v, 4, w, h, NULL);
+}
+CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s)
+{
+    return memset_any(d, pitch, v, 1, w, h, s);
+}
+CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s)
+{
+    return memset_any(d, pitch, v, 2, w, h, s);
+}
+CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s)
+{
+    return memset_any(d, pitch, v, 4, w, h, s);
+}
+
+/* ---- pointer attributes: answered locally ---- */
+static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr p, bool lenient)
+{
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *d = cumux_ranges_find(&shim.dev_ranges, p);
+    const struct cumux_range *h = d ? NULL : cumux_ranges_find(&shim.pinned_ranges, p);
+    struct cumux_range dr = d ? *d : (struct cumux_range){0}, hr = h ? *h : (struct cumux_range){0};
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    int device = d ? (int)dr.tag - 1 : 0;
+    if (!d && !h) {
+        /* Memory the driver does not know. The plural form answers with empty values (PyTorch relies on
+         * it for ordinary host memory); the singular one fails. */
+        if (!lenient)
+            return CUDA_ERROR_INVALID_VALUE;
+        switch (a) {
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = 0; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = -1; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = NULL; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = 0; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data = NULL; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = 0; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = 0; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = 0; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = 0; return CUDA_SUCCESS;
+        case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 0; return CUDA_SUCCESS;
+        default: return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    struct CUctx_st *ctx = shim.primary[d ? device : 0];
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = ctx ? ctx : shim_current_ctx();
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = d ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = d ? p : (CUdeviceptr)(hr.extra + (p - hr.base));
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (d)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)(uintptr_t)p;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(int *)data = 1;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = d ? dr.base : hr.base;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = device;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = d ? dr.base : hr.base;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = d ? dr.size : hr.size;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(int *)data = 1;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = NULL;
+        return CUDA_SUCCESS;
+    default:
+        return cumux_unsupported("cuPointerGetAttribute with this attribute");
+    }
+}
+
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    return pointer_attribute(data, a, p, false);
+}
+
+CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr p)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!attrs || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        if (!data[i])
+            continue;
+        CUresult r = pointer_attribute(data[i], attrs[i], p, true);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}

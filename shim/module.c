@@ -1,0 +1,492 @@
+/* Modules and libraries: the image goes to the server in a sealed memfd; kernels come back with their
+ * parameter layout, so that launching one needs no round trip. */
+#include <elf.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shim/client.h"
+#include "shim/image.h"
+
+/* ---- the length of an image given only its address ---- */
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_MAGIC 0xba55ed50u
+
+struct fatbin_wrapper {
+    uint32_t magic;
+    uint32_t version;
+    const void *data;
+    const void *filename_or_fatbins;
+};
+
+struct fatbin_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t header_size;
+    uint64_t fat_size;
+};
+
+size_t cumux_image_size(const void *image, const void **start)
+{
+    const uint8_t *p = image;
+    uint32_t magic;
+    memcpy(&magic, p, 4);
+    if (magic == FATBIN_WRAPPER_MAGIC) {
+        const struct fatbin_wrapper *w = image;
+        return cumux_image_size(w->data, start);
+    }
+    *start = image;
+    if (magic == FATBIN_MAGIC) {
+        /* Several fatbin containers may follow each other: take them all. */
+        size_t total = 0;
+        for (;;) {
+            struct fatbin_header h;
+            memcpy(&h, p + total, sizeof h);
+            if (h.magic != FATBIN_MAGIC || h.header_size < sizeof h)
+                break;
+            total += h.header_size + h.fat_size;
+        }
+        return total;
+    }
+    if (!memcmp(p, ELFMAG, SELFMAG) && p[EI_CLASS] == ELFCLASS64) {
+        Elf64_Ehdr eh;
+        memcpy(&eh, p, sizeof eh);
+        /* The image ends with its last table or section: the section headers may come after the program
+         * headers or before them (Triton puts them first). */
+        size_t end = sizeof eh;
+        size_t sh_end = eh.e_shoff + (size_t)eh.e_shnum * eh.e_shentsize;
+        size_t ph_end = eh.e_phoff + (size_t)eh.e_phnum * eh.e_phentsize;
+        if (sh_end > end)
+            end = sh_end;
+        if (ph_end > end)
+            end = ph_end;
+        for (int i = 0; i < eh.e_shnum; i++) {
+            Elf64_Shdr sh;
+            memcpy(&sh, p + eh.e_shoff + (size_t)i * eh.e_shentsize, sizeof sh);
+            if (sh.sh_type != SHT_NOBITS && sh.sh_offset + sh.sh_size > end)
+                end = sh.sh_offset + sh.sh_size;
+        }
+        return end;
+    }
+    /* Otherwise PTX text, with its terminating NUL. */
+    return strlen((const char *)p) + 1;
+}
+
+/* ---- loading ---- */
+static CUresult load_image(const void *image, uint32_t kind, struct CUmod_st **out)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!image || !out)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *start;
+    size_t size = cumux_image_size(image, &start);
+    if (size == 0)
+        return CUDA_ERROR_INVALID_IMAGE;
+    int fd = memfd_create("cumux-image", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    /* write(2), not a mapping: the server seals the file against writes, which a writable map prevents. */
+    for (size_t done = 0; done < size;) {
+        ssize_t w = write(fd, (const char *)start + done, size - done);
+        if (w <= 0) {
+            close(fd);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        done += (size_t)w;
+    }
+    struct CUmod_st *m = calloc(1, sizeof *m);
+    if (!m) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct cumux_module_load req = {.ctx = c->handle, .kind = kind, .size = size};
+    struct cumux_u64_reply rep;
+    pthread_mutex_lock(&shim.sock_lock);
+    r = shim_send_fd(fd);
+    if (r == CUDA_SUCCESS)
+        r = shim_call(CUMUX_OP_MODULE_LOAD, &req, sizeof req, &rep, sizeof rep, NULL);
+    pthread_mutex_unlock(&shim.sock_lock);
+    close(fd);
+    if (r != CUDA_SUCCESS) {
+        free(m);
+        return r;
+    }
+    m->magic = kind == CUMUX_IMAGE_LIBRARY ? SHIM_MAGIC_LIBRARY : SHIM_MAGIC_MODULE;
+    m->handle = (uint32_t)rep.value;
+    m->ctx = c;
+    pthread_mutex_init(&m->lock, NULL);
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    return load_image(image, CUMUX_IMAGE_MODULE, (struct CUmod_st **)module);
+}
+
+CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n, CUjit_option *opts, void **vals)
+{
+    /* JIT options tune compilation of PTX in the server; the logs they ask for are left empty. */
+    for (unsigned i = 0; opts && vals && i < n; i++) {
+        if ((opts[i] == CU_JIT_INFO_LOG_BUFFER || opts[i] == CU_JIT_ERROR_LOG_BUFFER) && vals[i])
+            *(char *)vals[i] = 0;
+    }
+    return cuModuleLoadData(module, image);
+}
+
+CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatbin)
+{
+    return cuModuleLoadData(module, fatbin);
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && (buf = malloc((size_t)st.st_size + 1))) {
+        size_t done = 0;
+        while (done < (size_t)st.st_size) {
+            ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
+            if (n <= 0)
+                break;
+            done += (size_t)n;
+        }
+        if (done != (size_t)st.st_size) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf[done] = 0; /* PTX text needs its NUL */
+            *len = done;
+        }
+    }
+    close(fd);
+    return buf;
+}
+
+CUresult cuModuleLoad(CUmodule *module, const char *path)
+{
+    if (!path)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t len;
+    void *img = read_file(path, &len);
+    if (!img)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    CUresult r = cuModuleLoadData(module, img);
+    free(img);
+    return r;
+}
+
+static CUresult unload(struct CUmod_st *m)
+{
+    struct cumux_handle_arg req = {.handle = m->handle};
+    CUresult r = shim_call(CUMUX_OP_MODULE_UNLOAD, &req, sizeof req, NULL, 0, NULL);
+    m->magic = SHIM_MAGIC_DEAD;
+    for (struct CUfunc_st *f = m->functions; f; f = f->next)
+        f->magic = SHIM_MAGIC_DEAD; /* kept allocated: stale handles fail their check */
+    return r;
+}
+
+CUresult cuModuleUnload(CUmodule m)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!m || m->magic != SHIM_MAGIC_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return unload(m);
+}
+
+static CUresult get_function(struct CUmod_st *m, const char *name, struct CUfunc_st **out)
+{
+    if (!name || !out)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t nl = strlen(name);
+    if (nl >= CUMUX_NAME_MAX)
+        return CUDA_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&m->lock);
+    for (struct CUfunc_st *f = m->functions; f; f = f->next) {
+        if (!strcmp(f->name, name)) {
+            *out = f;
+            pthread_mutex_unlock(&m->lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    struct cumux_module_symbol req = {.module = m->handle};
+    memcpy(req.name, name, nl + 1);
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    uint32_t len = 0;
+    CUresult r = shim_call(CUMUX_OP_MODULE_GET_FUNCTION, &req, sizeof req, buf, sizeof buf, &len);
+    struct cumux_function_info info;
+    if (r == CUDA_SUCCESS) {
+        memcpy(&info, buf, sizeof info);
+        if (len < sizeof info + (size_t)info.nparams * sizeof(struct cumux_param_layout) || info.nparams > CUMUX_MAX_PARAMS)
+            r = CUDA_ERROR_INVALID_VALUE;
+    }
+    struct CUfunc_st *f = NULL;
+    if (r == CUDA_SUCCESS && (!(f = calloc(1, sizeof *f)) || !(f->name = strdup(name)) ||
+                              !(f->params = malloc((info.nparams + 1) * sizeof *f->params)))) {
+        if (f)
+            free(f->name);
+        free(f);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r == CUDA_SUCCESS) {
+        f->magic = SHIM_MAGIC_FUNCTION;
+        f->handle = info.function;
+        f->module = m;
+        f->nparams = info.nparams;
+        f->param_bytes = info.param_bytes;
+        memcpy(f->params, buf + sizeof info, info.nparams * sizeof *f->params);
+        f->next = m->functions;
+        m->functions = f;
+        *out = f;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+CUresult cuModuleGetFunction(CUfunction *fn, CUmodule m, const char *name)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!m || m->magic != SHIM_MAGIC_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return get_function(m, name, fn);
+}
+
+static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes, const char *name)
+{
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t nl = strlen(name);
+    if (nl >= CUMUX_NAME_MAX)
+        return CUDA_ERROR_NOT_FOUND;
+    struct cumux_module_symbol req = {.module = m->handle};
+    memcpy(req.name, name, nl + 1);
+    struct cumux_global_info rep;
+    CUresult r = shim_call(CUMUX_OP_MODULE_GET_GLOBAL, &req, sizeof req, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (rep.size)
+        shim_add_device_range(rep.ptr, rep.size, m->ctx->device, true);
+    if (dptr)
+        *dptr = (CUdeviceptr)rep.ptr;
+    if (bytes)
+        *bytes = (size_t)rep.size;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!m || m->magic != SHIM_MAGIC_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return get_global(m, dptr, bytes, name);
+}
+
+/* ---- libraries (context-independent loading, CUDA 12) ---- */
+CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jit_opts, void **jit_vals,
+                           unsigned int njit, CUlibraryOption *opts, void **vals, unsigned int nopts)
+{
+    (void)jit_opts;
+    (void)jit_vals;
+    (void)njit;
+    (void)opts;
+    (void)vals;
+    (void)nopts;
+    if (!lib)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* A library needs a context in the server: take the primary one of device 0 if none is current. */
+    if (!shim_current_ctx() && shim.initialized) {
+        CUcontext pc;
+        CUresult r = cuDevicePrimaryCtxRetain(&pc, 0);
+        if (r != CUDA_SUCCESS)
+            return r;
+        r = cuCtxPushCurrent(pc);
+        if (r != CUDA_SUCCESS)
+            return r;
+        r = load_image(code, CUMUX_IMAGE_LIBRARY, (struct CUmod_st **)lib);
+        cuCtxPopCurrent(&pc);
+        return r;
+    }
+    return load_image(code, CUMUX_IMAGE_LIBRARY, (struct CUmod_st **)lib);
+}
+
+CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, CUjit_option *jit_opts, void **jit_vals,
+                               unsigned int njit, CUlibraryOption *opts, void **vals, unsigned int nopts)
+{
+    if (!path)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t len;
+    void *img = read_file(path, &len);
+    if (!img)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    CUresult r = cuLibraryLoadData(lib, img, jit_opts, jit_vals, njit, opts, vals, nopts);
+    free(img);
+    return r;
+}
+
+CUresult cuLibraryUnload(CUlibrary lib)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *m = (struct CUmod_st *)lib;
+    if (!m || m->magic != SHIM_MAGIC_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return unload(m);
+}
+
+CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *m = (struct CUmod_st *)lib;
+    if (!m || m->magic != SHIM_MAGIC_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return get_function(m, name, (struct CUfunc_st **)k);
+}
+
+CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *m = (struct CUmod_st *)lib;
+    if (!m || m->magic != SHIM_MAGIC_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return get_global(m, dptr, bytes, name);
+}
+
+CUresult cuKernelGetFunction(CUfunction *fn, CUkernel k)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUfunc_st *f = (struct CUfunc_st *)k;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION || !fn)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* The server launches the kernel handle in its one context, so the kernel is its own function. */
+    *fn = (CUfunction)f;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuKernelGetName(const char **name, CUkernel k)
+{
+    struct CUfunc_st *f = (struct CUfunc_st *)k;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION || !name)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = f->name;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetName(const char **name, CUfunction fn)
+{
+    return cuKernelGetName(name, (CUkernel)fn);
+}
+
+CUresult cuFuncGetModule(CUmodule *mod, CUfunction fn)
+{
+    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION || !mod)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (fn->module->magic != SHIM_MAGIC_MODULE)
+        return cumux_unsupported("cuFuncGetModule of a library kernel");
+    *mod = fn->module;
+    return CUDA_SUCCESS;
+}
+
+/* ---- attributes and parameters ---- */
+static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, int *out)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_func_attr req = {.function = f->handle, .attr = attr, .value = value};
+    int v = 0;
+    CUresult r = shim_call(set ? CUMUX_OP_FUNC_SET_ATTRIBUTE : CUMUX_OP_FUNC_GET_ATTRIBUTE, &req, sizeof req, &v,
+                           sizeof v, NULL);
+    if (r == CUDA_SUCCESS && out)
+        *out = v;
+    return r;
+}
+
+CUresult cuFuncGetAttribute(int *v, CUfunction_attribute attr, CUfunction fn)
+{
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    return func_attr(fn, attr, 0, false, v);
+}
+
+CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, int value)
+{
+    return func_attr(fn, attr, value, true, NULL);
+}
+
+CUresult cuKernelGetAttribute(int *v, CUfunction_attribute attr, CUkernel k, CUdevice dev)
+{
+    (void)dev;
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    return func_attr((struct CUfunc_st *)k, attr, 0, false, v);
+}
+
+CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice dev)
+{
+    (void)dev;
+    return func_attr((struct CUfunc_st *)k, attr, value, true, NULL);
+}
+
+CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache cfg)
+{
+    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((unsigned)cfg > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS; /* a preference the driver may ignore; the shared context keeps its own */
+}
+
+static CUresult param_info(struct CUfunc_st *f, size_t index, size_t *off, size_t *size)
+{
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (index >= f->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (off)
+        *off = f->params[index].offset;
+    if (size)
+        *size = f->params[index].size;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetParamInfo(CUfunction fn, size_t index, size_t *off, size_t *size)
+{
+    return param_info(fn, index, off, size);
+}
+
+CUresult cuKernelGetParamInfo(CUkernel k, size_t index, size_t *off, size_t *size)
+{
+    return param_info((struct CUfunc_st *)k, index, off, size);
+}
+
+CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction fn)
+{
+    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION || !state)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *state = CU_FUNCTION_LOADING_STATE_LOADED;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuFuncLoad(CUfunction fn)
+{
+    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_SUCCESS; /* the server loaded it when it was looked up */
+}

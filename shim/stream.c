@@ -1,0 +1,280 @@
+/* Streams and events. Work submitted to them travels one way; queries and synchronizations are round trips. */
+#include <stdlib.h>
+
+#include "shim/client.h"
+
+static _Atomic uint64_t next_stream_id = 1000;
+
+static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Clamp to the device's range, as the driver does. */
+    const struct cumux_device_info *d = &shim.devices[c->device];
+    if (priority > d->stream_priority_least)
+        priority = d->stream_priority_least;
+    if (priority < d->stream_priority_greatest)
+        priority = d->stream_priority_greatest;
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_stream_create m = {.ctx = c->handle, .flags = flags, .priority = priority};
+    struct cumux_u64_reply rep;
+    r = shim_call(CUMUX_OP_STREAM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS) {
+        free(s);
+        return r;
+    }
+    s->magic = SHIM_MAGIC_STREAM;
+    s->handle = (uint32_t)rep.value;
+    s->ctx = c;
+    s->flags = flags;
+    s->priority = priority;
+    s->id = atomic_fetch_add(&next_stream_id, 1);
+    *ph = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamCreate(CUstream *ph, unsigned int flags)
+{
+    return stream_create(ph, flags, 0);
+}
+
+CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
+{
+    return stream_create(ph, flags, priority);
+}
+
+static bool is_real_stream(CUstream s)
+{
+    return s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD;
+}
+
+CUresult cuStreamDestroy(CUstream s)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!is_real_stream(s) || s->magic != SHIM_MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_handle_arg m = {.handle = s->handle};
+    s->magic = SHIM_MAGIC_DEAD; /* the object stays allocated so that stale handles fail their check */
+    return shim_send(CUMUX_OP_STREAM_DESTROY, &m, sizeof m, NULL, 0);
+}
+
+static CUresult stream_op(uint16_t op, CUstream h)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cumux_handle_arg m = {.handle = s};
+    return shim_call(op, &m, sizeof m, NULL, 0, NULL);
+}
+
+CUresult cuStreamSynchronize(CUstream h)
+{
+    return stream_op(CUMUX_OP_STREAM_SYNC, h);
+}
+
+CUresult cuStreamQuery(CUstream h)
+{
+    return stream_op(CUMUX_OP_STREAM_QUERY, h);
+}
+
+CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!e || e->magic != SHIM_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_stream_wait_event m = {.stream = s, .event = e->handle, .flags = flags};
+    return shim_send(CUMUX_OP_STREAM_WAIT_EVENT, &m, sizeof m, NULL, 0);
+}
+
+CUresult cuStreamGetFlags(CUstream h, unsigned int *flags)
+{
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!is_real_stream(h)) {
+        struct CUctx_st *c;
+        CUresult r = shim_need_ctx(&c);
+        if (r == CUDA_SUCCESS)
+            *flags = 0;
+        return r;
+    }
+    if (h->magic != SHIM_MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *flags = h->flags;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetPriority(CUstream h, int *priority)
+{
+    if (!priority)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!is_real_stream(h)) {
+        struct CUctx_st *c;
+        CUresult r = shim_need_ctx(&c);
+        if (r == CUDA_SUCCESS)
+            *priority = 0;
+        return r;
+    }
+    if (h->magic != SHIM_MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *priority = h->priority;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetId(CUstream h, unsigned long long *id)
+{
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!is_real_stream(h)) {
+        uint32_t s;
+        CUresult r = shim_resolve_stream(h, &s, NULL);
+        if (r == CUDA_SUCCESS)
+            *id = s;
+        return r;
+    }
+    if (h->magic != SHIM_MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *id = h->id;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t s;
+    struct CUctx_st *c = NULL;
+    CUresult r = shim_resolve_stream(h, &s, &c);
+    if (r == CUDA_SUCCESS)
+        *pctx = c;
+    return r;
+}
+
+CUresult cuStreamGetDevice(CUstream h, CUdevice *dev)
+{
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t s;
+    struct CUctx_st *c = NULL;
+    CUresult r = shim_resolve_stream(h, &s, &c);
+    if (r == CUDA_SUCCESS)
+        *dev = c->device;
+    return r;
+}
+
+/* ---- events ---- */
+CUresult cuEventCreate(CUevent *ph, unsigned int flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ph)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & CU_EVENT_INTERPROCESS)
+        return cumux_unsupported("cuEventCreate with CU_EVENT_INTERPROCESS");
+    if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_event_create m = {.ctx = c->handle, .flags = flags};
+    struct cumux_u64_reply rep;
+    r = shim_call(CUMUX_OP_EVENT_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return r;
+    }
+    e->magic = SHIM_MAGIC_EVENT;
+    e->handle = (uint32_t)rep.value;
+    e->ctx = c;
+    e->flags = flags;
+    *ph = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent e)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!e || e->magic != SHIM_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_handle_arg m = {.handle = e->handle};
+    e->magic = SHIM_MAGIC_DEAD;
+    return shim_send(CUMUX_OP_EVENT_DESTROY, &m, sizeof m, NULL, 0);
+}
+
+static CUresult event_record(CUevent e, CUstream h, unsigned flags)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!e || e->magic != SHIM_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_event_record m = {.event = e->handle, .stream = s, .flags = flags};
+    return shim_send(CUMUX_OP_EVENT_RECORD, &m, sizeof m, NULL, 0);
+}
+
+CUresult cuEventRecord(CUevent e, CUstream h)
+{
+    return event_record(e, h, 0);
+}
+
+CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags)
+{
+    return event_record(e, h, flags);
+}
+
+static CUresult event_op(uint16_t op, CUevent e)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!e || e->magic != SHIM_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_handle_arg m = {.handle = e->handle};
+    return shim_call(op, &m, sizeof m, NULL, 0, NULL);
+}
+
+CUresult cuEventQuery(CUevent e)
+{
+    return event_op(CUMUX_OP_EVENT_QUERY, e);
+}
+
+CUresult cuEventSynchronize(CUevent e)
+{
+    return event_op(CUMUX_OP_EVENT_SYNC, e);
+}
+
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!a || !b || a->magic != SHIM_MAGIC_EVENT || b->magic != SHIM_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_event_elapsed m = {.start = a->handle, .end = b->handle};
+    return shim_call(CUMUX_OP_EVENT_ELAPSED, &m, sizeof m, ms, sizeof *ms, NULL);
+}
+
+#undef cuEventElapsedTime
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b); /* the legacy name: same call */
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+    return cuEventElapsedTime_v2(ms, a, b);
+}
