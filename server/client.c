@@ -19,7 +19,7 @@ static void *worker_main(void *arg)
     void *msg = malloc(CUMUX_MAX_MSG);
     if (!msg) {
         atomic_store(&c->dead, 1);
-    } else {
+    } else if (srv_gpu_count > 0) {
         cuCtxSetCurrent(srv_gpus[0].ctx);
         c->current_gpu = 0;
         /* Copies of pageable memory are staged through the channel: pin it once for the GPU's DMA. */

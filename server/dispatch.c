@@ -62,7 +62,7 @@ static void handle_drop(struct srv_client *c, uint32_t h)
 
 static void use_gpu(struct srv_client *c, int gpu)
 {
-    if (c->current_gpu != gpu) {
+    if (c->current_gpu != gpu && gpu < srv_gpu_count) {
         cuCtxSetCurrent(srv_gpus[gpu].ctx);
         c->current_gpu = gpu;
     }

@@ -327,9 +327,17 @@ int main(int argc, char **argv)
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     char st = 1;
     int lsock = -1;
-    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || srv_gpus_init() < 0) {
-        cumux_logf("cannot start: no usable GPU");
+    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         goto out;
+    if (srv_gpus_init() < 0) {
+        /* Tests of the transport and of the server's life cycle run on machines without a GPU. */
+        const char *allow = getenv("CUMUX_ALLOW_NO_GPU");
+        if (!allow || strcmp(allow, "1") != 0) {
+            cumux_logf("cannot start: no usable GPU");
+            goto out;
+        }
+        cumux_logf("no usable GPU: serving with none (CUMUX_ALLOW_NO_GPU=1)");
+        srv_gpu_count = 0;
     }
     srv_wake_fd = wake_pipe[1];
     lsock = cumux_sock_listen(sock_path, 128);

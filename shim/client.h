@@ -82,7 +82,7 @@ struct shim_state {
     unsigned stage_next;
     /* Address ranges the shim knows, to classify pointers without asking (unified addressing). */
     pthread_rwlock_t ranges_lock;
-    struct cumux_ranges dev_ranges;    /* tag: device ordinal + 1; extra: 1 for module globals */
+    struct cumux_ranges dev_ranges;    /* tag: device ordinal + 1 | SHIM_RANGE_GLOBAL; extra: its context */
     struct cumux_ranges pinned_ranges; /* client address; extra: the server's address of the same memory */
     struct CUctx_st *primary[CUMUX_MAX_DEVICES];
     int primary_refs[CUMUX_MAX_DEVICES];
@@ -116,6 +116,7 @@ CUresult shim_need_ctx(struct CUctx_st **out);
 
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
-void shim_add_device_range(uint64_t base, uint64_t size, int device, bool global);
+#define SHIM_RANGE_GLOBAL (1ull << 32) /* a module global: not freed by cuMemFree */
+void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, bool global);
 
 #endif

@@ -13,11 +13,12 @@
 #include "shim/client.h"
 
 /* ---- the shim's address ranges ---- */
-void shim_add_device_range(uint64_t base, uint64_t size, int device, bool global)
+void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, bool global)
 {
     pthread_rwlock_wrlock(&shim.ranges_lock);
     if (!cumux_ranges_find(&shim.dev_ranges, base))
-        cumux_ranges_add(&shim.dev_ranges, base, size, (uint64_t)device + 1, global ? 1 : 0);
+        cumux_ranges_add(&shim.dev_ranges, base, size, ((uint64_t)ctx->device + 1) | (global ? SHIM_RANGE_GLOBAL : 0),
+                         (uint64_t)(uintptr_t)ctx);
     pthread_rwlock_unlock(&shim.ranges_lock);
 }
 
@@ -53,7 +54,7 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
     r = shim_call(CUMUX_OP_MEM_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
     if (r != CUDA_SUCCESS)
         return r;
-    shim_add_device_range(rep.value, size, c->device, false);
+    shim_add_device_range(rep.value, size, c, false);
     *dptr = (CUdeviceptr)rep.value;
     return CUDA_SUCCESS;
 }
@@ -78,7 +79,7 @@ CUresult cuMemFree(CUdeviceptr p)
         return CUDA_SUCCESS;
     pthread_rwlock_wrlock(&shim.ranges_lock);
     const struct cumux_range *rg = cumux_ranges_find(&shim.dev_ranges, p);
-    bool ok = rg && rg->base == p && rg->extra == 0;
+    bool ok = rg && rg->base == p && !(rg->tag & SHIM_RANGE_GLOBAL);
     if (ok)
         cumux_ranges_remove(&shim.dev_ranges, p, NULL);
     pthread_rwlock_unlock(&shim.ranges_lock);
@@ -486,7 +487,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr
     const struct cumux_range *h = d ? NULL : cumux_ranges_find(&shim.pinned_ranges, p);
     struct cumux_range dr = d ? *d : (struct cumux_range){0}, hr = h ? *h : (struct cumux_range){0};
     pthread_rwlock_unlock(&shim.ranges_lock);
-    int device = d ? (int)dr.tag - 1 : 0;
+    int device = d ? (int)(dr.tag & 0xffff) - 1 : 0;
     if (!d && !h) {
         /* Memory the driver does not know. The plural form answers with empty values (PyTorch relies on
          * it for ordinary host memory); the singular one fails. */
@@ -506,7 +507,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr
         default: return CUDA_ERROR_INVALID_VALUE;
         }
     }
-    struct CUctx_st *ctx = shim.primary[d ? device : 0];
+    struct CUctx_st *ctx = d ? (struct CUctx_st *)(uintptr_t)dr.extra : shim.primary[0];
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
         *(CUcontext *)data = ctx ? ctx : shim_current_ctx();

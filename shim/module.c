@@ -277,7 +277,7 @@ static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes,
     if (r != CUDA_SUCCESS)
         return r;
     if (rep.size)
-        shim_add_device_range(rep.ptr, rep.size, m->ctx->device, true);
+        shim_add_device_range(rep.ptr, rep.size, m->ctx, true);
     if (dptr)
         *dptr = (CUdeviceptr)rep.ptr;
     if (bytes)
