@@ -1,6 +1,7 @@
 /* A client of the server: its shared-memory channel and the worker thread that runs its commands. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -92,7 +93,13 @@ fail:
 void srv_client_free(struct srv_client *c)
 {
     pthread_join(c->worker, NULL);
-    munmap(c->shm, sizeof(struct cumux_shm));
+    if (c->staging_registered) {
+        /* Unregistering waits for every kernel in the context: the reaper unregisters, then unmaps. */
+        srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
+        srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);
+    } else {
+        munmap(c->shm, sizeof(struct cumux_shm));
+    }
     close(c->shm_fd);
     close(c->sock);
     free(c);

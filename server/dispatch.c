@@ -448,6 +448,18 @@ static CUresult op_event_elapsed(struct srv_client *c, const struct cumux_event_
 
 /* ---------------------------------------------------------------- memory */
 
+/* The stream a client's allocations and frees are ordered on, for one GPU. */
+static CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
+{
+    use_gpu(c, gpu);
+    if (!c->mem_event)
+        CHECK(cuEventCreate(&c->mem_event, CU_EVENT_DISABLE_TIMING));
+    if (!c->mem_stream[gpu])
+        CHECK(cuStreamCreate(&c->mem_stream[gpu], CU_STREAM_NON_BLOCKING));
+    *out = c->mem_stream[gpu];
+    return CUDA_SUCCESS;
+}
+
 static CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, uint8_t *out, uint32_t *out_len)
 {
     struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
@@ -455,18 +467,37 @@ static CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc 
         return CUDA_ERROR_INVALID_CONTEXT;
     if (m->size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    use_gpu(c, x->gpu);
+    CUstream ms;
+    CHECK(mem_stream(c, x->gpu, &ms));
+    /* From the device's pool, on the client's own memory stream: cuMemFree of ordinary allocations waits
+     * for every kernel in the context, that is for every client; a stream-ordered free waits for none. */
     CUdeviceptr p;
-    CHECK(cuMemAlloc(&p, (size_t)m->size));
-    if (cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)x->gpu) < 0) {
-        cuMemFree(p);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    CHECK(cuMemAllocFromPoolAsync(&p, (size_t)m->size, srv_gpus[x->gpu].pool, ms));
+    CUresult r = cuStreamSynchronize(ms); /* usable on any stream once this returns, as cuMemAlloc's */
+    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)x->gpu) < 0) {
+        cuMemFreeAsync(p, ms);
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
     atomic_fetch_add(&c->mem_bytes, m->size);
     struct cumux_u64_reply rep = {p};
     memcpy(out, &rep, sizeof rep);
     *out_len = sizeof rep;
     return CUDA_SUCCESS;
+}
+
+/* Free after everything the client has queued so far, on any of its streams, is done. */
+static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
+{
+    CUstream ms;
+    CHECK(mem_stream(c, gpu, &ms));
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
+        if (s && s->ctx->gpu == gpu) {
+            CHECK(cuEventRecord(c->mem_event, s->cu));
+            CHECK(cuStreamWaitEvent(ms, c->mem_event, 0));
+        }
+    }
+    return cuMemFreeAsync(ptr, ms);
 }
 
 static CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
@@ -476,9 +507,8 @@ static CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m
         return CUDA_ERROR_INVALID_VALUE;
     struct cumux_range gone;
     cumux_ranges_remove(&c->dev_ranges, m->ptr, &gone);
-    use_gpu(c, (int)gone.extra);
     atomic_fetch_sub(&c->mem_bytes, gone.size);
-    return cuMemFree(m->ptr);
+    return mem_release(c, m->ptr, (int)gone.extra);
 }
 
 static CUresult op_mem_info(struct srv_client *c, const struct cumux_handle_arg *m, uint8_t *out, uint32_t *out_len)
@@ -562,8 +592,8 @@ static void host_release(struct srv_client *c, uint64_t base)
     struct cumux_range gone;
     if (cumux_ranges_remove(&c->host_ranges, base, &gone) < 0)
         return;
-    cuMemHostUnregister((void *)(uintptr_t)gone.base);
-    munmap((void *)(uintptr_t)gone.base, gone.extra);
+    /* cuMemHostUnregister waits for every kernel in the context: not on this client's time. */
+    srv_reap(REAP_HOST_MEMORY, 0, (void *)(uintptr_t)gone.base, gone.extra, NULL);
     atomic_fetch_sub(&c->host_bytes, gone.extra);
 }
 
@@ -572,12 +602,7 @@ static CUresult op_host_free(struct srv_client *c, const struct cumux_mem_free *
     const struct cumux_range *r = cumux_ranges_find(&c->host_ranges, m->ptr);
     if (!r || r->base != m->ptr)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Copies into it may still be in flight on any of the client's streams. */
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-        if (s)
-            cuStreamSynchronize(s->cu);
-    }
+    /* Copies into it may still be in flight: the reaper's unregister waits for them. */
     host_release(c, m->ptr);
     return CUDA_SUCCESS;
 }
@@ -790,12 +815,11 @@ static void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod
     for (size_t i = 0; i < mod->nglobals; i++)
         cumux_ranges_remove(&c->dev_ranges, mod->globals[i], NULL);
     free(mod->globals);
+    /* Unloading waits for every kernel in the context: the reaper does it. */
     if (mod->kind == CUMUX_IMAGE_LIBRARY)
-        cuLibraryUnload(mod->lib);
+        srv_reap(REAP_LIBRARY, mod->ctx->gpu, mod->image, mod->image_size, mod->lib);
     else
-        cuModuleUnload(mod->mod);
-    if (mod->image)
-        munmap(mod->image, mod->image_size);
+        srv_reap(REAP_MODULE, mod->ctx->gpu, mod->image, mod->image_size, mod->mod);
     handle_drop(c, h);
     free(mod);
 }
@@ -1167,12 +1191,24 @@ void srv_client_release_all(struct srv_client *c)
         struct cumux_range r = c->dev_ranges.v[c->dev_ranges.n - 1];
         cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
         if (r.tag == RANGE_ALLOC) {
-            use_gpu(c, (int)r.extra);
-            cuMemFree(r.base);
+            CUstream ms;
+            if (mem_stream(c, (int)r.extra, &ms) == CUDA_SUCCESS)
+                cuMemFreeAsync(r.base, ms);
             atomic_fetch_sub(&c->mem_bytes, r.size);
         }
     }
     cumux_ranges_free(&c->dev_ranges);
+    for (int g = 0; g < srv_gpu_count; g++) {
+        if (c->mem_stream[g]) {
+            use_gpu(c, g);
+            cuStreamSynchronize(c->mem_stream[g]);
+            cuStreamDestroy(c->mem_stream[g]);
+            /* Give the freed memory back to the device now, not at the pool's leisure. */
+            cuMemPoolTrimTo(srv_gpus[g].pool, 0);
+        }
+    }
+    if (c->mem_event)
+        cuEventDestroy(c->mem_event);
     while (c->host_ranges.n)
         host_release(c, c->host_ranges.v[0].base);
     cumux_ranges_free(&c->host_ranges);
@@ -1180,7 +1216,5 @@ void srv_client_release_all(struct srv_client *c)
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
         if (c->stage_event[i])
             cuEventDestroy(c->stage_event[i]);
-    if (c->staging_registered)
-        cuMemHostUnregister(c->shm->staging);
-    c->staging_registered = false;
+    /* The staging buffers stay mapped until the reaper has unregistered them (srv_client_free). */
 }

@@ -57,6 +57,10 @@ int srv_gpus_init(void)
             return -1;
         }
         cuCtxSetCurrent(g->ctx);
+        if ((r = cuDeviceGetDefaultMemPool(&g->pool, g->dev)) != CUDA_SUCCESS) {
+            cumux_logf("device %d: no memory pool: %s", i, errname(r));
+            return -1;
+        }
         cuCtxGetStreamPriorityRange(&info->stream_priority_least, &info->stream_priority_greatest);
         cumux_logf("GPU %d: %s, %d SMs, %llu MiB, %s", i, info->name,
                    info->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT],

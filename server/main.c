@@ -340,6 +340,8 @@ int main(int argc, char **argv)
         srv_gpu_count = 0;
     }
     srv_wake_fd = wake_pipe[1];
+    if (srv_reaper_start() < 0)
+        goto out;
     lsock = cumux_sock_listen(sock_path, 128);
     if (lsock < 0) {
         cumux_logf("cannot listen on %s: %s", sock_path, strerror(errno));
@@ -384,6 +386,7 @@ int main(int argc, char **argv)
         srv_client_free(c);
     }
     unlink(pid_path);
+    srv_reaper_stop();
     srv_gpus_fini();
     cumux_logf("stopped");
 out:

@@ -16,6 +16,7 @@
 struct srv_gpu {
     CUdevice dev;
     CUcontext ctx;
+    CUmemoryPool pool; /* clients' device memory: stream-ordered, so freeing waits for no other client */
     struct cumux_device_info info;
 };
 
@@ -107,6 +108,8 @@ struct srv_client {
     CUresult pending_error;          /* first error of a one-way command, reported at the next sync */
     int current_gpu;
     bool staging_registered;
+    CUstream mem_stream[CUMUX_MAX_DEVICES]; /* allocations and frees, ordered after the client's own work */
+    CUevent mem_event;
     CUevent stage_event[CUMUX_STAGING_SLOTS];
     bool stage_pending[CUMUX_STAGING_SLOTS];
 
@@ -123,6 +126,12 @@ struct srv_client {
 struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id);
 void srv_client_free(struct srv_client *c);
 extern int srv_wake_fd; /* a worker writes here when it finishes */
+
+/* reaper.c: calls that wait for the whole shared context, run off the clients' workers */
+enum reap_kind { REAP_HOST_MEMORY, REAP_UNMAP, REAP_MODULE, REAP_LIBRARY };
+void srv_reap(enum reap_kind kind, int gpu, void *ptr, size_t len, void *handle);
+int srv_reaper_start(void);
+void srv_reaper_stop(void);
 
 /* dispatch.c */
 /* Run one message; -1 on a protocol violation (the client is then dropped). */

@@ -114,6 +114,9 @@ struct CUctx_st *shim_current_ctx(void);
 CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_out);
 CUresult shim_need_ctx(struct CUctx_st **out);
 
+/* pcopy.c: memcpy of large blocks spread over helper threads */
+void shim_memcpy(void *dst, const void *src, size_t len);
+
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
 #define SHIM_RANGE_GLOBAL (1ull << 32) /* a module global: not freed by cuMemFree */

@@ -267,7 +267,7 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, const void *src,
             r = CUDA_ERROR_MPS_CONNECTION_FAILED;
             break;
         }
-        memcpy(shim.shm->staging[slot], (const char *)src + off, len);
+        shim_memcpy(shim.shm->staging[slot], (const char *)src + off, len);
         atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FULL);
         struct cumux_copy_staged m = {.stream = stream, .slot = (uint32_t)slot, .dev = dst + off, .size = len};
         r = shim_send(CUMUX_OP_COPY_HTOD_STAGED, &m, sizeof m, NULL, 0);
@@ -305,7 +305,7 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t src, uint6
             break;
         uint64_t off = i * CUMUX_STAGING_BYTES;
         uint64_t len = n - off < CUMUX_STAGING_BYTES ? n - off : CUMUX_STAGING_BYTES;
-        memcpy((char *)dst + off, shim.shm->staging[slot], len);
+        shim_memcpy((char *)dst + off, shim.shm->staging[slot], len);
         atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FREE);
         atomic_fetch_add(&shim.shm->stage_seq[slot], 1);
         cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
