@@ -1,0 +1,54 @@
+/* Launch rate and call latency from one process:
+ *  - empty kernel <<<1,1>>>(int) launched N times on the legacy stream, then a context sync (median of reps);
+ *  - median round trip of cuStreamQuery and cuCtxSynchronize with no work pending.
+ * usage: bench_launch [LAUNCHES=200000] [REPS=5] [CALLS=20000] */
+#include "bench_util.h"
+
+int main(int argc, char **argv)
+{
+    long launches = argc > 1 ? strtol(argv[1], NULL, 10) : 200000;
+    int reps = argc > 2 ? atoi(argv[2]) : 5;
+    int calls = argc > 3 ? atoi(argv[3]) : 20000;
+    if (launches < 1 || reps < 1 || reps > 100 || calls < 1)
+        return 2;
+
+    bench_init();
+    CUmodule mod = bench_module();
+    CUfunction fn;
+    BCK(cuModuleGetFunction(&fn, mod, "empty_kernel"));
+    int x = 1;
+    void *args[] = {&x};
+    for (int i = 0; i < 1000; i++) /* warm-up */
+        BCK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    BCK(cuCtxSynchronize());
+
+    double rate[100];
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        for (long i = 0; i < launches; i++)
+            BCK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        BCK(cuCtxSynchronize());
+        rate[r] = (double)launches / ((double)(bench_ns(CLOCK_MONOTONIC) - t0) / 1e9);
+        printf("rep %d: %.0f launches/s\n", r, rate[r]);
+    }
+    double launch_rate = bench_median(rate, reps);
+
+    double *lat = malloc(sizeof(double) * (size_t)calls);
+    if (!lat)
+        return 1;
+    for (int i = 0; i < calls; i++) {
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuStreamQuery(NULL));
+        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
+    }
+    double query_ns = bench_median(lat, calls);
+    for (int i = 0; i < calls; i++) {
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuCtxSynchronize());
+        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
+    }
+    double sync_ns = bench_median(lat, calls);
+    free(lat);
+    printf("launch_rate=%.0f stream_query_ns=%.0f ctx_sync_ns=%.0f\n", launch_rate, query_ns, sync_ns);
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* Shared bits of the benchmark programs (driver API only). */
+#ifndef CUMUX_BENCH_UTIL_H
+#define CUMUX_BENCH_UTIL_H
+
+#include <cuda.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BCK(call) bench_check((call), #call, __LINE__)
+
+static inline void bench_check(CUresult r, const char *what, int line)
+{
+    if (r != CUDA_SUCCESS) {
+        const char *name = NULL;
+        cuGetErrorName(r, &name);
+        fprintf(stderr, "error: line %d: %s returned %d (%s)\n", line, what, (int)r, name ? name : "?");
+        exit(1);
+    }
+}
+
+static inline uint64_t bench_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline CUcontext bench_init(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    BCK(cuInit(0));
+    BCK(cuDeviceGet(&dev, 0));
+    BCK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    BCK(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
+static inline CUmodule bench_module(void)
+{
+    FILE *f = fopen(BENCH_FATBIN, "rb");
+    if (!f) {
+        fprintf(stderr, "error: open %s: %s\n", BENCH_FATBIN, strerror(errno));
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    void *img = malloc(n > 0 ? (size_t)n : 1);
+    if (!img || n <= 0 || fread(img, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "error: cannot read %s\n", BENCH_FATBIN);
+        exit(1);
+    }
+    fclose(f);
+    CUmodule mod;
+    BCK(cuModuleLoadData(&mod, img));
+    free(img);
+    return mod;
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static inline double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#endif

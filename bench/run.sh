@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# One run of every benchmark, natively, under NVIDIA MPS and under cumux; prints a table last.
+#   bench/run.sh [--build DIR] [--no-native] [--no-mps] [--no-cumux] [--duration S] [--procs "1 2 4 8"]
+# Raw logs: ${OUT:-/tmp/cumux-bench}. MPS and cumux never run at the same time; both are stopped
+# on exit, failure included.
+set -u
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build="$repo/build"
+do_native=1 do_mps=1 do_cumux=1
+dur=6
+procs="1 2 4 8"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
+        --build=*) build=$(cd "${1#--build=}" && pwd) || exit 2 ;;
+        --no-native) do_native=0 ;;
+        --no-mps) do_mps=0 ;;
+        --no-cumux) do_cumux=0 ;;
+        --duration) dur="$2"; shift ;;
+        --procs) procs="$2"; shift ;;
+        -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+        *) echo "bench/run.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+out="${OUT:-/tmp/cumux-bench}"
+mkdir -p "$out" || exit 2
+bin="$build/bench"
+cli="$build/cli/cumux"
+mps_pipe=/tmp/mps_pipe
+mps_log=/tmp/mps_log
+mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
+[ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
+
+for b in bench_spin bench_launch bench_copy; do
+    if [ ! -x "$bin/$b" ]; then
+        echo "bench/run.sh: $bin/$b not built (cmake --build $build --target benchmarks)" >&2
+        exit 2
+    fi
+done
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "SKIP: no CUDA GPU on this machine"
+    exit 0
+fi
+
+declare -A R # R[metric,mode] = number, or a word saying why not
+log() { echo "[$(date +%T)] $*"; }
+
+# --- MPS / cumux lifetime (trap-protected) ---
+mps_up=0 cumux_up=0
+# Anchored on the program path: a shell whose command line merely mentions MPS must not match.
+mps_procs() { pgrep -f '^[^ ]*nvidia-cuda-mps-(control|server)( |$)' 2>/dev/null || true; }
+mps_start() {
+    mkdir -p "$mps_pipe" "$mps_log"
+    if CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_log "$mps_ctl" -d >>"$out/mps.log" 2>&1; then
+        mps_up=1
+        sleep 1
+        return 0
+    fi
+    return 1
+}
+mps_stop() {
+    [ $mps_up = 1 ] || return 0
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_pipe "$mps_ctl" >>"$out/mps.log" 2>&1
+    for _ in $(seq 1 60); do
+        [ -z "$(mps_procs)" ] && break
+        sleep 0.25
+    done
+    if [ -n "$(mps_procs)" ]; then
+        log "warning: MPS processes still present after quit: $(mps_procs | tr '\n' ' ')"
+        return 1
+    fi
+    mps_up=0
+}
+cumux_start() {
+    export CUMUX_LOG_DIRECTORY="${CUMUX_LOG_DIRECTORY:-$out/cumux-server}"
+    mkdir -p "$CUMUX_LOG_DIRECTORY"
+    if "$cli" start >>"$out/cumux-cli.log" 2>&1; then
+        cumux_up=1
+        "$cli" status >>"$out/cumux-cli.log" 2>&1
+        return 0
+    fi
+    return 1
+}
+cumux_stop() {
+    [ $cumux_up = 1 ] || return 0
+    "$cli" stop >>"$out/cumux-cli.log" 2>&1 || log "warning: cumux stop failed"
+    cumux_up=0
+}
+reported=0
+cleanup() {
+    mps_stop
+    cumux_stop
+}
+trap cleanup EXIT
+# Cut short (e.g. by an outer timeout): still print what was measured.
+trap 'log "interrupted"; [ $reported = 1 ] || report; exit 130' INT TERM
+
+# --- runners ---
+# spin MODE N DELAY_S PREFIX... : N processes with one shared start time; sums launches/s.
+spin() {
+    local mode=$1 n=$2 delay=$3
+    shift 3
+    local start=$(($(date +%s%N) + delay * 1000000000)) pids=() ok=1 i
+    for i in $(seq 1 "$n"); do
+        timeout -k 5 $((dur + delay + 60)) "$@" "$bin/bench_spin" "$start" "$dur" >"$out/spin.$mode.$n.$i.log" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i" || ok=0; done
+    local sum
+    sum=$(cat "$out"/spin."$mode"."$n".*.log | awk -v want="$n" '
+        /^spin / { for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
+                   s += v["launches_per_s"]; c++; if (v["late_ms"] > late) late = v["late_ms"] }
+        END { if (c == want) printf "%.0f %.0f", s, late }')
+    if [ $ok = 1 ] && [ -n "$sum" ]; then
+        R[spin$n,$mode]=${sum% *}
+        log "spin $mode $n proc(s): ${sum% *} launches/s (latest start ${sum#* } ms late)"
+    else
+        R[spin$n,$mode]=FAIL
+        log "spin $mode $n proc(s): FAILED (see $out/spin.$mode.$n.*.log)"
+    fi
+}
+# kv FILE KEY: value of KEY=VALUE in the last line holding it.
+kv() { grep -o "$2=[0-9.]*" "$1" 2>/dev/null | tail -1 | cut -d= -f2; }
+micro() {
+    local mode=$1 k
+    shift
+    if timeout -k 5 90 "$@" "$bin/bench_launch" >"$out/launch.$mode.log" 2>&1; then
+        for k in launch_rate stream_query_ns ctx_sync_ns; do R[$k,$mode]=$(kv "$out/launch.$mode.log" $k); done
+    else
+        for k in launch_rate stream_query_ns ctx_sync_ns; do R[$k,$mode]=FAIL; done
+    fi
+    if timeout -k 5 90 "$@" "$bin/bench_copy" >"$out/copy.$mode.log" 2>&1; then
+        for k in h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do
+            R[$k,$mode]=$(kv "$out/copy.$mode.log" $k)
+        done
+    else
+        for k in h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do R[$k,$mode]=FAIL; done
+    fi
+    log "micro $mode: launch ${R[launch_rate,$mode]}/s, query ${R[stream_query_ns,$mode]} ns, H2D pinned ${R[h2d_pinned_gbs,$mode]} GB/s"
+}
+phase() { # MODE DELAY PREFIX...
+    local mode=$1 delay=$2 n
+    shift 2
+    for n in $procs; do spin "$mode" "$n" "$delay" "$@"; done
+    micro "$mode" "$@"
+}
+mark() { local mode=$1 why=$2 n k; for n in $procs; do R[spin$n,$mode]=$why; done
+    for k in launch_rate stream_query_ns ctx_sync_ns h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do
+        R[$k,$mode]=$why; done; }
+
+# --- table ---
+isnum() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+ratio() { if isnum "$1" && isnum "$2" && [ "$2" != 0 ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; else echo -; fi; }
+row() { # LABEL METRIC
+    local n=${R[$2,native]:--} m=${R[$2,mps]:--} c=${R[$2,cumux]:--}
+    printf '%-34s %12s %12s %12s %10s %12s\n' "$1" "$n" "$m" "$c" "$(ratio "$c" "$m")" "$(ratio "$c" "$n")"
+}
+report() {
+    reported=1
+    {
+        echo
+        echo "== cumux benchmarks ($(date -Is)) =="
+        printf '%-34s %12s %12s %12s %10s %12s\n' benchmark native MPS cumux cumux/MPS cumux/native
+        for n in $procs; do row "spin, $n proc(s), launches/s" "spin$n"; done
+        row "empty kernel launches/s" launch_rate
+        row "H2D pinned 256 MiB, GB/s" h2d_pinned_gbs
+        row "D2H pinned 256 MiB, GB/s" d2h_pinned_gbs
+        row "H2D pageable 256 MiB, GB/s" h2d_pageable_gbs
+        row "D2H pageable 256 MiB, GB/s" d2h_pageable_gbs
+        row "cuStreamQuery idle, ns (lower)" stream_query_ns
+        row "cuCtxSynchronize idle, ns (lower)" ctx_sync_ns
+        echo "spin: 16x128 threads x 2,000,000 cycles, 10 launches + sync, ${dur} s common window, aggregate over processes."
+        echo "reference on this GPU: 1 process 985 launches/s; 4 processes: MPS 3,940, time-sliced 1,265."
+    } | tee "$out/summary.txt"
+}
+
+log "benchmarks: build $build, logs $out, window ${dur}s, processes: $procs"
+nvidia-smi >"$out/nvidia-smi.log" 2>&1
+
+if [ $do_native = 1 ]; then
+    log "phase: native (time-sliced)"
+    phase native 3
+else
+    mark native skipped
+fi
+
+if [ $do_mps = 1 ]; then
+    if [ -z "$mps_ctl" ]; then
+        log "MPS: nvidia-cuda-mps-control not found"
+        mark mps n/a
+    elif [ -n "$(mps_procs)" ]; then
+        log "MPS: already running (not ours): skipped"
+        mark mps busy
+    elif mps_start; then
+        log "phase: NVIDIA MPS"
+        phase mps 5 env CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
+        echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$mps_pipe "$mps_ctl" >>"$out/mps.log" 2>&1
+        mps_stop
+    else
+        log "MPS: control daemon did not start (see $out/mps.log)"
+        mark mps FAIL
+    fi
+else
+    mark mps skipped
+fi
+
+if [ $do_cumux = 1 ]; then
+    if [ ! -x "$cli" ]; then
+        log "cumux: CLI not found at $cli"
+        mark cumux n/a
+    elif [ $mps_up = 1 ] || [ -n "$(mps_procs)" ]; then
+        log "cumux: MPS still running; not mixing the two"
+        mark cumux MPS-up
+    elif cumux_start; then
+        log "phase: cumux"
+        phase cumux 5 "$cli" run --
+        "$cli" status >>"$out/cumux-cli.log" 2>&1
+        cumux_stop
+    else
+        log "cumux: server did not start (see $out/cumux-cli.log)"
+        mark cumux FAIL
+    fi
+else
+    mark cumux skipped
+fi
+
+report
+status=0
+for key in "${!R[@]}"; do [ "${R[$key]}" = FAIL ] && status=1; done
+exit $status

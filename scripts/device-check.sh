@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: build everything, run the GPU tests (native and under cumux),
+# run the benchmarks (native, MPS, cumux), print a summary last. Budget: well under 9 minutes.
+#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps]
+# Output in $OUT (default /tmp/cumux-device-check): summary.txt, device-check-logs.tar.gz (all raw
+# logs: build, per-test, per-benchmark, cumux server). Falls back to building only the tests and
+# benchmarks (scripts/gpu-standalone) when the full project does not build; cumux runs are then skipped.
+set -u
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo" || exit 2
+out="${OUT:-/tmp/cumux-device-check}"
+logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
+budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
+native_only=0 do_tests=1 do_bench=1 bench_opts=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --native-only) native_only=1 ;;
+        --no-tests) do_tests=0 ;;
+        --no-bench) do_bench=0 ;;
+        --no-mps) bench_opts+=(--no-mps) ;;
+        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+mkdir -p "$out" || exit 2
+rm -rf "$logs" && mkdir -p "$logs" || exit 2
+t0=$SECONDS
+left() { echo $((budget_s - (SECONDS - t0))); }
+say() { echo "[device-check +$((SECONDS - t0))s] $*"; }
+
+# --- build ---
+build_mode=""
+build=""
+say "configure + build (full project)"
+if { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j16; } >"$logs/build.log" 2>&1; then
+    build_mode="full project"
+    build="$repo/build"
+else
+    say "full build failed (tail of build.log below); building tests + benchmarks alone"
+    tail -n 25 "$logs/build.log" | sed 's/^/    /'
+    if { cmake -S scripts/gpu-standalone -B build-gpu -DCMAKE_BUILD_TYPE=Release &&
+        cmake --build build-gpu -j16; } >"$logs/build-standalone.log" 2>&1; then
+        build_mode="standalone (full build FAILED: cumux not testable)"
+        build="$repo/build-gpu"
+        native_only=1
+    else
+        build_mode="FAILED"
+        tail -n 25 "$logs/build-standalone.log" | sed 's/^/    /'
+    fi
+fi
+if [ -n "$build" ] && [ $native_only = 0 ] && [ ! -x "$build/cli/cumux" ]; then
+    build_mode="$build_mode (no cli/cumux: cumux runs skipped)"
+    native_only=1
+fi
+say "build: $build_mode"
+export CUMUX_LOG_DIRECTORY="${CUMUX_LOG_DIRECTORY:-$logs/cumux-server}"
+mkdir -p "$CUMUX_LOG_DIRECTORY"
+
+# --- GPU tests ---
+tests_rc="not run"
+if [ -n "$build" ] && [ $do_tests = 1 ]; then
+    modes=(--native)
+    [ $native_only = 0 ] && modes+=(--cumux)
+    # Keep ~3.5 minutes for the benchmarks.
+    t_budget=$(($(left) - (do_bench ? 210 : 10)))
+    [ $t_budget -gt 300 ] && t_budget=300
+    [ $t_budget -lt 60 ] && t_budget=60
+    say "GPU tests ${modes[*]} (at most ${t_budget}s)"
+    OUT="$logs/gpu-tests" GPU_TEST_TIMEOUT=60 timeout -k 10 "$t_budget" \
+        tests/gpu/run.sh "${modes[@]}" --build "$build" 2>&1 | tee "$logs/gpu-tests.txt"
+    tests_rc=${PIPESTATUS[0]}
+fi
+
+# --- benchmarks ---
+bench_rc="not run"
+if [ -n "$build" ] && [ $do_bench = 1 ]; then
+    b_budget=$(($(left) - 10))
+    [ $native_only = 1 ] && bench_opts+=(--no-cumux)
+    dur=6
+    [ $b_budget -lt 200 ] && dur=4 # shorter windows rather than a cut-off table
+    say "benchmarks ${bench_opts[*]:-} (window ${dur}s, at most ${b_budget}s)"
+    if [ $b_budget -gt 60 ]; then
+        OUT="$logs/bench" timeout -k 30 "$b_budget" bench/run.sh --build "$build" --duration $dur \
+            "${bench_opts[@]}" 2>&1 | tee "$logs/bench.txt"
+        bench_rc=${PIPESTATUS[0]}
+    else
+        bench_rc="no time left"
+    fi
+fi
+
+# --- summary, last ---
+tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
+{
+    echo
+    echo "================ cumux device check ================"
+    echo "build: $build_mode"
+    echo "GPU tests (exit $tests_rc):"
+    if [ -f "$logs/gpu-tests.txt" ]; then
+        sed -n '/^test  *| native/,/^logs:/p' "$logs/gpu-tests.txt" | grep -v '^logs:' | sed 's/^/  /'
+        grep -q '^SKIP: no CUDA GPU' "$logs/gpu-tests.txt" && echo "  SKIP: no CUDA GPU on this machine"
+    fi
+    echo "benchmarks (exit $bench_rc):"
+    [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"
+    echo "elapsed: $((SECONDS - t0)) s; logs: $out/device-check-logs.tar.gz"
+} | tee "$out/summary.txt"
+
+[ "$tests_rc" = 0 ] && { [ "$bench_rc" = 0 ] || [ $do_bench = 0 ]; } && exit 0
+[ $do_tests = 0 ] && [ "$bench_rc" = 0 ] && exit 0
+exit 1

@@ -1,0 +1,108 @@
+// Kernels of the GPU test suite, built to a fatbin and loaded through the driver API only.
+#include "gpu_shared.h"
+
+extern "C" {
+
+__global__ void vec_add(const float *a, const float *b, float *c, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        c[i] = a[i] + b[i];
+}
+
+// C[MxN] = A[MxK] * B[KxN], row-major, shared-memory tiles; edges handled for any size.
+__global__ void matmul_tiled(const float *A, const float *B, float *C, int M, int N, int K)
+{
+    __shared__ float as[GT_TILE][GT_TILE];
+    __shared__ float bs[GT_TILE][GT_TILE];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int row = blockIdx.y * GT_TILE + ty, col = blockIdx.x * GT_TILE + tx;
+    float acc = 0.0f;
+    for (int t = 0; t < K; t += GT_TILE) {
+        as[ty][tx] = (row < M && t + tx < K) ? A[(size_t)row * K + t + tx] : 0.0f;
+        bs[ty][tx] = (t + ty < K && col < N) ? B[(size_t)(t + ty) * N + col] : 0.0f;
+        __syncthreads();
+        for (int k = 0; k < GT_TILE; k++)
+            acc += as[ty][k] * bs[k][tx];
+        __syncthreads();
+    }
+    if (row < M && col < N)
+        C[(size_t)row * N + col] = acc;
+}
+
+// Busy-waits `cycles` SM clocks, then thread 0 of block 0 stores `value` into *flag (if non-null).
+__global__ void spin_flag(long long cycles, int *flag, int value)
+{
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    if (flag && threadIdx.x == 0 && blockIdx.x == 0)
+        *(volatile int *)flag = value;
+}
+
+__global__ void copy_flag(const int *flag, int *out)
+{
+    *out = *(const volatile int *)flag;
+}
+
+__global__ void write_value(int *out, int value)
+{
+    *out = value;
+}
+
+__device__ unsigned g_table[GT_TABLE_LEN];
+__device__ unsigned g_bias;
+
+__global__ void table_modify(unsigned add)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < GT_TABLE_LEN)
+        g_table[i] = g_table[i] * 3u + add + g_bias;
+}
+
+// Producer: optional delay (so a consumer that ignores the dependency reads stale data), then pattern.
+__global__ void fill_pattern(unsigned *out, unsigned seed, int n, long long delay)
+{
+    if (delay > 0) {
+        long long t0 = clock64();
+        while (clock64() - t0 < delay) {
+        }
+    }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = gt_mix((unsigned)i, seed);
+}
+
+__global__ void xform(const unsigned *in, unsigned *out, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = gt_xform(in[i]);
+}
+
+__global__ void scale_add(const float *in, float *out, float a, float b, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = in[i] * a + b;
+}
+
+// Grid-stride in-place add over a large buffer (keeps the killed client busy).
+__global__ void add_u32(unsigned *buf, unsigned long long n, unsigned add)
+{
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        buf[i] += add;
+}
+
+// Launch bounds let the test check cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) == 256.
+__global__ void __launch_bounds__(256) bounded256(float *p, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        p[i] += 1.0f;
+}
+
+__global__ void empty_kernel(int x)
+{
+    (void)x;
+}
+
+} // extern "C"

@@ -1,0 +1,70 @@
+/* __device__ globals: cuModuleGetGlobal size and address, written by HtoD, modified by a kernel, read back. */
+#include <stdlib.h>
+
+#include "gpu_test.h"
+
+int main(void)
+{
+    gt_begin("module_globals");
+    gt_require_gpu();
+    gt_primary_ctx(0, NULL);
+
+    CUmodule mod;
+    CK(cuModuleLoad(&mod, GT_FATBIN));
+    CUfunction fn = gt_function(mod, "table_modify");
+
+    CUdeviceptr table, bias;
+    size_t table_size = 0, bias_size = 0;
+    CK(cuModuleGetGlobal(&table, &table_size, mod, "g_table"));
+    CK(cuModuleGetGlobal(&bias, &bias_size, mod, "g_bias"));
+    if (table_size != GT_TABLE_LEN * sizeof(unsigned))
+        gt_fail("g_table size %zu, expected %zu", table_size, GT_TABLE_LEN * sizeof(unsigned));
+    if (bias_size != sizeof(unsigned))
+        gt_fail("g_bias size %zu, expected %zu", bias_size, sizeof(unsigned));
+    if (table == 0 || bias == 0 || table == bias)
+        gt_fail("bad global addresses 0x%llx 0x%llx", (unsigned long long)table, (unsigned long long)bias);
+    /* Either out-parameter may be NULL. */
+    CUdeviceptr again = 0;
+    CK(cuModuleGetGlobal(&again, NULL, mod, "g_table"));
+    if (again != table)
+        gt_fail("second lookup of g_table gave another address");
+    size_t only_size = 0;
+    CK(cuModuleGetGlobal(NULL, &only_size, mod, "g_bias"));
+    if (only_size != sizeof(unsigned))
+        gt_fail("size-only lookup of g_bias gave %zu", only_size);
+    CUdeviceptr none;
+    size_t none_size;
+    EXPECT_RC(cuModuleGetGlobal(&none, &none_size, mod, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+
+    unsigned host[GT_TABLE_LEN], back[GT_TABLE_LEN];
+    gt_fill_random(host, sizeof host, 31337);
+    unsigned b = 0x1234567u;
+    CK(cuMemcpyHtoD(table, host, sizeof host));
+    CK(cuMemcpyHtoD(bias, &b, sizeof b));
+
+    unsigned add = 17;
+    void *args[] = {&add};
+    for (int rep = 0; rep < 3; rep++) {
+        CK(cuLaunchKernel(fn, GT_TABLE_LEN / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+        for (int i = 0; i < GT_TABLE_LEN; i++)
+            host[i] = host[i] * 3u + add + b;
+    }
+    CK(cuCtxSynchronize());
+    for (int i = 0; i < GT_TABLE_LEN; i++)
+        back[i] = ~host[i];
+    CK(cuMemcpyDtoH(back, table, sizeof back));
+    for (int i = 0; i < GT_TABLE_LEN; i++)
+        if (back[i] != host[i])
+            gt_fail("g_table[%d] = 0x%08x, expected 0x%08x", i, back[i], host[i]);
+
+    /* A second module instance has its own copy of the globals. */
+    CUmodule mod2 = gt_module_from_file_data(GT_FATBIN);
+    CUdeviceptr table2;
+    size_t size2;
+    CK(cuModuleGetGlobal(&table2, &size2, mod2, "g_table"));
+    if (table2 == table || size2 != table_size)
+        gt_fail("second module shares g_table (0x%llx) or has size %zu", (unsigned long long)table2, size2);
+    CK(cuModuleUnload(mod2));
+    CK(cuModuleUnload(mod));
+    gt_pass();
+}
