@@ -32,6 +32,17 @@ int main(int argc, char **argv)
         printf("rep %d: %.0f launches/s\n", r, rate[r]);
     }
     double launch_rate = bench_median(rate, reps);
+    /* Host time of one launch call: batches short enough never to fill a queue, timed without the sync. */
+    enum { BATCH = 256, BATCHES = 400 };
+    double per[BATCHES];
+    for (int b = 0; b < BATCHES; b++) {
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        for (int i = 0; i < BATCH; i++)
+            BCK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        per[b] = (double)(bench_ns(CLOCK_MONOTONIC) - t0) / BATCH;
+        BCK(cuCtxSynchronize());
+    }
+    double launch_call_ns = bench_median(per, BATCHES);
 
     double *lat = malloc(sizeof(double) * (size_t)calls);
     if (!lat)
@@ -49,6 +60,7 @@ int main(int argc, char **argv)
     }
     double sync_ns = bench_median(lat, calls);
     free(lat);
-    printf("launch_rate=%.0f stream_query_ns=%.0f ctx_sync_ns=%.0f\n", launch_rate, query_ns, sync_ns);
+    printf("launch_rate=%.0f launch_call_ns=%.0f stream_query_ns=%.0f ctx_sync_ns=%.0f\n", launch_rate, launch_call_ns,
+           query_ns, sync_ns);
     return 0;
 }

@@ -121,6 +121,7 @@ struct cumux_msg_hdr {
     X(EVENT_SYNC, cumux_handle_arg, 0)                                                                 \
     X(EVENT_ELAPSED, cumux_event_elapsed, 0)                                                           \
     X(COPY, cumux_copy, 2)                                                                             \
+    X(COPY_2D, cumux_copy_2d, 2)                                                                       \
     X(COPY_HTOD_STAGED, cumux_copy_staged, 1)                                                          \
     X(COPY_DTOH_STAGED, cumux_copy_staged, 0)                                                          \
     X(MEMSET, cumux_memset, 1)                                                                         \
@@ -267,6 +268,22 @@ struct cumux_copy_staged {
     uint32_t slot; /* HTOD: the staging slot that holds the data */
     uint64_t dev;  /* HTOD: destination, DTOH: source */
     uint64_t size; /* HTOD: at most CUMUX_STAGING_BYTES */
+    /* 2-D copies: rows of `width` bytes, `pitch` apart on the device, packed in the staging slots.
+     * width 0: a 1-D copy. */
+    uint64_t width;
+    uint64_t pitch;
+};
+
+/* A 2-D copy between device memory and device or pinned host memory (cuMemcpy2D). */
+struct cumux_copy_2d {
+    uint32_t kind; /* cumux_copy_kind */
+    uint32_t stream;
+    uint64_t dst;
+    uint64_t dst_pitch;
+    uint64_t src;
+    uint64_t src_pitch;
+    uint64_t width; /* bytes per row */
+    uint64_t height;
 };
 
 struct cumux_memset {

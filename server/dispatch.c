@@ -657,6 +657,69 @@ static CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool s
     return r;
 }
 
+/* Bytes from the first to the last byte of height rows of width bytes, pitch apart; 0 when invalid. */
+static uint64_t span_2d(uint64_t pitch, uint64_t width, uint64_t height)
+{
+    if (width == 0 || height == 0 || width > (1ull << 40) || height > (1ull << 32) || pitch > (1ull << 40) ||
+        (height > 1 && pitch < width))
+        return 0;
+    return pitch * (height - 1) + width;
+}
+
+static CUresult copy_2d_async(CUmemorytype dt, uint64_t dst, uint64_t dpitch, CUmemorytype st, uint64_t src,
+                              uint64_t spitch, uint64_t width, uint64_t height, CUstream s)
+{
+    CUDA_MEMCPY2D p = {0};
+    p.srcMemoryType = st;
+    p.srcPitch = spitch;
+    p.dstMemoryType = dt;
+    p.dstPitch = dpitch;
+    p.WidthInBytes = width;
+    p.Height = height;
+    if (st == CU_MEMORYTYPE_HOST)
+        p.srcHost = (const void *)(uintptr_t)src;
+    else
+        p.srcDevice = src;
+    if (dt == CU_MEMORYTYPE_HOST)
+        p.dstHost = (void *)(uintptr_t)dst;
+    else
+        p.dstDevice = dst;
+    return cuMemcpy2DAsync(&p, s);
+}
+
+static CUresult op_copy_2d(struct srv_client *c, const struct cumux_copy_2d *m, bool sync)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t dspan = span_2d(m->dst_pitch, m->width, m->height), sspan = span_2d(m->src_pitch, m->width, m->height);
+    if (!dspan || !sspan)
+        return CUDA_ERROR_INVALID_VALUE;
+    bool ok = false;
+    CUmemorytype dt = CU_MEMORYTYPE_DEVICE, st = CU_MEMORYTYPE_DEVICE;
+    switch (m->kind) {
+    case CUMUX_COPY_HTOD:
+        ok = host_ok(c, m->src, sspan) && dev_ok(c, m->dst, dspan);
+        st = CU_MEMORYTYPE_HOST;
+        break;
+    case CUMUX_COPY_DTOH:
+        ok = dev_ok(c, m->src, sspan) && host_ok(c, m->dst, dspan);
+        dt = CU_MEMORYTYPE_HOST;
+        break;
+    case CUMUX_COPY_DTOD:
+        ok = dev_ok(c, m->src, sspan) && dev_ok(c, m->dst, dspan);
+        break;
+    }
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(before_op(s));
+    CUresult r = copy_2d_async(dt, m->dst, m->dst_pitch, st, m->src, m->src_pitch, m->width, m->height, s->cu);
+    after_op(s);
+    if (r == CUDA_SUCCESS && sync)
+        r = take_pending(c, cuStreamSynchronize(s->cu));
+    return r;
+}
+
 static void stage_set(struct srv_client *c, int slot, uint32_t state)
 {
     atomic_store(&c->shm->stage_state[slot], state);
@@ -683,12 +746,17 @@ static CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_cop
     if (m->slot >= CUMUX_STAGING_SLOTS || m->size == 0 || m->size > CUMUX_STAGING_BYTES || c->stage_pending[m->slot] ||
         atomic_load(&c->shm->stage_state[m->slot]) != CUMUX_STAGE_FULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!c->staging_registered || !dev_ok(c, m->dev, m->size)) {
+    uint64_t rows = m->width ? m->size / m->width : 1;
+    uint64_t span = m->width ? span_2d(m->pitch, m->width, rows) : m->size;
+    if (!c->staging_registered || (m->width && m->size % m->width) || !span || !dev_ok(c, m->dev, span)) {
         stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
         return CUDA_ERROR_INVALID_VALUE;
     }
     CUresult r = before_op(s);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && m->width)
+        r = copy_2d_async(CU_MEMORYTYPE_DEVICE, m->dev, m->pitch, CU_MEMORYTYPE_HOST,
+                          (uint64_t)(uintptr_t)c->shm->staging[m->slot], m->width, m->width, rows, s->cu);
+    else if (r == CUDA_SUCCESS)
         r = cuMemcpyHtoDAsync(m->dev, c->shm->staging[m->slot], m->size, s->cu);
     if (r == CUDA_SUCCESS)
         r = cuEventRecord(c->stage_event[m->slot], s->cu);
@@ -728,23 +796,32 @@ static CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_cop
     struct srv_stream *s = stream_get(c, m->stream);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!c->staging_registered || !dev_ok(c, m->dev, m->size))
+    /* 2-D: whole rows per chunk, packed; the client unpacks them. */
+    uint64_t width = m->width, rows = width ? m->size / width : 0;
+    uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
+    uint64_t span = width ? span_2d(m->pitch, width, rows) : m->size;
+    if (!c->staging_registered || chunk == 0 || (width && m->size % width) || !span || !dev_ok(c, m->dev, span))
         return CUDA_ERROR_INVALID_VALUE;
     srv_staging_flush(c);
     CHECK(before_op(s));
     /* Chunk i is copied into slot i % N while the client copies chunk i-1 out of its slot. */
-    uint64_t nchunks = (m->size + CUMUX_STAGING_BYTES - 1) / CUMUX_STAGING_BYTES;
+    uint64_t nchunks = (m->size + chunk - 1) / chunk;
     CUresult r = CUDA_SUCCESS;
     for (uint64_t i = 0; i <= nchunks; i++) {
         if (i < nchunks) {
             int slot = (int)(i % CUMUX_STAGING_SLOTS);
-            uint64_t off = i * CUMUX_STAGING_BYTES;
-            uint64_t len = m->size - off < CUMUX_STAGING_BYTES ? m->size - off : CUMUX_STAGING_BYTES;
+            uint64_t off = i * chunk;
+            uint64_t len = m->size - off < chunk ? m->size - off : chunk;
             if (!stage_wait_free(c, slot)) {
                 r = CUDA_ERROR_INVALID_VALUE;
                 break;
             }
-            r = cuMemcpyDtoHAsync(c->shm->staging[slot], m->dev + off, len, s->cu);
+            if (width)
+                r = copy_2d_async(CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)c->shm->staging[slot], width,
+                                  CU_MEMORYTYPE_DEVICE, m->dev + (off / width) * m->pitch, m->pitch, width,
+                                  len / width, s->cu);
+            else
+                r = cuMemcpyDtoHAsync(c->shm->staging[slot], m->dev + off, len, s->cu);
             if (r == CUDA_SUCCESS)
                 r = cuEventRecord(c->stage_event[slot], s->cu);
             if (r != CUDA_SUCCESS)
@@ -1141,6 +1218,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_EVENT_SYNC: r = op_event_sync(c, body); break;
     case CUMUX_OP_EVENT_ELAPSED: r = op_event_elapsed(c, body, out, &out_len); break;
     case CUMUX_OP_COPY: r = op_copy(c, body, answered); break;
+    case CUMUX_OP_COPY_2D: r = op_copy_2d(c, body, answered); break;
     case CUMUX_OP_COPY_HTOD_STAGED: r = op_copy_htod_staged(c, body); break;
     case CUMUX_OP_COPY_DTOH_STAGED: r = op_copy_dtoh_staged(c, body); break;
     case CUMUX_OP_MEMSET: r = op_memset(c, body); break;

@@ -255,21 +255,34 @@ static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, 
     }
 }
 
-/* Pageable to device: through the staging slots, one way; returns once the data is staged, as CUDA does. */
-static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, const void *src, uint64_t n)
+/* Pageable to device: through the staging slots, one way; returns once the data is staged, as CUDA does.
+ * width 0: n contiguous bytes. Otherwise rows of width bytes, spitch apart in the program's memory and
+ * dpitch apart on the device, n = width * rows; whole rows are packed into each slot. */
+static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                                 uint64_t width, uint64_t n)
 {
+    uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
     pthread_mutex_lock(&shim.stage_lock);
     CUresult r = CUDA_SUCCESS;
     for (uint64_t off = 0; off < n && r == CUDA_SUCCESS;) {
-        uint64_t len = n - off < CUMUX_STAGING_BYTES ? n - off : CUMUX_STAGING_BYTES;
+        uint64_t len = n - off < chunk ? n - off : chunk;
         int slot = (int)(shim.stage_next++ % CUMUX_STAGING_SLOTS);
         if (!stage_wait(slot, CUMUX_STAGE_FREE, NULL, 0)) {
             r = CUDA_ERROR_MPS_CONNECTION_FAILED;
             break;
         }
-        shim_memcpy(shim.shm->staging[slot], (const char *)src + off, len);
+        uint8_t *buf = shim.shm->staging[slot];
+        struct cumux_copy_staged m = {.stream = stream, .slot = (uint32_t)slot, .size = len, .width = width, .pitch = dpitch};
+        if (width) {
+            uint64_t row0 = off / width;
+            for (uint64_t i = 0; i < len / width; i++)
+                memcpy(buf + i * width, (const char *)src + (row0 + i) * spitch, width);
+            m.dev = dst + row0 * dpitch;
+        } else {
+            shim_memcpy(buf, (const char *)src + off, len);
+            m.dev = dst + off;
+        }
         atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FULL);
-        struct cumux_copy_staged m = {.stream = stream, .slot = (uint32_t)slot, .dev = dst + off, .size = len};
         r = shim_send(CUMUX_OP_COPY_HTOD_STAGED, &m, sizeof m, NULL, 0);
         off += len;
     }
@@ -277,14 +290,16 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, const void *src,
     return r;
 }
 
-/* Device to pageable: the server fills the slots in turn while we empty them. */
-static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t src, uint64_t n)
+/* Device to pageable: the server fills the slots in turn while we empty them. Same layout rules. */
+static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, uint64_t src, uint64_t spitch,
+                                 uint64_t width, uint64_t n)
 {
+    uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
     pthread_mutex_lock(&shim.stage_lock);
     int s = shim_reply_slot();
     struct cumux_reply_slot *reply = &shim.shm->replies[s];
     uint32_t before = atomic_load(&reply->seq);
-    struct cumux_copy_staged m = {.stream = stream, .dev = src, .size = n};
+    struct cumux_copy_staged m = {.stream = stream, .dev = src, .size = n, .width = width, .pitch = spitch};
     CUresult r = CUDA_SUCCESS;
     /* Sent with a reply slot by hand: the answer comes after all the chunks. */
     struct {
@@ -298,14 +313,21 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t src, uint6
     memcpy(p, &msg, sizeof msg);
     cumux_ring_commit(shim.shm, msg.h.size);
     pthread_mutex_unlock(&shim.ring_lock);
-    uint64_t nchunks = (n + CUMUX_STAGING_BYTES - 1) / CUMUX_STAGING_BYTES;
+    uint64_t nchunks = (n + chunk - 1) / chunk;
     for (uint64_t i = 0; i < nchunks; i++) {
         int slot = (int)(i % CUMUX_STAGING_SLOTS);
         if (!stage_wait(slot, CUMUX_STAGE_READY, reply, before))
             break;
-        uint64_t off = i * CUMUX_STAGING_BYTES;
-        uint64_t len = n - off < CUMUX_STAGING_BYTES ? n - off : CUMUX_STAGING_BYTES;
-        shim_memcpy((char *)dst + off, shim.shm->staging[slot], len);
+        uint64_t off = i * chunk;
+        uint64_t len = n - off < chunk ? n - off : chunk;
+        const uint8_t *buf = shim.shm->staging[slot];
+        if (width) {
+            uint64_t row0 = off / width;
+            for (uint64_t k = 0; k < len / width; k++)
+                memcpy((char *)dst + (row0 + k) * dpitch, buf + k * width, width);
+        } else {
+            shim_memcpy((char *)dst + off, buf, len);
+        }
         atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FREE);
         atomic_fetch_add(&shim.shm->stage_seq[slot], 1);
         cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
@@ -346,7 +368,7 @@ static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstrea
         uint64_t a = pinned_server_addr((const void *)(uintptr_t)src, n);
         if (a)
             return copy_direct(CUMUX_COPY_HTOD, stream, dst, a, n, sync);
-        r = copy_htod_staged(stream, dst, (const void *)(uintptr_t)src, n);
+        r = copy_htod_staged(stream, dst, 0, (const void *)(uintptr_t)src, 0, 0, n);
         /* A synchronous copy is complete when it returns, whichever stream comes next. */
         return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
     }
@@ -354,7 +376,7 @@ static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstrea
         uint64_t a = pinned_server_addr((const void *)(uintptr_t)dst, n);
         if (a)
             return copy_direct(CUMUX_COPY_DTOH, stream, a, src, n, sync);
-        return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, src, n);
+        return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, 0, src, 0, 0, n);
     }
     /* Host to host: ordered after the stream's earlier work, as the driver orders it. */
     r = sync_stream_handle(stream);
@@ -424,6 +446,114 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUc
     if (dctx->device != sctx->device)
         return cumux_unsupported("cuMemcpyPeerAsync between devices");
     return copy_any(dst, src, n, s, false, PTR_DEVICE, PTR_DEVICE);
+}
+
+/* ---- 2-D copies ---- */
+static CUresult endpoint(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch,
+                         uint64_t *addr, int *kind)
+{
+    uint64_t base;
+    switch (t) {
+    case CU_MEMORYTYPE_HOST:
+        base = (uint64_t)(uintptr_t)host;
+        *kind = PTR_HOST;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+        base = dev;
+        *kind = PTR_DEVICE;
+        break;
+    case CU_MEMORYTYPE_UNIFIED:
+        base = dev;
+        *kind = classify(dev);
+        break;
+    case CU_MEMORYTYPE_ARRAY:
+        return cumux_unsupported("cuMemcpy2D with a CUDA array");
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *addr = base + (uint64_t)y * pitch + x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t src = 0, dst = 0;
+    int sk = PTR_HOST, dk = PTR_HOST;
+    if ((r = endpoint(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch, &src, &sk)) ||
+        (r = endpoint(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch, &dst, &dk)))
+        return r;
+    uint64_t w = p->WidthInBytes, h = p->Height, sp = p->srcPitch, dp = p->dstPitch;
+    if (w == 0 || h == 0)
+        return CUDA_SUCCESS;
+    if (h > 1 && (sp < w || dp < w))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (h == 1 || (sp == w && dp == w))
+        return copy_any(dst, src, w * h, hstream, sync, dk, sk);
+    uint64_t sspan = sp * (h - 1) + w, dspan = dp * (h - 1) + w;
+    if ((dk == PTR_DEVICE && !shim_is_device_ptr(dst, dspan)) || (sk == PTR_DEVICE && !shim_is_device_ptr(src, sspan)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_copy_2d m = {.stream = stream, .dst = dst, .dst_pitch = dp, .src = src, .src_pitch = sp, .width = w,
+                              .height = h};
+    if (sk == PTR_HOST && dk == PTR_HOST) {
+        r = sync_stream_handle(stream);
+        for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
+            memmove((char *)(uintptr_t)dst + i * dp, (const char *)(uintptr_t)src + i * sp, w);
+        return r;
+    }
+    if (sk == PTR_DEVICE && dk == PTR_DEVICE) {
+        m.kind = CUMUX_COPY_DTOD;
+        return shim_send(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0);
+    }
+    if (dk == PTR_DEVICE) {
+        uint64_t a = pinned_server_addr((const void *)(uintptr_t)src, sspan);
+        if (a) {
+            m.kind = CUMUX_COPY_HTOD;
+            m.src = a;
+            return sync ? shim_call(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0, NULL)
+                        : shim_send(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0);
+        }
+        if (w > CUMUX_STAGING_BYTES) {
+            for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
+                r = copy_any(dst + i * dp, src + i * sp, w, hstream, false, PTR_DEVICE, PTR_HOST);
+        } else {
+            r = copy_htod_staged(stream, dst, dp, (const void *)(uintptr_t)src, sp, w, w * h);
+        }
+        return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
+    }
+    uint64_t a = pinned_server_addr((const void *)(uintptr_t)dst, dspan);
+    if (a) {
+        m.kind = CUMUX_COPY_DTOH;
+        m.dst = a;
+        return sync ? shim_call(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0, NULL)
+                    : shim_send(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0);
+    }
+    if (w > CUMUX_STAGING_BYTES) {
+        for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
+            r = copy_any(dst + i * dp, src + i * sp, w, hstream, true, PTR_HOST, PTR_DEVICE);
+        return r;
+    }
+    return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, dp, src, sp, w, w * h);
+}
+
+CUresult cuMemcpy2D(const CUDA_MEMCPY2D *p)
+{
+    return copy_2d(p, NULL, true);
+}
+
+CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *p)
+{
+    return copy_2d(p, NULL, true);
+}
+
+CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s)
+{
+    return copy_2d(p, s, false);
 }
 
 /* ---- memset ---- */

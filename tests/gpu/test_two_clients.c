@@ -1,5 +1,8 @@
-/* Two client processes: A runs a ~2 s spin kernel on its legacy stream; B, started while it runs,
- * runs small kernels on its own legacy stream and must finish in well under A's kernel time. */
+/* Two client processes: A runs a ~2 s spin kernel on its legacy stream; B, told to go while it runs,
+ * runs small kernels on its own legacy stream and must finish in well under A's kernel time.
+ * B sets up (context, module, memory) before A's kernel starts: loading a module waits for every kernel
+ * running in a context, and under cumux all clients share one (docs/architecture.md, known limits).
+ * What is tested here is that the legacy streams of two clients do not wait for each other. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -47,9 +50,8 @@ static void client_a(int wfd)
     exit(0);
 }
 
-static void client_b(int wfd)
+static void client_b(int wfd, int go_fd)
 {
-    double t_start = (double)gt_now_ns();
     CK(cuInit(0));
     gt_primary_ctx(0, NULL);
     CUmodule mod = gt_module_from_file_data(GT_FATBIN);
@@ -58,7 +60,11 @@ static void client_b(int wfd)
     CK(cuMemAlloc(&d_in, B_N * sizeof(unsigned)));
     CK(cuMemAlloc(&d_out, B_N * sizeof(unsigned)));
     static unsigned host[B_N];
-    double t_ready = (double)gt_now_ns();
+    mp_send(wfd, 'R', 0, 0, 0, 0);
+    char go;
+    if (read(go_fd, &go, 1) != 1)
+        gt_fail("client B: no go from the parent");
+    double t_start = (double)gt_now_ns(), t_ready = t_start;
     int n = B_N;
     long long delay = 0;
     for (int it = 0; it < B_ITERS; it++) {
@@ -84,9 +90,22 @@ int main(void)
     gt_begin("two_clients");
     gt_require_gpu_in_child();
 
-    int pa[2], pb[2];
-    if (pipe(pa) || pipe(pb))
+    int pa[2], pb[2], pg[2];
+    if (pipe(pa) || pipe(pb) || pipe(pg))
         gt_fail("pipe: %s", strerror(errno));
+    pid_t b = mp_fork();
+    if (b == 0) {
+        close(pb[0]);
+        close(pg[1]);
+        client_b(pb[1], pg[0]);
+    }
+    close(pb[1]);
+    close(pg[0]);
+    mp_msg rb;
+    if (mp_recv(pb[0], &rb, 60000) || rb.tag != 'R') {
+        mp_kill_wait(b);
+        gt_fail("client B did not get ready");
+    }
     pid_t a = mp_fork();
     if (a == 0) {
         close(pa[0]);
@@ -96,14 +115,11 @@ int main(void)
     mp_msg la, da, mb;
     if (mp_recv(pa[0], &la, 60000) || la.tag != 'L') {
         mp_kill_wait(a);
+        mp_kill_wait(b);
         gt_fail("client A did not launch its spin kernel");
     }
-    pid_t b = mp_fork();
-    if (b == 0) {
-        close(pb[0]);
-        client_b(pb[1]);
-    }
-    close(pb[1]);
+    if (write(pg[1], "g", 1) != 1)
+        gt_fail("pipe write: %s", strerror(errno));
     int b_ok = mp_recv(pb[0], &mb, 60000) == 0 && mb.tag == 'B';
     int a_ok = mp_recv(pa[0], &da, 60000) == 0 && da.tag == 'D';
     if (!b_ok || !a_ok) {
@@ -117,9 +133,10 @@ int main(void)
 
     double b_work = (mb.v[2] - mb.v[1]) / 1e6, b_total = (mb.v[2] - mb.v[0]) / 1e6;
     double a_kernel = da.v[1], b_end_vs_a_end = (da.v[0] - mb.v[2]) / 1e6;
-    printf("two_clients: A spin %.0f ms; B started %.0f ms after A's launch, init %.0f ms, %d iterations in %.1f ms, "
+    (void)b_total;
+    printf("two_clients: A spin %.0f ms; B went %.0f ms after A's launch, %d iterations in %.1f ms, "
            "finished %.0f ms before A\n",
-           a_kernel, (mb.v[0] - la.v[0]) / 1e6, b_total - b_work, B_ITERS, b_work, b_end_vs_a_end);
+           a_kernel, (mb.v[0] - la.v[0]) / 1e6, B_ITERS, b_work, b_end_vs_a_end);
     if (a_kernel < SPIN_MS / 2)
         gt_fail("A's spin kernel took only %.0f ms", a_kernel);
     if (b_work >= B_LIMIT_MS)
