@@ -886,6 +886,7 @@ static void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod
         struct srv_function *f = handle_get(c, i, OBJ_FUNCTION);
         if (f && f->module == h) {
             handle_drop(c, i);
+            free(f->param_offsets);
             free(f);
         }
     }
@@ -1016,8 +1017,13 @@ static CUresult op_module_get_function(struct srv_client *c, const struct cumux_
     }
     f->module = m->module;
     f->param_bytes = bytes;
-    uint32_t h = handle_new(c, OBJ_FUNCTION, f);
+    f->nparams = n;
+    f->param_offsets = malloc((n + 1) * sizeof *f->param_offsets);
+    for (uint32_t i = 0; f->param_offsets && i < n; i++)
+        f->param_offsets[i] = p[i].offset;
+    uint32_t h = f->param_offsets ? handle_new(c, OBJ_FUNCTION, f) : 0;
     if (!h) {
+        free(f->param_offsets);
         free(f);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -1098,11 +1104,15 @@ static CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, co
     size_t psize = m->param_bytes;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &psize,
                      CU_LAUNCH_PARAM_END};
+    /* kernelParams: pointers to each argument in the message (the driver's usual, fastest path). */
+    void *kp[CUMUX_MAX_PARAMS];
+    for (uint32_t i = 0; i < f->nparams; i++)
+        kp[i] = (void *)(params + f->param_offsets[i]);
     CHECK(before_op(s));
     CUresult r;
     if (m->nattrs == 0) {
         r = cuLaunchKernel(f->fn, m->grid[0], m->grid[1], m->grid[2], m->block[0], m->block[1], m->block[2],
-                           m->shared_bytes, s->cu, NULL, psize ? extra : NULL);
+                           m->shared_bytes, s->cu, f->nparams ? kp : NULL, NULL);
     } else {
         CUlaunchAttribute attrs[16];
         const struct cumux_launch_attr *a = (const struct cumux_launch_attr *)payload;

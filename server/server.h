@@ -78,6 +78,8 @@ struct srv_function {
     bool is_kernel;
     uint32_t module;
     uint32_t param_bytes;
+    uint32_t nparams;
+    uint32_t *param_offsets; /* to hand the driver kernelParams, its fastest launch path */
 };
 
 struct srv_handle {
