@@ -1,5 +1,7 @@
 /* cumux: the command line. start/stop/status of the server, and `run` to put a program under it. */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <stdbool.h>
 #include <libgen.h>
 #include <limits.h>
@@ -187,17 +189,26 @@ static int cmd_stop(void)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
         return 1;
     }
-    /* Stopping is done when the socket is gone. */
-    char path[256];
-    cumux_socket_path(path, sizeof path);
-    for (int i = 0; i < 300; i++) {
-        if (access(path, F_OK) < 0)
-            break;
+    /* Stopped when the server has let go of its lock, that is when its process is gone. */
+    char lock_path[512];
+    snprintf(lock_path, sizeof lock_path, "%s/cumuxd.lock", cumux_pipe_directory());
+    for (int i = 0; i < 1500; i++) {
+        int fd = open(lock_path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            printf("cumuxd stopped\n");
+            return 0;
+        }
+        int free_now = flock(fd, LOCK_EX | LOCK_NB) == 0;
+        close(fd);
+        if (free_now) {
+            printf("cumuxd stopped\n");
+            return 0;
+        }
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    printf("cumuxd stopped\n");
-    return 0;
+    fprintf(stderr, "cumux: cumuxd was asked to stop but still runs after 30 s\n");
+    return 1;
 }
 
 static int cmd_status(void)
@@ -224,12 +235,19 @@ static int cmd_run(int argc, char **argv)
         return 1;
     }
     int s = connect_server();
-    if (s >= 0) {
-        close(s);
-    } else if (start_server(false) != 0) {
-        fprintf(stderr, "cumux: cannot start cumuxd\n");
-        return 1;
+    if (s < 0 && start_server(false) != 0) {
+        /* Another `cumux run` may have started it at the same moment: give it a few seconds. */
+        for (int t = 0; t < 100 && (s = connect_server()) < 0; t++) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (s < 0) {
+            fprintf(stderr, "cumux: cannot start cumuxd\n");
+            return 1;
+        }
     }
+    if (s >= 0)
+        close(s);
     const char *llp = getenv("LD_LIBRARY_PATH");
     char *nl = malloc(strlen(lib) + (llp ? strlen(llp) : 0) + 2);
     if (!nl)

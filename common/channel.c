@@ -72,7 +72,7 @@ void *cumux_ring_reserve(struct cumux_shm *shm, uint32_t size)
         pad->op = CUMUX_OP_PAD;
         pad->reply = CUMUX_NO_REPLY;
         pad->size = (uint32_t)to_end;
-        atomic_store_explicit(&shm->head, head + to_end, memory_order_relaxed);
+        atomic_store_explicit(&shm->head, head + to_end, memory_order_release);
         return &shm->ring[0];
     }
     return &shm->ring[pos];

@@ -1,6 +1,7 @@
 /* Running a client's commands: validation of every message and handle, and the CUDA calls they stand for. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -530,6 +531,10 @@ static int recv_client_fd(struct srv_client *c, uint64_t min_size)
 {
     uint64_t tag;
     int fd;
+    /* The shim sends the descriptor before the command: if it is not there now, it never comes. */
+    struct pollfd p = {.fd = c->sock, .events = POLLIN};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
+        return -1;
     if (cumux_sock_recv(c->sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
         if (fd >= 0)
             close(fd);

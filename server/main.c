@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -34,13 +35,20 @@ static void on_signal(int sig)
     (void)w;
 }
 
+/* The pipe directory must be ours and closed to others, or someone else could stand in for the server. */
 static int make_dir(const char *path)
 {
     if (mkdir(path, 0700) < 0 && errno != EEXIST)
         return -1;
     struct stat st;
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         return -1;
+    if (st.st_uid != getuid() || (st.st_mode & 077) != 0) {
+        fprintf(stderr, "cumuxd: %s must belong to uid %u and be closed to others (mode 0700)\n", path,
+                (unsigned)getuid());
+        errno = EPERM;
+        return -1;
+    }
     return 0;
 }
 
@@ -112,7 +120,7 @@ static void accept_one(int lsock)
     if (s < 0)
         return;
     /* A connection that says nothing must not stall the server. */
-    struct timeval tv = {.tv_sec = 2};
+    struct timeval tv = {.tv_usec = 500000};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct ucred cred;
     socklen_t cl = sizeof cred;
@@ -226,12 +234,7 @@ static int serve(int lsock)
             break;
         if (r <= 0)
             continue;
-        if (fds[1].revents) {
-            char buf[64];
-            ssize_t rd = read(wake_pipe[0], buf, sizeof buf);
-            (void)rd;
-            reap_finished();
-        }
+        /* Hang-ups first: reaping below frees clients that owners[] still points to. */
         for (size_t i = 2; i < k; i++) {
             if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
                 pthread_mutex_lock(&clients_lock);
@@ -239,6 +242,12 @@ static int serve(int lsock)
                 mark_dead(owners[i]);
                 pthread_mutex_unlock(&clients_lock);
             }
+        }
+        if (fds[1].revents) {
+            char buf[64];
+            ssize_t rd = read(wake_pipe[0], buf, sizeof buf);
+            (void)rd;
+            reap_finished();
         }
         if (fds[0].revents & POLLIN)
             accept_one(lsock);
@@ -279,6 +288,15 @@ int main(int argc, char **argv)
     }
     snprintf(pid_path, sizeof pid_path, "%s/cumuxd.pid", pipe_dir);
     snprintf(log_path, sizeof log_path, "%s/cumuxd.log", log_dir);
+    /* One server per pipe directory, even when several `cumux run` start one at the same moment: the lock
+     * is held for the server's life (the daemon inherits it). */
+    char lock_path[512];
+    snprintf(lock_path, sizeof lock_path, "%s/cumuxd.lock", pipe_dir);
+    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        fprintf(stderr, "cumuxd: a server already runs for %s\n", pipe_dir);
+        return 1;
+    }
     int probe = cumux_sock_connect(sock_path);
     if (probe >= 0) {
         close(probe);

@@ -182,6 +182,11 @@ static void after_fork_child(void)
     /* The child has no channel of its own: it may call cuInit again and gets a new one. */
     shim.initialized = false;
     init_result = CUDA_ERROR_NOT_INITIALIZED;
+    /* Let go of the parent's channel: holding its socket would keep the parent's client alive. */
+    if (shim.sock >= 0)
+        close(shim.sock);
+    if (shim.shm)
+        munmap(shim.shm, sizeof(struct cumux_shm));
     shim.sock = -1;
     shim.shm = NULL;
     tls_slot = -1;

@@ -126,7 +126,7 @@ rc=$?
 # cumuxd itself refuses to start while another listens, and leaves the first one alone.
 out=$(timeout 20 "$srv" --foreground 2>&1)
 rc=$?
-[ $rc -eq 1 ] && echo "$out" | grep -q "already listens" && ok "a second cumuxd refuses to start" ||
+[ $rc -eq 1 ] && echo "$out" | grep -Eq "already (listens|runs)" && ok "a second cumuxd refuses to start" ||
     fail "a second cumuxd: exit $rc: $out"
 "$cli" status >/dev/null 2>&1 && [ -S "$sock" ] && ok "the first server still serves" ||
     fail "the first server stopped serving after a second cumuxd"
