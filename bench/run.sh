@@ -140,6 +140,10 @@ micro() {
     else
         for k in h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do R[$k,$mode]=FAIL; done
     fi
+    if [ "$mode" = cumux ] && [ -x "$bin/bench_channel" ]; then
+        # The transport alone, two threads and no driver: what of a round trip is the channel's.
+        timeout -k 5 60 "$bin/bench_channel" >"$out/channel.log" 2>&1 && R[channel_rt_ns,cumux]=$(kv "$out/channel.log" channel_round_trip_ns)
+    fi
     log "micro $mode: launch ${R[launch_rate,$mode]}/s, query ${R[stream_query_ns,$mode]} ns, H2D pinned ${R[h2d_pinned_gbs,$mode]} GB/s"
 }
 phase() { # MODE DELAY PREFIX...
@@ -174,6 +178,7 @@ report() {
         row "cuLaunchKernel host call, ns (lower)" launch_call_ns
         row "cuStreamQuery idle, ns (lower)" stream_query_ns
         row "cuCtxSynchronize idle, ns (lower)" ctx_sync_ns
+        row "channel round trip alone, ns (lower)" channel_rt_ns
         echo "spin: 16x128 threads x 2,000,000 cycles, 10 launches + sync, ${dur} s common window, aggregate over processes."
         echo "reference on this GPU: 1 process 985 launches/s; 4 processes: MPS 3,940, time-sliced 1,265."
     } | tee "$out/summary.txt"
