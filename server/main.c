@@ -35,15 +35,16 @@ static void on_signal(int sig)
     (void)w;
 }
 
-/* The pipe directory must be ours and closed to others, or someone else could stand in for the server. */
-static int make_dir(const char *path)
+/* The pipe directory (private_dir) must be ours and closed to others, or someone else could stand in
+ * for the server; the log directory only has to exist. */
+static int make_dir(const char *path, bool private_dir)
 {
     if (mkdir(path, 0700) < 0 && errno != EEXIST)
         return -1;
     struct stat st;
-    if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         return -1;
-    if (st.st_uid != getuid() || (st.st_mode & 077) != 0) {
+    if (private_dir && (st.st_uid != getuid() || (st.st_mode & 077) != 0)) {
         fprintf(stderr, "cumuxd: %s must belong to uid %u and be closed to others (mode 0700)\n", path,
                 (unsigned)getuid());
         errno = EPERM;
@@ -281,7 +282,7 @@ int main(int argc, char **argv)
     if (!log_dir || !*log_dir)
         log_dir = pipe_dir;
     char sock_path[256], pid_path[512], log_path[512];
-    if (make_dir(pipe_dir) < 0 || make_dir(log_dir) < 0 || cumux_socket_path(sock_path, sizeof sock_path) < 0) {
+    if (make_dir(pipe_dir, true) < 0 || make_dir(log_dir, false) < 0 || cumux_socket_path(sock_path, sizeof sock_path) < 0) {
         fprintf(stderr, "cumuxd: cannot use pipe directory %s or log directory %s: %s\n", pipe_dir, log_dir,
                 strerror(errno));
         return 1;

@@ -180,7 +180,28 @@ grep -q "listening on $sock" "$log" 2>/dev/null && ok "log written under CUMUX_L
 [ "$(perm "$CUMUX_LOG_DIRECTORY")" = 700 ] && [ "$(perm "$log")" = 600 ] && ok "log directory 0700, log 0600" ||
     fail "log directory mode $(perm "$CUMUX_LOG_DIRECTORY"), log mode $(perm "$log")"
 sanitizer_clean "$log" || fail "sanitizer report in $log: $(cat "$log")"
+# A log directory made by someone else's mkdir (0755) is fine: only the pipe directory must be private.
+mkdir -p "$tmp/shared-logs" && chmod 755 "$tmp/shared-logs"
+export CUMUX_LOG_DIRECTORY="$tmp/shared-logs"
+out=$("$cli" start 2>&1)
+rc=$?
+if [ $rc -eq 0 ]; then
+    ok "start with a 0755 log directory"
+    pid=$(cat "$pidfile" 2>/dev/null)
+    started_pids="$started_pids $pid"
+    "$cli" stop >/dev/null 2>&1 || fail "stop with a 0755 log directory"
+    wait_gone "$pid" || fail "server $pid still runs"
+else
+    fail "start with a 0755 log directory: exit $rc: $out"
+fi
 unset CUMUX_LOG_DIRECTORY
+# A pipe directory open to others is refused: another user could stand in for the server.
+use_pipe pipe-open
+chmod 755 "$CUMUX_PIPE_DIRECTORY" 2>/dev/null || mkdir -m 755 -p "$CUMUX_PIPE_DIRECTORY"
+out=$("$cli" start 2>&1)
+rc=$?
+[ $rc -ne 0 ] && ok "a pipe directory open to others is refused" ||
+    { fail "started in a 0755 pipe directory: $out"; "$cli" stop >/dev/null 2>&1; }
 
 # ---- foreground: the CLI becomes the server (same pid), logs on stderr, stop ends it ----
 use_pipe pipe3
