@@ -132,9 +132,11 @@ void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t sp
         if (atomic_load(stop))
             return;
         if ((++n & 63u) == 0 && cumux_now_ns() - start > spin_ns)
-            break;
+            goto sleep;
         cpu_relax();
     }
+    return; /* work came while spinning: no need to announce a sleep */
+sleep:;
     uint32_t bell = atomic_load(&shm->doorbell);
     atomic_store(&shm->server_sleeping, 1);
     if (atomic_load(&shm->head) == atomic_load(&shm->tail) && !atomic_load(stop))
