@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/channel.h"
+#include "common/launch_attrs.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "server/server.h"
@@ -19,6 +20,14 @@
         if (r_ != CUDA_SUCCESS)                                                                        \
             return r_;                                                                                 \
     } while (0)
+
+static CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
+{
+    struct cumux_u64_reply rep = {v};
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
+}
 
 /* ---------------------------------------------------------------- handles */
 
@@ -317,10 +326,7 @@ static CUresult op_stream_create(struct srv_client *c, const struct cumux_stream
                                       m->priority, &r);
     if (!s)
         return r;
-    struct cumux_u64_reply rep = {s->handle};
-    memcpy(out, &rep, sizeof rep);
-    *out_len = sizeof rep;
-    return CUDA_SUCCESS;
+    return reply_u64(out, out_len, s->handle);
 }
 
 static CUresult op_stream_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
@@ -388,10 +394,7 @@ static CUresult op_event_create(struct srv_client *c, const struct cumux_event_c
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    struct cumux_u64_reply rep = {h};
-    memcpy(out, &rep, sizeof rep);
-    *out_len = sizeof rep;
-    return CUDA_SUCCESS;
+    return reply_u64(out, out_len, h);
 }
 
 static CUresult op_event_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
@@ -480,10 +483,7 @@ static CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc 
         return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
     atomic_fetch_add(&c->mem_bytes, m->size);
-    struct cumux_u64_reply rep = {p};
-    memcpy(out, &rep, sizeof rep);
-    *out_len = sizeof rep;
-    return CUDA_SUCCESS;
+    return reply_u64(out, out_len, p);
 }
 
 /* Free after everything the client has queued so far, on any of its streams, is done. */
@@ -586,10 +586,7 @@ static CUresult op_host_alloc(struct srv_client *c, const struct cumux_host_allo
         return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
     atomic_fetch_add(&c->host_bytes, len);
-    struct cumux_u64_reply rep = {(uint64_t)(uintptr_t)p};
-    memcpy(out, &rep, sizeof rep);
-    *out_len = sizeof rep;
-    return CUDA_SUCCESS;
+    return reply_u64(out, out_len, (uint64_t)(uintptr_t)p);
 }
 
 static void host_release(struct srv_client *c, uint64_t base)
@@ -959,10 +956,7 @@ static CUresult op_module_load(struct srv_client *c, const struct cumux_module_l
         munmap(mod->image, mod->image_size);
         mod->image = NULL;
     }
-    struct cumux_u64_reply rep = {h};
-    memcpy(out, &rep, sizeof rep);
-    *out_len = sizeof rep;
-    return CUDA_SUCCESS;
+    return reply_u64(out, out_len, h);
 }
 
 static CUresult op_module_unload(struct srv_client *c, const struct cumux_handle_arg *m)
@@ -1124,20 +1118,7 @@ static CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, co
         for (uint32_t i = 0; i < m->nattrs; i++) {
             memcpy(&attrs[i].value, a[i].value, sizeof attrs[i].value);
             attrs[i].id = (CUlaunchAttributeID)a[i].id;
-            /* Only attributes made of plain values: none that names a handle or a host pointer. */
-            switch (a[i].id) {
-            case CU_LAUNCH_ATTRIBUTE_IGNORE:
-            case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-            case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-            case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-            case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
-            case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-            case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
-            case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-            case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
-            case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-                break;
-            default:
+            if (!cumux_launch_attr_plain(a[i].id)) {
                 after_op(s);
                 return CUDA_ERROR_NOT_SUPPORTED;
             }

@@ -2,6 +2,7 @@
  * written straight into the ring; one way, no round trip (invariant 2). */
 #include <string.h>
 
+#include "common/launch_attrs.h"
 #include "shim/client.h"
 
 /* Checked before any ring space is taken, so that packing cannot fail half-way. */
@@ -103,21 +104,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params
     if (!cfg)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; i < cfg->numAttrs; i++) {
-        switch (cfg->attrs[i].id) {
-        case CU_LAUNCH_ATTRIBUTE_IGNORE:
-        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
-        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
-        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
-        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-            break;
-        default:
+        if (!cumux_launch_attr_plain(cfg->attrs[i].id))
             return cumux_unsupported("cuLaunchKernelEx with an event or access-policy attribute");
-        }
     }
     const unsigned grid[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ};
     const unsigned block[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};

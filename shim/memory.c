@@ -229,12 +229,16 @@ CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
 }
 
 /* ---- copies ---- */
+/* Synchronous calls wait for the answer; asynchronous ones go one way. */
+static CUresult send_or_call(uint16_t op, const void *m, size_t len, bool sync)
+{
+    return sync ? shim_call(op, m, len, NULL, 0, NULL) : shim_send(op, m, len, NULL, 0);
+}
+
 static CUresult copy_direct(uint32_t kind, uint32_t stream, uint64_t dst, uint64_t src, uint64_t n, bool sync)
 {
     struct cumux_copy m = {.kind = kind, .stream = stream, .dst = dst, .src = src, .size = n};
-    if (sync)
-        return shim_call(CUMUX_OP_COPY, &m, sizeof m, NULL, 0, NULL);
-    return shim_send(CUMUX_OP_COPY, &m, sizeof m, NULL, 0);
+    return send_or_call(CUMUX_OP_COPY, &m, sizeof m, sync);
 }
 
 static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, uint32_t reply_before)
@@ -515,8 +519,7 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
         if (a) {
             m.kind = CUMUX_COPY_HTOD;
             m.src = a;
-            return sync ? shim_call(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0, NULL)
-                        : shim_send(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0);
+            return send_or_call(CUMUX_OP_COPY_2D, &m, sizeof m, sync);
         }
         if (w > CUMUX_STAGING_BYTES) {
             for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
@@ -530,8 +533,7 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
     if (a) {
         m.kind = CUMUX_COPY_DTOH;
         m.dst = a;
-        return sync ? shim_call(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0, NULL)
-                    : shim_send(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0);
+        return send_or_call(CUMUX_OP_COPY_2D, &m, sizeof m, sync);
     }
     if (w > CUMUX_STAGING_BYTES) {
         for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)

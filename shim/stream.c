@@ -99,55 +99,55 @@ CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
     return shim_send(CUMUX_OP_STREAM_WAIT_EVENT, &m, sizeof m, NULL, 0);
 }
 
-CUresult cuStreamGetFlags(CUstream h, unsigned int *flags)
+/* The stream object behind h, or NULL for the legacy and per-thread default streams (after checking
+ * that a context is current, as the driver does for them). */
+static CUresult stream_object(CUstream h, struct CUstream_st **out)
 {
-    if (!flags)
-        return CUDA_ERROR_INVALID_VALUE;
+    *out = NULL;
     if (!is_real_stream(h)) {
         struct CUctx_st *c;
-        CUresult r = shim_need_ctx(&c);
-        if (r == CUDA_SUCCESS)
-            *flags = 0;
-        return r;
+        return shim_need_ctx(&c);
     }
     if (h->magic != SHIM_MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
-    *flags = h->flags;
+    *out = h;
     return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetFlags(CUstream h, unsigned int *flags)
+{
+    struct CUstream_st *s;
+    CUresult r = flags ? stream_object(h, &s) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *flags = s ? s->flags : 0;
+    return r;
 }
 
 CUresult cuStreamGetPriority(CUstream h, int *priority)
 {
-    if (!priority)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!is_real_stream(h)) {
-        struct CUctx_st *c;
-        CUresult r = shim_need_ctx(&c);
-        if (r == CUDA_SUCCESS)
-            *priority = 0;
-        return r;
-    }
-    if (h->magic != SHIM_MAGIC_STREAM)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *priority = h->priority;
-    return CUDA_SUCCESS;
+    struct CUstream_st *s;
+    CUresult r = priority ? stream_object(h, &s) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *priority = s ? s->priority : 0;
+    return r;
 }
 
 CUresult cuStreamGetId(CUstream h, unsigned long long *id)
 {
     if (!id)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!is_real_stream(h)) {
-        uint32_t s;
-        CUresult r = shim_resolve_stream(h, &s, NULL);
-        if (r == CUDA_SUCCESS)
-            *id = s;
+    struct CUstream_st *s;
+    CUresult r = stream_object(h, &s);
+    if (r != CUDA_SUCCESS || s) {
+        if (s)
+            *id = s->id;
         return r;
     }
-    if (h->magic != SHIM_MAGIC_STREAM)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *id = h->id;
-    return CUDA_SUCCESS;
+    uint32_t handle; /* a default stream: its server handle is unique within the process */
+    r = shim_resolve_stream(h, &handle, NULL);
+    if (r == CUDA_SUCCESS)
+        *id = handle;
+    return r;
 }
 
 CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx)
