@@ -117,6 +117,9 @@ CUresult shim_need_ctx(struct CUctx_st **out);
 /* pcopy.c: memcpy of large blocks spread over helper threads */
 void shim_memcpy(void *dst, const void *src, size_t len);
 
+/* export_tables.c: the runtime's per-context storage goes when its context goes */
+void shim_context_storage_release(CUcontext ctx);
+
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
 #define SHIM_RANGE_GLOBAL (1ull << 32) /* a module global: not freed by cuMemFree */

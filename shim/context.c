@@ -150,6 +150,7 @@ static void ctx_forget_current(struct CUctx_st *c)
 
 static CUresult ctx_delete(struct CUctx_st *c)
 {
+    shim_context_storage_release(c);
     struct cumux_handle_arg m = {.handle = c->handle};
     CUresult r = shim_call(CUMUX_OP_CTX_DESTROY, &m, sizeof m, NULL, 0, NULL);
     for (int i = 0; i < 8; i++)

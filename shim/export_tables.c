@@ -1,0 +1,384 @@
+/* cuGetExportTable: the undocumented tables the CUDA runtime asks the driver for. What each slot does
+ * is in docs/export-tables.md (from ../shared/notes/driver-facts.md). Slots whose use is unknown log
+ * their table and index once and return CUDA_ERROR_NOT_SUPPORTED, so that a trace shows what a
+ * program needs next. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "shim/client.h"
+#include "shim/integrity.h"
+
+/* ---- unknown slots ---- */
+#define UNKNOWN_SLOT(table, idx)                                                                       \
+    static CUresult unknown_##table##_##idx(void)                                                      \
+    {                                                                                                  \
+        return cumux_unsupported("export table " #table " slot " #idx);                               \
+    }
+
+UNKNOWN_SLOT(CUDART_INTERFACE, 3)
+UNKNOWN_SLOT(CUDART_INTERFACE, 4)
+UNKNOWN_SLOT(CUDART_INTERFACE, 5)
+UNKNOWN_SLOT(CUDART_INTERFACE, 9)
+UNKNOWN_SLOT(CUDART_INTERFACE, 10)
+UNKNOWN_SLOT(CUDART_INTERFACE, 11)
+UNKNOWN_SLOT(TOOLS_TLS, 1)
+UNKNOWN_SLOT(TOOLS_TLS, 2)
+UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 1)
+UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 3)
+UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 4)
+UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 5)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 1)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 4)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 5)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 6)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 7)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 8)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 9)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 10)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 11)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 12)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 13)
+UNKNOWN_SLOT(CONTEXT_CHECKS, 14)
+UNKNOWN_SLOT(INTEGRITY_CHECK, 2)
+
+#define FN(f) ((const void *)(uintptr_t)(f))
+
+/* ---- CUDART_INTERFACE ---- */
+/* [1]: load a module from the runtime's fatbin wrapper. */
+static CUresult rt_load_module(CUmodule *mod, const void *fatbin_wrapper)
+{
+    return cuModuleLoadData(mod, fatbin_wrapper);
+}
+
+/* [2]: the primary context of a device, neither retained nor made current. */
+static CUresult rt_primary_context(CUcontext *pctx, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuDevicePrimaryCtxRetain(pctx, dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* The runtime retains it itself when it wants to: give the reference back, keeping it alive if
+     * that was the only one (a zero count would destroy it). */
+    pthread_mutex_lock(&shim.ctx_lock);
+    if (shim.primary_refs[dev] > 1)
+        shim.primary_refs[dev]--;
+    pthread_mutex_unlock(&shim.ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+/* [6] and [8]: module loads with extra arguments the runtime passes as zero; [8] swaps the first two. */
+static CUresult rt_load_module_ex(CUmodule *mod, const void *image, void *a2, void *a3, void *a4)
+{
+    (void)a2;
+    (void)a3;
+    (void)a4;
+    return cuModuleLoadData(mod, image);
+}
+
+static CUresult rt_load_module_swapped(const void *image, CUmodule *mod, void *a2, void *a3, void *a4)
+{
+    (void)a2;
+    (void)a3;
+    (void)a4;
+    return cuModuleLoadData(mod, image);
+}
+
+static CUresult rt_noop_size(size_t n)
+{
+    (void)n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult rt_load_compilers(void)
+{
+    return CUDA_SUCCESS; /* JIT compilers live in the server, which loads them itself */
+}
+
+static const void *cudart_interface[13] = {
+    (const void *)(uintptr_t)(13 * sizeof(void *)),
+    FN(rt_load_module),
+    FN(rt_primary_context),
+    FN(unknown_CUDART_INTERFACE_3),
+    FN(unknown_CUDART_INTERFACE_4),
+    FN(unknown_CUDART_INTERFACE_5),
+    FN(rt_load_module_ex),
+    FN(rt_noop_size),
+    FN(rt_load_module_swapped),
+    FN(unknown_CUDART_INTERFACE_9),
+    FN(unknown_CUDART_INTERFACE_10),
+    FN(unknown_CUDART_INTERFACE_11),
+    FN(rt_load_compilers),
+};
+
+/* ---- TOOLS_TLS ---- */
+static const void *tools_tls[3] = {
+    (const void *)(uintptr_t)(3 * sizeof(void *)),
+    FN(unknown_TOOLS_TLS_1),
+    FN(unknown_TOOLS_TLS_2),
+};
+
+/* ---- TOOLS_RUNTIME_CALLBACK_HOOKS ---- */
+/* [2] and [6]: a zeroed buffer of the runtime's, for tools that are not there. */
+static void hooks_buffer_2(void **buf, size_t *size)
+{
+    static uint8_t b[1024];
+    if (buf)
+        *buf = b;
+    if (size)
+        *size = sizeof b;
+}
+
+static void hooks_buffer_6(void **buf, size_t *size)
+{
+    static uint8_t b[14];
+    if (buf)
+        *buf = b;
+    if (size)
+        *size = sizeof b;
+}
+
+static const void *tools_hooks[7] = {
+    (const void *)(uintptr_t)(7 * sizeof(void *)),
+    FN(unknown_TOOLS_RUNTIME_CALLBACK_HOOKS_1),
+    FN(hooks_buffer_2),
+    FN(unknown_TOOLS_RUNTIME_CALLBACK_HOOKS_3),
+    FN(unknown_TOOLS_RUNTIME_CALLBACK_HOOKS_4),
+    FN(unknown_TOOLS_RUNTIME_CALLBACK_HOOKS_5),
+    FN(hooks_buffer_6),
+};
+
+/* ---- CONTEXT_LOCAL_STORAGE: the runtime keeps its per-context state here ---- */
+typedef void (*cls_dtor)(CUcontext ctx, void *key, void *value);
+
+struct cls_entry {
+    CUcontext ctx;
+    void *key;
+    void *value;
+    cls_dtor dtor;
+    struct cls_entry *next;
+};
+
+static struct cls_entry *cls_head;
+static pthread_mutex_t cls_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult cls_context(CUcontext *ctx)
+{
+    if (*ctx)
+        return (*ctx)->magic == SHIM_MAGIC_CTX ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    *ctx = c;
+    return r;
+}
+
+static CUresult cls_put(CUcontext ctx, void *key, void *value, cls_dtor dtor)
+{
+    CUresult r = cls_context(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&cls_lock);
+    struct cls_entry *e = cls_head;
+    while (e && !(e->ctx == ctx && e->key == key))
+        e = e->next;
+    if (!e && (e = calloc(1, sizeof *e))) {
+        e->ctx = ctx;
+        e->key = key;
+        e->next = cls_head;
+        cls_head = e;
+    }
+    if (e) {
+        e->value = value;
+        e->dtor = dtor;
+    }
+    pthread_mutex_unlock(&cls_lock);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult cls_delete(CUcontext ctx, void *key)
+{
+    CUresult r = cls_context(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&cls_lock);
+    r = CUDA_ERROR_INVALID_HANDLE;
+    for (struct cls_entry **p = &cls_head; *p; p = &(*p)->next) {
+        if ((*p)->ctx == ctx && (*p)->key == key) {
+            struct cls_entry *e = *p;
+            *p = e->next;
+            free(e);
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cls_lock);
+    return r;
+}
+
+static CUresult cls_get(void **value, CUcontext ctx, void *key)
+{
+    CUresult r = cls_context(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cls_lock);
+    r = CUDA_ERROR_INVALID_HANDLE;
+    for (struct cls_entry *e = cls_head; e; e = e->next) {
+        if (e->ctx == ctx && e->key == key) {
+            *value = e->value;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cls_lock);
+    return r;
+}
+
+void shim_context_storage_release(CUcontext ctx)
+{
+    /* Taken out under the lock, destroyed outside it: a destructor may call back into the driver. */
+    pthread_mutex_lock(&cls_lock);
+    struct cls_entry *mine = NULL;
+    for (struct cls_entry **p = &cls_head; *p;) {
+        struct cls_entry *e = *p;
+        if (e->ctx == ctx) {
+            *p = e->next;
+            e->next = mine;
+            mine = e;
+        } else {
+            p = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&cls_lock);
+    while (mine) {
+        struct cls_entry *e = mine;
+        mine = e->next;
+        if (e->dtor)
+            e->dtor(ctx, e->key, e->value);
+        free(e);
+    }
+}
+
+static const void *context_local_storage[4] = {FN(cls_put), FN(cls_delete), FN(cls_get), NULL};
+
+/* ---- CONTEXT_CHECKS ---- */
+static CUresult checks_2(CUcontext ctx, uint32_t *r1, const void **r2)
+{
+    (void)ctx;
+    (void)r2;
+    if (r1)
+        *r1 = 0;
+    return CUDA_SUCCESS;
+}
+
+static uint32_t checks_3(void)
+{
+    return 0;
+}
+
+static const void *context_checks[15] = {
+    (const void *)(uintptr_t)(15 * sizeof(void *)),
+    FN(unknown_CONTEXT_CHECKS_1), /* must not be NULL: cublasCreate calls it and copes with an error */
+    FN(checks_2),
+    FN(checks_3),
+    FN(unknown_CONTEXT_CHECKS_4),
+    FN(unknown_CONTEXT_CHECKS_5),
+    FN(unknown_CONTEXT_CHECKS_6),
+    FN(unknown_CONTEXT_CHECKS_7),
+    FN(unknown_CONTEXT_CHECKS_8),
+    FN(unknown_CONTEXT_CHECKS_9),
+    FN(unknown_CONTEXT_CHECKS_10),
+    FN(unknown_CONTEXT_CHECKS_11),
+    FN(unknown_CONTEXT_CHECKS_12),
+    FN(unknown_CONTEXT_CHECKS_13),
+    FN(unknown_CONTEXT_CHECKS_14),
+};
+
+/* ---- INTEGRITY_CHECK ---- */
+static const void *integrity_check[3];
+
+static CUresult integrity_fn(uint32_t version, uint64_t unix_seconds, uint64_t out[2])
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The facts the runtime can also see through the driver API: they must be what cumux reports. */
+    struct cumux_integrity_device devs[CUMUX_MAX_DEVICES];
+    int n = shim.initialized ? shim.device_count : 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(devs[i].uuid, shim.devices[i].uuid, 16);
+        devs[i].pci_domain = shim.devices[i].attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID];
+        devs[i].pci_bus = shim.devices[i].attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID];
+        devs[i].pci_device = shim.devices[i].attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID];
+    }
+    int driver_version = 0;
+    cuDriverGetVersion(&driver_version);
+    cumux_integrity_answer((uint32_t)driver_version, version, (uint32_t)getpid(), (uint32_t)pthread_self(),
+                           cudart_interface, integrity_check, FN(integrity_fn), unix_seconds, devs, n, out);
+    return CUDA_SUCCESS;
+}
+
+static const void *integrity_check[3] = {
+    (const void *)(uintptr_t)(3 * sizeof(void *)),
+    FN(integrity_fn),
+    FN(unknown_INTEGRITY_CHECK_2),
+};
+
+/* ---- the lookup ---- */
+static const struct {
+    const char *name;
+    uint8_t uuid[16];
+    const void *const *table;
+} tables[] = {
+    {"CUDART_INTERFACE", {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9},
+     cudart_interface},
+    {"TOOLS_TLS", {0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc},
+     tools_tls},
+    {"TOOLS_RUNTIME_CALLBACK_HOOKS",
+     {0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66},
+     tools_hooks},
+    {"CONTEXT_LOCAL_STORAGE",
+     {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93},
+     context_local_storage},
+    {"CONTEXT_CHECKS", {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e},
+     context_checks},
+    {"INTEGRITY_CHECK", {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
+     integrity_check},
+};
+
+CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+    if (!table || !id)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        if (!memcmp(tables[i].uuid, id->bytes, 16)) {
+            cumux_debugf("cuGetExportTable: %s", tables[i].name);
+            *table = tables[i].table;
+            return CUDA_SUCCESS;
+        }
+    }
+    /* Unknown tables (f8cff951... among them: answering it would make the runtime skip its start-up)
+     * are not found, and named once in the log. */
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->bytes[i]);
+    static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+    static char seen[32][33];
+    static int nseen;
+    pthread_mutex_lock(&seen_lock);
+    int known = 0;
+    for (int i = 0; i < nseen; i++)
+        known |= !strcmp(seen[i], hex);
+    if (!known && nseen < 32)
+        memcpy(seen[nseen++], hex, 33);
+    pthread_mutex_unlock(&seen_lock);
+    if (!known)
+        cumux_logf("cuGetExportTable: unknown table %s: CUDA_ERROR_NOT_FOUND", hex);
+    *table = NULL;
+    return CUDA_ERROR_NOT_FOUND;
+}
