@@ -125,6 +125,24 @@ CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 }
 
 /* ---- pinned host memory: a memfd mapped by both processes, registered with CUDA by the server ---- */
+#define PINNED_REGISTERED (1ull << 63) /* range tag: memory of the program's, registered in place */
+
+/* Hand the server a memfd of host memory mapped here at `mine`; it maps it (at the same address when it
+ * can) and registers it with CUDA. */
+static CUresult share_with_server(int fd, void *mine, size_t len, unsigned flags, uint64_t *server_addr)
+{
+    struct cumux_host_alloc m = {.size = len, .flags = flags, .client_addr = (uint64_t)(uintptr_t)mine};
+    struct cumux_u64_reply rep;
+    /* The descriptor and the command must reach the server in the same order as other threads' pairs. */
+    pthread_mutex_lock(&shim.sock_lock);
+    CUresult r = shim_send_fd(fd);
+    if (r == CUDA_SUCCESS)
+        r = shim_call(CUMUX_OP_HOST_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
+    pthread_mutex_unlock(&shim.sock_lock);
+    if (r == CUDA_SUCCESS)
+        *server_addr = rep.value;
+    return r;
+}
 CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
     struct CUctx_st *c;
@@ -147,20 +165,13 @@ CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    struct cumux_host_alloc m = {.size = len, .flags = flags, .client_addr = (uint64_t)(uintptr_t)mine};
-    struct cumux_u64_reply rep;
-    /* The descriptor and the command must reach the server in the same order as other threads' pairs. */
-    pthread_mutex_lock(&shim.sock_lock);
-    r = shim_send_fd(fd);
-    if (r == CUDA_SUCCESS)
-        r = shim_call(CUMUX_OP_HOST_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
-    pthread_mutex_unlock(&shim.sock_lock);
+    uint64_t server_addr;
+    r = share_with_server(fd, mine, len, flags, &server_addr);
     if (r != CUDA_SUCCESS) {
         munmap(mine, len);
         close(fd);
         return r;
     }
-    uint64_t server_addr = rep.value;
     if (server_addr != (uint64_t)(uintptr_t)mine) {
         /* The server mapped it elsewhere: move ours there if we can, so that both agree on the address. */
         void *moved = mmap((void *)(uintptr_t)server_addr, len, PROT_READ | PROT_WRITE,
@@ -191,7 +202,10 @@ CUresult cuMemFreeHost(void *p)
         return CUDA_ERROR_NOT_INITIALIZED;
     struct cumux_range r;
     pthread_rwlock_wrlock(&shim.ranges_lock);
-    int found = cumux_ranges_remove(&shim.pinned_ranges, (uint64_t)(uintptr_t)p, &r);
+    const struct cumux_range *f = cumux_ranges_find(&shim.pinned_ranges, (uint64_t)(uintptr_t)p);
+    int found = f && f->base == (uint64_t)(uintptr_t)p && !(f->tag & PINNED_REGISTERED)
+                    ? cumux_ranges_remove(&shim.pinned_ranges, (uint64_t)(uintptr_t)p, &r)
+                    : -1;
     pthread_rwlock_unlock(&shim.ranges_lock);
     if (found < 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -226,6 +240,76 @@ CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
         return CUDA_ERROR_INVALID_VALUE;
     *flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
     return CUDA_SUCCESS;
+}
+
+/* cuMemHostRegister: the program's own pages are moved, in place, into a memfd (contents copied, then
+ * the same addresses mapped over it), which the server then maps and registers like cuMemHostAlloc's.
+ * Writes another thread makes to those pages during the call may be lost. */
+CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!p || size == 0 || (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                                 CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & CU_MEMHOSTREGISTER_IOMEMORY)
+        return cumux_unsupported("cuMemHostRegister of I/O memory");
+    uintptr_t base = (uintptr_t)p & ~(uintptr_t)4095;
+    uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
+    size_t len = end - base;
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    bool taken = cumux_ranges_find(&shim.pinned_ranges, base) || cumux_ranges_find(&shim.pinned_ranges, end - 1);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    if (taken)
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    int fd = memfd_create("cumux-registered", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t done = 0; done < len;) {
+        ssize_t w = pwrite(fd, (const char *)base + done, len - done, (off_t)done);
+        if (w <= 0) {
+            close(fd);
+            return CUDA_ERROR_INVALID_VALUE; /* not readable memory */
+        }
+        done += (size_t)w;
+    }
+    if (mmap((void *)base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t server_addr;
+    r = share_with_server(fd, (void *)base, len, flags, &server_addr);
+    close(fd);
+    if (r != CUDA_SUCCESS)
+        return r; /* the pages stay file-backed with the same contents: the program sees no difference */
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    cumux_ranges_add(&shim.pinned_ranges, base, len, PINNED_REGISTERED | len, server_addr);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void *p)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    uintptr_t base = (uintptr_t)p & ~(uintptr_t)4095;
+    struct cumux_range r;
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    const struct cumux_range *f = cumux_ranges_find(&shim.pinned_ranges, base);
+    int found = f && f->base == base && (f->tag & PINNED_REGISTERED)
+                    ? cumux_ranges_remove(&shim.pinned_ranges, base, &r)
+                    : -1;
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    if (found < 0)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    /* The pages stay as they are (shared with nobody once the server lets go). */
+    struct cumux_mem_free m = {.ptr = r.extra};
+    return shim_call(CUMUX_OP_HOST_FREE, &m, sizeof m, NULL, 0, NULL);
 }
 
 /* ---- copies ---- */
