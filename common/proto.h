@@ -109,6 +109,7 @@ struct cumux_msg_hdr {
     X(LIBRARY_GET_MODULE, cumux_module_symbol, 0)                                                      \
     X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
     X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
+    X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)                                                         \
     X(STREAM_CREATE, cumux_stream_create, 0)                                                           \
     X(STREAM_DESTROY, cumux_handle_arg, 1)                                                             \
     X(STREAM_SYNC, cumux_handle_arg, 0)                                                                \
@@ -215,6 +216,21 @@ struct cumux_func_attr {
     uint32_t function;
     int32_t attr;
     int32_t value;
+    uint32_t pad;
+};
+
+enum cumux_occupancy_query {
+    CUMUX_OCC_MAX_ACTIVE_BLOCKS = 0,  /* a: block size; reply: blocks per SM */
+    CUMUX_OCC_AVAILABLE_DYN_SMEM = 1, /* a: blocks per SM, b: block size; reply: bytes */
+};
+
+struct cumux_func_occupancy {
+    uint32_t function;
+    uint32_t query; /* cumux_occupancy_query */
+    int32_t a;
+    int32_t b;
+    uint64_t dyn_smem;
+    uint32_t flags;
     uint32_t pad;
 };
 

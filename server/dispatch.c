@@ -896,7 +896,9 @@ static void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod
         cumux_ranges_remove(&c->dev_ranges, mod->globals[i], NULL);
     free(mod->globals);
     /* Unloading waits for every kernel in the context: the reaper does it. */
-    if (mod->kind == CUMUX_IMAGE_LIBRARY)
+    if (mod->borrowed)
+        ; /* the library it came from owns it */
+    else if (mod->kind == CUMUX_IMAGE_LIBRARY)
         srv_reap(REAP_LIBRARY, mod->ctx->gpu, mod->image, mod->image_size, mod->lib);
     else
         srv_reap(REAP_MODULE, mod->ctx->gpu, mod->image, mod->image_size, mod->mod);
@@ -1066,6 +1068,57 @@ static CUresult op_module_get_global(struct srv_client *c, const struct cumux_mo
     return CUDA_SUCCESS;
 }
 
+static CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
+                                      uint32_t *out_len)
+{
+    struct srv_module *lib = handle_get(c, m->module, OBJ_MODULE);
+    if (!lib || lib->kind != CUMUX_IMAGE_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    use_gpu(c, lib->ctx->gpu);
+    struct srv_module *mod = calloc(1, sizeof *mod);
+    if (!mod)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = cuLibraryGetModule(&mod->mod, lib->lib);
+    uint32_t h = 0;
+    if (r == CUDA_SUCCESS) {
+        mod->kind = CUMUX_IMAGE_MODULE;
+        mod->borrowed = true;
+        mod->ctx = lib->ctx;
+        h = handle_new(c, OBJ_MODULE, mod);
+        if (!h)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+        free(mod);
+        return r;
+    }
+    return reply_u64(out, out_len, h);
+}
+
+static CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupancy *m, uint8_t *out,
+                                  uint32_t *out_len)
+{
+    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
+    use_gpu(c, mod ? mod->ctx->gpu : 0);
+    CUfunction fn = f->fn;
+    if (f->is_kernel) /* occupancy queries want the kernel's function in this context */
+        CHECK(cuKernelGetFunction(&fn, (CUkernel)f->fn));
+    if (m->query == CUMUX_OCC_MAX_ACTIVE_BLOCKS) {
+        int blocks = 0;
+        CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, fn, m->a, (size_t)m->dyn_smem, m->flags));
+        return reply_u64(out, out_len, (uint64_t)blocks);
+    }
+    if (m->query == CUMUX_OCC_AVAILABLE_DYN_SMEM) {
+        size_t bytes = 0;
+        CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&bytes, fn, m->a, m->b));
+        return reply_u64(out, out_len, bytes);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
 static CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, bool set, uint8_t *out,
                              uint32_t *out_len)
 {
@@ -1199,7 +1252,8 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_MODULE_UNLOAD: r = op_module_unload(c, body); break;
     case CUMUX_OP_MODULE_GET_FUNCTION: r = op_module_get_function(c, body, out, &out_len); break;
     case CUMUX_OP_MODULE_GET_GLOBAL: r = op_module_get_global(c, body, out, &out_len); break;
-    case CUMUX_OP_LIBRARY_GET_MODULE: r = CUDA_ERROR_NOT_SUPPORTED; break;
+    case CUMUX_OP_LIBRARY_GET_MODULE: r = op_library_get_module(c, body, out, &out_len); break;
+    case CUMUX_OP_FUNC_OCCUPANCY: r = op_func_occupancy(c, body, out, &out_len); break;
     case CUMUX_OP_FUNC_GET_ATTRIBUTE: r = op_func_attr(c, body, false, out, &out_len); break;
     case CUMUX_OP_FUNC_SET_ATTRIBUTE: r = op_func_attr(c, body, true, out, &out_len); break;
     case CUMUX_OP_STREAM_CREATE: r = op_stream_create(c, body, out, &out_len); break;

@@ -64,6 +64,7 @@ struct srv_event {
 
 struct srv_module {
     uint32_t kind; /* cumux_image_kind */
+    bool borrowed; /* a library's module (cuLibraryGetModule): the library unloads it */
     CUmodule mod;
     CUlibrary lib;
     struct srv_ctx *ctx;

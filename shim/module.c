@@ -490,3 +490,125 @@ CUresult cuFuncLoad(CUfunction fn)
         return CUDA_ERROR_INVALID_HANDLE;
     return CUDA_SUCCESS; /* the server loaded it when it was looked up */
 }
+
+CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary lib)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *l = (struct CUmod_st *)lib;
+    if (!l || l->magic != SHIM_MAGIC_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!pmod)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUmod_st *m = calloc(1, sizeof *m);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_module_symbol req = {.module = l->handle};
+    struct cumux_u64_reply rep;
+    CUresult r = shim_call(CUMUX_OP_LIBRARY_GET_MODULE, &req, sizeof req, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS) {
+        free(m);
+        return r;
+    }
+    m->magic = SHIM_MAGIC_MODULE;
+    m->handle = (uint32_t)rep.value;
+    m->ctx = l->ctx;
+    pthread_mutex_init(&m->lock, NULL);
+    *pmod = m;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The server loads as CUDA 13 does by default, lazily, unless told otherwise like any driver. */
+    const char *e = getenv("CUDA_MODULE_LOADING");
+    *mode = e && !strcmp(e, "EAGER") ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+    return CUDA_SUCCESS;
+}
+
+/* ---- occupancy ---- */
+static CUresult occupancy(struct CUfunc_st *f, uint32_t query, int a, int b, size_t dyn, unsigned flags, uint64_t *out)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_func_occupancy req = {.function = f->handle, .query = query, .a = a, .b = b, .dyn_smem = dyn,
+                                       .flags = flags};
+    struct cumux_u64_reply rep;
+    CUresult r = shim_call(CUMUX_OP_FUNC_OCCUPANCY, &req, sizeof req, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS)
+        *out = rep.value;
+    return r;
+}
+
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfunction fn, int block_size, size_t dyn,
+                                                              unsigned int flags)
+{
+    if (!blocks)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    CUresult r = occupancy(fn, CUMUX_OCC_MAX_ACTIVE_BLOCKS, block_size, 0, dyn, flags, &v);
+    if (r == CUDA_SUCCESS)
+        *blocks = (int)v;
+    return r;
+}
+
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction fn, int block_size, size_t dyn)
+{
+    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, fn, block_size, dyn, 0);
+}
+
+CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction fn, int blocks, int block_size)
+{
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    CUresult r = occupancy(fn, CUMUX_OCC_AVAILABLE_DYN_SMEM, blocks, block_size, 0, 0, &v);
+    if (r == CUDA_SUCCESS)
+        *bytes = (size_t)v;
+    return r;
+}
+
+/* The block size with the highest occupancy, searched here: the callback that gives the dynamic shared
+ * memory for a block size lives in this process. */
+CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block_size, CUfunction fn,
+                                                   CUoccupancyB2DSize dyn_of, size_t dyn, int limit, unsigned int flags)
+{
+    if (!min_grid || !block_size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int max_threads = 0;
+    CUresult r = cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (limit > 0 && limit < max_threads)
+        max_threads = limit;
+    const int32_t *a = shim.devices[fn->module->ctx->device].attrs;
+    int warp = a[CU_DEVICE_ATTRIBUTE_WARP_SIZE] > 0 ? a[CU_DEVICE_ATTRIBUTE_WARP_SIZE] : 32;
+    int best_threads = 0, best_size = 0, best_blocks = 0;
+    for (int bs = max_threads - max_threads % warp; bs > 0; bs -= warp) {
+        size_t d = dyn_of ? dyn_of(bs) : dyn;
+        int blocks = 0;
+        r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, fn, bs, d, flags);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (blocks * bs > best_threads) {
+            best_threads = blocks * bs;
+            best_size = bs;
+            best_blocks = blocks;
+        }
+    }
+    *block_size = best_size;
+    *min_grid = best_blocks * a[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size, CUfunction fn, CUoccupancyB2DSize dyn_of,
+                                          size_t dyn, int limit)
+{
+    return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block_size, fn, dyn_of, dyn, limit, 0);
+}

@@ -278,3 +278,55 @@ CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 {
     return cuEventElapsedTime_v2(ms, a, b);
 }
+
+/* ---- capture status: cumux does not capture streams yet (cuStreamBeginCapture is not supported),
+ * so a valid stream is never capturing ---- */
+static CUresult not_capturing(CUstream h, CUstreamCaptureStatus *status)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
+{
+    return not_capturing(h, status);
+}
+
+CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    (void)id;
+    if (graph)
+        *graph = NULL;
+    if (deps)
+        *deps = NULL;
+    if (edges)
+        *edges = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    return not_capturing(h, status);
+}
+
+/* The older forms of the same query (cuda.h maps the plain name to _v3). */
+#undef cuStreamGetCaptureInfo
+CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id);
+CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                   const CUgraphNode **deps, size_t *ndeps);
+
+CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id)
+{
+    (void)id;
+    return not_capturing(h, status);
+}
+
+CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                   const CUgraphNode **deps, size_t *ndeps)
+{
+    return cuStreamGetCaptureInfo_v3(h, status, id, graph, deps, NULL, ndeps);
+}
