@@ -126,7 +126,14 @@ struct cumux_msg_hdr {
     X(COPY_HTOD_STAGED, cumux_copy_staged, 1)                                                          \
     X(COPY_DTOH_STAGED, cumux_copy_staged, 0)                                                          \
     X(MEMSET, cumux_memset, 1)                                                                         \
-    X(LAUNCH, cumux_launch, 1)
+    X(LAUNCH, cumux_launch, 1)                                                                         \
+    X(POOL_DEFAULT, cumux_pool_op, 0)                                                                  \
+    X(POOL_CREATE, cumux_pool_op, 0)                                                                   \
+    X(POOL_DESTROY, cumux_pool_op, 0)                                                                  \
+    X(POOL_ATTRIBUTE, cumux_pool_op, 0)                                                                \
+    X(POOL_TRIM, cumux_pool_op, 0)                                                                     \
+    X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)                                                       \
+    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)
 
 /* oneway: 1 = must be one-way, 0 = must be answered, 2 = either (a synchronous copy is answered). */
 
@@ -167,6 +174,28 @@ struct cumux_mem_alloc {
 };
 
 struct cumux_mem_free {
+    uint64_t ptr;
+};
+
+/* Memory pools: each client has its own default pool per device, so that its attributes (release
+ * threshold...) and its memory are its own. */
+struct cumux_pool_op {
+    uint32_t pool;   /* handle; DEFAULT/CREATE: unused */
+    int32_t device;  /* DEFAULT/CREATE */
+    int32_t attr;    /* ATTRIBUTE: CUmemPool_attribute */
+    uint32_t set;    /* ATTRIBUTE: 1 to set */
+    uint64_t value;  /* ATTRIBUTE: the value; TRIM: bytes to keep; CREATE: maximum size (0: default) */
+};
+
+struct cumux_mem_alloc_async {
+    uint32_t stream;
+    uint32_t pool;
+    uint64_t size;
+};
+
+struct cumux_mem_free_async {
+    uint32_t stream;
+    uint32_t pad;
     uint64_t ptr;
 };
 

@@ -464,6 +464,139 @@ static CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
     return CUDA_SUCCESS;
 }
 
+/* ---------------------------------------------------------------- memory pools */
+
+static CUresult pool_new(struct srv_client *c, int gpu, uint64_t max_size, bool is_default, struct srv_pool **out)
+{
+    use_gpu(c, gpu);
+    struct srv_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUmemPoolProps props = {0};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = srv_gpus[gpu].dev;
+    props.maxSize = (size_t)max_size;
+    CUresult r = cuMemPoolCreate(&p->pool, &props);
+    if (r == CUDA_SUCCESS && !(p->handle = handle_new(c, OBJ_POOL, p))) {
+        cuMemPoolDestroy(p->pool);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+        free(p);
+        return r;
+    }
+    p->gpu = gpu;
+    p->is_default = is_default;
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+/* The client's own default pool of a GPU: its memory and attributes are nobody else's. */
+static CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out)
+{
+    if (!c->default_pool[gpu])
+        CHECK(pool_new(c, gpu, 0, true, &c->default_pool[gpu]));
+    *out = c->default_pool[gpu];
+    return CUDA_SUCCESS;
+}
+
+static void pool_free(struct srv_client *c, struct srv_pool *p)
+{
+    handle_drop(c, p->handle);
+    if (c->default_pool[p->gpu] == p)
+        c->default_pool[p->gpu] = NULL;
+    srv_reap(REAP_POOL, p->gpu, NULL, 0, p->pool); /* may wait for the context: not on this worker */
+    free(p);
+}
+
+static CUresult op_pool(struct srv_client *c, uint16_t op, const struct cumux_pool_op *m, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_pool *p = NULL;
+    switch (op) {
+    case CUMUX_OP_POOL_DEFAULT:
+    case CUMUX_OP_POOL_CREATE:
+        if (m->device < 0 || m->device >= srv_gpu_count)
+            return CUDA_ERROR_INVALID_DEVICE;
+        if (op == CUMUX_OP_POOL_DEFAULT)
+            CHECK(default_pool(c, m->device, &p));
+        else
+            CHECK(pool_new(c, m->device, m->value, false, &p));
+        return reply_u64(out, out_len, p->handle);
+    default:
+        break;
+    }
+    p = handle_get(c, m->pool, OBJ_POOL);
+    if (!p)
+        return CUDA_ERROR_INVALID_HANDLE;
+    use_gpu(c, p->gpu);
+    switch (op) {
+    case CUMUX_OP_POOL_DESTROY:
+        if (p->is_default)
+            return CUDA_ERROR_INVALID_VALUE; /* as the driver answers for a device's default pool */
+        pool_free(c, p);
+        return CUDA_SUCCESS;
+    case CUMUX_OP_POOL_TRIM:
+        return cuMemPoolTrimTo(p->pool, (size_t)m->value);
+    case CUMUX_OP_POOL_ATTRIBUTE: {
+        /* Three attributes are ints, the others 64-bit. */
+        bool is_int = m->attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+                      m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+                      m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+        int iv = (int)m->value;
+        cuuint64_t uv = m->value;
+        void *v = is_int ? (void *)&iv : (void *)&uv;
+        if (m->set)
+            return cuMemPoolSetAttribute(p->pool, (CUmemPool_attribute)m->attr, v);
+        CHECK(cuMemPoolGetAttribute(p->pool, (CUmemPool_attribute)m->attr, v));
+        return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
+    }
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m, uint8_t *out,
+                                   uint32_t *out_len)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    struct srv_pool *p = handle_get(c, m->pool, OBJ_POOL);
+    if (!s || !p)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->size == 0 || p->gpu != s->ctx->gpu)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(before_op(s));
+    CUdeviceptr ptr;
+    CUresult r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, p->pool, s->cu);
+    after_op(s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (cumux_ranges_add(&c->dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)p->gpu) < 0) {
+        cuMemFreeAsync(ptr, s->cu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    atomic_fetch_add(&c->mem_bytes, m->size);
+    return reply_u64(out, out_len, ptr);
+}
+
+static CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
+    if (!r || r->base != m->ptr || r->tag != RANGE_ALLOC)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_range gone;
+    cumux_ranges_remove(&c->dev_ranges, m->ptr, &gone);
+    atomic_fetch_sub(&c->mem_bytes, gone.size);
+    CHECK(before_op(s));
+    CUresult res = cuMemFreeAsync(m->ptr, s->cu);
+    after_op(s);
+    return res;
+}
+
 static CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, uint8_t *out, uint32_t *out_len)
 {
     struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
@@ -475,8 +608,10 @@ static CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc 
     CHECK(mem_stream(c, x->gpu, &ms));
     /* From the device's pool, on the client's own memory stream: cuMemFree of ordinary allocations waits
      * for every kernel in the context, that is for every client; a stream-ordered free waits for none. */
+    struct srv_pool *pool;
+    CHECK(default_pool(c, x->gpu, &pool));
     CUdeviceptr p;
-    CHECK(cuMemAllocFromPoolAsync(&p, (size_t)m->size, srv_gpus[x->gpu].pool, ms));
+    CHECK(cuMemAllocFromPoolAsync(&p, (size_t)m->size, pool->pool, ms));
     CUresult r = cuStreamSynchronize(ms); /* usable on any stream once this returns, as cuMemAlloc's */
     if (r != CUDA_SUCCESS || cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)x->gpu) < 0) {
         cuMemFreeAsync(p, ms);
@@ -1273,6 +1408,13 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_COPY_DTOH_STAGED: r = op_copy_dtoh_staged(c, body); break;
     case CUMUX_OP_MEMSET: r = op_memset(c, body); break;
     case CUMUX_OP_LAUNCH: r = op_launch(c, body, payload, payload_len); break;
+    case CUMUX_OP_POOL_DEFAULT:
+    case CUMUX_OP_POOL_CREATE:
+    case CUMUX_OP_POOL_DESTROY:
+    case CUMUX_OP_POOL_ATTRIBUTE:
+    case CUMUX_OP_POOL_TRIM: r = op_pool(c, hdr->op, body, out, &out_len); break;
+    case CUMUX_OP_MEM_ALLOC_ASYNC: r = op_mem_alloc_async(c, body, out, &out_len); break;
+    case CUMUX_OP_MEM_FREE_ASYNC: r = op_mem_free_async(c, body); break;
     default: return -1;
     }
     if (slot) {
@@ -1308,13 +1450,6 @@ void srv_client_release_all(struct srv_client *c)
         if (x)
             ctx_free(c, x);
     }
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        if (c->handles[h - 1].type != OBJ_NONE) /* anything left is a bug: say so rather than leak quietly */
-            cumux_logf("client %u: handle %u of type %d left after cleanup", c->id, h, c->handles[h - 1].type);
-    }
-    free(c->handles);
-    c->handles = NULL;
-    c->nhandles = c->caphandles = 0;
     while (c->dev_ranges.n) {
         struct cumux_range r = c->dev_ranges.v[c->dev_ranges.n - 1];
         cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
@@ -1332,11 +1467,24 @@ void srv_client_release_all(struct srv_client *c)
             cuStreamSynchronize(c->mem_stream[g]);
             cuStreamDestroy(c->mem_stream[g]);
             /* Give the freed memory back to the device now, not at the pool's leisure. */
-            cuMemPoolTrimTo(srv_gpus[g].pool, 0);
+            if (c->default_pool[g])
+                cuMemPoolTrimTo(c->default_pool[g]->pool, 0);
         }
     }
     if (c->mem_event)
         cuEventDestroy(c->mem_event);
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_pool *p = handle_get(c, h, OBJ_POOL);
+        if (p)
+            pool_free(c, p);
+    }
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        if (c->handles[h - 1].type != OBJ_NONE) /* anything left is a bug: say so rather than leak quietly */
+            cumux_logf("client %u: handle %u of type %d left after cleanup", c->id, h, c->handles[h - 1].type);
+    }
+    free(c->handles);
+    c->handles = NULL;
+    c->nhandles = c->caphandles = 0;
     while (c->host_ranges.n)
         host_release(c, c->host_ranges.v[0].base);
     cumux_ranges_free(&c->host_ranges);

@@ -41,6 +41,10 @@ static void run_job(struct reap_job *j)
         if (j->ptr)
             munmap(j->ptr, j->len);
         break;
+    case REAP_POOL:
+        cuMemPoolTrimTo((CUmemoryPool)j->handle, 0);
+        cuMemPoolDestroy((CUmemoryPool)j->handle);
+        break;
     case REAP_LIBRARY:
         cuLibraryUnload((CUlibrary)j->handle);
         if (j->ptr)

@@ -28,7 +28,14 @@ int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */
 void srv_gpus_fini(void);
 
 /* ---- per-client objects, named to the client by small integer handles ---- */
-enum srv_obj_type { OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION };
+enum srv_obj_type { OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION, OBJ_POOL };
+
+struct srv_pool {
+    CUmemoryPool pool;
+    int gpu;
+    uint32_t handle;
+    bool is_default; /* the client's default pool of its GPU: not destroyed by the client */
+};
 
 enum srv_stream_kind { STREAM_LEGACY, STREAM_BLOCKING, STREAM_NONBLOCKING };
 
@@ -112,6 +119,7 @@ struct srv_client {
     int current_gpu;
     bool staging_registered;
     CUstream mem_stream[CUMUX_MAX_DEVICES]; /* allocations and frees, ordered after the client's own work */
+    struct srv_pool *default_pool[CUMUX_MAX_DEVICES];
     CUevent mem_event;
     CUevent stage_event[CUMUX_STAGING_SLOTS];
     bool stage_pending[CUMUX_STAGING_SLOTS];
@@ -131,7 +139,7 @@ void srv_client_free(struct srv_client *c);
 extern int srv_wake_fd; /* a worker writes here when it finishes */
 
 /* reaper.c: calls that wait for the whole shared context, run off the clients' workers */
-enum reap_kind { REAP_HOST_MEMORY, REAP_UNMAP, REAP_MODULE, REAP_LIBRARY };
+enum reap_kind { REAP_HOST_MEMORY, REAP_UNMAP, REAP_MODULE, REAP_LIBRARY, REAP_POOL };
 void srv_reap(enum reap_kind kind, int gpu, void *ptr, size_t len, void *handle);
 int srv_reaper_start(void);
 void srv_reaper_stop(void);

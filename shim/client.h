@@ -68,6 +68,16 @@ struct CUfunc_st {
     struct CUfunc_st *next;
 };
 
+#define SHIM_MAGIC_POOL 0x504f4f31u
+
+/* A memory pool: the client's default pool of a device, or one it created. */
+struct CUmemPoolHandle_st {
+    uint32_t magic;
+    uint32_t handle;
+    int device;
+    bool is_default;
+};
+
 struct shim_state {
     bool initialized;
     int sock;
@@ -88,6 +98,8 @@ struct shim_state {
     int primary_refs[CUMUX_MAX_DEVICES];
     unsigned primary_flags[CUMUX_MAX_DEVICES];
     pthread_mutex_t ctx_lock;
+    struct CUmemPoolHandle_st *default_pool[CUMUX_MAX_DEVICES];
+    struct CUmemPoolHandle_st *current_pool[CUMUX_MAX_DEVICES];
 };
 
 extern struct shim_state shim;
@@ -122,6 +134,8 @@ void shim_context_storage_release(CUcontext ctx);
 
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
+/* Take an allocation (not a module global) out of the shim's table; false when p starts none. */
+bool shim_forget_device_range(uint64_t p);
 #define SHIM_RANGE_GLOBAL (1ull << 32) /* a module global: not freed by cuMemFree */
 void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, bool global);
 

@@ -22,6 +22,17 @@ void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, b
     pthread_rwlock_unlock(&shim.ranges_lock);
 }
 
+bool shim_forget_device_range(uint64_t p)
+{
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    const struct cumux_range *rg = cumux_ranges_find(&shim.dev_ranges, p);
+    bool ok = rg && rg->base == p && !(rg->tag & SHIM_RANGE_GLOBAL);
+    if (ok)
+        cumux_ranges_remove(&shim.dev_ranges, p, NULL);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return ok;
+}
+
 bool shim_is_device_ptr(uint64_t p, uint64_t len)
 {
     pthread_rwlock_rdlock(&shim.ranges_lock);
@@ -77,13 +88,7 @@ CUresult cuMemFree(CUdeviceptr p)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (p == 0)
         return CUDA_SUCCESS;
-    pthread_rwlock_wrlock(&shim.ranges_lock);
-    const struct cumux_range *rg = cumux_ranges_find(&shim.dev_ranges, p);
-    bool ok = rg && rg->base == p && !(rg->tag & SHIM_RANGE_GLOBAL);
-    if (ok)
-        cumux_ranges_remove(&shim.dev_ranges, p, NULL);
-    pthread_rwlock_unlock(&shim.ranges_lock);
-    if (!ok)
+    if (!shim_forget_device_range(p))
         return CUDA_ERROR_INVALID_VALUE;
     struct cumux_mem_free m = {.ptr = p};
     return shim_call(CUMUX_OP_MEM_FREE, &m, sizeof m, NULL, 0, NULL);

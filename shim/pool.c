@@ -1,0 +1,184 @@
+/* Stream-ordered allocation and memory pools. Each client has a default pool per device of its own in
+ * the server, so that its attributes and its memory concern it alone. */
+#include <stdlib.h>
+
+#include "shim/client.h"
+
+static CUresult pool_call(uint16_t op, uint32_t pool, int device, int attr, int set, uint64_t value, uint64_t *out)
+{
+    struct cumux_pool_op m = {.pool = pool, .device = device, .attr = attr, .set = (uint32_t)set, .value = value};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(op, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && out)
+        *out = rep.value;
+    return r;
+}
+
+static CUresult pool_object(uint32_t handle, int device, bool is_default, CUmemoryPool *out)
+{
+    struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (struct CUmemPoolHandle_st){SHIM_MAGIC_POOL, handle, device, is_default};
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&shim.ctx_lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!shim.default_pool[dev]) {
+        uint64_t h;
+        r = pool_call(CUMUX_OP_POOL_DEFAULT, 0, dev, 0, 0, 0, &h);
+        if (r == CUDA_SUCCESS)
+            r = pool_object((uint32_t)h, dev, true, &shim.default_pool[dev]);
+    }
+    if (r == CUDA_SUCCESS)
+        *pool = shim.default_pool[dev];
+    pthread_mutex_unlock(&shim.ctx_lock);
+    return r;
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    if (dev >= 0 && dev < shim.device_count && shim.current_pool[dev] && pool) {
+        *pool = shim.current_pool[dev];
+        return CUDA_SUCCESS;
+    }
+    return cuDeviceGetDefaultMemPool(pool, dev);
+}
+
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!pool || pool->magic != SHIM_MAGIC_POOL || pool->device != dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    shim.current_pool[dev] = pool;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE)
+        return cumux_unsupported("cuMemPoolCreate with shareable handles");
+    int dev = props->location.id;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    uint64_t h;
+    CUresult r = pool_call(CUMUX_OP_POOL_CREATE, 0, dev, 0, 0, props->maxSize, &h);
+    return r == CUDA_SUCCESS ? pool_object((uint32_t)h, dev, false, pool) : r;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool || pool->magic != SHIM_MAGIC_POOL || pool->is_default)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = pool_call(CUMUX_OP_POOL_DESTROY, pool->handle, 0, 0, 0, 0, NULL);
+    if (r == CUDA_SUCCESS) {
+        if (shim.current_pool[pool->device] == pool)
+            shim.current_pool[pool->device] = NULL;
+        pool->magic = SHIM_MAGIC_DEAD; /* kept allocated: stale handles fail their check */
+    }
+    return r;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    if (!pool || pool->magic != SHIM_MAGIC_POOL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return pool_call(CUMUX_OP_POOL_TRIM, pool->handle, 0, 0, 0, keep, NULL);
+}
+
+static bool int_attribute(CUmemPool_attribute a)
+{
+    return a == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || a == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+           a == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    if (!pool || pool->magic != SHIM_MAGIC_POOL || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v = int_attribute(attr) ? (uint64_t)(int64_t) * (int *)value : *(cuuint64_t *)value;
+    return pool_call(CUMUX_OP_POOL_ATTRIBUTE, pool->handle, 0, (int)attr, 1, v, NULL);
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    if (!pool || pool->magic != SHIM_MAGIC_POOL || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    CUresult r = pool_call(CUMUX_OP_POOL_ATTRIBUTE, pool->handle, 0, (int)attr, 0, 0, &v);
+    if (r == CUDA_SUCCESS) {
+        if (int_attribute(attr))
+            *(int *)value = (int)v;
+        else
+            *(cuuint64_t *)value = v;
+    }
+    return r;
+}
+
+/* ---- stream-ordered allocation ---- */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream hstream)
+{
+    if (!dptr || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t stream;
+    struct CUctx_st *ctx;
+    CUresult r = shim_resolve_stream(hstream, &stream, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pool && (r = cuDeviceGetMemPool(&pool, ctx->device)) != CUDA_SUCCESS)
+        return r;
+    if (pool->magic != SHIM_MAGIC_POOL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_mem_alloc_async m = {.stream = stream, .pool = pool->handle, .size = size};
+    struct cumux_u64_reply rep;
+    r = shim_call(CUMUX_OP_MEM_ALLOC_ASYNC, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    shim_add_device_range(rep.value, size, ctx, false);
+    *dptr = (CUdeviceptr)rep.value;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return alloc_async(dptr, size, NULL, s);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
+{
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(dptr, size, pool, s);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream hstream)
+{
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!shim_forget_device_range(p))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_mem_free_async m = {.stream = stream, .ptr = p};
+    return shim_send(CUMUX_OP_MEM_FREE_ASYNC, &m, sizeof m, NULL, 0);
+}
