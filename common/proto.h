@@ -53,6 +53,7 @@ struct cumux_welcome {
 #define CUMUX_STAGING_SLOTS 4
 #define CUMUX_STAGING_BYTES (8u << 20)
 #define CUMUX_NO_REPLY 0xffffu
+#define CUMUX_HOSTFN_RING 256
 
 /* Staging slot states (futex words). H2D: FREE -> (client fills) FULL -> (server's DMA done) FREE.
  * D2H: FREE -> (server's DMA done) READY -> (client copied out) FREE. */
@@ -76,6 +77,11 @@ struct cumux_shm {
     _Atomic uint32_t server_sleeping;             /* set while it sleeps: the client rings */
     alignas(64) _Atomic uint32_t stage_state[CUMUX_STAGING_SLOTS];
     _Atomic uint32_t stage_seq[CUMUX_STAGING_SLOTS]; /* bumped on every state change, futex word */
+    /* Host functions (cuLaunchHostFunc): when a stream reaches one, the server posts its id here and
+     * waits until the client's callback thread has run it. */
+    alignas(64) _Atomic uint32_t hostfn_posted; /* futex word: ids posted so far */
+    _Atomic uint32_t hostfn_done;               /* futex word: ids run so far */
+    uint64_t hostfn_ids[CUMUX_HOSTFN_RING];
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];
     alignas(4096) uint8_t staging[CUMUX_STAGING_SLOTS][CUMUX_STAGING_BYTES];
@@ -133,7 +139,8 @@ struct cumux_msg_hdr {
     X(POOL_ATTRIBUTE, cumux_pool_op, 0)                                                                \
     X(POOL_TRIM, cumux_pool_op, 0)                                                                     \
     X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)                                                       \
-    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)
+    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)                                                        \
+    X(HOST_FUNC, cumux_host_func, 1)
 
 /* oneway: 1 = must be one-way, 0 = must be answered, 2 = either (a synchronous copy is answered). */
 
@@ -197,6 +204,13 @@ struct cumux_mem_free_async {
     uint32_t stream;
     uint32_t pad;
     uint64_t ptr;
+};
+
+/* A host function to run in the client when the stream reaches this point. */
+struct cumux_host_func {
+    uint32_t stream;
+    uint32_t pad;
+    uint64_t id; /* the client's own number for the function and its argument */
 };
 
 struct cumux_host_alloc {

@@ -62,6 +62,7 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id)
     if (!c)
         return NULL;
     c->id = id;
+    pthread_mutex_init(&c->hostfn_lock, NULL);
     c->pid = pid;
     c->uid = uid;
     c->sock = sock;

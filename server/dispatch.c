@@ -976,6 +976,54 @@ static CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_cop
     return take_pending(c, r);
 }
 
+/* ---------------------------------------------------------------- host functions */
+
+struct hostfn_job {
+    struct srv_client *c;
+    uint64_t id;
+};
+
+/* Runs on the driver's host-function thread when the stream gets there: hands the function to the client
+ * and holds the stream until the client has run it, as CUDA does. A client that goes away releases it. */
+static void CUDA_CB hostfn_trampoline(void *arg)
+{
+    struct hostfn_job *j = arg;
+    struct srv_client *c = j->c;
+    struct cumux_shm *shm = c->shm;
+    pthread_mutex_lock(&c->hostfn_lock);
+    uint32_t n = atomic_load(&shm->hostfn_posted);
+    shm->hostfn_ids[n % CUMUX_HOSTFN_RING] = j->id;
+    atomic_store(&shm->hostfn_posted, n + 1);
+    pthread_mutex_unlock(&c->hostfn_lock);
+    cumux_futex_wake(&shm->hostfn_posted, 1);
+    for (;;) {
+        uint32_t done = atomic_load(&shm->hostfn_done);
+        if ((int32_t)(done - (n + 1)) >= 0 || atomic_load(&c->dead))
+            break;
+        cumux_futex_wait(&shm->hostfn_done, done, 100000000);
+    }
+    free(j);
+}
+
+static CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hostfn_job *j = malloc(sizeof *j);
+    if (!j)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    j->c = c;
+    j->id = m->id;
+    CUresult r = before_op(s);
+    if (r == CUDA_SUCCESS)
+        r = cuLaunchHostFunc(s->cu, hostfn_trampoline, j);
+    after_op(s);
+    if (r != CUDA_SUCCESS)
+        free(j);
+    return r;
+}
+
 static CUresult op_memset(struct srv_client *c, const struct cumux_memset *m)
 {
     struct srv_stream *s = stream_get(c, m->stream);
@@ -1415,6 +1463,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_POOL_TRIM: r = op_pool(c, hdr->op, body, out, &out_len); break;
     case CUMUX_OP_MEM_ALLOC_ASYNC: r = op_mem_alloc_async(c, body, out, &out_len); break;
     case CUMUX_OP_MEM_FREE_ASYNC: r = op_mem_free_async(c, body); break;
+    case CUMUX_OP_HOST_FUNC: r = op_host_func(c, body); break;
     default: return -1;
     }
     if (slot) {

@@ -121,6 +121,7 @@ struct srv_client {
     CUstream mem_stream[CUMUX_MAX_DEVICES]; /* allocations and frees, ordered after the client's own work */
     struct srv_pool *default_pool[CUMUX_MAX_DEVICES];
     CUevent mem_event;
+    pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
     CUevent stage_event[CUMUX_STAGING_SLOTS];
     bool stage_pending[CUMUX_STAGING_SLOTS];
 

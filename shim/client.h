@@ -132,6 +132,9 @@ void shim_memcpy(void *dst, const void *src, size_t len);
 /* export_tables.c: the runtime's per-context storage goes when its context goes */
 void shim_context_storage_release(CUcontext ctx);
 
+/* hostfn.c */
+void shim_hostfn_after_fork(void);
+
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
 /* Take an allocation (not a module global) out of the shim's table; false when p starts none. */

@@ -1,0 +1,125 @@
+/* Host functions and stream callbacks (cuLaunchHostFunc, cuStreamAddCallback). They must run in this
+ * process, with this process's memory: the server holds the stream at that point and posts the
+ * function's id into the channel; a thread of the shim runs it and says so. */
+#include <stdlib.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "shim/client.h"
+
+struct pending_fn {
+    uint64_t id; /* 0: free */
+    CUhostFn fn;
+    CUstreamCallback cb;
+    CUstream stream;
+    void *data;
+};
+
+#define PENDING_MAX 4096
+static struct pending_fn pending[PENDING_MAX];
+static uint64_t next_id = 1;
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t thread_once = PTHREAD_ONCE_INIT;
+static bool thread_running;
+
+static void *callback_thread(void *arg)
+{
+    (void)arg;
+    struct cumux_shm *shm = shim.shm;
+    uint32_t consumed = atomic_load(&shm->hostfn_done);
+    for (;;) {
+        uint32_t posted = atomic_load(&shm->hostfn_posted);
+        if (posted == consumed) {
+            if (cumux_futex_wait(&shm->hostfn_posted, posted, 200000000) < 0 && !shim_server_alive())
+                return NULL;
+            continue;
+        }
+        uint64_t id = shm->hostfn_ids[consumed % CUMUX_HOSTFN_RING];
+        struct pending_fn f = {0};
+        pthread_mutex_lock(&pending_lock);
+        for (int k = 0; k < PENDING_MAX; k++) {
+            struct pending_fn *p = &pending[(id + (uint64_t)k) % PENDING_MAX];
+            if (p->id == id) {
+                f = *p;
+                p->id = 0;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&pending_lock);
+        if (f.fn)
+            f.fn(f.data);
+        else if (f.cb)
+            f.cb(f.stream, CUDA_SUCCESS, f.data);
+        else
+            cumux_logf("host function %llu posted by the server is unknown", (unsigned long long)id);
+        consumed++;
+        atomic_store(&shm->hostfn_done, consumed);
+        cumux_futex_wake(&shm->hostfn_done, 1);
+    }
+}
+
+static void start_thread(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    thread_running = pthread_create(&t, &a, callback_thread, NULL) == 0;
+    pthread_attr_destroy(&a);
+}
+
+static CUresult post(CUstream h, CUhostFn fn, CUstreamCallback cb, void *data)
+{
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(h, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_once(&thread_once, start_thread);
+    if (!thread_running)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&pending_lock);
+    uint64_t id = next_id++;
+    struct pending_fn *slot = NULL;
+    for (int k = 0; k < PENDING_MAX && !slot; k++) {
+        struct pending_fn *p = &pending[(id + (uint64_t)k) % PENDING_MAX];
+        if (!p->id)
+            slot = p;
+    }
+    if (slot)
+        *slot = (struct pending_fn){id, fn, cb, h, data};
+    pthread_mutex_unlock(&pending_lock);
+    if (!slot)
+        return CUDA_ERROR_OUT_OF_MEMORY; /* more than PENDING_MAX host functions not yet reached */
+    struct cumux_host_func m = {.stream = stream, .id = id};
+    r = shim_send(CUMUX_OP_HOST_FUNC, &m, sizeof m, NULL, 0);
+    if (r != CUDA_SUCCESS) {
+        pthread_mutex_lock(&pending_lock);
+        slot->id = 0;
+        pthread_mutex_unlock(&pending_lock);
+    }
+    return r;
+}
+
+CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    return post(h, fn, NULL, data);
+}
+
+CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void *data, unsigned int flags)
+{
+    if (!cb || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return post(h, NULL, cb, data);
+}
+
+void shim_hostfn_after_fork(void)
+{
+    /* The callback thread does not exist in a child; its channel is a new one. */
+    thread_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    thread_running = false;
+    pthread_mutex_init(&pending_lock, NULL);
+    for (int k = 0; k < PENDING_MAX; k++)
+        pending[k].id = 0;
+}
