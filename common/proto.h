@@ -140,7 +140,20 @@ struct cumux_msg_hdr {
     X(POOL_TRIM, cumux_pool_op, 0)                                                                     \
     X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)                                                       \
     X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)                                                        \
-    X(HOST_FUNC, cumux_host_func, 1)
+    X(HOST_FUNC, cumux_host_func, 1)                                                                   \
+    X(CAPTURE_BEGIN, cumux_graph_op, 0)                                                                \
+    X(CAPTURE_END, cumux_graph_op, 0)                                                                  \
+    X(CAPTURE_INFO, cumux_graph_op, 0)                                                                 \
+    X(GRAPH_CREATE, cumux_graph_op, 0)                                                                 \
+    X(GRAPH_DESTROY, cumux_graph_op, 1)                                                                \
+    X(GRAPH_INSTANTIATE, cumux_graph_op, 0)                                                            \
+    X(GRAPH_EXEC_DESTROY, cumux_graph_op, 1)                                                           \
+    X(GRAPH_LAUNCH, cumux_graph_op, 1)                                                                 \
+    X(GRAPH_UPLOAD, cumux_graph_op, 1)                                                                 \
+    X(GRAPH_EXEC_UPDATE, cumux_graph_op, 0)                                                            \
+    X(GRAPH_ADD_NODE, cumux_graph_node, 0)                                                             \
+    X(GRAPH_SET_NODE, cumux_graph_node, 0)                                                             \
+    X(GRAPH_ADD_DEPS, cumux_graph_node, 0)
 
 /* oneway: 1 = must be one-way, 0 = must be answered, 2 = either (a synchronous copy is answered). */
 
@@ -211,6 +224,42 @@ struct cumux_host_func {
     uint32_t stream;
     uint32_t pad;
     uint64_t id; /* the client's own number for the function and its argument */
+};
+
+/* CUDA graphs: built and run in the server (stream capture happens there, on the client's real stream). */
+struct cumux_graph_op {
+    uint32_t graph;
+    uint32_t exec;
+    uint32_t stream;
+    uint32_t mode; /* CAPTURE_BEGIN: CUstreamCaptureMode */
+    uint64_t flags;
+};
+
+struct cumux_capture_info {
+    uint32_t status; /* CUstreamCaptureStatus */
+    uint32_t pad;
+    uint64_t id;
+};
+
+enum cumux_node_kind {
+    CUMUX_NODE_EMPTY = 0,
+    CUMUX_NODE_KERNEL = 1, /* payload: struct cumux_launch (stream unused) and the packed arguments */
+    CUMUX_NODE_MEMSET = 2, /* payload: struct cumux_memset (stream unused) */
+    CUMUX_NODE_MEMCPY = 3, /* payload: struct cumux_copy_2d (stream unused), pinned host by server address */
+    CUMUX_NODE_HOST = 4,   /* host_fn_id */
+};
+
+/* ADD_NODE: ndeps dependency handles follow, then the kind's payload. SET_NODE: a kernel node's new
+ * parameters, in its graph (exec 0) or in an instantiated graph. ADD_DEPS: ndeps "from" handles, then
+ * ndeps "to" handles. Handle lists are padded to 8 bytes. */
+struct cumux_graph_node {
+    uint32_t graph;
+    uint32_t exec;
+    uint32_t node;
+    uint32_t kind; /* cumux_node_kind */
+    uint32_t ndeps;
+    uint32_t pad;
+    uint64_t host_fn_id;
 };
 
 struct cumux_host_alloc {

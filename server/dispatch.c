@@ -12,16 +12,11 @@
 #include "common/launch_attrs.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "server/dispatch.h"
 #include "server/server.h"
 
-#define CHECK(call)                                                                                    \
-    do {                                                                                               \
-        CUresult r_ = (call);                                                                          \
-        if (r_ != CUDA_SUCCESS)                                                                        \
-            return r_;                                                                                 \
-    } while (0)
 
-static CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
+CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
 {
     struct cumux_u64_reply rep = {v};
     memcpy(out, &rep, sizeof rep);
@@ -31,7 +26,7 @@ static CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
 
 /* ---------------------------------------------------------------- handles */
 
-static uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
+uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
 {
     for (uint32_t i = c->free_hint; i < c->nhandles; i++) {
         if (c->handles[i].type == OBJ_NONE) {
@@ -56,21 +51,21 @@ static uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *o
 }
 
 /* The object behind a handle of this client, if it has that type; otherwise NULL. */
-static void *handle_get(struct srv_client *c, uint32_t h, enum srv_obj_type type)
+void *handle_get(struct srv_client *c, uint32_t h, enum srv_obj_type type)
 {
     if (h == 0 || h > c->nhandles || c->handles[h - 1].type != type)
         return NULL;
     return c->handles[h - 1].obj;
 }
 
-static void handle_drop(struct srv_client *c, uint32_t h)
+void handle_drop(struct srv_client *c, uint32_t h)
 {
     c->handles[h - 1] = (struct srv_handle){OBJ_NONE, NULL};
     if (h - 1 < c->free_hint)
         c->free_hint = h - 1;
 }
 
-static void use_gpu(struct srv_client *c, int gpu)
+void use_gpu(struct srv_client *c, int gpu)
 {
     if (c->current_gpu != gpu && gpu < srv_gpu_count) {
         cuCtxSetCurrent(srv_gpus[gpu].ctx);
@@ -84,9 +79,11 @@ static void use_gpu(struct srv_client *c, int gpu)
  * had any since it last did, and a blocking stream first waits for the legacy stream's last operation
  * (CUDA's "legacy default stream" rule). Costs nothing while a client uses a single stream. */
 
-static CUresult before_op(struct srv_stream *s)
+CUresult before_op(struct srv_stream *s)
 {
     struct srv_ctx *x = s->ctx;
+    if (s->capturing)
+        return CUDA_SUCCESS; /* captured work is not run now: it takes no part in the legacy rule */
     if (s->kind == STREAM_LEGACY) {
         for (size_t i = 0; i < x->ndirty; i++) {
             struct srv_stream *b = x->dirty[i];
@@ -106,9 +103,11 @@ static CUresult before_op(struct srv_stream *s)
     return CUDA_SUCCESS;
 }
 
-static void after_op(struct srv_stream *s)
+void after_op(struct srv_stream *s)
 {
     struct srv_ctx *x = s->ctx;
+    if (s->capturing)
+        return;
     if (s->kind == STREAM_LEGACY) {
         x->epoch++;
     } else if (s->kind == STREAM_BLOCKING && !s->dirty) {
@@ -130,7 +129,7 @@ static void after_op(struct srv_stream *s)
 }
 
 /* Look up a stream handle and make its context current. */
-static struct srv_stream *stream_get(struct srv_client *c, uint32_t h)
+struct srv_stream *stream_get(struct srv_client *c, uint32_t h)
 {
     struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
     if (s)
@@ -746,12 +745,12 @@ static CUresult op_host_free(struct srv_client *c, const struct cumux_mem_free *
 
 /* ---------------------------------------------------------------- copies and memset */
 
-static bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
+bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
 {
     return cumux_ranges_covers(&c->dev_ranges, p, n) != NULL;
 }
 
-static bool host_ok(struct srv_client *c, uint64_t p, uint64_t n)
+bool host_ok(struct srv_client *c, uint64_t p, uint64_t n)
 {
     return cumux_ranges_covers(&c->host_ranges, p, n) != NULL;
 }
@@ -795,7 +794,7 @@ static CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool s
 }
 
 /* Bytes from the first to the last byte of height rows of width bytes, pitch apart; 0 when invalid. */
-static uint64_t span_2d(uint64_t pitch, uint64_t width, uint64_t height)
+uint64_t span_2d(uint64_t pitch, uint64_t width, uint64_t height)
 {
     if (width == 0 || height == 0 || width > (1ull << 40) || height > (1ull << 32) || pitch > (1ull << 40) ||
         (height > 1 && pitch < width))
@@ -883,6 +882,10 @@ static CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_cop
     if (m->slot >= CUMUX_STAGING_SLOTS || m->size == 0 || m->size > CUMUX_STAGING_BYTES || c->stage_pending[m->slot] ||
         atomic_load(&c->shm->stage_state[m->slot]) != CUMUX_STAGE_FULL)
         return CUDA_ERROR_INVALID_VALUE;
+    if (srv_stream_capturing(c, s)) { /* the slot is reused at once: a graph would copy stale data */
+        stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     uint64_t rows = m->width ? m->size / m->width : 1;
     uint64_t span = m->width ? span_2d(m->pitch, m->width, rows) : m->size;
     if (!c->staging_registered || (m->width && m->size % m->width) || !span || !dev_ok(c, m->dev, span)) {
@@ -933,6 +936,8 @@ static CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_cop
     struct srv_stream *s = stream_get(c, m->stream);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (srv_stream_capturing(c, s))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* pageable memory cannot be in a graph */
     /* 2-D: whole rows per chunk, packed; the client unpacks them. */
     uint64_t width = m->width, rows = width ? m->size / width : 0;
     uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
@@ -978,14 +983,9 @@ static CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_cop
 
 /* ---------------------------------------------------------------- host functions */
 
-struct hostfn_job {
-    struct srv_client *c;
-    uint64_t id;
-};
-
 /* Runs on the driver's host-function thread when the stream gets there: hands the function to the client
  * and holds the stream until the client has run it, as CUDA does. A client that goes away releases it. */
-static void CUDA_CB hostfn_trampoline(void *arg)
+void CUDA_CB hostfn_trampoline(void *arg)
 {
     struct hostfn_job *j = arg;
     struct srv_client *c = j->c;
@@ -1002,7 +1002,8 @@ static void CUDA_CB hostfn_trampoline(void *arg)
             break;
         cumux_futex_wait(&shm->hostfn_done, done, 100000000);
     }
-    free(j);
+    if (!j->persistent)
+        free(j);
 }
 
 static CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m)
@@ -1015,11 +1016,15 @@ static CUresult op_host_func(struct srv_client *c, const struct cumux_host_func 
         return CUDA_ERROR_OUT_OF_MEMORY;
     j->c = c;
     j->id = m->id;
+    /* Captured into a graph, it runs at every launch of the graph: it lives as long as the client. */
+    j->persistent = srv_stream_capturing(c, s);
+    if (j->persistent)
+        srv_keep_hostfn_job(c, j);
     CUresult r = before_op(s);
     if (r == CUDA_SUCCESS)
         r = cuLaunchHostFunc(s->cu, hostfn_trampoline, j);
     after_op(s);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS && !j->persistent)
         free(j);
     return r;
 }
@@ -1464,6 +1469,19 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_MEM_ALLOC_ASYNC: r = op_mem_alloc_async(c, body, out, &out_len); break;
     case CUMUX_OP_MEM_FREE_ASYNC: r = op_mem_free_async(c, body); break;
     case CUMUX_OP_HOST_FUNC: r = op_host_func(c, body); break;
+    case CUMUX_OP_CAPTURE_BEGIN:
+    case CUMUX_OP_CAPTURE_END:
+    case CUMUX_OP_CAPTURE_INFO:
+    case CUMUX_OP_GRAPH_CREATE:
+    case CUMUX_OP_GRAPH_DESTROY:
+    case CUMUX_OP_GRAPH_INSTANTIATE:
+    case CUMUX_OP_GRAPH_EXEC_DESTROY:
+    case CUMUX_OP_GRAPH_LAUNCH:
+    case CUMUX_OP_GRAPH_UPLOAD:
+    case CUMUX_OP_GRAPH_EXEC_UPDATE:
+    case CUMUX_OP_GRAPH_ADD_NODE:
+    case CUMUX_OP_GRAPH_SET_NODE:
+    case CUMUX_OP_GRAPH_ADD_DEPS: r = srv_graph_op(c, hdr->op, body, payload, payload_len, out, &out_len); break;
     default: return -1;
     }
     if (slot) {
@@ -1489,6 +1507,7 @@ void srv_client_release_all(struct srv_client *c)
             cuStreamSynchronize(s->cu);
         }
     }
+    srv_graph_release_all(c); /* graphs name the client's kernels and memory: before those go */
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (mod)

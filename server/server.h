@@ -28,7 +28,10 @@ int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */
 void srv_gpus_fini(void);
 
 /* ---- per-client objects, named to the client by small integer handles ---- */
-enum srv_obj_type { OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION, OBJ_POOL };
+enum srv_obj_type {
+    OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION, OBJ_POOL,
+    OBJ_GRAPH, OBJ_GRAPH_EXEC, OBJ_GRAPH_NODE,
+};
 
 struct srv_pool {
     CUmemoryPool pool;
@@ -47,6 +50,7 @@ struct srv_stream {
     enum srv_stream_kind kind;
     uint32_t handle;
     bool dirty;          /* blocking stream: work since the legacy stream last joined it */
+    bool capturing;      /* cuStreamBeginCapture on it: its work is recorded, not run */
     uint64_t seen_epoch; /* blocking stream: the legacy epoch it already waits for */
     struct srv_stream *next_in_ctx;
 };
@@ -122,6 +126,8 @@ struct srv_client {
     struct srv_pool *default_pool[CUMUX_MAX_DEVICES];
     CUevent mem_event;
     pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
+    struct hostfn_job *graph_hostfns; /* host functions that graphs hold */
+    bool ever_captured;
     CUevent stage_event[CUMUX_STAGING_SLOTS];
     bool stage_pending[CUMUX_STAGING_SLOTS];
 
@@ -144,6 +150,8 @@ enum reap_kind { REAP_HOST_MEMORY, REAP_UNMAP, REAP_MODULE, REAP_LIBRARY, REAP_P
 void srv_reap(enum reap_kind kind, int gpu, void *ptr, size_t len, void *handle);
 int srv_reaper_start(void);
 void srv_reaper_stop(void);
+
+struct hostfn_job;
 
 /* dispatch.c */
 /* Run one message; -1 on a protocol violation (the client is then dropped). */

@@ -134,6 +134,11 @@ void shim_context_storage_release(CUcontext ctx);
 
 /* hostfn.c */
 void shim_hostfn_after_fork(void);
+uint64_t shim_hostfn_register(CUhostFn fn, void *data, bool persistent);
+
+/* graph.c: set once a stream capture has begun; until then no stream can be capturing */
+extern _Atomic bool shim_ever_captured;
+CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id);
 
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);

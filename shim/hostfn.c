@@ -9,6 +9,7 @@
 
 struct pending_fn {
     uint64_t id; /* 0: free */
+    bool persistent; /* a graph's host node: runs at every launch, stays */
     CUhostFn fn;
     CUstreamCallback cb;
     CUstream stream;
@@ -41,7 +42,8 @@ static void *callback_thread(void *arg)
             struct pending_fn *p = &pending[(id + (uint64_t)k) % PENDING_MAX];
             if (p->id == id) {
                 f = *p;
-                p->id = 0;
+                if (!p->persistent)
+                    p->id = 0;
                 break;
             }
         }
@@ -68,15 +70,12 @@ static void start_thread(void)
     pthread_attr_destroy(&a);
 }
 
-static CUresult post(CUstream h, CUhostFn fn, CUstreamCallback cb, void *data)
+/* A number for the function, kept until it runs (or for good: a graph's host node). 0 when full. */
+uint64_t shim_hostfn_register(CUhostFn fn, void *data, bool persistent)
 {
-    uint32_t stream;
-    CUresult r = shim_resolve_stream(h, &stream, NULL);
-    if (r != CUDA_SUCCESS)
-        return r;
     pthread_once(&thread_once, start_thread);
     if (!thread_running)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return 0;
     pthread_mutex_lock(&pending_lock);
     uint64_t id = next_id++;
     struct pending_fn *slot = NULL;
@@ -86,15 +85,43 @@ static CUresult post(CUstream h, CUhostFn fn, CUstreamCallback cb, void *data)
             slot = p;
     }
     if (slot)
-        *slot = (struct pending_fn){id, fn, cb, h, data};
+        *slot = (struct pending_fn){.id = id, .persistent = persistent, .fn = fn, .data = data};
     pthread_mutex_unlock(&pending_lock);
-    if (!slot)
-        return CUDA_ERROR_OUT_OF_MEMORY; /* more than PENDING_MAX host functions not yet reached */
+    return slot ? id : 0;
+}
+
+static CUresult post(CUstream h, CUhostFn fn, CUstreamCallback cb, void *data)
+{
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(h, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Captured into a graph, it runs at every launch of the graph: it keeps its number. */
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if ((r = shim_capture_status(stream, &st, NULL)) != CUDA_SUCCESS)
+        return r;
+    uint64_t id = shim_hostfn_register(fn, data, st != CU_STREAM_CAPTURE_STATUS_NONE);
+    if (!id)
+        return CUDA_ERROR_OUT_OF_MEMORY; /* no thread, or too many host functions not yet reached */
+    if (cb) {
+        pthread_mutex_lock(&pending_lock);
+        for (int k = 0; k < PENDING_MAX; k++) {
+            struct pending_fn *p = &pending[(id + (uint64_t)k) % PENDING_MAX];
+            if (p->id == id) {
+                p->cb = cb;
+                p->stream = h;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&pending_lock);
+    }
     struct cumux_host_func m = {.stream = stream, .id = id};
     r = shim_send(CUMUX_OP_HOST_FUNC, &m, sizeof m, NULL, 0);
     if (r != CUDA_SUCCESS) {
         pthread_mutex_lock(&pending_lock);
-        slot->id = 0;
+        for (int k = 0; k < PENDING_MAX; k++)
+            if (pending[(id + (uint64_t)k) % PENDING_MAX].id == id)
+                pending[(id + (uint64_t)k) % PENDING_MAX].id = 0;
         pthread_mutex_unlock(&pending_lock);
     }
     return r;

@@ -279,9 +279,8 @@ CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
     return cuEventElapsedTime_v2(ms, a, b);
 }
 
-/* ---- capture status: cumux does not capture streams yet (cuStreamBeginCapture is not supported),
- * so a valid stream is never capturing ---- */
-static CUresult not_capturing(CUstream h, CUstreamCaptureStatus *status)
+/* ---- capture status (graph.c captures) ---- */
+static CUresult capture_status(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id)
 {
     uint32_t s;
     CUresult r = shim_resolve_stream(h, &s, NULL);
@@ -289,28 +288,26 @@ static CUresult not_capturing(CUstream h, CUstreamCaptureStatus *status)
         return r;
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
-    *status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return CUDA_SUCCESS;
+    return shim_capture_status(s, status, id);
 }
 
 CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
 {
-    return not_capturing(h, status);
+    return capture_status(h, status, NULL);
 }
 
 CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
                                 const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
 {
-    (void)id;
     if (graph)
-        *graph = NULL;
+        *graph = NULL; /* the graph being captured lives in the server: not handed out */
     if (deps)
         *deps = NULL;
     if (edges)
         *edges = NULL;
     if (ndeps)
         *ndeps = 0;
-    return not_capturing(h, status);
+    return capture_status(h, status, id);
 }
 
 /* The older forms of the same query (cuda.h maps the plain name to _v3). */
@@ -321,8 +318,7 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cu
 
 CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id)
 {
-    (void)id;
-    return not_capturing(h, status);
+    return capture_status(h, status, id);
 }
 
 CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,

@@ -1,0 +1,467 @@
+/* CUDA graphs. Stream capture happens in the server, on the client's real stream; explicit graphs are
+ * described node by node. Graph objects live in the server; the program holds small handles. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim/client.h"
+
+#define SHIM_MAGIC_GRAPH 0x47524131u
+#define SHIM_MAGIC_GRAPH_EXEC 0x47455831u
+#define SHIM_MAGIC_GRAPH_NODE 0x474e4431u
+
+struct CUgraph_st {
+    uint32_t magic;
+    uint32_t handle;
+};
+
+struct CUgraphExec_st {
+    uint32_t magic;
+    uint32_t handle;
+};
+
+struct CUgraphNode_st {
+    uint32_t magic;
+    uint32_t handle;
+    struct CUgraph_st *graph;
+};
+
+_Atomic bool shim_ever_captured;
+static __thread CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static bool graph_ok(CUgraph g) { return g && g->magic == SHIM_MAGIC_GRAPH; }
+static bool exec_ok(CUgraphExec e) { return e && e->magic == SHIM_MAGIC_GRAPH_EXEC; }
+static bool node_ok(CUgraphNode n) { return n && n->magic == SHIM_MAGIC_GRAPH_NODE; }
+
+static CUresult graph_call(uint16_t op, uint32_t graph, uint32_t exec, uint32_t stream, uint32_t mode, uint64_t flags,
+                           void *reply, uint32_t cap)
+{
+    struct cumux_graph_op m = {.graph = graph, .exec = exec, .stream = stream, .mode = mode, .flags = flags};
+    return shim_call(op, &m, sizeof m, reply, cap, NULL);
+}
+
+static CUresult graph_send(uint16_t op, uint32_t graph, uint32_t exec, uint32_t stream)
+{
+    struct cumux_graph_op m = {.graph = graph, .exec = exec, .stream = stream};
+    return shim_send(op, &m, sizeof m, NULL, 0);
+}
+
+static CUresult new_graph(uint32_t handle, CUgraph *out)
+{
+    struct CUgraph_st *g = calloc(1, sizeof *g);
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = SHIM_MAGIC_GRAPH;
+    g->handle = handle;
+    *out = g;
+    return CUDA_SUCCESS;
+}
+
+/* ---- stream capture ---- */
+CUresult cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    atomic_store(&shim_ever_captured, true);
+    return graph_call(CUMUX_OP_CAPTURE_BEGIN, 0, 0, s, (uint32_t)mode, 0, NULL, 0);
+}
+
+#undef cuStreamBeginCapture
+CUresult cuStreamBeginCapture(CUstream h); /* the first form: global mode */
+CUresult cuStreamBeginCapture(CUstream h)
+{
+    return cuStreamBeginCapture_v2(h, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+CUresult cuStreamEndCapture(CUstream h, CUgraph *graph)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!graph)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_u64_reply rep;
+    r = graph_call(CUMUX_OP_CAPTURE_END, 0, 0, s, 0, 0, &rep, sizeof rep);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return new_graph((uint32_t)rep.value, graph);
+}
+
+CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id)
+{
+    if (!atomic_load(&shim_ever_captured)) {
+        /* Nothing was ever captured by this process: no stream can be capturing (no round trip). */
+        *status = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (id)
+            *id = 0;
+        return CUDA_SUCCESS;
+    }
+    struct cumux_capture_info rep;
+    CUresult r = graph_call(CUMUX_OP_CAPTURE_INFO, 0, 0, stream, 0, 0, &rep, sizeof rep);
+    if (r == CUDA_SUCCESS) {
+        *status = (CUstreamCaptureStatus)rep.status;
+        if (id)
+            *id = rep.id;
+    }
+    return r;
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* ---- graphs and their instances ---- */
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!graph || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_u64_reply rep;
+    CUresult r = graph_call(CUMUX_OP_GRAPH_CREATE, 0, 0, 0, 0, 0, &rep, sizeof rep);
+    return r == CUDA_SUCCESS ? new_graph((uint32_t)rep.value, graph) : r;
+}
+
+CUresult cuGraphDestroy(CUgraph g)
+{
+    if (!graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    g->magic = SHIM_MAGIC_DEAD;
+    return graph_send(CUMUX_OP_GRAPH_DESTROY, g->handle, 0, 0);
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags)
+{
+    if (!exec || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphExec_st *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_u64_reply rep;
+    CUresult r = graph_call(CUMUX_OP_GRAPH_INSTANTIATE, g->handle, 0, 0, 0, flags, &rep, sizeof rep);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return r;
+    }
+    e->magic = SHIM_MAGIC_GRAPH_EXEC;
+    e->handle = (uint32_t)rep.value;
+    *exec = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    if (!params)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
+        return cumux_unsupported("cuGraphInstantiateWithParams with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD");
+    CUresult r = cuGraphInstantiateWithFlags(exec, g, params->flags);
+    params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    params->hErrNode_out = NULL;
+    return r;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec e)
+{
+    if (!exec_ok(e))
+        return CUDA_ERROR_INVALID_VALUE;
+    e->magic = SHIM_MAGIC_DEAD;
+    return graph_send(CUMUX_OP_GRAPH_EXEC_DESTROY, 0, e->handle, 0);
+}
+
+static CUresult exec_on_stream(uint16_t op, CUgraphExec e, CUstream h)
+{
+    if (!exec_ok(e))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    return r == CUDA_SUCCESS ? graph_send(op, 0, e->handle, s) : r;
+}
+
+CUresult cuGraphLaunch(CUgraphExec e, CUstream h)
+{
+    return exec_on_stream(CUMUX_OP_GRAPH_LAUNCH, e, h);
+}
+
+CUresult cuGraphUpload(CUgraphExec e, CUstream h)
+{
+    return exec_on_stream(CUMUX_OP_GRAPH_UPLOAD, e, h);
+}
+
+CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+    if (!exec_ok(e) || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_capture_info rep = {0};
+    CUresult r = graph_call(CUMUX_OP_GRAPH_EXEC_UPDATE, g->handle, e->handle, 0, 0, 0, &rep, sizeof rep);
+    if (info) {
+        memset(info, 0, sizeof *info);
+        info->result = (CUgraphExecUpdateResult)rep.status;
+    }
+    return r;
+}
+
+/* ---- nodes ---- */
+struct node_msg {
+    uint8_t *buf;
+    size_t len, cap;
+};
+
+static int msg_put(struct node_msg *m, const void *p, size_t n)
+{
+    if (m->len + n > m->cap) {
+        size_t cap = (m->len + n) * 2 + 256;
+        uint8_t *b = realloc(m->buf, cap);
+        if (!b)
+            return -1;
+        m->buf = b;
+        m->cap = cap;
+    }
+    if (p)
+        memcpy(m->buf + m->len, p, n);
+    else
+        memset(m->buf + m->len, 0, n);
+    m->len += n;
+    return 0;
+}
+
+/* Header, dependency handles (padded to 8). */
+static CUresult msg_begin(struct node_msg *m, const struct cumux_graph_node *h, const CUgraphNode *deps, size_t n,
+                          struct CUgraph_st *g)
+{
+    if (n > 1024 || (n && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (msg_put(m, h, sizeof *h) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < n; i++) {
+        if (!node_ok(deps[i]) || (g && deps[i]->graph != g))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (msg_put(m, &deps[i]->handle, 4) < 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return msg_put(m, NULL, (8 - m->len % 8) % 8) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+/* A kernel node's parameters as the launch message carries them. */
+static CUresult msg_kernel(struct node_msg *m, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    struct CUfunc_st *f = p->func ? (struct CUfunc_st *)p->func : (struct CUfunc_st *)p->kern;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_launch l = {.function = f->handle, .grid = {p->gridDimX, p->gridDimY, p->gridDimZ},
+                             .block = {p->blockDimX, p->blockDimY, p->blockDimZ}, .shared_bytes = p->sharedMemBytes,
+                             .param_bytes = f->param_bytes};
+    if (msg_put(m, &l, sizeof l) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t at = m->len;
+    if (msg_put(m, NULL, f->param_bytes) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (p->kernelParams) {
+        for (uint32_t i = 0; i < f->nparams; i++) {
+            if (!p->kernelParams[i])
+                return CUDA_ERROR_INVALID_VALUE;
+            memcpy(m->buf + at + f->params[i].offset, p->kernelParams[i], f->params[i].size);
+        }
+    } else if (p->extra) {
+        const void *buf = NULL;
+        size_t size = 0;
+        for (int i = 0; p->extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (p->extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = p->extra[i + 1];
+            else if (p->extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && p->extra[i + 1])
+                size = *(const size_t *)p->extra[i + 1];
+            else
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        if (!buf || size < f->param_bytes)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy(m->buf + at, buf, f->param_bytes);
+    } else if (f->param_bytes) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult msg_send_node(uint16_t op, struct node_msg *m, CUgraph g, CUgraphNode *out)
+{
+    struct cumux_u64_reply rep;
+    CUresult r = shim_call(op, m->buf, m->len, &rep, sizeof rep, NULL);
+    free(m->buf);
+    if (r != CUDA_SUCCESS || !out)
+        return r;
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    n->magic = SHIM_MAGIC_GRAPH_NODE;
+    n->handle = (uint32_t)rep.value;
+    n->graph = g;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, uint32_t kind,
+                         uint64_t host_fn_id, const void *payload, size_t payload_len,
+                         const CUDA_KERNEL_NODE_PARAMS *kp)
+{
+    if (!node || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_msg m = {0};
+    struct cumux_graph_node h = {.graph = g->handle, .kind = kind, .ndeps = (uint32_t)n, .host_fn_id = host_fn_id};
+    CUresult r = msg_begin(&m, &h, deps, n, g);
+    if (r == CUDA_SUCCESS && kp)
+        r = msg_kernel(&m, kp);
+    if (r == CUDA_SUCCESS && payload && msg_put(&m, payload, payload_len) < 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    return msg_send_node(CUMUX_OP_GRAPH_ADD_NODE, &m, g, node);
+}
+
+CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return add_node(node, g, deps, n, CUMUX_NODE_KERNEL, 0, NULL, 0, p);
+}
+
+CUresult cuGraphAddEmptyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n)
+{
+    return add_node(node, g, deps, n, CUMUX_NODE_EMPTY, 0, NULL, 0, NULL);
+}
+
+CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    (void)ctx;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_memset ms = {.elem_size = p->elementSize, .dst = p->dst, .pitch = p->height > 1 ? p->pitch : 0,
+                              .width = p->width, .height = p->height, .value = p->value};
+    return add_node(node, g, deps, n, CUMUX_NODE_MEMSET, 0, &ms, sizeof ms, NULL);
+}
+
+/* One end of a copy node: device memory, or pinned host memory by the server's address. */
+static CUresult copy_end(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch, size_t span,
+                         uint64_t *addr, bool *is_dev)
+{
+    uint64_t base;
+    if (t == CU_MEMORYTYPE_UNIFIED) {
+        t = shim_is_device_ptr(dev, 1) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        host = (const void *)(uintptr_t)dev;
+    }
+    if (t == CU_MEMORYTYPE_DEVICE) {
+        base = dev + (uint64_t)y * pitch + x;
+        *is_dev = true;
+        *addr = base;
+        return CUDA_SUCCESS;
+    }
+    if (t != CU_MEMORYTYPE_HOST)
+        return cumux_unsupported("graph memcpy node with a CUDA array");
+    base = (uint64_t)(uintptr_t)host + (uint64_t)y * pitch + x;
+    CUdeviceptr a = 0;
+    /* The graph copies at every launch: only memory the server can reach then, pinned memory, will do. */
+    if (cuMemHostGetDevicePointer(&a, (void *)(uintptr_t)base, 0) != CUDA_SUCCESS || span == 0)
+        return cumux_unsupported("graph memcpy node with pageable host memory");
+    *is_dev = false;
+    *addr = a;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_MEMCPY3D *p,
+                              CUcontext ctx)
+{
+    (void)ctx;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->Depth > 1)
+        return cumux_unsupported("graph memcpy node of more than one depth slice");
+    size_t w = p->WidthInBytes, h = p->Height ? p->Height : 1;
+    size_t sp = p->srcPitch ? p->srcPitch : w, dp = p->dstPitch ? p->dstPitch : w;
+    uint64_t src, dst;
+    bool sd, dd;
+    CUresult r = copy_end(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, sp, sp * (h - 1) + w, &src, &sd);
+    if (r == CUDA_SUCCESS)
+        r = copy_end(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, dp, dp * (h - 1) + w, &dst, &dd);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!sd && !dd)
+        return cumux_unsupported("graph memcpy node from host to host");
+    struct cumux_copy_2d c = {.kind = sd && dd ? CUMUX_COPY_DTOD : dd ? CUMUX_COPY_HTOD : CUMUX_COPY_DTOH,
+                              .dst = dst, .dst_pitch = dp, .src = src, .src_pitch = sp, .width = w, .height = h};
+    return add_node(node, g, deps, n, CUMUX_NODE_MEMCPY, 0, &c, sizeof c, NULL);
+}
+
+CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_HOST_NODE_PARAMS *p)
+{
+    if (!p || !p->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t id = shim_hostfn_register(p->fn, p->userData, true);
+    if (!id)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return add_node(node, g, deps, n, CUMUX_NODE_HOST, id, NULL, 0, NULL);
+}
+
+CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edges,
+                                size_t n)
+{
+    if (!graph_ok(g) || (n && (!from || !to)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (edges)
+        return cumux_unsupported("cuGraphAddDependencies with edge data");
+    struct node_msg m = {0};
+    struct cumux_graph_node h = {.graph = g->handle, .ndeps = (uint32_t)n};
+    CUresult r = msg_put(&m, &h, sizeof h) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < 2 * n; i++) {
+        CUgraphNode x = i < n ? from[i] : to[i - n];
+        if (!node_ok(x) || x->graph != g)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else if (msg_put(&m, &x->handle, 4) < 0)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r == CUDA_SUCCESS && msg_put(&m, NULL, (8 - m.len % 8) % 8) < 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    return msg_send_node(CUMUX_OP_GRAPH_ADD_DEPS, &m, g, NULL);
+}
+
+static CUresult set_kernel(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!node_ok(node) || !p || (e && !exec_ok(e)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_msg m = {0};
+    struct cumux_graph_node h = {.exec = e ? e->handle : 0, .node = node->handle, .kind = CUMUX_NODE_KERNEL};
+    CUresult r = msg_begin(&m, &h, NULL, 0, NULL);
+    if (r == CUDA_SUCCESS)
+        r = msg_kernel(&m, p);
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    return msg_send_node(CUMUX_OP_GRAPH_SET_NODE, &m, NULL, NULL);
+}
+
+CUresult cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    return set_kernel(NULL, node, p);
+}
+
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    return set_kernel(e, node, p);
+}
