@@ -6,7 +6,8 @@ Inputs:  $CUDA_ROOT/include/cuda.h (+ cudaProfiler.h), $CUDA_ROOT/lib64/stubs/li
          recorded by tools/probe_procaddress.c), $CUDA_ROOT/lib64/libcudart.so (its error string
          table, read from the ELF file, never loaded).
 Outputs: data/stub-symbols.txt, shim/generated/{libcuda.map, stubs.c, procaddress_table.h,
-         procaddress_table.c, errors_table.h, errors_table.c}.
+         procaddress_table.c, errors_table.h, errors_table.c}, trace/generated/{trace_wrappers.h,
+         trace_wrappers.c} (the tracing libcuda.so.1, docs/trace.md).
 
     python3 tools/gen/generate.py          # regenerate
     python3 tools/gen/generate.py --check  # exit 1 if any output differs (CI)
@@ -86,16 +87,27 @@ def split_top(s, sep):
     return parts
 
 
+_PREPROCESSED = []
+
+
+def preprocessed_headers():
+    """The headers after `cc -E`, with the internal (unrenamed, legacy and _ptds/_ptsz) names visible."""
+    if not _PREPROCESSED:
+        src = "#define __CUDA_API_VERSION_INTERNAL\n" + "".join("#include <%s>\n" % h for h in HEADERS)
+        cc = os.environ.get("CC", "cc")
+        try:
+            _PREPROCESSED.append(subprocess.run([cc, "-E", "-P", "-I", os.path.join(CUDA_ROOT, "include"), "-x",
+                                                 "c", "-"], input=src, check=True, capture_output=True,
+                                                text=True).stdout)
+        except (OSError, subprocess.CalledProcessError) as e:
+            die("preprocessing the CUDA headers failed: %s %s" % (e, getattr(e, "stderr", "")))
+    return _PREPROCESSED[0]
+
+
 def prototypes():
     """Every `RET name(params);` declared at file scope by the headers, with the internal (unrenamed,
     legacy and _ptds/_ptsz) names visible."""
-    src = "#define __CUDA_API_VERSION_INTERNAL\n" + "".join("#include <%s>\n" % h for h in HEADERS)
-    cc = os.environ.get("CC", "cc")
-    try:
-        text = subprocess.run([cc, "-E", "-P", "-I", os.path.join(CUDA_ROOT, "include"), "-x", "c", "-"],
-                              input=src, check=True, capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        die("preprocessing the CUDA headers failed: %s %s" % (e, getattr(e, "stderr", "")))
+    text = preprocessed_headers()
     stmts, depth, cur = [], 0, []
     for ch in text:
         if ch == "{":
@@ -531,6 +543,218 @@ def gen_errors_c(rows):
     return "".join(out)
 
 
+# ---------------------------------------------------------------------------------------------------
+# trace/generated: the tracing libcuda.so.1 (docs/trace.md)
+
+# Integer typedefs printed in hex: device addresses and allocation handles.
+TRACE_HEX_TYPES = {"CUdeviceptr", "CUdeviceptr_v1", "CUdeviceptr_v2", "CUmemGenericAllocationHandle",
+                   "CUmemGenericAllocationHandle_v1"}
+# `void **` parameters that are outputs (other `void **` parameters are arrays the caller fills).
+TRACE_VOIDPP_OUT = {"pfn", "pp", "cubinOut", "fptr", "ppExportTable"}
+# Parameters named like plurals are arrays, whose first element is not printed (there may be none), except
+# counts (num...) and these single outputs.
+TRACE_SINGULAR = {"bytes", "flags", "pFlags", "captureStatus", "nbGroups", "pMilliseconds", "pNumChannels",
+                  "pbias", "symbolStatus", "maxWidthInElements"}
+# Entry points whose result the tracer changes, hand-written in trace/trace.c and trace/tables.c: the
+# pointers cuGetProcAddress hands out become trace wrappers; export tables get traced slots.
+TRACE_HOOKS = {
+    "cuGetProcAddress": "tr_hook_procaddress(&tr_c_, pfn);",
+    "cuGetProcAddress_v2": "tr_hook_procaddress(&tr_c_, pfn);",
+    "cuGetExportTable": "tr_hook_export_table(&tr_c_, ppExportTable, pExportTableId);",
+}
+TRACE_SPECIAL = ["cuGetErrorName"]  # indices trace.c needs
+
+
+def top_level_statements(text):
+    """File-scope statements of preprocessed C, each brace block collapsed to `{}`."""
+    stmts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "{":
+            if depth == 0:
+                cur.append("{")
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                cur.append("}")
+        elif depth:
+            continue
+        elif ch == ";":
+            stmts.append(" ".join("".join(cur).split()))
+            cur = []
+        else:
+            cur.append(ch)
+    return stmts
+
+
+def typedef_kinds(text):
+    """name -> ('base', words) | ('ptr',) | ('enum',) | ('agg',) for every typedef of the headers, an
+    aggregate being a struct, union or array passed by value."""
+    kinds = {}
+    for s in top_level_statements(text):
+        s = re.sub(r"^__extension__ ", "", s)
+        if not s.startswith("typedef "):
+            continue
+        body = s[len("typedef "):]
+        m = re.search(r"\(\s*\*\s*(\w+)\s*\)\s*\(", body)
+        if m:  # function pointer
+            kinds[m.group(1)] = ("ptr",)
+            continue
+        if "(" in body:
+            continue  # a function type: never a parameter's type by itself
+        decls = split_top(body, ",")
+        m = re.match(r"^(.*?)\s*(\**)\s*(\w+)\s*((?:\[[^\]]*\]\s*)*)$", decls[0])
+        if not m:
+            die("cannot read typedef %r" % s)
+        base = m.group(1).replace("{}", " {} ").split()
+        for i, d in enumerate(decls):
+            if i:
+                m = re.match(r"^\s*(\**)\s*(\w+)\s*((?:\[[^\]]*\]\s*)*)$", d)
+                if not m:
+                    die("cannot read typedef %r" % s)
+                stars, name, arrays = m.groups()
+            else:
+                stars, name, arrays = m.group(2), m.group(3), m.group(4)
+            if stars:
+                kinds[name] = ("ptr",)
+            elif arrays.strip():
+                kinds[name] = ("agg",)
+            elif base and base[0] == "enum":
+                kinds[name] = ("enum",)
+            elif base and base[0] in ("struct", "union"):
+                kinds[name] = ("agg",)
+            else:
+                kinds[name] = ("base", [w for w in base if w not in ("const", "volatile")])
+    return kinds
+
+
+def resolve_type(words, kinds):
+    """The kind of a type without pointer stars: ('int', signed, hex) | ('float',) | ('ptr',) |
+    ('enum',) | ('agg',) | ('void',) | ('char', const)."""
+    const = "const" in words
+    words = [w for w in words if w not in ("const", "volatile")]
+    hexed, seen = False, set()
+    while len(words) == 1 and words[0] in kinds and words[0] not in seen:
+        seen.add(words[0])
+        hexed |= words[0] in TRACE_HEX_TYPES
+        k = kinds[words[0]]
+        if k[0] != "base":
+            return k
+        words = k[1]
+    if words == ["void"]:
+        return ("void",)
+    if words == ["char"]:
+        return ("char", const)
+    if "float" in words or "double" in words:
+        return ("float",)
+    if words and all(w in ("unsigned", "signed", "int", "long", "short", "char", "_Bool") for w in words):
+        return ("int", "unsigned" not in words and words != ["_Bool"], hexed)
+    if len(words) == 2 and words[0] in ("struct", "union"):
+        return ("agg",)
+    if len(words) == 2 and words[0] == "enum":
+        return ("enum",)
+    die("cannot classify the type %r for the trace wrappers" % " ".join(words))
+
+
+def trace_arg(fn, ptype, pname, next_name, kinds):
+    """The statement that prints one parameter into the trace line (after the call: outputs show the
+    value written, when the call succeeded and the pointer is not NULL)."""
+    parts = [p.strip() for p in ptype.replace("[]", "*").split("*")]
+    stars = len(parts) - 1
+    base = parts[0].split()
+    k = resolve_type(base, kinds)
+    q = '"%s"' % pname
+    ok = "tr_c_.ok && %s" % pname
+    hexed = re.search(r"flag|mask", pname, re.I) is not None
+    if stars == 0:
+        if k[0] == "int":
+            f = "tr_a_x" if (k[2] or hexed) else ("tr_a_i" if k[1] else "tr_a_u")
+            return "%s(&tr_c_, %s, %s);" % (f, q, pname)
+        if k[0] == "enum":
+            return "tr_a_i(&tr_c_, %s, (long long)%s);" % (q, pname)
+        if k[0] == "float":
+            return "tr_a_f(&tr_c_, %s, %s);" % (q, pname)
+        if k[0] == "ptr":
+            return "tr_a_p(&tr_c_, %s, (const void *)%s);" % (q, pname)
+        if k[0] == "agg":
+            return "tr_a_agg(&tr_c_, %s, sizeof %s);" % (q, pname)
+        die("%s: parameter %s of type %s" % (fn, pname, ptype))
+    plural = pname.endswith("s") and not pname.startswith("num") and pname not in TRACE_SINGULAR
+    inner_const = len(parts) > 2 and "const" in parts[1].split()
+    if stars == 1:
+        if k == ("char", True):
+            return "tr_a_s(&tr_c_, %s, %s);" % (q, pname)
+        if k == ("char", False) and next_name == "len":
+            return "tr_o_str(&tr_c_, %s, %s, %s);" % (q, pname, next_name)
+        if base[-1] == "CUuuid":
+            return "tr_a_uuid(&tr_c_, %s, %s);" % (q, pname) if "const" in base else \
+                "tr_o_uuid(&tr_c_, %s, %s);" % (q, pname)
+        if "const" not in base and not plural and k[0] in ("int", "enum", "float", "ptr"):
+            if k[0] == "int":
+                f, cast = ("tr_o_x", "unsigned long long") if (k[2] or hexed) else \
+                    (("tr_o_i", "long long") if k[1] else ("tr_o_u", "unsigned long long"))
+            else:
+                f, cast = {"enum": ("tr_o_i", "long long"), "float": ("tr_o_f", "double"),
+                           "ptr": ("tr_o_p", "const void *")}[k[0]]
+            return "%s(&tr_c_, %s, %s, %s ? (%s)*%s : 0);" % (f, q, pname, ok, cast, pname)
+        return "tr_a_p(&tr_c_, %s, %s);" % (q, pname)
+    if stars == 2 and not inner_const and not plural:
+        if k == ("char", True):
+            return "tr_o_s(&tr_c_, %s, %s, %s ? *%s : 0);" % (q, pname, ok, pname)
+        if k[0] != "void" or pname in TRACE_VOIDPP_OUT:
+            return "tr_o_p(&tr_c_, %s, %s, %s ? (const void *)*%s : 0);" % (q, pname, ok, pname)
+    return "tr_a_p(&tr_c_, %s, %s);" % (q, pname)
+
+
+def gen_trace_h(syms):
+    idx = {s: i for i, s in enumerate(syms)}
+    out = ["/* The tracing libcuda.so.1: its entry points by index; %s. */\n" % HEADER_NOTE,
+           "#ifndef CUMUX_TRACE_WRAPPERS_H\n#define CUMUX_TRACE_WRAPPERS_H\n\n",
+           "#define TR_NSYMS %d\n" % len(syms)]
+    out += ["#define TR_IDX_%s %d\n" % (s, idx[s]) for s in TRACE_SPECIAL]
+    out.append("\ntypedef void (*tr_fn)(void); /* any entry point; cast back to its type to call it */\n\n"
+               "extern const char *const tr_names[TR_NSYMS]; /* the exported names, sorted */\n"
+               "extern const tr_fn tr_wrappers[TR_NSYMS];   /* this library's entry point of each */\n\n"
+               "#endif\n")
+    return "".join(out)
+
+
+def gen_trace_c(syms, protos, kinds):
+    for s, hook in TRACE_HOOKS.items():
+        for name in re.findall(r"\b(?!tr_c_)(\w+)\b(?=[,)])", hook):
+            if name not in param_names(protos[s][1]):
+                die("trace hook of %s uses %s, which is not one of its parameters" % (s, name))
+    out = ["/* The tracing libcuda.so.1: one wrapper per exported entry point, which times the call, forwards\n",
+           " * it to the same entry point of the traced library and logs arguments and result;\n",
+           " * %s. */\n" % HEADER_NOTE,
+           "#define __CUDA_API_VERSION_INTERNAL\n"]
+    out += ["#include <%s>\n" % h for h in HEADERS]
+    out += ['\n#include "trace/trace.h"\n\n', "const char *const tr_names[TR_NSYMS] = {\n"]
+    out += ['    "%s",\n' % s for s in syms]
+    out.append("};\n")
+    for i, s in enumerate(syms):
+        ret, params = protos[s]
+        names = param_names(params)
+        types = param_types(params)
+        args = ", ".join(names)
+        call = "tr_c_.fn ? ((tr_t_%s *)tr_c_.fn)(%s) : tr_missing(&tr_c_)" % (s, args)
+        out.append("\ntypedef CUresult CUDAAPI tr_t_%s(%s);\n" % (s, params or "void"))
+        out.append("TR_EXPORT CUresult CUDAAPI %s(%s)\n{\n" % (s, params or "void"))
+        out.append("    struct tr_call tr_c_;\n")
+        out.append("    if (!tr_begin(&tr_c_, %d, __builtin_return_address(0)))\n        return %s;\n" % (i, call))
+        out.append("    CUresult tr_r_ = %s;\n    tr_end(&tr_c_, tr_r_);\n" % call)
+        if s in TRACE_HOOKS:
+            out.append("    %s\n" % TRACE_HOOKS[s])
+        for j, (t, n) in enumerate(zip(types, names)):
+            nxt = names[j + 1] if j + 1 < len(names) else None
+            out.append("    %s\n" % trace_arg(s, t, n, nxt, kinds))
+        out.append("    tr_finish(&tr_c_);\n    return tr_r_;\n}\n")
+    out.append("\nconst tr_fn tr_wrappers[TR_NSYMS] = {\n")
+    out += ["    (tr_fn)%s,\n" % s for s in syms]
+    out.append("};\n")
+    return "".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
@@ -571,6 +795,8 @@ def main():
         "shim/generated/procaddress_table.c": gen_table_c(table, exported, hidden),
         "shim/generated/errors_table.h": gen_errors_h(),
         "shim/generated/errors_table.c": gen_errors_c(errors),
+        "trace/generated/trace_wrappers.h": gen_trace_h(syms),
+        "trace/generated/trace_wrappers.c": gen_trace_c(syms, protos, typedef_kinds(preprocessed_headers())),
     }
     error_note = "%d error codes (%d strings from libcudart, %d recorded, %d from cuda.h comments)" % (
         len(errors), sources["libcudart"], sources["recorded"], sources["cuda.h"])
