@@ -24,6 +24,8 @@ static void usage(FILE *f)
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs and clients\n"
                "  run -- CMD [ARGS...]   run CMD under cumux (starts the server if none runs)\n"
+               "  trace [--native] [-o FILE] -- CMD [ARGS...]   run CMD with every driver call logged\n"
+               "                         (also CUMUX_TRACE=1 with run; see docs/trace.md)\n"
                "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY, CUMUX_DEBUG.\n",
             CUMUX_DEFAULT_PIPE_DIRECTORY);
 }
@@ -220,20 +222,9 @@ static int cmd_status(void)
     return 0;
 }
 
-static int cmd_run(int argc, char **argv)
+/* A server for the pipe directory, started if none runs. 0 when one answers. */
+static int ensure_server(void)
 {
-    int i = 1;
-    if (i < argc && !strcmp(argv[i], "--"))
-        i++;
-    if (i >= argc) {
-        usage(stderr);
-        return 2;
-    }
-    char lib[PATH_MAX];
-    if (shim_dir(lib, sizeof lib) < 0) {
-        fprintf(stderr, "cumux: cannot find the shim libcuda.so.1 (set CUMUX_LIB_DIRECTORY)\n");
-        return 1;
-    }
     int s = connect_server();
     if (s < 0 && start_server(false) != 0) {
         /* Another `cumux run` may have started it at the same moment: give it a few seconds. */
@@ -248,13 +239,244 @@ static int cmd_run(int argc, char **argv)
     }
     if (s >= 0)
         close(s);
+    return 0;
+}
+
+static int prepend_library_path(const char *dir)
+{
     const char *llp = getenv("LD_LIBRARY_PATH");
-    char *nl = malloc(strlen(lib) + (llp ? strlen(llp) : 0) + 2);
+    char *nl = malloc(strlen(dir) + (llp ? strlen(llp) : 0) + 2);
     if (!nl)
-        return 1;
-    sprintf(nl, "%s%s%s", lib, llp && *llp ? ":" : "", llp && *llp ? llp : "");
+        return -1;
+    sprintf(nl, "%s%s%s", dir, llp && *llp ? ":" : "", llp && *llp ? llp : "");
     setenv("LD_LIBRARY_PATH", nl, 1);
     free(nl);
+    return 0;
+}
+
+/* ---- trace (docs/trace.md) ---- */
+
+/* The tracing libcuda.so.1's directory: trace/ under the shim's. */
+static int trace_dir(const char *shim, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s/trace", shim);
+    char lib[PATH_MAX];
+    if (n < 0 || (size_t)n >= len || snprintf(lib, sizeof lib, "%s/libcuda.so.1", out) >= (int)sizeof lib ||
+        access(lib, R_OK) != 0) {
+        fprintf(stderr, "cumux: cannot find the tracing libcuda.so.1 in %s\n", out);
+        return -1;
+    }
+    return 0;
+}
+
+/* A 64-bit ELF shared object for this machine. */
+static bool native_elf(const char *path)
+{
+    unsigned char h[20];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = read(fd, h, sizeof h) == (ssize_t)sizeof h && !memcmp(h, "\177ELF", 4) && h[4] == 2;
+    close(fd);
+#if defined(__x86_64__)
+    return ok && h[18] == 62 && h[19] == 0;
+#elif defined(__aarch64__)
+    return ok && h[18] == 183 && h[19] == 0;
+#else
+    return ok;
+#endif
+}
+
+/* dir (resolved) is one of the excluded directories. */
+static bool excluded_dir(const char *dir, const char *const *exclude)
+{
+    char *rd = realpath(dir, NULL);
+    bool hit = false;
+    for (int i = 0; rd && !hit && exclude[i]; i++) {
+        char *e = realpath(exclude[i], NULL);
+        hit = e && !strcmp(rd, e);
+        free(e);
+    }
+    free(rd);
+    return hit;
+}
+
+/* The candidate is a driver library, not one of cumux's: neither it nor what it links to lies in a
+ * cumux directory. out: its path, made absolute. */
+static bool driver_candidate(const char *path, const char *const *exclude, char *out, size_t len)
+{
+    char *real = realpath(path, NULL), *given = strdup(path), *target = real ? strdup(real) : NULL;
+    char *dir = given ? realpath(dirname(given), NULL) : NULL;
+    bool ok = real && dir && target && native_elf(real) && !excluded_dir(dir, exclude) &&
+              !excluded_dir(dirname(target), exclude);
+    if (ok)
+        snprintf(out, len, "%s/%s", dir, strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+    free(real);
+    free(given);
+    free(target);
+    free(dir);
+    return ok;
+}
+
+/* NVIDIA's libcuda.so.1 for --native: the directories of LD_LIBRARY_PATH, then the linker cache
+ * (ldconfig -p), then the usual driver directories; cumux's own directories never count. */
+static int find_native_driver(const char *const *exclude, char *out, size_t len)
+{
+    char cand[PATH_MAX];
+    const char *llp = getenv("LD_LIBRARY_PATH");
+    if (llp) {
+        char *copy = strdup(llp);
+        for (char *save, *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok; tok = strtok_r(NULL, ":", &save)) {
+            snprintf(cand, sizeof cand, "%s/libcuda.so.1", tok);
+            if (driver_candidate(cand, exclude, out, len)) {
+                free(copy);
+                return 0;
+            }
+        }
+        free(copy);
+    }
+    static const char *const ldconfig[] = {"/sbin/ldconfig", "/usr/sbin/ldconfig", NULL};
+    for (int i = 0; ldconfig[i]; i++) {
+        if (access(ldconfig[i], X_OK) != 0)
+            continue;
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "%s -p 2>/dev/null", ldconfig[i]);
+        FILE *p = popen(cmd, "r");
+        if (!p)
+            break;
+        char line[PATH_MAX + 128];
+        bool found = false;
+        while (fgets(line, sizeof line, p)) {
+            char *arrow = strstr(line, "=> ");
+            if (found || !arrow || strncmp(line + strspn(line, " \t"), "libcuda.so.1 ", 13))
+                continue;
+            arrow[3 + strcspn(arrow + 3, "\n")] = 0;
+            found = driver_candidate(arrow + 3, exclude, out, len);
+        }
+        pclose(p);
+        if (found)
+            return 0;
+        break;
+    }
+    static const char *const dirs[] = {
+        "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64", "/usr/lib", "/lib64", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/wsl/lib",
+        NULL};
+    for (int i = 0; dirs[i]; i++) {
+        snprintf(cand, sizeof cand, "%s/libcuda.so.1", dirs[i]);
+        if (driver_candidate(cand, exclude, out, len))
+            return 0;
+    }
+    return -1;
+}
+
+/* Environment of a traced program: CUMUX_TRACE_TARGET (the traced library), CUMUX_TRACE_FILE (made
+ * absolute, emptied) and the tracing library's directory first on LD_LIBRARY_PATH. */
+static int setup_trace(const char *shim, const char *target, const char *file)
+{
+    char dir[PATH_MAX];
+    if (trace_dir(shim, dir, sizeof dir) < 0)
+        return -1;
+    setenv("CUMUX_TRACE_TARGET", target, 1);
+    if (file) {
+        int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "cumux: cannot write %s: %s\n", file, strerror(errno));
+            return -1;
+        }
+        close(fd);
+        char *abs = realpath(file, NULL);
+        setenv("CUMUX_TRACE_FILE", abs ? abs : file, 1);
+        free(abs);
+    }
+    return prepend_library_path(dir);
+}
+
+static bool trace_requested(void)
+{
+    const char *e = getenv("CUMUX_TRACE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    int i = 1;
+    if (i < argc && !strcmp(argv[i], "--"))
+        i++;
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    char lib[PATH_MAX];
+    if (shim_dir(lib, sizeof lib) < 0) {
+        fprintf(stderr, "cumux: cannot find the shim libcuda.so.1 (set CUMUX_LIB_DIRECTORY)\n");
+        return 1;
+    }
+    if (ensure_server() != 0)
+        return 1;
+    if (prepend_library_path(lib) < 0)
+        return 1;
+    if (trace_requested()) {
+        char target[PATH_MAX + 16];
+        snprintf(target, sizeof target, "%s/libcuda.so.1", lib);
+        if (setup_trace(lib, target, NULL) < 0)
+            return 1;
+    }
+    execvp(argv[i], &argv[i]);
+    fprintf(stderr, "cumux: cannot run %s: %s\n", argv[i], strerror(errno));
+    return 127;
+}
+
+static int cmd_trace(int argc, char **argv)
+{
+    bool native = false;
+    const char *file = NULL;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--")) {
+            i++;
+            break;
+        }
+        if (!strcmp(argv[i], "--native")) {
+            native = true;
+        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
+            file = argv[++i];
+        } else if (!strncmp(argv[i], "--output=", 9)) {
+            file = argv[i] + 9;
+        } else {
+            fprintf(stderr, "cumux trace: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    char lib[PATH_MAX], target[PATH_MAX + 16];
+    if (shim_dir(lib, sizeof lib) < 0) {
+        fprintf(stderr, "cumux: cannot find the shim libcuda.so.1 (set CUMUX_LIB_DIRECTORY)\n");
+        return 1;
+    }
+    if (native) {
+        char tdir[PATH_MAX];
+        if (trace_dir(lib, tdir, sizeof tdir) < 0)
+            return 1;
+        const char *exclude[] = {lib, tdir, NULL};
+        if (find_native_driver(exclude, target, sizeof target) < 0) {
+            fprintf(stderr, "cumux trace: cannot find NVIDIA's libcuda.so.1 (put its directory on "
+                            "LD_LIBRARY_PATH)\n");
+            return 1;
+        }
+    } else {
+        if (ensure_server() != 0)
+            return 1;
+        snprintf(target, sizeof target, "%s/libcuda.so.1", lib);
+        if (prepend_library_path(lib) < 0)
+            return 1;
+    }
+    if (setup_trace(lib, target, file) < 0)
+        return 1;
     execvp(argv[i], &argv[i]);
     fprintf(stderr, "cumux: cannot run %s: %s\n", argv[i], strerror(errno));
     return 127;
@@ -276,6 +498,8 @@ int main(int argc, char **argv)
         return cmd_status();
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "trace"))
+        return cmd_trace(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
