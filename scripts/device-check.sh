@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: build everything, run the GPU tests (native and under cumux),
-# run the benchmarks (native, MPS, cumux), print a summary last. Budget: well under 9 minutes.
+# the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
+# MPS, cumux), print a summary last. Budget: well under 9 minutes.
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps]
 # Output in $OUT (default /tmp/cumux-device-check): summary.txt, device-check-logs.tar.gz (all raw
 # logs: build, per-test, per-benchmark, cumux server). Falls back to building only the tests and
@@ -63,14 +64,33 @@ tests_rc="not run"
 if [ -n "$build" ] && [ $do_tests = 1 ]; then
     modes=(--native)
     [ $native_only = 0 ] && modes+=(--cumux)
-    # Keep ~3.5 minutes for the benchmarks.
-    t_budget=$(($(left) - (do_bench ? 210 : 10)))
+    # Keep ~3.5 minutes for the benchmarks and 95 s for the runtime suite.
+    t_budget=$(($(left) - (do_bench ? 210 : 10) - 95))
     [ $t_budget -gt 300 ] && t_budget=300
     [ $t_budget -lt 60 ] && t_budget=60
     say "GPU tests ${modes[*]} (at most ${t_budget}s)"
     OUT="$logs/gpu-tests" GPU_TEST_TIMEOUT=60 timeout -k 10 "$t_budget" \
         tests/gpu/run.sh "${modes[@]}" --build "$build" 2>&1 | tee "$logs/gpu-tests.txt"
     tests_rc=${PIPESTATUS[0]}
+fi
+
+# --- CUDA runtime suite (tests/runtime): at most 90 s ---
+rt_rc="not run"
+if [ -n "$build" ] && [ $do_tests = 1 ]; then
+    if [ -d "$build/tests/runtime" ]; then
+        r_budget=$(($(left) - (do_bench ? 210 : 10)))
+        [ $r_budget -gt 90 ] && r_budget=90
+        if [ $r_budget -ge 30 ]; then
+            say "runtime suite ${modes[*]} (at most ${r_budget}s)"
+            OUT="$logs/runtime-tests" RT_TEST_TIMEOUT=30 timeout -k 5 "$r_budget" \
+                tests/runtime/run.sh "${modes[@]}" --build "$build" 2>&1 | tee "$logs/runtime-tests.txt"
+            rt_rc=${PIPESTATUS[0]}
+        else
+            rt_rc="no time left"
+        fi
+    else
+        rt_rc="not built"
+    fi
 fi
 
 # --- benchmarks ---
@@ -101,11 +121,17 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
         sed -n '/^test  *| native/,/^logs:/p' "$logs/gpu-tests.txt" | grep -v '^logs:' | sed 's/^/  /'
         grep -q '^SKIP: no CUDA GPU' "$logs/gpu-tests.txt" && echo "  SKIP: no CUDA GPU on this machine"
     fi
+    echo "runtime tests (exit $rt_rc):"
+    if [ -f "$logs/runtime-tests.txt" ]; then
+        sed -n '/^test  *| static native/,/^logs:/p' "$logs/runtime-tests.txt" | grep -v '^logs:' | sed 's/^/  /'
+        grep -q '^SKIP: no CUDA GPU' "$logs/runtime-tests.txt" && echo "  SKIP: no CUDA GPU on this machine"
+    fi
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"
     echo "elapsed: $((SECONDS - t0)) s; logs: $out/device-check-logs.tar.gz"
 } | tee "$out/summary.txt"
 
-[ "$tests_rc" = 0 ] && { [ "$bench_rc" = 0 ] || [ $do_bench = 0 ]; } && exit 0
+[ "$tests_rc" = 0 ] && { [ "$rt_rc" = 0 ] || [ "$rt_rc" = "not built" ]; } &&
+    { [ "$bench_rc" = 0 ] || [ $do_bench = 0 ]; } && exit 0
 [ $do_tests = 0 ] && [ "$bench_rc" = 0 ] && exit 0
 exit 1
