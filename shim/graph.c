@@ -388,8 +388,8 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *d
         return cumux_unsupported("graph memcpy node of more than one depth slice");
     size_t w = p->WidthInBytes, h = p->Height ? p->Height : 1;
     size_t sp = p->srcPitch ? p->srcPitch : w, dp = p->dstPitch ? p->dstPitch : w;
-    uint64_t src, dst;
-    bool sd, dd;
+    uint64_t src = 0, dst = 0;
+    bool sd = false, dd = false;
     CUresult r = copy_end(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, sp, sp * (h - 1) + w, &src, &sd);
     if (r == CUDA_SUCCESS)
         r = copy_end(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, dp, dp * (h - 1) + w, &dst, &dd);
