@@ -116,6 +116,7 @@ struct cumux_msg_hdr {
     X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
     X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
     X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)                                                         \
+    X(FUNC_CLUSTER_OCCUPANCY, cumux_launch, 0)                                                         \
     X(STREAM_CREATE, cumux_stream_create, 0)                                                           \
     X(STREAM_DESTROY, cumux_handle_arg, 1)                                                             \
     X(STREAM_SYNC, cumux_handle_arg, 0)                                                                \
@@ -153,7 +154,8 @@ struct cumux_msg_hdr {
     X(GRAPH_EXEC_UPDATE, cumux_graph_op, 0)                                                            \
     X(GRAPH_ADD_NODE, cumux_graph_node, 0)                                                             \
     X(GRAPH_SET_NODE, cumux_graph_node, 0)                                                             \
-    X(GRAPH_ADD_DEPS, cumux_graph_node, 0)
+    X(GRAPH_ADD_DEPS, cumux_graph_node, 0)                                                             \
+    X(GRAPH_QUERY, cumux_graph_node, 0)
 
 /* oneway: 1 = must be one-way, 0 = must be answered, 2 = either (a synchronous copy is answered). */
 
@@ -249,6 +251,8 @@ enum cumux_node_kind {
     CUMUX_NODE_HOST = 4,   /* host_fn_id */
 };
 
+/* GRAPH_QUERY: kind 0, the nodes of graph; kind 1, the dependencies of node. The reply is a count (u64)
+ * followed by that many u32 node handles (as many as fit). */
 /* ADD_NODE: ndeps dependency handles follow, then the kind's payload. SET_NODE: a kernel node's new
  * parameters, in its graph (exec 0) or in an instantiated graph. ADD_DEPS: ndeps "from" handles, then
  * ndeps "to" handles. Handle lists are padded to 8 bytes. */
@@ -414,7 +418,7 @@ struct cumux_launch {
     uint32_t shared_bytes;
     uint32_t param_bytes;
     uint32_t nattrs; /* cuLaunchKernelEx attributes that carry plain values */
-    uint32_t pad;
+    uint32_t query;  /* FUNC_CLUSTER_OCCUPANCY: 0 max active clusters, 1 max potential cluster size */
 };
 
 struct cumux_launch_attr {

@@ -254,6 +254,8 @@ static CUresult ctx_sync(struct srv_client *c, struct srv_ctx *x)
     return first;
 }
 
+static void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod);
+
 static void ctx_free(struct srv_client *c, struct srv_ctx *x)
 {
     ctx_sync(c, x);
@@ -265,6 +267,12 @@ static void ctx_free(struct srv_client *c, struct srv_ctx *x)
             handle_drop(c, h);
             free(e);
         }
+    }
+    /* Modules go with their context, as in CUDA; libraries are not bound to one. */
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
+        if (mod && mod->ctx == x)
+            module_free(c, h, mod);
     }
     while (x->streams)
         stream_free(c, x->streams);
@@ -1070,7 +1078,7 @@ static CUresult op_memset(struct srv_client *c, const struct cumux_memset *m)
 
 static void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
 {
-    use_gpu(c, mod->ctx->gpu);
+    use_gpu(c, mod->gpu);
     /* Its functions and globals die with it. */
     for (uint32_t i = 1; i <= c->nhandles; i++) {
         struct srv_function *f = handle_get(c, i, OBJ_FUNCTION);
@@ -1087,9 +1095,9 @@ static void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod
     if (mod->borrowed)
         ; /* the library it came from owns it */
     else if (mod->kind == CUMUX_IMAGE_LIBRARY)
-        srv_reap(REAP_LIBRARY, mod->ctx->gpu, mod->image, mod->image_size, mod->lib);
+        srv_reap(REAP_LIBRARY, mod->gpu, mod->image, mod->image_size, mod->lib);
     else
-        srv_reap(REAP_MODULE, mod->ctx->gpu, mod->image, mod->image_size, mod->mod);
+        srv_reap(REAP_MODULE, mod->gpu, mod->image, mod->image_size, mod->mod);
     handle_drop(c, h);
     free(mod);
 }
@@ -1120,7 +1128,8 @@ static CUresult op_module_load(struct srv_client *c, const struct cumux_module_l
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     mod->kind = m->kind;
-    mod->ctx = x;
+    mod->ctx = m->kind == CUMUX_IMAGE_LIBRARY ? NULL : x;
+    mod->gpu = x->gpu;
     use_gpu(c, x->gpu);
     CUresult r = m->kind == CUMUX_IMAGE_LIBRARY
                      ? cuLibraryLoadData(&mod->lib, mod->image, NULL, NULL, 0, NULL, NULL, 0)
@@ -1171,7 +1180,7 @@ static CUresult op_module_get_function(struct srv_client *c, const struct cumux_
         return CUDA_ERROR_INVALID_HANDLE;
     if (!name_ok(m))
         return CUDA_ERROR_INVALID_VALUE;
-    use_gpu(c, mod->ctx->gpu);
+    use_gpu(c, mod->gpu);
     struct srv_function *f = calloc(1, sizeof *f);
     if (!f)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1232,7 +1241,7 @@ static CUresult op_module_get_global(struct srv_client *c, const struct cumux_mo
         return CUDA_ERROR_INVALID_HANDLE;
     if (!name_ok(m))
         return CUDA_ERROR_INVALID_VALUE;
-    use_gpu(c, mod->ctx->gpu);
+    use_gpu(c, mod->gpu);
     CUdeviceptr p;
     size_t sz;
     if (mod->kind == CUMUX_IMAGE_LIBRARY)
@@ -1242,7 +1251,7 @@ static CUresult op_module_get_global(struct srv_client *c, const struct cumux_mo
     /* The client may now copy to and from it. */
     if (sz && !cumux_ranges_find(&c->dev_ranges, p)) {
         uint64_t *g = realloc(mod->globals, (mod->nglobals + 1) * sizeof *g);
-        if (!g || cumux_ranges_add(&c->dev_ranges, p, sz, RANGE_GLOBAL, (uint64_t)mod->ctx->gpu) < 0) {
+        if (!g || cumux_ranges_add(&c->dev_ranges, p, sz, RANGE_GLOBAL, (uint64_t)mod->gpu) < 0) {
             if (g)
                 mod->globals = g;
             return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1262,7 +1271,7 @@ static CUresult op_library_get_module(struct srv_client *c, const struct cumux_m
     struct srv_module *lib = handle_get(c, m->module, OBJ_MODULE);
     if (!lib || lib->kind != CUMUX_IMAGE_LIBRARY)
         return CUDA_ERROR_INVALID_HANDLE;
-    use_gpu(c, lib->ctx->gpu);
+    use_gpu(c, lib->gpu);
     struct srv_module *mod = calloc(1, sizeof *mod);
     if (!mod)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1271,6 +1280,7 @@ static CUresult op_library_get_module(struct srv_client *c, const struct cumux_m
     if (r == CUDA_SUCCESS) {
         mod->kind = CUMUX_IMAGE_MODULE;
         mod->borrowed = true;
+        mod->gpu = lib->gpu;
         mod->ctx = lib->ctx;
         h = handle_new(c, OBJ_MODULE, mod);
         if (!h)
@@ -1290,7 +1300,7 @@ static CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
-    use_gpu(c, mod ? mod->ctx->gpu : 0);
+    use_gpu(c, mod ? mod->gpu : 0);
     CUfunction fn = f->fn;
     if (f->is_kernel) /* occupancy queries want the kernel's function in this context */
         CHECK(cuKernelGetFunction(&fn, (CUkernel)f->fn));
@@ -1307,6 +1317,38 @@ static CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+static CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload,
+                                     uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->nattrs > 16 || (uint64_t)m->nattrs * sizeof(struct cumux_launch_attr) > payload_len || m->query > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
+    use_gpu(c, mod ? mod->gpu : 0);
+    CUfunction fn = f->fn;
+    if (f->is_kernel)
+        CHECK(cuKernelGetFunction(&fn, (CUkernel)f->fn));
+    CUlaunchAttribute attrs[16];
+    const struct cumux_launch_attr *a = (const void *)payload;
+    for (uint32_t i = 0; i < m->nattrs; i++) {
+        if (!cumux_launch_attr_plain(a[i].id))
+            return CUDA_ERROR_INVALID_VALUE;
+        attrs[i].id = (CUlaunchAttributeID)a[i].id;
+        memcpy(&attrs[i].value, a[i].value, sizeof attrs[i].value);
+    }
+    CUlaunchConfig cfg = {.gridDimX = m->grid[0], .gridDimY = m->grid[1], .gridDimZ = m->grid[2],
+                          .blockDimX = m->block[0], .blockDimY = m->block[1], .blockDimZ = m->block[2],
+                          .sharedMemBytes = m->shared_bytes, .attrs = attrs, .numAttrs = m->nattrs};
+    int v = 0;
+    if (m->query == 0)
+        CHECK(cuOccupancyMaxActiveClusters(&v, fn, &cfg));
+    else
+        CHECK(cuOccupancyMaxPotentialClusterSize(&v, fn, &cfg));
+    return reply_u64(out, out_len, (uint64_t)v);
+}
+
 static CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, bool set, uint8_t *out,
                              uint32_t *out_len)
 {
@@ -1314,7 +1356,7 @@ static CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr 
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
-    int gpu = mod ? mod->ctx->gpu : 0;
+    int gpu = mod ? mod->gpu : 0;
     use_gpu(c, gpu);
     int v = 0;
     if (set) {
@@ -1442,6 +1484,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_MODULE_GET_GLOBAL: r = op_module_get_global(c, body, out, &out_len); break;
     case CUMUX_OP_LIBRARY_GET_MODULE: r = op_library_get_module(c, body, out, &out_len); break;
     case CUMUX_OP_FUNC_OCCUPANCY: r = op_func_occupancy(c, body, out, &out_len); break;
+    case CUMUX_OP_FUNC_CLUSTER_OCCUPANCY: r = op_cluster_occupancy(c, body, payload, payload_len, out, &out_len); break;
     case CUMUX_OP_FUNC_GET_ATTRIBUTE: r = op_func_attr(c, body, false, out, &out_len); break;
     case CUMUX_OP_FUNC_SET_ATTRIBUTE: r = op_func_attr(c, body, true, out, &out_len); break;
     case CUMUX_OP_STREAM_CREATE: r = op_stream_create(c, body, out, &out_len); break;
@@ -1481,6 +1524,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_GRAPH_EXEC_UPDATE:
     case CUMUX_OP_GRAPH_ADD_NODE:
     case CUMUX_OP_GRAPH_SET_NODE:
+    case CUMUX_OP_GRAPH_QUERY:
     case CUMUX_OP_GRAPH_ADD_DEPS: r = srv_graph_op(c, hdr->op, body, payload, payload_len, out, &out_len); break;
     default: return -1;
     }

@@ -194,7 +194,7 @@ static CUresult kernel_params(struct srv_client *c, const uint8_t *payload, uint
     if (f->is_kernel) {
         struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
         kp->kern = (CUkernel)f->fn;
-        kp->ctx = srv_gpus[mod ? mod->ctx->gpu : 0].ctx;
+        kp->ctx = srv_gpus[mod ? mod->gpu : 0].ctx;
     } else {
         kp->func = f->fn;
     }
@@ -289,6 +289,68 @@ static CUresult node_list(struct srv_client *c, const uint32_t *h, uint32_t n, u
 
 #define MAX_DEPS 1024
 
+/* The handle of a driver node of graph `graph`, made now if the client has not seen it (captured). */
+static uint32_t node_handle(struct srv_client *c, uint32_t graph, CUgraphNode n)
+{
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_graph_node *nd = handle_get(c, h, OBJ_GRAPH_NODE);
+        if (nd && nd->n == n && nd->graph == graph)
+            return h;
+    }
+    struct srv_graph_node *nd = malloc(sizeof *nd);
+    if (!nd)
+        return 0;
+    nd->n = n;
+    nd->graph = graph;
+    uint32_t h = handle_new(c, OBJ_GRAPH_NODE, nd);
+    if (!h)
+        free(nd);
+    return h;
+}
+
+static CUresult graph_query(struct srv_client *c, const struct cumux_graph_node *m, uint8_t *out, uint32_t *out_len)
+{
+    size_t n = 0;
+    CUgraphNode *nodes = NULL;
+    uint32_t graph;
+    CUresult r;
+    if (m->kind == 0) {
+        struct srv_graph *g = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!g)
+            return CUDA_ERROR_INVALID_HANDLE;
+        graph = m->graph;
+        CHECK(cuGraphGetNodes(g->g, NULL, &n));
+        if (n && !(nodes = malloc(n * sizeof *nodes)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        r = n ? cuGraphGetNodes(g->g, nodes, &n) : CUDA_SUCCESS;
+    } else {
+        struct srv_graph_node *nd = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!nd)
+            return CUDA_ERROR_INVALID_HANDLE;
+        graph = nd->graph;
+        CHECK(cuGraphNodeGetDependencies(nd->n, NULL, NULL, &n));
+        if (n && !(nodes = malloc(n * sizeof *nodes)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        r = n ? cuGraphNodeGetDependencies(nd->n, nodes, NULL, &n) : CUDA_SUCCESS;
+    }
+    if (r == CUDA_SUCCESS) {
+        uint64_t count = n;
+        memcpy(out, &count, sizeof count);
+        size_t fit = (CUMUX_REPLY_DATA - sizeof count) / sizeof(uint32_t);
+        for (size_t i = 0; i < n && i < fit; i++) {
+            uint32_t h = node_handle(c, graph, nodes[i]);
+            if (!h) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            memcpy(out + sizeof count + i * sizeof h, &h, sizeof h);
+        }
+        *out_len = (uint32_t)(sizeof count + (n < fit ? n : fit) * sizeof(uint32_t));
+    }
+    free(nodes);
+    return r;
+}
+
 static CUresult node_op(struct srv_client *c, uint16_t op, const struct cumux_graph_node *m, const uint8_t *payload,
                         uint32_t len, uint8_t *out, uint32_t *out_len)
 {
@@ -346,6 +408,8 @@ static CUresult node_op(struct srv_client *c, uint16_t op, const struct cumux_gr
 CUresult srv_graph_op(struct srv_client *c, uint16_t op, const void *body, const uint8_t *payload, uint32_t payload_len,
                       uint8_t *out, uint32_t *out_len)
 {
+    if (op == CUMUX_OP_GRAPH_QUERY)
+        return graph_query(c, body, out, out_len);
     if (op == CUMUX_OP_GRAPH_ADD_NODE || op == CUMUX_OP_GRAPH_SET_NODE || op == CUMUX_OP_GRAPH_ADD_DEPS)
         return node_op(c, op, body, payload, payload_len, out, out_len);
     return graph_op(c, op, body, out, out_len);

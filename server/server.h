@@ -78,7 +78,8 @@ struct srv_module {
     bool borrowed; /* a library's module (cuLibraryGetModule): the library unloads it */
     CUmodule mod;
     CUlibrary lib;
-    struct srv_ctx *ctx;
+    int gpu;
+    struct srv_ctx *ctx; /* a module's context (it goes with it); NULL for a library, which outlives contexts */
     void *image; /* the client's image, mapped from its memfd */
     size_t image_size;
     uint64_t *globals; /* device ranges of its globals that were handed to the client */

@@ -23,6 +23,7 @@ struct CUctx_st {
     uint32_t magic;
     uint32_t handle;        /* server context handle */
     uint32_t legacy_stream; /* server handle of this context's legacy default stream */
+    uint64_t legacy_stream_id; /* what cuStreamGetId answers for it */
     int device;
     unsigned flags;
     bool primary;
@@ -125,6 +126,9 @@ struct CUctx_st *shim_current_ctx(void);
 /* The server stream for a CUstream of the calling thread (NULL, legacy and per-thread handles resolved). */
 CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_out);
 CUresult shim_need_ctx(struct CUctx_st **out);
+/* cuStreamGetId of the legacy or a per-thread default stream. */
+CUresult shim_default_stream_id(CUstream h, unsigned long long *id);
+extern _Atomic uint64_t shim_next_stream_id;
 
 /* pcopy.c: memcpy of large blocks spread over helper threads */
 void shim_memcpy(void *dst, const void *src, size_t len);

@@ -22,6 +22,7 @@ static _Atomic uint64_t next_ctx_id = 1;
 struct ptds_entry {
     struct CUctx_st *ctx;
     uint32_t stream;
+    uint64_t id; /* what cuStreamGetId answers: unique in the process, never reused */
 };
 static __thread struct ptds_entry tls_ptds[8];
 static pthread_key_t ptds_key;
@@ -80,10 +81,30 @@ static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
     CUresult r = shim_call(CUMUX_OP_STREAM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
     if (r != CUDA_SUCCESS)
         return r;
-    tls_ptds[free_i] = (struct ptds_entry){ctx, (uint32_t)rep.value};
+    tls_ptds[free_i] = (struct ptds_entry){ctx, (uint32_t)rep.value, atomic_fetch_add(&shim_next_stream_id, 1)};
     pthread_setspecific(ptds_key, (void *)1);
     *out = (uint32_t)rep.value;
     return CUDA_SUCCESS;
+}
+
+CUresult shim_default_stream_id(CUstream h, unsigned long long *id)
+{
+    uint32_t s;
+    struct CUctx_st *ctx;
+    CUresult r = shim_resolve_stream(h, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (s == ctx->legacy_stream) {
+        *id = ctx->legacy_stream_id;
+        return CUDA_SUCCESS;
+    }
+    for (int i = 0; i < 8; i++) {
+        if (tls_ptds[i].ctx == ctx && tls_ptds[i].stream == s) {
+            *id = tls_ptds[i].id;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_out)
@@ -135,6 +156,7 @@ static CUresult ctx_new(int dev, unsigned flags, bool primary, struct CUctx_st *
     c->flags = flags;
     c->primary = primary;
     c->id = atomic_fetch_add(&next_ctx_id, 1);
+    c->legacy_stream_id = atomic_fetch_add(&shim_next_stream_id, 1);
     *out = c;
     return CUDA_SUCCESS;
 }

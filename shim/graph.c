@@ -1,5 +1,6 @@
 /* CUDA graphs. Stream capture happens in the server, on the client's real stream; explicit graphs are
  * described node by node. Graph objects live in the server; the program holds small handles. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,39 @@ struct CUgraphNode_st {
 
 _Atomic bool shim_ever_captured;
 static __thread CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+/* One object per server node handle, so that the same node is always the same CUgraphNode. */
+static struct CUgraphNode_st **node_by_handle;
+static uint32_t node_by_handle_cap;
+static pthread_mutex_t node_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct CUgraphNode_st *node_object(uint32_t handle, struct CUgraph_st *g)
+{
+    pthread_mutex_lock(&node_lock);
+    if (handle >= node_by_handle_cap) {
+        uint32_t cap = handle * 2 + 64;
+        struct CUgraphNode_st **v = realloc(node_by_handle, cap * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&node_lock);
+            return NULL;
+        }
+        memset(v + node_by_handle_cap, 0, (cap - node_by_handle_cap) * sizeof *v);
+        node_by_handle = v;
+        node_by_handle_cap = cap;
+    }
+    struct CUgraphNode_st *n = node_by_handle[handle];
+    if (!n || n->graph != g || n->magic != SHIM_MAGIC_GRAPH_NODE) {
+        n = calloc(1, sizeof *n);
+        if (n) {
+            n->magic = SHIM_MAGIC_GRAPH_NODE;
+            n->handle = handle;
+            n->graph = g;
+            node_by_handle[handle] = n;
+        }
+    }
+    pthread_mutex_unlock(&node_lock);
+    return n;
+}
 
 static bool graph_ok(CUgraph g) { return g && g->magic == SHIM_MAGIC_GRAPH; }
 static bool exec_ok(CUgraphExec e) { return e && e->magic == SHIM_MAGIC_GRAPH_EXEC; }
@@ -297,12 +331,9 @@ static CUresult msg_send_node(uint16_t op, struct node_msg *m, CUgraph g, CUgrap
     free(m->buf);
     if (r != CUDA_SUCCESS || !out)
         return r;
-    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    struct CUgraphNode_st *n = node_object((uint32_t)rep.value, g);
     if (!n)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    n->magic = SHIM_MAGIC_GRAPH_NODE;
-    n->handle = (uint32_t)rep.value;
-    n->graph = g;
     *out = n;
     return CUDA_SUCCESS;
 }
@@ -464,4 +495,52 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode node, const C
     if (!e)
         return CUDA_ERROR_INVALID_VALUE;
     return set_kernel(e, node, p);
+}
+
+/* ---- queries ---- */
+static CUresult query_nodes(uint32_t kind, struct CUgraph_st *g, uint32_t graph, uint32_t node, CUgraphNode *nodes,
+                            size_t *num)
+{
+    if (!num)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_graph_node m = {.graph = graph, .node = node, .kind = kind};
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    uint32_t len = 0;
+    CUresult r = shim_call(CUMUX_OP_GRAPH_QUERY, &m, sizeof m, buf, sizeof buf, &len);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t count;
+    memcpy(&count, buf, sizeof count);
+    size_t have = (len - sizeof count) / sizeof(uint32_t);
+    if (!nodes) {
+        *num = (size_t)count;
+        return CUDA_SUCCESS;
+    }
+    size_t i = 0;
+    for (; i < *num && i < count && i < have; i++) {
+        uint32_t h;
+        memcpy(&h, buf + sizeof count + i * sizeof h, sizeof h);
+        if (!(nodes[i] = node_object(h, g)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t k = i; k < *num; k++)
+        nodes[k] = NULL;
+    *num = i;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *num)
+{
+    if (!graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    return query_nodes(0, g, g->handle, 0, nodes, num);
+}
+
+CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *num)
+{
+    if (!node_ok(node))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (edges && num && deps)
+        memset(edges, 0, *num * sizeof *edges); /* default edges: the only kind cumux builds */
+    return query_nodes(1, node->graph, node->graph ? node->graph->handle : 0, node->handle, deps, num);
 }

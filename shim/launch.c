@@ -80,7 +80,7 @@ static CUresult launch(struct CUfunc_st *f, const unsigned grid[3], const unsign
     m->shared_bytes = shmem;
     m->param_bytes = f->param_bytes;
     m->nattrs = nattrs;
-    m->pad = 0;
+    m->query = 0;
     struct cumux_launch_attr *la = (struct cumux_launch_attr *)(m + 1);
     for (unsigned i = 0; i < nattrs; i++) {
         la[i].id = (uint32_t)attrs[i].id;
@@ -110,4 +110,48 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params
     const unsigned grid[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ};
     const unsigned block[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};
     return launch(f, grid, block, cfg->sharedMemBytes, cfg->hStream, params, extra, cfg->attrs, cfg->numAttrs);
+}
+
+/* Cluster occupancy: the launch configuration travels as a launch would, with no arguments. */
+static CUresult cluster_query(uint32_t query, int *out, CUfunction f, const CUlaunchConfig *cfg)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out || !cfg || cfg->numAttrs > 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct {
+        struct cumux_launch l;
+        struct cumux_launch_attr a[16];
+    } m;
+    memset(&m, 0, sizeof m);
+    m.l.function = f->handle;
+    m.l.grid[0] = cfg->gridDimX, m.l.grid[1] = cfg->gridDimY, m.l.grid[2] = cfg->gridDimZ;
+    m.l.block[0] = cfg->blockDimX, m.l.block[1] = cfg->blockDimY, m.l.block[2] = cfg->blockDimZ;
+    m.l.shared_bytes = cfg->sharedMemBytes;
+    m.l.nattrs = cfg->numAttrs;
+    m.l.query = query;
+    for (unsigned i = 0; i < cfg->numAttrs; i++) {
+        if (!cumux_launch_attr_plain(cfg->attrs[i].id))
+            return CUDA_ERROR_INVALID_VALUE;
+        m.a[i].id = (uint32_t)cfg->attrs[i].id;
+        memcpy(m.a[i].value, &cfg->attrs[i].value, sizeof m.a[i].value);
+    }
+    struct cumux_u64_reply rep;
+    CUresult r = shim_call(CUMUX_OP_FUNC_CLUSTER_OCCUPANCY, &m, sizeof m.l + cfg->numAttrs * sizeof m.a[0], &rep,
+                           sizeof rep, NULL);
+    if (r == CUDA_SUCCESS)
+        *out = (int)rep.value;
+    return r;
+}
+
+CUresult cuOccupancyMaxActiveClusters(int *clusters, CUfunction f, const CUlaunchConfig *cfg)
+{
+    return cluster_query(0, clusters, f, cfg);
+}
+
+CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction f, const CUlaunchConfig *cfg)
+{
+    return cluster_query(1, size, f, cfg);
 }

@@ -701,6 +701,9 @@ CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t 
 }
 
 /* ---- pointer attributes: answered locally ---- */
+/* Every attribute, for memory the shim knows (device allocations, module globals, pinned or registered
+ * host memory) and for memory it does not. The plural form answers empty values where an attribute does
+ * not apply (PyTorch and the runtime rely on it for ordinary host memory); the singular form fails. */
 static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr p, bool lenient)
 {
     pthread_rwlock_rdlock(&shim.ranges_lock);
@@ -708,71 +711,72 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr
     const struct cumux_range *h = d ? NULL : cumux_ranges_find(&shim.pinned_ranges, p);
     struct cumux_range dr = d ? *d : (struct cumux_range){0}, hr = h ? *h : (struct cumux_range){0};
     pthread_rwlock_unlock(&shim.ranges_lock);
+    bool known = d || h;
+    if (!known && !lenient)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct cumux_range *r = d ? &dr : &hr;
     int device = d ? (int)(dr.tag & 0xffff) - 1 : 0;
-    if (!d && !h) {
-        /* Memory the driver does not know. The plural form answers with empty values (PyTorch relies on
-         * it for ordinary host memory); the singular one fails. */
-        if (!lenient)
-            return CUDA_ERROR_INVALID_VALUE;
-        switch (a) {
-        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = 0; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = -1; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = NULL; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = 0; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data = NULL; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = 0; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = 0; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = 0; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = 0; return CUDA_SUCCESS;
-        case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 0; return CUDA_SUCCESS;
-        default: return CUDA_ERROR_INVALID_VALUE;
-        }
-    }
     struct CUctx_st *ctx = d ? (struct CUctx_st *)(uintptr_t)dr.extra : shim.primary[0];
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = ctx ? ctx : shim_current_ctx();
+        *(CUcontext *)data = !known ? NULL : ctx ? ctx : shim_current_ctx();
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int *)data = d ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        *(unsigned int *)data = d ? CU_MEMORYTYPE_DEVICE : h ? CU_MEMORYTYPE_HOST : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        *(CUdeviceptr *)data = d ? p : (CUdeviceptr)(hr.extra + (p - hr.base));
+        *(CUdeviceptr *)data = d ? p : h ? (CUdeviceptr)(hr.extra + (p - hr.base)) : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (d)
+        if (d && !lenient)
             return CUDA_ERROR_INVALID_VALUE;
-        *(void **)data = (void *)(uintptr_t)p;
+        *(void **)data = h ? (void *)(uintptr_t)p : NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+        if (!lenient)
+            return cumux_unsupported("cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_P2P_TOKENS)");
+        memset(data, 0, sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS));
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-        *(int *)data = 1;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-        *(unsigned long long *)data = d ? dr.base : hr.base;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(int *)data = known ? 1 : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
         *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = known ? r->base : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = device;
+        *(int *)data = known ? device : -1;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = d ? dr.base : hr.base;
+        *(CUdeviceptr *)data = known ? r->base : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = d ? dr.size : hr.size;
+        *(size_t *)data = known ? r->size : 0;
         return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-        *(int *)data = 1;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(void **)data = known ? (void *)(uintptr_t)r->base : NULL;
         return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(int *)data = 0;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = known ? r->size : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(int *)data = known ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         *(CUmemoryPool *)data = NULL;
         return CUDA_SUCCESS;
     default:
-        return cumux_unsupported("cuPointerGetAttribute with this attribute");
+        return CUDA_ERROR_INVALID_VALUE;
     }
 }
 

@@ -3,7 +3,7 @@
 
 #include "shim/client.h"
 
-static _Atomic uint64_t next_stream_id = 1000;
+_Atomic uint64_t shim_next_stream_id = 1000;
 
 static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
 {
@@ -34,7 +34,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
     s->ctx = c;
     s->flags = flags;
     s->priority = priority;
-    s->id = atomic_fetch_add(&next_stream_id, 1);
+    s->id = atomic_fetch_add(&shim_next_stream_id, 1);
     *ph = s;
     return CUDA_SUCCESS;
 }
@@ -143,11 +143,7 @@ CUresult cuStreamGetId(CUstream h, unsigned long long *id)
             *id = s->id;
         return r;
     }
-    uint32_t handle; /* a default stream: its server handle is unique within the process */
-    r = shim_resolve_stream(h, &handle, NULL);
-    if (r == CUDA_SUCCESS)
-        *id = handle;
-    return r;
+    return shim_default_stream_id(h, id); /* ids are never reused, as the driver's */
 }
 
 CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx)
