@@ -24,6 +24,7 @@ struct CUctx_st {
     uint32_t handle;        /* server context handle */
     uint32_t legacy_stream; /* server handle of this context's legacy default stream */
     uint64_t legacy_stream_id; /* what cuStreamGetId answers for it */
+    uint32_t generation;       /* bumped by a reset of the primary context */
     int device;
     unsigned flags;
     bool primary;

@@ -21,6 +21,7 @@ static _Atomic uint64_t next_ctx_id = 1;
 /* The per-thread default stream of each context this thread used (CU_STREAM_PER_THREAD). */
 struct ptds_entry {
     struct CUctx_st *ctx;
+    uint32_t generation; /* the context's, when the stream was made: a reset makes new streams */
     uint32_t stream;
     uint64_t id; /* what cuStreamGetId answers: unique in the process, never reused */
 };
@@ -65,6 +66,8 @@ static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
 {
     int free_i = -1;
     for (int i = 0; i < 8; i++) {
+        if (tls_ptds[i].ctx == ctx && tls_ptds[i].generation != ctx->generation)
+            tls_ptds[i].ctx = NULL; /* made before a reset of the context: gone with it */
         if (tls_ptds[i].ctx == ctx) {
             *out = tls_ptds[i].stream;
             return CUDA_SUCCESS;
@@ -81,7 +84,8 @@ static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
     CUresult r = shim_call(CUMUX_OP_STREAM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
     if (r != CUDA_SUCCESS)
         return r;
-    tls_ptds[free_i] = (struct ptds_entry){ctx, (uint32_t)rep.value, atomic_fetch_add(&shim_next_stream_id, 1)};
+    tls_ptds[free_i] = (struct ptds_entry){ctx, ctx->generation, (uint32_t)rep.value,
+                                           atomic_fetch_add(&shim_next_stream_id, 1)};
     pthread_setspecific(ptds_key, (void *)1);
     *out = (uint32_t)rep.value;
     return CUDA_SUCCESS;
@@ -236,10 +240,22 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&shim.ctx_lock);
     CUresult r = CUDA_SUCCESS;
-    if (shim.primary[dev]) {
-        r = ctx_delete(shim.primary[dev]);
-        shim.primary[dev] = NULL;
-        shim.primary_refs[dev] = 0;
+    struct CUctx_st *c = shim.primary[dev];
+    if (c) {
+        /* The primary context keeps its handle across a reset (the runtime holds on to it): its state in
+         * the server is destroyed and made anew under the same object. */
+        shim_context_storage_release(c);
+        struct cumux_handle_arg m = {.handle = c->handle};
+        r = shim_call(CUMUX_OP_CTX_DESTROY, &m, sizeof m, NULL, 0, NULL);
+        struct CUctx_st *fresh;
+        if (r == CUDA_SUCCESS && (r = ctx_new(dev, 0, true, &fresh)) == CUDA_SUCCESS) {
+            c->handle = fresh->handle;
+            c->legacy_stream = fresh->legacy_stream;
+            c->legacy_stream_id = fresh->legacy_stream_id;
+            c->flags = 0;
+            c->generation++;
+            free(fresh);
+        }
     }
     shim.primary_flags[dev] = 0;
     pthread_mutex_unlock(&shim.ctx_lock);
