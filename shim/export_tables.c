@@ -26,6 +26,8 @@ UNKNOWN_SLOT(CUDART_INTERFACE, 5)
 UNKNOWN_SLOT(CUDART_INTERFACE, 9)
 UNKNOWN_SLOT(CUDART_INTERFACE, 10)
 UNKNOWN_SLOT(CUDART_INTERFACE, 11)
+UNKNOWN_SLOT(TOOLS_TLS, 1)
+UNKNOWN_SLOT(TOOLS_TLS, 2)
 UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 1)
 UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 3)
 UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 4)
@@ -115,12 +117,13 @@ static const void *cudart_interface[13] = {
 };
 
 /* ---- TOOLS_TLS ---- */
-/* Only the size: libraries check the slots and skip them when empty (cuBLAS failed its GEMMs with
- * CUBLAS_STATUS_NOT_SUPPORTED when slot 2 answered CUDA_ERROR_NOT_SUPPORTED). */
+/* Slot 2 is called by cuBLAS around every GEMM (68 times in data/traces/cublas-native-export-tables.txt;
+ * left empty, cuBLAS crashes): what it must answer is not known yet, so it says it is not supported and
+ * cuBLAS's GEMMs fail with CUBLAS_STATUS_NOT_SUPPORTED. */
 static const void *tools_tls[3] = {
     (const void *)(uintptr_t)(3 * sizeof(void *)),
-    NULL,
-    NULL,
+    FN(unknown_TOOLS_TLS_1),
+    FN(unknown_TOOLS_TLS_2),
 };
 
 /* ---- TOOLS_RUNTIME_CALLBACK_HOOKS ---- */

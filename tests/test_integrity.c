@@ -110,7 +110,7 @@ static void export_tables(const char *shim_path)
         int size_word; /* table length in pointers when it starts with a size word, else 0 */
         int slots;     /* pointers before the end (NULL-terminated tables); -1: size word only, slots empty */
     } t[] = {
-        {"6bd5fb6c5bf4e74a8987d93912fd9df9", 13, 0}, {"42d85a8123f6cb478298f6e78a3aecdc", 3, -1},
+        {"6bd5fb6c5bf4e74a8987d93912fd9df9", 13, 0}, {"42d85a8123f6cb478298f6e78a3aecdc", 3, 0},
         {"a094798c2e742e7493f20800200c0a66", 7, 0},  {"c693336e1121df11a8c368f355d89593", 0, 3},
         {"263e88607cd2614392f6bbd5006dfa7e", 15, 0}, {"d4082055bde6704b8d34ba123c66e1f2", 3, 0},
     };
