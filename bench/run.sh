@@ -50,46 +50,8 @@ declare -A R # R[metric,mode] = number, or a word saying why not
 log() { echo "[$(date +%T)] $*"; }
 
 # --- MPS / cumux lifetime (trap-protected) ---
-mps_up=0 cumux_up=0
-# Anchored on the program path: a shell whose command line merely mentions MPS must not match.
-mps_procs() { pgrep -f '^[^ ]*nvidia-cuda-mps-(control|server)( |$)' 2>/dev/null || true; }
-mps_start() {
-    mkdir -p "$mps_pipe" "$mps_log"
-    if CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_log "$mps_ctl" -d >>"$out/mps.log" 2>&1; then
-        mps_up=1
-        sleep 1
-        return 0
-    fi
-    return 1
-}
-mps_stop() {
-    [ $mps_up = 1 ] || return 0
-    echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_pipe "$mps_ctl" >>"$out/mps.log" 2>&1
-    for _ in $(seq 1 60); do
-        [ -z "$(mps_procs)" ] && break
-        sleep 0.25
-    done
-    if [ -n "$(mps_procs)" ]; then
-        log "warning: MPS processes still present after quit: $(mps_procs | tr '\n' ' ')"
-        return 1
-    fi
-    mps_up=0
-}
-cumux_start() {
-    export CUMUX_LOG_DIRECTORY="${CUMUX_LOG_DIRECTORY:-$out/cumux-server}"
-    mkdir -p "$CUMUX_LOG_DIRECTORY"
-    if "$cli" start >>"$out/cumux-cli.log" 2>&1; then
-        cumux_up=1
-        "$cli" status >>"$out/cumux-cli.log" 2>&1
-        return 0
-    fi
-    return 1
-}
-cumux_stop() {
-    [ $cumux_up = 1 ] || return 0
-    "$cli" stop >>"$out/cumux-cli.log" 2>&1 || log "warning: cumux stop failed"
-    cumux_up=0
-}
+# shellcheck source=scripts/lib/sharing.sh
+. "$repo/scripts/lib/sharing.sh"
 reported=0
 cleanup() {
     mps_stop
