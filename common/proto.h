@@ -176,6 +176,9 @@ struct cumux_handle_arg {
     uint32_t flags;
 };
 
+/* CTX_DESTROY flags: a reset of a primary context (its libraries are loaded afresh). */
+#define CUMUX_CTX_DESTROY_RESET 1u
+
 struct cumux_ctx_create {
     int32_t device;
     uint32_t flags;

@@ -283,12 +283,44 @@ static void ctx_free(struct srv_client *c, struct srv_ctx *x)
     free(x);
 }
 
+/* A reset of the client's primary context: as in CUDA, its libraries come back as freshly loaded (their
+ * globals at their initial values). Each is loaded again from the image kept for it, and its kernels are
+ * looked up again under the same handles. */
+static void libraries_reload(struct srv_client *c, int gpu)
+{
+    use_gpu(c, gpu);
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
+        if (!mod || mod->kind != CUMUX_IMAGE_LIBRARY || mod->borrowed || mod->gpu != gpu || !mod->image)
+            continue;
+        CUlibrary fresh;
+        if (cuLibraryLoadData(&fresh, mod->image, NULL, NULL, 0, NULL, NULL, 0) != CUDA_SUCCESS) {
+            cumux_logf("client %u: library %u could not be loaded again after a reset", c->id, h);
+            continue;
+        }
+        srv_reap(REAP_LIBRARY, gpu, NULL, 0, mod->lib);
+        mod->lib = fresh;
+        for (size_t i = 0; i < mod->nglobals; i++)
+            cumux_ranges_remove(&c->dev_ranges, mod->globals[i], NULL);
+        mod->nglobals = 0;
+        for (uint32_t k = 1; k <= c->nhandles; k++) {
+            struct srv_function *f = handle_get(c, k, OBJ_FUNCTION);
+            CUkernel kern;
+            if (f && f->module == h && f->name && cuLibraryGetKernel(&kern, fresh, f->name) == CUDA_SUCCESS)
+                f->fn = (CUfunction)kern;
+        }
+    }
+}
+
 static CUresult op_ctx_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
 {
     struct srv_ctx *x = handle_get(c, m->handle, OBJ_CTX);
     if (!x)
         return CUDA_ERROR_INVALID_CONTEXT;
+    int gpu = x->gpu;
     ctx_free(c, x);
+    if (m->flags & CUMUX_CTX_DESTROY_RESET)
+        libraries_reload(c, gpu);
     return CUDA_SUCCESS;
 }
 
@@ -1085,6 +1117,7 @@ static void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod
         if (f && f->module == h) {
             handle_drop(c, i);
             free(f->param_offsets);
+            free(f->name);
             free(f);
         }
     }
@@ -1216,6 +1249,7 @@ static CUresult op_module_get_function(struct srv_client *c, const struct cumux_
     f->module = m->module;
     f->param_bytes = bytes;
     f->nparams = n;
+    f->name = f->is_kernel ? strdup(m->name) : NULL;
     f->param_offsets = malloc((n + 1) * sizeof *f->param_offsets);
     for (uint32_t i = 0; f->param_offsets && i < n; i++)
         f->param_offsets[i] = p[i].offset;

@@ -93,6 +93,7 @@ struct srv_function {
     uint32_t param_bytes;
     uint32_t nparams;
     uint32_t *param_offsets; /* to hand the driver kernelParams, its fastest launch path */
+    char *name;              /* a library kernel's name: looked up again when its library is reloaded */
 };
 
 struct srv_handle {

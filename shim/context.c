@@ -245,7 +245,7 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
         /* The primary context keeps its handle across a reset (the runtime holds on to it): its state in
          * the server is destroyed and made anew under the same object. */
         shim_context_storage_release(c);
-        struct cumux_handle_arg m = {.handle = c->handle};
+        struct cumux_handle_arg m = {.handle = c->handle, .flags = CUMUX_CTX_DESTROY_RESET};
         r = shim_call(CUMUX_OP_CTX_DESTROY, &m, sizeof m, NULL, 0, NULL);
         struct CUctx_st *fresh;
         if (r == CUDA_SUCCESS && (r = ctx_new(dev, 0, true, &fresh)) == CUDA_SUCCESS) {
