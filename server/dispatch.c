@@ -1018,6 +1018,8 @@ static CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_cop
         }
     }
     after_op(s);
+    if (r != CUDA_SUCCESS)
+        cuStreamSynchronize(s->cu); /* no copy may still be writing into a slot the client reuses */
     return take_pending(c, r);
 }
 

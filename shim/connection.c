@@ -74,7 +74,7 @@ static void server_lost(void)
 }
 
 /* ---- the ring ---- */
-static void *reserve(uint32_t size, CUresult *err)
+void *shim_ring_reserve(uint32_t size, CUresult *err)
 {
     void *p;
     unsigned n = 0;
@@ -100,7 +100,7 @@ void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
         return NULL;
     }
     pthread_mutex_lock(&shim.ring_lock);
-    struct cumux_msg_hdr *h = reserve(size, err);
+    struct cumux_msg_hdr *h = shim_ring_reserve(size, err);
     if (!h) {
         pthread_mutex_unlock(&shim.ring_lock);
         return NULL;
@@ -126,7 +126,7 @@ static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_l
         return CUDA_ERROR_INVALID_VALUE;
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&shim.ring_lock);
-    struct cumux_msg_hdr *h = reserve(size, &err);
+    struct cumux_msg_hdr *h = shim_ring_reserve(size, &err);
     if (!h) {
         pthread_mutex_unlock(&shim.ring_lock);
         return err;

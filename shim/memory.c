@@ -400,9 +400,12 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         struct cumux_copy_staged b;
     } msg = {{CUMUX_OP_COPY_DTOH_STAGED, (uint16_t)s, cumux_msg_size(sizeof m)}, m};
     pthread_mutex_lock(&shim.ring_lock);
-    void *p;
-    while (!(p = cumux_ring_reserve(shim.shm, msg.h.size)))
-        sched_yield();
+    void *p = shim_ring_reserve(msg.h.size, &r);
+    if (!p) {
+        pthread_mutex_unlock(&shim.ring_lock);
+        pthread_mutex_unlock(&shim.stage_lock);
+        return r;
+    }
     memcpy(p, &msg, sizeof msg);
     cumux_ring_commit(shim.shm, msg.h.size);
     pthread_mutex_unlock(&shim.ring_lock);
