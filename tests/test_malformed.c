@@ -363,6 +363,35 @@ static void cases_bad_handles(void)
     expect_error(&c, CUMUX_OP_COPY, &cp, sizeof cp, CUDA_ERROR_INVALID_HANDLE, "synchronous COPY on stream 1");
     struct cumux_copy_staged cs = {.stream = 1, .dev = 0x1000, .size = 16};
     expect_error(&c, CUMUX_OP_COPY_DTOH_STAGED, &cs, sizeof cs, CUDA_ERROR_INVALID_HANDLE, "COPY_DTOH_STAGED on stream 1");
+    /* Occupancy, pools, stream-ordered memory, capture and graphs. */
+    struct cumux_func_occupancy fo = {.function = 1, .a = 128};
+    expect_error(&c, CUMUX_OP_FUNC_OCCUPANCY, &fo, sizeof fo, CUDA_ERROR_INVALID_HANDLE, "FUNC_OCCUPANCY 1");
+    struct cumux_launch col = {.function = 1, .grid = {1, 1, 1}, .block = {1, 1, 1}};
+    expect_error(&c, CUMUX_OP_FUNC_CLUSTER_OCCUPANCY, &col, sizeof col, CUDA_ERROR_INVALID_HANDLE,
+                 "FUNC_CLUSTER_OCCUPANCY 1");
+    struct cumux_pool_op po = {.pool = 7, .device = 5};
+    expect_error(&c, CUMUX_OP_POOL_DEFAULT, &po, sizeof po, CUDA_ERROR_INVALID_DEVICE, "POOL_DEFAULT device 5");
+    expect_error(&c, CUMUX_OP_POOL_CREATE, &po, sizeof po, CUDA_ERROR_INVALID_DEVICE, "POOL_CREATE device 5");
+    expect_error(&c, CUMUX_OP_POOL_DESTROY, &po, sizeof po, CUDA_ERROR_INVALID_HANDLE, "POOL_DESTROY 7");
+    expect_error(&c, CUMUX_OP_POOL_ATTRIBUTE, &po, sizeof po, CUDA_ERROR_INVALID_HANDLE, "POOL_ATTRIBUTE 7");
+    expect_error(&c, CUMUX_OP_POOL_TRIM, &po, sizeof po, CUDA_ERROR_INVALID_HANDLE, "POOL_TRIM 7");
+    struct cumux_mem_alloc_async maa = {.stream = 1, .pool = 7, .size = 4096};
+    expect_error(&c, CUMUX_OP_MEM_ALLOC_ASYNC, &maa, sizeof maa, CUDA_ERROR_INVALID_HANDLE, "MEM_ALLOC_ASYNC on stream 1");
+    struct cumux_graph_op go = {.graph = 3, .exec = 4, .stream = 1};
+    expect_error(&c, CUMUX_OP_CAPTURE_BEGIN, &go, sizeof go, CUDA_ERROR_INVALID_HANDLE, "CAPTURE_BEGIN on stream 1");
+    expect_error(&c, CUMUX_OP_CAPTURE_END, &go, sizeof go, CUDA_ERROR_INVALID_HANDLE, "CAPTURE_END on stream 1");
+    expect_error(&c, CUMUX_OP_CAPTURE_INFO, &go, sizeof go, CUDA_ERROR_INVALID_HANDLE, "CAPTURE_INFO on stream 1");
+    expect_error(&c, CUMUX_OP_GRAPH_INSTANTIATE, &go, sizeof go, CUDA_ERROR_INVALID_HANDLE, "GRAPH_INSTANTIATE 3");
+    expect_error(&c, CUMUX_OP_GRAPH_EXEC_UPDATE, &go, sizeof go, CUDA_ERROR_INVALID_HANDLE, "GRAPH_EXEC_UPDATE 4 3");
+    struct cumux_graph_node gn = {.graph = 3, .node = 5, .kind = CUMUX_NODE_EMPTY};
+    expect_error(&c, CUMUX_OP_GRAPH_ADD_NODE, &gn, sizeof gn, CUDA_ERROR_INVALID_HANDLE, "GRAPH_ADD_NODE to graph 3");
+    expect_error(&c, CUMUX_OP_GRAPH_QUERY, &gn, sizeof gn, CUDA_ERROR_INVALID_HANDLE, "GRAPH_QUERY of graph 3");
+    gn.kind = CUMUX_NODE_KERNEL;
+    expect_error(&c, CUMUX_OP_GRAPH_SET_NODE, &gn, sizeof gn, CUDA_ERROR_INVALID_VALUE, "GRAPH_SET_NODE of node 5");
+    gn.ndeps = 100000; /* more dependency handles than the message holds */
+    expect_error(&c, CUMUX_OP_GRAPH_ADD_NODE, &gn, sizeof gn, CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_NODE with 100000 deps");
+    gn.ndeps = 2;
+    expect_error(&c, CUMUX_OP_GRAPH_ADD_DEPS, &gn, sizeof gn, CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_DEPS without the lists");
     check_init(&c, "after bad handles");
 
     /* One-way commands with bad handles: nothing comes back and the client is not dropped. */
@@ -385,6 +414,14 @@ static void cases_bad_handles(void)
     put_msg(&c, CUMUX_OP_COPY, CUMUX_NO_REPLY, &cp, sizeof cp);
     cs.slot = 99;
     put_msg(&c, CUMUX_OP_COPY_HTOD_STAGED, CUMUX_NO_REPLY, &cs, sizeof cs);
+    struct cumux_mem_free_async mfa = {.stream = 5, .ptr = 0x1000};
+    put_msg(&c, CUMUX_OP_MEM_FREE_ASYNC, CUMUX_NO_REPLY, &mfa, sizeof mfa);
+    struct cumux_host_func hf = {.stream = 5, .id = 1};
+    put_msg(&c, CUMUX_OP_HOST_FUNC, CUMUX_NO_REPLY, &hf, sizeof hf);
+    put_msg(&c, CUMUX_OP_GRAPH_LAUNCH, CUMUX_NO_REPLY, &go, sizeof go);
+    put_msg(&c, CUMUX_OP_GRAPH_UPLOAD, CUMUX_NO_REPLY, &go, sizeof go);
+    put_msg(&c, CUMUX_OP_GRAPH_EXEC_DESTROY, CUMUX_NO_REPLY, &go, sizeof go);
+    put_msg(&c, CUMUX_OP_GRAPH_DESTROY, CUMUX_NO_REPLY, &go, sizeof go);
     check_init(&c, "after one-way commands with bad handles");
     CHECK(sock_open(c.sock), "dropped after one-way commands with bad handles");
     conn_close(&c);
