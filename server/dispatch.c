@@ -619,17 +619,25 @@ static CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_
     return reply_u64(out, out_len, ptr);
 }
 
+/* Take the allocation that starts at ptr out of the client's table (not a global); false if there is none. */
+static bool take_allocation(struct srv_client *c, uint64_t ptr, struct cumux_range *gone)
+{
+    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, ptr);
+    if (!r || r->base != ptr || r->tag != RANGE_ALLOC)
+        return false;
+    cumux_ranges_remove(&c->dev_ranges, ptr, gone);
+    atomic_fetch_sub(&c->mem_bytes, gone->size);
+    return true;
+}
+
 static CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m)
 {
     struct srv_stream *s = stream_get(c, m->stream);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
-    if (!r || r->base != m->ptr || r->tag != RANGE_ALLOC)
-        return CUDA_ERROR_INVALID_VALUE;
     struct cumux_range gone;
-    cumux_ranges_remove(&c->dev_ranges, m->ptr, &gone);
-    atomic_fetch_sub(&c->mem_bytes, gone.size);
+    if (!take_allocation(c, m->ptr, &gone))
+        return CUDA_ERROR_INVALID_VALUE;
     CHECK(before_op(s));
     CUresult res = cuMemFreeAsync(m->ptr, s->cu);
     after_op(s);
@@ -677,12 +685,9 @@ static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
 
 static CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
 {
-    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
-    if (!r || r->base != m->ptr || r->tag != RANGE_ALLOC)
-        return CUDA_ERROR_INVALID_VALUE;
     struct cumux_range gone;
-    cumux_ranges_remove(&c->dev_ranges, m->ptr, &gone);
-    atomic_fetch_sub(&c->mem_bytes, gone.size);
+    if (!take_allocation(c, m->ptr, &gone))
+        return CUDA_ERROR_INVALID_VALUE;
     return mem_release(c, m->ptr, (int)gone.extra);
 }
 

@@ -16,20 +16,7 @@ typedef CUresult (*err_fn)(CUresult, const char **);
 
 #define UNSET ((const char *)"unset")
 
-static unsigned long checks, failures;
-
-#define CHECK(cond, ...)                                                                               \
-    do {                                                                                               \
-        checks++;                                                                                      \
-        if (!(cond)) {                                                                                 \
-            failures++;                                                                                \
-            if (failures <= 30) {                                                                      \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-                fprintf(stderr, __VA_ARGS__);                                                          \
-                fputc('\n', stderr);                                                                   \
-            }                                                                                          \
-        }                                                                                              \
-    } while (0)
+#include "check.h"
 
 struct enumerator {
     char name[96];

@@ -27,20 +27,7 @@ struct row {
 static void *shim;
 static gpa2_fn gpa2;
 static gpa1_fn gpa1;
-static unsigned long checks, failures;
-
-#define CHECK(cond, ...)                                                                               \
-    do {                                                                                               \
-        checks++;                                                                                      \
-        if (!(cond)) {                                                                                 \
-            failures++;                                                                                \
-            if (failures <= 30) {                                                                      \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-                fprintf(stderr, __VA_ARGS__);                                                          \
-                fputc('\n', stderr);                                                                   \
-            }                                                                                          \
-        }                                                                                              \
-    } while (0)
+#include "check.h"
 
 /* Names the shim does not export (interop entry points) resolve to internal stubs: one pointer per name. */
 static struct {
