@@ -120,7 +120,12 @@ static int traced(const char *trace_lib, const char *fake_lib)
     /* Table B: writable, NULL-terminated, a function first. */
     REQUIRE(get_table(&t, &ub) == CUDA_SUCCESS && t == info(1), "cuGetExportTable B");
     const void **tb = (const void **)t;
-    CHECK(tb[2] == NULL, "end of table B changed");
+    CHECK(tb[3] == NULL, "end of table B changed");
+    uint64_t wbuf[8] = {0}, w2 = 5;
+    static const char kname[] = "my_kernel_name";
+    CHECK(((uint64_t(*)(uint64_t *, uint64_t *, uint64_t, const char *))(uintptr_t)tb[2])(wbuf, &w2, 0x77, kname) == 0x2a &&
+              wbuf[1] == 0x77 && wbuf[3] == 0x78 && w2 == 0,
+          "B slot 2 (writes through its pointers)");
     CHECK(((f6d_t)(uintptr_t)tb[0])(6, 5, 4, 3, 2, 1, 2.0) == (want_f6d(6, 5, 4, 3, 2, 1, 2.0) ^ 0xb), "B slot 0");
 
     /* The integrity table: slot 1 untouched, slot 2 traced. */
@@ -227,7 +232,13 @@ int main(int argc, char **argv)
     CHECK(count(text, needle) == 1, "table A's note");
     snprintf(needle, sizeof needle, "[%s: slots traced since an earlier call]", A);
     CHECK(count(text, needle) == 1, "table A asked again");
-    snprintf(needle, sizeof needle, "[%s: 2 of 2 words traced through trampolines]", B);
+    snprintf(needle, sizeof needle, "export table %s slot 2 returned 0x2a (", B);
+    CHECK(count(text, needle) == 1, "table B slot 2's result");
+    CHECK(count(text, " us) wrote arg0+8=0x77, arg0+24=0x78, arg1+0=0\n") == 1, "table B slot 2's writes");
+    CHECK(count(text, ") arg3=\"my_kernel_name\"\n") == 1, "table B slot 2's text argument");
+    snprintf(needle, sizeof needle, "export table %s slot 0 returned ", B);
+    CHECK(count(text, needle) == 1, "table B slot 0's result");
+    snprintf(needle, sizeof needle, "[%s: 3 of 3 words traced through trampolines]", B);
     CHECK(count(text, needle) == 1, "table B's note");
     CHECK(count(text, "[INTEGRITY_CHECK: 1 of 3 words traced through trampolines; slot 1 left alone]") == 1,
           "integrity note");

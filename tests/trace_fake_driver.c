@@ -71,13 +71,23 @@ static CUresult hidden(int *v)
 
 static int fake_data[4] = {1, 2, 3, 4};
 
+/* Writes two words behind its first argument and one behind its second, returns 0x2a. */
+static uint64_t writer(uint64_t *out, uint64_t *out2, uint64_t v)
+{
+    out[1] = v;
+    out[3] = v + 1;
+    *out2 = 0;
+    return 0x2a;
+}
+
 #define FN(f) ((const void *)(uintptr_t)(f))
 
 /* A: a size word (bytes), in read-only memory after relocation. */
 static const void *const table_a[7] = {(const void *)(uintptr_t)(7 * sizeof(void *)), FN(f6d), FN(f8), FN(f9d),
                                        FN(fvar), FN(fbig), fake_data};
 /* B: writable, no size word, ends with NULL. */
-static const void *table_b[3] = {FN(f6d_b), FN(f8), NULL};
+static const void *table_b[4] = {FN(f6d_b), FN(f8), FN(writer), NULL};
+
 /* The integrity table's layout: its slot 1 must stay as it is. */
 static const void *const table_i[3] = {(const void *)(uintptr_t)(3 * sizeof(void *)), FN(fint), FN(f6d)};
 

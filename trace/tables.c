@@ -1,7 +1,8 @@
 /* Export tables (cuGetExportTable) under the tracer: every function slot of a table the traced library
  * hands out is pointed, in place, at a trampoline that logs "export table NAME slot N" with the six
- * integer argument registers, counts the call, and jumps to the original function with every argument
- * register and the stack as they were. The signatures need not be known.
+ * integer argument registers, counts the call, calls the original function with every argument register
+ * and the first 8 stack words as they were, and logs what it returned and which words it changed behind
+ * the pointers among its arguments. The signatures need not be known.
  *
  * In place, not in a copy: the runtime's integrity check (INTEGRITY_CHECK slot 1) hashes the addresses
  * of the CUDART_INTERFACE table, of the INTEGRITY_CHECK table and of that slot's function, as the
@@ -9,6 +10,9 @@
  * its address (read-only pages are made writable for the patch and back), and INTEGRITY_CHECK slot 1
  * is left alone. Trampolines exist on x86-64 only; elsewhere tables are handed out untouched. */
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,10 +23,11 @@
 
 #include "trace/trace.h"
 
-#define TR_TABLES 64
-#define TR_SLOTS 32 /* words per table that can be traced */
+#define TR_TABLES 32
+#define TR_SLOTS 128 /* words per table that can be traced */
 
 int tr_tables_enabled = 1;
+int tr_tables_dump;
 
 struct tr_table {
     const void **words;
@@ -47,6 +52,9 @@ static const struct {
     {"CONTEXT_LOCAL_STORAGE", {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}},
     {"CONTEXT_CHECKS", {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}},
     {"INTEGRITY_CHECK", {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}},
+    /* Named after the driver's symbols for them (CU_ETID_ToolsContext, CU_ETID_ToolsModule): */
+    {"TOOLS_CONTEXT", {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}},
+    {"TOOLS_MODULE", {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}},
 };
 
 static void table_name(const CUuuid *id, char *out, size_t size)
@@ -62,9 +70,14 @@ static void table_name(const CUuuid *id, char *out, size_t size)
 }
 
 #if defined(__x86_64__)
-/* TR_TABLES * TR_SLOTS entry points, 16 bytes apart: entry i puts i in r11 and joins the common part,
- * which saves the argument registers (rdi, rsi, rdx, rcx, r8, r9, rax for varargs, r10, xmm0-7), calls
- * tr_slot_enter(i, saved), restores them and jumps to the function it returned. */
+/* TR_TABLES * TR_SLOTS entry points, 16 bytes apart: entry i puts i in r11 and joins the common part.
+ * It saves the argument registers (rdi, rsi, rdx, rcx, r8, r9, rax for varargs, r10, xmm0-7) in its
+ * frame, calls tr_slot_enter(i, saved), which logs the call and snapshots the memory the arguments point
+ * at, restores the registers, copies the caller's first 8 stack words (arguments past the sixth) below
+ * itself and calls the original function. On return it calls tr_slot_exit(i, saved), which logs the
+ * result and what the function wrote, and returns rax, rdx, xmm0 and xmm1 as the function left them.
+ * Frame, from the aligned rsp: [0,64) stack arguments, [64,256) saved registers (struct tr_regs),
+ * 256 id, 264 rax, 272 rdx, 288 xmm0, 304 xmm1, [320,712) snapshots. */
 __asm__(".text\n"
         ".p2align 4\n"
         ".globl tr_tramp_pool\n"
@@ -72,7 +85,7 @@ __asm__(".text\n"
         ".type tr_tramp_pool, @function\n"
         "tr_tramp_pool:\n"
         ".set tr_tramp_i, 0\n"
-        ".rept 2048\n" /* TR_TABLES * TR_SLOTS */
+        ".rept 4096\n" /* TR_TABLES * TR_SLOTS */
         "  .p2align 4\n"
         "  endbr64\n"
         "  movl $tr_tramp_i, %r11d\n"
@@ -89,72 +102,222 @@ __asm__(".text\n"
         "  .cfi_offset %rbp, -16\n"
         "  movq %rsp, %rbp\n"
         "  .cfi_def_cfa_register %rbp\n"
-        "  subq $192, %rsp\n"
+        "  subq $768, %rsp\n"
         "  andq $-16, %rsp\n"
-        "  movq %rdi, 0(%rsp)\n"
-        "  movq %rsi, 8(%rsp)\n"
-        "  movq %rdx, 16(%rsp)\n"
-        "  movq %rcx, 24(%rsp)\n"
-        "  movq %r8, 32(%rsp)\n"
-        "  movq %r9, 40(%rsp)\n"
-        "  movq %rax, 48(%rsp)\n"
-        "  movq %r10, 56(%rsp)\n"
-        "  movdqa %xmm0, 64(%rsp)\n"
-        "  movdqa %xmm1, 80(%rsp)\n"
-        "  movdqa %xmm2, 96(%rsp)\n"
-        "  movdqa %xmm3, 112(%rsp)\n"
-        "  movdqa %xmm4, 128(%rsp)\n"
-        "  movdqa %xmm5, 144(%rsp)\n"
-        "  movdqa %xmm6, 160(%rsp)\n"
-        "  movdqa %xmm7, 176(%rsp)\n"
+        "  movq %rdi, 64(%rsp)\n"
+        "  movq %rsi, 72(%rsp)\n"
+        "  movq %rdx, 80(%rsp)\n"
+        "  movq %rcx, 88(%rsp)\n"
+        "  movq %r8, 96(%rsp)\n"
+        "  movq %r9, 104(%rsp)\n"
+        "  movq %rax, 112(%rsp)\n"
+        "  movq %r10, 120(%rsp)\n"
+        "  movdqa %xmm0, 128(%rsp)\n"
+        "  movdqa %xmm1, 144(%rsp)\n"
+        "  movdqa %xmm2, 160(%rsp)\n"
+        "  movdqa %xmm3, 176(%rsp)\n"
+        "  movdqa %xmm4, 192(%rsp)\n"
+        "  movdqa %xmm5, 208(%rsp)\n"
+        "  movdqa %xmm6, 224(%rsp)\n"
+        "  movdqa %xmm7, 240(%rsp)\n"
+        "  movq %r11, 256(%rsp)\n"
         "  movl %r11d, %edi\n"
-        "  movq %rsp, %rsi\n"
+        "  leaq 64(%rsp), %rsi\n"
         "  call tr_slot_enter\n"
         "  movq %rax, %r11\n"
-        "  movq 0(%rsp), %rdi\n"
-        "  movq 8(%rsp), %rsi\n"
-        "  movq 16(%rsp), %rdx\n"
-        "  movq 24(%rsp), %rcx\n"
-        "  movq 32(%rsp), %r8\n"
-        "  movq 40(%rsp), %r9\n"
-        "  movq 48(%rsp), %rax\n"
-        "  movq 56(%rsp), %r10\n"
-        "  movdqa 64(%rsp), %xmm0\n"
-        "  movdqa 80(%rsp), %xmm1\n"
-        "  movdqa 96(%rsp), %xmm2\n"
-        "  movdqa 112(%rsp), %xmm3\n"
-        "  movdqa 128(%rsp), %xmm4\n"
-        "  movdqa 144(%rsp), %xmm5\n"
-        "  movdqa 160(%rsp), %xmm6\n"
-        "  movdqa 176(%rsp), %xmm7\n"
+        "  movq 16(%rbp), %rax\n"
+        "  movq %rax, 0(%rsp)\n"
+        "  movq 24(%rbp), %rax\n"
+        "  movq %rax, 8(%rsp)\n"
+        "  movq 32(%rbp), %rax\n"
+        "  movq %rax, 16(%rsp)\n"
+        "  movq 40(%rbp), %rax\n"
+        "  movq %rax, 24(%rsp)\n"
+        "  movq 48(%rbp), %rax\n"
+        "  movq %rax, 32(%rsp)\n"
+        "  movq 56(%rbp), %rax\n"
+        "  movq %rax, 40(%rsp)\n"
+        "  movq 64(%rbp), %rax\n"
+        "  movq %rax, 48(%rsp)\n"
+        "  movq 72(%rbp), %rax\n"
+        "  movq %rax, 56(%rsp)\n"
+        "  movq 64(%rsp), %rdi\n"
+        "  movq 72(%rsp), %rsi\n"
+        "  movq 80(%rsp), %rdx\n"
+        "  movq 88(%rsp), %rcx\n"
+        "  movq 96(%rsp), %r8\n"
+        "  movq 104(%rsp), %r9\n"
+        "  movq 112(%rsp), %rax\n"
+        "  movq 120(%rsp), %r10\n"
+        "  movdqa 128(%rsp), %xmm0\n"
+        "  movdqa 144(%rsp), %xmm1\n"
+        "  movdqa 160(%rsp), %xmm2\n"
+        "  movdqa 176(%rsp), %xmm3\n"
+        "  movdqa 192(%rsp), %xmm4\n"
+        "  movdqa 208(%rsp), %xmm5\n"
+        "  movdqa 224(%rsp), %xmm6\n"
+        "  movdqa 240(%rsp), %xmm7\n"
+        "  call *%r11\n"
+        "  movq %rax, 264(%rsp)\n"
+        "  movq %rdx, 272(%rsp)\n"
+        "  movdqa %xmm0, 288(%rsp)\n"
+        "  movdqa %xmm1, 304(%rsp)\n"
+        "  movl 256(%rsp), %edi\n"
+        "  leaq 64(%rsp), %rsi\n"
+        "  call tr_slot_exit\n"
+        "  movq 264(%rsp), %rax\n"
+        "  movq 272(%rsp), %rdx\n"
+        "  movdqa 288(%rsp), %xmm0\n"
+        "  movdqa 304(%rsp), %xmm1\n"
         "  movq %rbp, %rsp\n"
         "  popq %rbp\n"
         "  .cfi_def_cfa %rsp, 8\n"
-        "  jmp *%r11\n"
+        "  ret\n"
         "  .cfi_endproc\n"
         ".size tr_tramp_common, . - tr_tramp_common\n");
 
 extern const char tr_tramp_pool[] TR_HIDDEN;
 #define TR_HAVE_TRAMPOLINES 1
-_Static_assert(TR_TABLES * TR_SLOTS == 2048, "the .rept count above");
+_Static_assert(TR_TABLES * TR_SLOTS == 4096, "the .rept count above");
 
-TR_HIDDEN tr_fn tr_slot_enter(unsigned id, const uint64_t *regs);
-TR_HIDDEN tr_fn tr_slot_enter(unsigned id, const uint64_t *regs)
+/* The trampoline's frame from its saved registers on (see the layout above). */
+#define TR_SNAP 64 /* bytes looked at behind each pointer argument */
+struct tr_regs {
+    uint64_t arg[6], rax, r10;
+    uint64_t xmm[16];
+    uint64_t id, ret_rax, ret_rdx, pad;
+    uint64_t ret_xmm[4];
+    unsigned char snap[6][TR_SNAP];
+    uint32_t snap_len[6];
+    uint64_t t0;
+};
+_Static_assert(offsetof(struct tr_regs, id) == 192 && offsetof(struct tr_regs, ret_rax) == 200 &&
+                   offsetof(struct tr_regs, ret_xmm) == 224 && sizeof(struct tr_regs) <= 768 - 64 - 16,
+               "the frame layout in the trampoline");
+
+/* Up to TR_SNAP bytes at addr, without faulting on an address that is not mapped: the kernel copies
+ * them (process_vm_readv of our own process stops at the first unreadable page). */
+static uint32_t safe_read(uint64_t addr, unsigned char *to)
+{
+    if (addr < 65536 || addr > 0x7fffffffffffULL)
+        return 0;
+    struct iovec local = {to, TR_SNAP}, remote = {(void *)(uintptr_t)addr, TR_SNAP};
+    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (n == TR_SNAP)
+        return TR_SNAP;
+    /* A shorter object at the end of a mapping: read what lies before the page boundary. */
+    size_t to_page_end = 4096 - (size_t)(addr & 4095);
+    if (to_page_end >= TR_SNAP)
+        return 0;
+    remote.iov_len = local.iov_len = to_page_end;
+    n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    return n == (ssize_t)to_page_end ? (uint32_t)n : 0;
+}
+
+/* CUMUX_TRACE_DUMP=1: "  argK: " and the words behind each pointer argument; a word that points at
+ * text is followed by the text. For working out what an undocumented slot takes. */
+static void dump_args(const struct tr_regs *r)
+{
+    for (int a = 0; a < 6; a++) {
+        if (!r->snap_len[a])
+            continue;
+        char line[2048];
+        size_t n = (size_t)snprintf(line, sizeof line, "      arg%d:", a);
+        for (uint32_t off = 0; off + 8 <= r->snap_len[a] && n < sizeof line - 160; off += 8) {
+            uint64_t w;
+            memcpy(&w, r->snap[a] + off, 8);
+            int m = snprintf(line + n, sizeof line - n, " %#llx", (unsigned long long)w);
+            n += m > 0 ? (size_t)m : 0;
+            unsigned char text[TR_SNAP];
+            uint32_t len = safe_read(w, text), k = 0;
+            while (k < len && text[k] >= 0x20 && text[k] < 0x7f)
+                k++;
+            if (k >= 4 && k < len && text[k] == 0) {
+                m = snprintf(line + n, sizeof line - n, "=\"%.*s\"", (int)k, (const char *)text);
+                n += m > 0 ? (size_t)m : 0;
+            }
+        }
+        if (n > sizeof line - 2)
+            n = sizeof line - 2;
+        line[n++] = '\n';
+        tr_write(line, n);
+    }
+}
+
+TR_HIDDEN tr_fn tr_slot_enter(unsigned id, struct tr_regs *r);
+TR_HIDDEN tr_fn tr_slot_enter(unsigned id, struct tr_regs *r)
 {
     int saved = errno;
     struct tr_table *t = &tr_tables[id / TR_SLOTS];
     unsigned s = id % TR_SLOTS;
     atomic_fetch_add_explicit(&t->calls[s], 1, memory_order_relaxed);
-    char line[320];
-    int n = tr_prefix(line, sizeof line, tr_now());
-    int m = snprintf(line + n, sizeof line - (size_t)n,
-                     "export table %s slot %u (%#llx, %#llx, %#llx, %#llx, %#llx, %#llx)\n", t->name, s,
-                     (unsigned long long)regs[0], (unsigned long long)regs[1], (unsigned long long)regs[2],
-                     (unsigned long long)regs[3], (unsigned long long)regs[4], (unsigned long long)regs[5]);
-    if (m > 0)
-        tr_write(line, (size_t)n + ((size_t)m < sizeof line - (size_t)n ? (size_t)m : sizeof line - (size_t)n - 1));
+    for (int a = 0; a < 6; a++)
+        r->snap_len[a] = safe_read(r->arg[a], r->snap[a]);
+    char line[768];
+    size_t n = (size_t)tr_prefix(line, sizeof line, tr_now());
+    int m = snprintf(line + n, sizeof line - n, "export table %s slot %u (%#llx, %#llx, %#llx, %#llx, %#llx, %#llx)",
+                     t->name, s, (unsigned long long)r->arg[0], (unsigned long long)r->arg[1],
+                     (unsigned long long)r->arg[2], (unsigned long long)r->arg[3], (unsigned long long)r->arg[4],
+                     (unsigned long long)r->arg[5]);
+    n += m > 0 ? (size_t)m : 0;
+    /* An argument that points at text (a kernel's name, say) is shown as the text. */
+    for (int a = 0; a < 6 && n < sizeof line - TR_SNAP - 16; a++) {
+        uint32_t len = 0;
+        while (len < r->snap_len[a] && r->snap[a][len] >= 0x20 && r->snap[a][len] < 0x7f)
+            len++;
+        if (len >= 4 && (len == r->snap_len[a] || r->snap[a][len] == 0)) {
+            m = snprintf(line + n, sizeof line - n, " arg%d=\"%.*s\"%s", a, (int)len, (const char *)r->snap[a],
+                         len == r->snap_len[a] ? "..." : "");
+            n += m > 0 ? (size_t)m : 0;
+        }
+    }
+    if (n > sizeof line - 2)
+        n = sizeof line - 2;
+    line[n++] = '\n';
+    tr_write(line, n);
+    if (tr_tables_dump)
+        dump_args(r);
+    r->t0 = tr_now();
     errno = saved;
     return t->orig[s];
+}
+
+/* "export table NAME slot N returned R (time) wrote argK+OFF=VALUE ...": the words that changed behind
+ * each pointer argument, which is most of what an undocumented slot's contract is. */
+TR_HIDDEN void tr_slot_exit(unsigned id, struct tr_regs *r);
+TR_HIDDEN void tr_slot_exit(unsigned id, struct tr_regs *r)
+{
+    int saved = errno;
+    uint64_t t1 = tr_now();
+    struct tr_table *t = &tr_tables[id / TR_SLOTS];
+    unsigned s = id % TR_SLOTS;
+    char line[1024];
+    size_t n = (size_t)tr_prefix(line, sizeof line, t1);
+    int m = snprintf(line + n, sizeof line - n, "export table %s slot %u returned %#llx (%.1f us)", t->name, s,
+                     (unsigned long long)r->ret_rax, (double)(t1 - r->t0) / 1e3);
+    n += m > 0 ? (size_t)m : 0;
+    int shown = 0;
+    for (int a = 0; a < 6 && n < sizeof line - 64; a++) {
+        unsigned char now[TR_SNAP];
+        uint32_t len = r->snap_len[a];
+        if (!len || safe_read(r->arg[a], now) < len)
+            continue;
+        for (uint32_t off = 0; off + 8 <= len && n < sizeof line - 64; off += 8) {
+            uint64_t before, after;
+            memcpy(&before, r->snap[a] + off, 8);
+            memcpy(&after, now + off, 8);
+            if (before == after)
+                continue;
+            m = snprintf(line + n, sizeof line - n, "%s arg%d+%u=%#llx", shown++ ? "," : " wrote", a, off,
+                         (unsigned long long)after);
+            n += m > 0 ? (size_t)m : 0;
+        }
+    }
+    if (n > sizeof line - 2)
+        n = sizeof line - 2;
+    line[n++] = '\n';
+    tr_write(line, n);
+    errno = saved;
 }
 #else
 #define TR_HAVE_TRAMPOLINES 0
@@ -290,7 +453,7 @@ void tr_hook_export_table(struct tr_call *c, const void **table, const CUuuid *i
         atomic_store(&tr_ntables, nt + 1);
     snprintf(c->note_buf, sizeof c->note_buf, "[%s: %u of %u words %s%s%s%s]", name, traced, n,
              err ? "NOT traced: cannot write the table: " : "traced through trampolines", err ? strerror(errno) : "",
-             n > TR_SLOTS ? "; words past 32 untouched" : "", integrity && n > 1 ? "; slot 1 left alone" : "");
+             n > TR_SLOTS ? "; words past 128 untouched" : "", integrity && n > 1 ? "; slot 1 left alone" : "");
     pthread_mutex_unlock(&tr_tables_lock);
 }
 

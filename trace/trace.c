@@ -183,6 +183,8 @@ static void tr_init(void)
     }
     const char *tables = getenv("CUMUX_TRACE_EXPORT_TABLES");
     tr_tables_enabled = !(tables && !strcmp(tables, "0"));
+    const char *dump = getenv("CUMUX_TRACE_DUMP");
+    tr_tables_dump = dump && !strcmp(dump, "1");
 
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);

@@ -68,5 +68,6 @@ TR_HIDDEN int tr_prefix(char *buf, size_t size, uint64_t t);
 TR_HIDDEN void tr_tables_summary(void);
 TR_HIDDEN void tr_tables_after_fork(void);
 TR_HIDDEN extern int tr_tables_enabled;
+TR_HIDDEN extern int tr_tables_dump; /* CUMUX_TRACE_DUMP=1: the bytes behind each pointer argument of a slot */
 
 #endif
