@@ -113,6 +113,7 @@ struct cumux_msg_hdr {
     X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)                                                     \
     X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)                                                       \
     X(LIBRARY_GET_MODULE, cumux_module_symbol, 0)                                                      \
+    X(MODULE_FUNCTION_NAMES, cumux_handle_arg, 0)                                                      \
     X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
     X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
     X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)                                                         \
@@ -304,6 +305,14 @@ struct cumux_function_info {
 struct cumux_param_layout {
     uint32_t offset;
     uint32_t size;
+};
+
+/* Reply to MODULE_FUNCTION_NAMES (handle: the module, flags: the index of the first name wanted): how
+ * many functions (kernels, for a library) the module has, then `count` NUL-terminated names from that
+ * index on, as many as fit. */
+struct cumux_function_names {
+    uint32_t total;
+    uint32_t count;
 };
 
 struct cumux_global_info {

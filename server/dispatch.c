@@ -1306,6 +1306,49 @@ static CUresult op_module_get_global(struct srv_client *c, const struct cumux_mo
     return CUDA_SUCCESS;
 }
 
+static CUresult op_module_function_names(struct srv_client *c, const struct cumux_handle_arg *a, uint8_t *out,
+                                        uint32_t *out_len)
+{
+    struct srv_module *mod = handle_get(c, a->handle, OBJ_MODULE);
+    if (!mod)
+        return CUDA_ERROR_INVALID_HANDLE;
+    use_gpu(c, mod->gpu);
+    unsigned int total = 0;
+    CUresult r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryGetKernelCount(&total, mod->lib)
+                                                  : cuModuleGetFunctionCount(&total, mod->mod);
+    if (r != CUDA_SUCCESS)
+        return r;
+    void **fns = calloc(total ? total : 1, sizeof *fns);
+    if (!fns)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (total)
+        r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryEnumerateKernels((CUkernel *)fns, total, mod->lib)
+                                             : cuModuleEnumerateFunctions((CUfunction *)fns, total, mod->mod);
+    struct cumux_function_names *h = (struct cumux_function_names *)out;
+    size_t used = sizeof *h;
+    uint32_t count = 0;
+    for (uint32_t i = a->flags; r == CUDA_SUCCESS && i < total; i++) {
+        const char *name = NULL;
+        r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuKernelGetName(&name, (CUkernel)fns[i])
+                                             : cuFuncGetName(&name, (CUfunction)fns[i]);
+        if (r != CUDA_SUCCESS)
+            break;
+        size_t len = strlen(name) + 1;
+        if (len > CUMUX_NAME_MAX || used + len > CUMUX_REPLY_DATA)
+            break;
+        memcpy(out + used, name, len);
+        used += len;
+        count++;
+    }
+    free(fns);
+    if (r != CUDA_SUCCESS)
+        return r;
+    h->total = total;
+    h->count = count;
+    *out_len = (uint32_t)used;
+    return CUDA_SUCCESS;
+}
+
 static CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
                                       uint32_t *out_len)
 {
@@ -1524,6 +1567,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_MODULE_GET_FUNCTION: r = op_module_get_function(c, body, out, &out_len); break;
     case CUMUX_OP_MODULE_GET_GLOBAL: r = op_module_get_global(c, body, out, &out_len); break;
     case CUMUX_OP_LIBRARY_GET_MODULE: r = op_library_get_module(c, body, out, &out_len); break;
+    case CUMUX_OP_MODULE_FUNCTION_NAMES: r = op_module_function_names(c, body, out, &out_len); break;
     case CUMUX_OP_FUNC_OCCUPANCY: r = op_func_occupancy(c, body, out, &out_len); break;
     case CUMUX_OP_FUNC_CLUSTER_OCCUPANCY: r = op_cluster_occupancy(c, body, payload, payload_len, out, &out_len); break;
     case CUMUX_OP_FUNC_GET_ATTRIBUTE: r = op_func_attr(c, body, false, out, &out_len); break;

@@ -27,7 +27,6 @@ UNKNOWN_SLOT(CUDART_INTERFACE, 9)
 UNKNOWN_SLOT(CUDART_INTERFACE, 10)
 UNKNOWN_SLOT(CUDART_INTERFACE, 11)
 UNKNOWN_SLOT(TOOLS_TLS, 1)
-UNKNOWN_SLOT(TOOLS_TLS, 2)
 UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 1)
 UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 3)
 UNKNOWN_SLOT(TOOLS_RUNTIME_CALLBACK_HOOKS, 4)
@@ -117,14 +116,134 @@ static const void *cudart_interface[13] = {
 };
 
 /* ---- TOOLS_TLS ---- */
-/* Slot 2 is called by cuBLAS around every GEMM (68 times in data/traces/cublas-native-export-tables.txt;
- * left empty, cuBLAS crashes): what it must answer is not known yet, so it says it is not supported and
- * cuBLAS's GEMMs fail with CUBLAS_STATUS_NOT_SUPPORTED. */
+/* [2]: the calling thread's current context, NULL when none (tools/probe_export_slots2.c on the real
+ * driver). cuBLAS asks before every call it makes, then asks TOOLS_CONTEXT [4] for that context's id.
+ * Further arguments vary and are ignored. */
+static CUresult tls_current_context(CUcontext *out)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (cuCtxGetCurrent(out) != CUDA_SUCCESS)
+        *out = NULL;
+    return CUDA_SUCCESS;
+}
+
 static const void *tools_tls[3] = {
     (const void *)(uintptr_t)(3 * sizeof(void *)),
     FN(unknown_TOOLS_TLS_1),
-    FN(unknown_TOOLS_TLS_2),
+    FN(tls_current_context),
 };
+
+/* ---- big tables: every slot an "unknown slot" function of its own, then the known ones set ---- */
+/* 100 distinct functions per table from one line: unknown_T_0 .. unknown_T_99, each logging its index. */
+#define UNKNOWN_FN(table, idx)                                                                          \
+    static CUresult unknown_##table##_##idx(void)                                                       \
+    {                                                                                                   \
+        return cumux_unsupported("export table " #table " slot " #idx);                                \
+    }
+#define UNKNOWN_10(table, d)                                                                            \
+    UNKNOWN_FN(table, d##0) UNKNOWN_FN(table, d##1) UNKNOWN_FN(table, d##2) UNKNOWN_FN(table, d##3)     \
+    UNKNOWN_FN(table, d##4) UNKNOWN_FN(table, d##5) UNKNOWN_FN(table, d##6) UNKNOWN_FN(table, d##7)     \
+    UNKNOWN_FN(table, d##8) UNKNOWN_FN(table, d##9)
+#define UNKNOWN_100(table)                                                                              \
+    UNKNOWN_10(table, ) UNKNOWN_10(table, 1) UNKNOWN_10(table, 2) UNKNOWN_10(table, 3)                  \
+    UNKNOWN_10(table, 4) UNKNOWN_10(table, 5) UNKNOWN_10(table, 6) UNKNOWN_10(table, 7)                 \
+    UNKNOWN_10(table, 8) UNKNOWN_10(table, 9)
+#define UNKNOWN_PTR_10(table, d)                                                                        \
+    FN(unknown_##table##_##d##0), FN(unknown_##table##_##d##1), FN(unknown_##table##_##d##2),           \
+    FN(unknown_##table##_##d##3), FN(unknown_##table##_##d##4), FN(unknown_##table##_##d##5),           \
+    FN(unknown_##table##_##d##6), FN(unknown_##table##_##d##7), FN(unknown_##table##_##d##8),           \
+    FN(unknown_##table##_##d##9)
+#define UNKNOWN_PTR_100(table)                                                                          \
+    UNKNOWN_PTR_10(table, ), UNKNOWN_PTR_10(table, 1), UNKNOWN_PTR_10(table, 2),                        \
+    UNKNOWN_PTR_10(table, 3), UNKNOWN_PTR_10(table, 4), UNKNOWN_PTR_10(table, 5),                       \
+    UNKNOWN_PTR_10(table, 6), UNKNOWN_PTR_10(table, 7), UNKNOWN_PTR_10(table, 8),                       \
+    UNKNOWN_PTR_10(table, 9)
+
+/* ---- TOOLS_CONTEXT (21318c60971432488ca641ff7324c8f2): 92 slots; cuBLAS and cuFFT use three ---- */
+UNKNOWN_100(TOOLS_CONTEXT)
+static const void *const tools_context_unknown[100] = {UNKNOWN_PTR_100(TOOLS_CONTEXT)};
+#define TOOLS_CONTEXT_WORDS 93
+
+/* [4]: a context's id, what cuCtxGetId answers (1 for the primary context on the real driver); 0 for
+ * NULL. cuFFT keys its per-context tables on it. */
+static CUresult info_context_id(CUcontext ctx, unsigned long long *id)
+{
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!ctx) {
+        *id = 0;
+        return CUDA_SUCCESS;
+    }
+    return cuCtxGetId(ctx, id);
+}
+
+/* [51]: the object behind a stream handle, for [39]. NULL and CU_STREAM_LEGACY are the same stream. */
+static CUresult info_stream_object(CUcontext ctx, CUstream stream, void **obj)
+{
+    (void)ctx;
+    if (!obj)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long id;
+    CUresult r = cuStreamGetId(stream, &id); /* validates the handle */
+    if (r != CUDA_SUCCESS)
+        return r;
+    *obj = stream ? (void *)stream : (void *)CU_STREAM_LEGACY;
+    return CUDA_SUCCESS;
+}
+
+/* [39]: that stream's id, what cuStreamGetId answers. */
+static CUresult info_stream_id(CUcontext ctx, void *obj, unsigned long long *id)
+{
+    (void)ctx;
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuStreamGetId((CUstream)obj, id);
+}
+
+static const void *tools_context[TOOLS_CONTEXT_WORDS];
+
+/* ---- TOOLS_MODULE (6e163fbeb958444d835ce182aff1991e): 98 slots; cuFFT uses one ---- */
+UNKNOWN_100(TOOLS_MODULE)
+static const void *const tools_module_unknown[100] = {UNKNOWN_PTR_100(TOOLS_MODULE)};
+#define TOOLS_MODULE_WORDS 99
+
+/* [7]: calls fn(arg, function, 0) for every function of a module and returns how many there were.
+ * Seen on the real driver (cumux trace --native, CUMUX_TRACE_DUMP=1): cuFFT passes a callback that
+ * stores its second argument through its first, and gets 1 back for its one-kernel modules. */
+typedef void (*module_function_cb)(void *arg, CUfunction f, uint64_t unused);
+
+static int module_each_function(CUcontext ctx, CUmodule mod, module_function_cb fn, void *arg)
+{
+    (void)ctx;
+    unsigned int n = 0;
+    if (cuModuleGetFunctionCount(&n, mod) != CUDA_SUCCESS || n == 0)
+        return 0;
+    CUfunction *fns = calloc(n, sizeof *fns);
+    if (!fns)
+        return 0;
+    int done = 0;
+    if (cuModuleEnumerateFunctions(fns, n, mod) == CUDA_SUCCESS)
+        for (; done < (int)n; done++)
+            if (fn)
+                fn(arg, fns[done], 0);
+    free(fns);
+    return done;
+}
+
+static const void *tools_module[TOOLS_MODULE_WORDS];
+
+static void fill_tables(void)
+{
+    memcpy(tools_context, tools_context_unknown, sizeof tools_context);
+    tools_context[0] = (const void *)(uintptr_t)(TOOLS_CONTEXT_WORDS * sizeof(void *));
+    tools_context[4] = FN(info_context_id);
+    tools_context[39] = FN(info_stream_id);
+    tools_context[51] = FN(info_stream_object);
+    memcpy(tools_module, tools_module_unknown, sizeof tools_module);
+    tools_module[0] = (const void *)(uintptr_t)(TOOLS_MODULE_WORDS * sizeof(void *));
+    tools_module[7] = FN(module_each_function);
+}
 
 /* ---- TOOLS_RUNTIME_CALLBACK_HOOKS ---- */
 /* [2] and [6]: a zeroed buffer of the runtime's, for tools that are not there. */
@@ -352,12 +471,18 @@ static const struct {
      context_checks},
     {"INTEGRITY_CHECK", {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
      integrity_check},
+    {"TOOLS_CONTEXT", {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2},
+     tools_context},
+    {"TOOLS_MODULE", {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e},
+     tools_module},
 };
 
 CUresult cuGetExportTable(const void **table, const CUuuid *id)
 {
     if (!table || !id)
         return CUDA_ERROR_INVALID_VALUE;
+    static pthread_once_t filled = PTHREAD_ONCE_INIT;
+    pthread_once(&filled, fill_tables);
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
         if (!memcmp(tables[i].uuid, id->bytes, 16)) {
             cumux_debugf("cuGetExportTable: %s", tables[i].name);

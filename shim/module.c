@@ -263,6 +263,105 @@ CUresult cuModuleGetFunction(CUfunction *fn, CUmodule m, const char *name)
     return get_function(m, name, fn);
 }
 
+/* How many functions m has (*total) and, when fns is not NULL, the first max of them, looked up by the
+ * names the server lists page by page. */
+static CUresult list_functions(struct CUmod_st *m, unsigned int *total, struct CUfunc_st **fns, unsigned int max)
+{
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    uint32_t got = 0;
+    for (;;) {
+        struct cumux_handle_arg req = {.handle = m->handle, .flags = fns ? got : UINT32_MAX};
+        uint32_t len = 0;
+        CUresult r = shim_call(CUMUX_OP_MODULE_FUNCTION_NAMES, &req, sizeof req, buf, sizeof buf, &len);
+        if (r != CUDA_SUCCESS)
+            return r;
+        struct cumux_function_names h;
+        if (len < sizeof h)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy(&h, buf, sizeof h);
+        if (total)
+            *total = h.total;
+        if (!fns || got >= max || got >= h.total)
+            return CUDA_SUCCESS;
+        if (!h.count)
+            return CUDA_ERROR_INVALID_VALUE; /* a name that does not fit a reply */
+        /* get_function makes round trips of its own, which reuse nothing of buf's names: copy them. */
+        size_t names_len = len - sizeof h;
+        char *names = malloc(names_len + 1);
+        if (!names)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(names, buf + sizeof h, names_len);
+        names[names_len] = 0;
+        const char *p = names;
+        for (uint32_t i = 0; i < h.count && got < max && r == CUDA_SUCCESS; i++) {
+            if ((size_t)(p - names) >= names_len) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            r = get_function(m, p, &fns[got]);
+            got += r == CUDA_SUCCESS;
+            p += strlen(p) + 1;
+        }
+        free(names);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+}
+
+static struct CUmod_st *module_of(void *h, uint32_t magic)
+{
+    struct CUmod_st *m = h;
+    return m && m->magic == magic ? m : NULL;
+}
+
+CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *m = module_of(mod, SHIM_MAGIC_MODULE);
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    return list_functions(m, count, NULL, 0);
+}
+
+CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int n, CUmodule mod)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *m = module_of(mod, SHIM_MAGIC_MODULE);
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!functions)
+        return CUDA_ERROR_INVALID_VALUE;
+    return list_functions(m, NULL, (struct CUfunc_st **)functions, n);
+}
+
+CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *m = module_of(lib, SHIM_MAGIC_LIBRARY);
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    return list_functions(m, count, NULL, 0);
+}
+
+CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int n, CUlibrary lib)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUmod_st *m = module_of(lib, SHIM_MAGIC_LIBRARY);
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!kernels)
+        return CUDA_ERROR_INVALID_VALUE;
+    return list_functions(m, NULL, (struct CUfunc_st **)kernels, n);
+}
+
 static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes, const char *name)
 {
     if (!name)
