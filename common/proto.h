@@ -114,6 +114,7 @@ struct cumux_msg_hdr {
     X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)                                                       \
     X(LIBRARY_GET_MODULE, cumux_module_symbol, 0)                                                      \
     X(MODULE_FUNCTION_NAMES, cumux_handle_arg, 0)                                                      \
+    X(ARCH_DATA, cumux_handle_arg, 0)                                                                  \
     X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
     X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                                                          \
     X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)                                                         \
@@ -313,6 +314,12 @@ struct cumux_param_layout {
 struct cumux_function_names {
     uint32_t total;
     uint32_t count;
+};
+
+/* Reply to ARCH_DATA (handle: a device ordinal): the lengths of the device's two architecture tables
+ * (export table 1734dc26..., server/arch_data.c), then their bytes. */
+struct cumux_arch_data {
+    uint32_t len[2];
 };
 
 struct cumux_global_info {

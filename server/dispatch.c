@@ -1349,6 +1349,14 @@ static CUresult op_module_function_names(struct srv_client *c, const struct cumu
     return CUDA_SUCCESS;
 }
 
+static CUresult op_arch_data(struct srv_client *c, const struct cumux_handle_arg *a, uint8_t *out, uint32_t *out_len)
+{
+    if (a->handle >= (uint32_t)srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    use_gpu(c, (int)a->handle);
+    return srv_arch_data((int)a->handle, out, CUMUX_REPLY_DATA, out_len);
+}
+
 static CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
                                       uint32_t *out_len)
 {
@@ -1568,6 +1576,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     case CUMUX_OP_MODULE_GET_GLOBAL: r = op_module_get_global(c, body, out, &out_len); break;
     case CUMUX_OP_LIBRARY_GET_MODULE: r = op_library_get_module(c, body, out, &out_len); break;
     case CUMUX_OP_MODULE_FUNCTION_NAMES: r = op_module_function_names(c, body, out, &out_len); break;
+    case CUMUX_OP_ARCH_DATA: r = op_arch_data(c, body, out, &out_len); break;
     case CUMUX_OP_FUNC_OCCUPANCY: r = op_func_occupancy(c, body, out, &out_len); break;
     case CUMUX_OP_FUNC_CLUSTER_OCCUPANCY: r = op_cluster_occupancy(c, body, payload, payload_len, out, &out_len); break;
     case CUMUX_OP_FUNC_GET_ATTRIBUTE: r = op_func_attr(c, body, false, out, &out_len); break;

@@ -25,6 +25,9 @@ extern int srv_gpu_count;
 extern int srv_driver_version;
 
 int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */
+/* GPU g's architecture tables (export table 1734dc26..., arch_data.c) as the ARCH_DATA reply; g's context
+ * must be current. */
+CUresult srv_arch_data(int g, uint8_t *out, uint32_t cap, uint32_t *out_len);
 void srv_gpus_fini(void);
 
 /* ---- per-client objects, named to the client by small integer handles ---- */

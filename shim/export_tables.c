@@ -233,17 +233,6 @@ static int module_each_function(CUcontext ctx, CUmodule mod, module_function_cb 
 
 static const void *tools_module[TOOLS_MODULE_WORDS];
 
-static void fill_tables(void)
-{
-    memcpy(tools_context, tools_context_unknown, sizeof tools_context);
-    tools_context[0] = (const void *)(uintptr_t)(TOOLS_CONTEXT_WORDS * sizeof(void *));
-    tools_context[4] = FN(info_context_id);
-    tools_context[39] = FN(info_stream_id);
-    tools_context[51] = FN(info_stream_object);
-    memcpy(tools_module, tools_module_unknown, sizeof tools_module);
-    tools_module[0] = (const void *)(uintptr_t)(TOOLS_MODULE_WORDS * sizeof(void *));
-    tools_module[7] = FN(module_each_function);
-}
 
 /* ---- TOOLS_RUNTIME_CALLBACK_HOOKS ---- */
 /* [2] and [6]: a zeroed buffer of the runtime's, for tools that are not there. */
@@ -451,7 +440,100 @@ static const void *integrity_check[3] = {
     FN(unknown_INTEGRITY_CHECK_2),
 };
 
+/* ---- ARCH_DATA (1734dc26800d47458726c0f1e7dd8bca): 16 slots; cuBLASLt uses two ---- */
+UNKNOWN_100(ARCH_DATA)
+static const void *const arch_data_unknown[100] = {UNKNOWN_PTR_100(ARCH_DATA)};
+#define ARCH_DATA_WORDS 17
+
+/* The device's two tables, from the server (server/arch_data.c), once per device. */
+static struct {
+    CUresult r;
+    uint32_t len[2];
+    uint8_t *bytes[2];
+} arch_cache[CUMUX_MAX_DEVICES];
+static pthread_mutex_t arch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult arch_fetch(int dev)
+{
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    struct cumux_handle_arg req = {.handle = (uint32_t)dev};
+    uint32_t len = 0;
+    CUresult r = shim_call(CUMUX_OP_ARCH_DATA, &req, sizeof req, buf, sizeof buf, &len);
+    struct cumux_arch_data h;
+    if (r == CUDA_SUCCESS && (len < sizeof h || (memcpy(&h, buf, sizeof h), (uint64_t)h.len[0] + h.len[1] + sizeof h != len)))
+        r = CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; r == CUDA_SUCCESS && i < 2; i++) {
+        arch_cache[dev].len[i] = h.len[i];
+        if (!(arch_cache[dev].bytes[i] = malloc(h.len[i] ? h.len[i] : 1)))
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            memcpy(arch_cache[dev].bytes[i], buf + sizeof h + (i ? h.len[0] : 0), h.len[i]);
+    }
+    return r;
+}
+
+/* [4]: two malloc'ed copies of the current context's device's tables (device 0 with no context). */
+static CUresult arch_data_get(void **a, void **b)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!a || !b)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdevice dev = 0;
+    CUcontext ctx = NULL;
+    if (cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx && cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        dev = 0;
+    if (dev < 0 || dev >= shim.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&arch_lock);
+    if (!arch_cache[dev].bytes[0] && arch_cache[dev].r == CUDA_SUCCESS)
+        arch_cache[dev].r = arch_fetch(dev);
+    CUresult r = arch_cache[dev].r;
+    pthread_mutex_unlock(&arch_lock);
+    if (r != CUDA_SUCCESS)
+        return r;
+    void *p = malloc(arch_cache[dev].len[0] ? arch_cache[dev].len[0] : 1);
+    void *q = malloc(arch_cache[dev].len[1] ? arch_cache[dev].len[1] : 1);
+    if (!p || !q) {
+        free(p);
+        free(q);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(p, arch_cache[dev].bytes[0], arch_cache[dev].len[0]);
+    memcpy(q, arch_cache[dev].bytes[1], arch_cache[dev].len[1]);
+    *a = p;
+    *b = q;
+    return CUDA_SUCCESS;
+}
+
+/* [13]: frees what [4] handed out. */
+static CUresult arch_data_free(void *a, void *b)
+{
+    free(a);
+    free(b);
+    return CUDA_SUCCESS;
+}
+
+static const void *arch_data[ARCH_DATA_WORDS];
+
 /* ---- the lookup ---- */
+/* The big tables: unknown-slot functions everywhere, then the slots cumux knows. */
+static void fill_tables(void)
+{
+    memcpy(tools_context, tools_context_unknown, sizeof tools_context);
+    tools_context[0] = (const void *)(uintptr_t)(TOOLS_CONTEXT_WORDS * sizeof(void *));
+    tools_context[4] = FN(info_context_id);
+    tools_context[39] = FN(info_stream_id);
+    tools_context[51] = FN(info_stream_object);
+    memcpy(tools_module, tools_module_unknown, sizeof tools_module);
+    tools_module[0] = (const void *)(uintptr_t)(TOOLS_MODULE_WORDS * sizeof(void *));
+    tools_module[7] = FN(module_each_function);
+    memcpy(arch_data, arch_data_unknown, sizeof arch_data);
+    arch_data[0] = (const void *)(uintptr_t)(ARCH_DATA_WORDS * sizeof(void *));
+    arch_data[4] = FN(arch_data_get);
+    arch_data[13] = FN(arch_data_free);
+}
+
 static const struct {
     const char *name;
     uint8_t uuid[16];
@@ -475,6 +557,8 @@ static const struct {
      tools_context},
     {"TOOLS_MODULE", {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e},
      tools_module},
+    {"ARCH_DATA", {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca},
+     arch_data},
 };
 
 CUresult cuGetExportTable(const void **table, const CUuuid *id)
