@@ -32,8 +32,11 @@ struct cumux_hello {
     uint32_t magic;
     uint32_t version;
     uint32_t kind;
-    uint32_t reserved;
+    uint32_t flags;
 };
+
+/* hello flags */
+#define CUMUX_HELLO_STDOUT 1u /* CLIENT: the client's stdout comes with the hello, for device printf */
 
 struct cumux_welcome {
     uint32_t magic;

@@ -17,6 +17,7 @@ int srv_wake_fd = -1;
 static void *worker_main(void *arg)
 {
     struct srv_client *c = arg;
+    srv_printf_bind(c);
     void *msg = malloc(CUMUX_MAX_MSG);
     if (!msg) {
         atomic_store(&c->dead, 1);
@@ -45,6 +46,7 @@ static void *worker_main(void *arg)
             cumux_logf("client %u (pid %d): protocol violation, disconnecting it", c->id, (int)c->pid);
             atomic_store(&c->dead, 1);
         }
+        srv_printf_flush(1); /* a device line the driver printed without its newline yet */
     }
     free(msg);
     srv_client_release_all(c);
@@ -56,11 +58,12 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id)
+struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd)
 {
     struct srv_client *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    c->stdout_fd = stdout_fd;
     c->id = id;
     pthread_mutex_init(&c->hostfn_lock, NULL);
     c->pid = pid;
@@ -87,7 +90,7 @@ fail:
         munmap(c->shm, sizeof(struct cumux_shm));
     if (c->shm_fd >= 0)
         close(c->shm_fd);
-    free(c);
+    free(c); /* the caller still owns stdout_fd */
     return NULL;
 }
 
@@ -103,5 +106,7 @@ void srv_client_free(struct srv_client *c)
     }
     close(c->shm_fd);
     close(c->sock);
+    if (c->stdout_fd >= 0)
+        close(c->stdout_fd);
     free(c);
 }

@@ -126,10 +126,18 @@ static void accept_one(int lsock)
     struct ucred cred;
     socklen_t cl = sizeof cred;
     struct cumux_hello h;
-    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cumux_sock_recv(s, &h, sizeof h, NULL) < 0 ||
+    int out_fd = -1; /* a client's stdout may come with its hello */
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cumux_sock_recv(s, &h, sizeof h, &out_fd) < 0 ||
         h.magic != CUMUX_MAGIC) {
+        if (out_fd >= 0)
+            close(out_fd);
         close(s);
         return;
+    }
+    if (out_fd >= 0 && (h.kind != CUMUX_HELLO_CLIENT || !(h.flags & CUMUX_HELLO_STDOUT) ||
+                        h.version != CUMUX_PROTO_VERSION || (cred.uid != getuid() && cred.uid != 0))) {
+        close(out_fd);
+        out_fd = -1;
     }
     if (h.version != CUMUX_PROTO_VERSION) {
         send_text(s, "protocol version mismatch between the shim and cumuxd: use the same build", 
@@ -161,8 +169,10 @@ static void accept_one(int lsock)
     }
     tv.tv_sec = 0;
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct srv_client *c = srv_client_start(s, cred.pid, cred.uid, next_client_id++);
+    struct srv_client *c = srv_client_start(s, cred.pid, cred.uid, next_client_id++, out_fd);
     if (!c) {
+        if (out_fd >= 0)
+            close(out_fd);
         send_text(s, "cumuxd could not set up a channel", CUDA_ERROR_OUT_OF_MEMORY);
         close(s);
         return;

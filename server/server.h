@@ -112,6 +112,7 @@ struct srv_client {
     uid_t uid;
     int sock;
     int shm_fd;
+    int stdout_fd; /* the client's stdout, for device printf (printf.c); -1 if it sent none */
     struct cumux_shm *shm;
     pthread_t worker;
     _Atomic int dead;     /* hung up, protocol violation or server stopping: the worker cleans up */
@@ -145,8 +146,12 @@ struct srv_client {
     struct srv_client *next;
 };
 
+/* printf.c: device printf of a worker's client goes to that client's stdout */
+void srv_printf_bind(struct srv_client *c); /* in the worker thread, once */
+void srv_printf_flush(int all);              /* complete lines (all: everything) held by this thread */
+
 /* client.c */
-struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id);
+struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd);
 void srv_client_free(struct srv_client *c);
 extern int srv_wake_fd; /* a worker writes here when it finishes */
 

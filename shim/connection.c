@@ -1,5 +1,6 @@
 /* The shim's connection to cumuxd: cuInit, and the two ways a call travels (round trip or one way). */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -219,9 +220,13 @@ static CUresult connect_server(void)
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
     struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_CLIENT};
+    /* Our stdout goes with the hello: the server writes our kernels' printf output to it. */
+    int out = fcntl(STDOUT_FILENO, F_GETFD) >= 0 ? STDOUT_FILENO : -1;
+    if (out >= 0)
+        h.flags |= CUMUX_HELLO_STDOUT;
     struct cumux_welcome w;
     int fd = -1;
-    if (cumux_sock_send(s, &h, sizeof h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, &fd) < 0 ||
+    if (cumux_sock_send(s, &h, sizeof h, out) < 0 || cumux_sock_recv(s, &w, sizeof w, &fd) < 0 ||
         w.magic != CUMUX_MAGIC) {
         cumux_logf("cumuxd at %s did not answer", path);
         close(s);

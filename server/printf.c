@@ -1,0 +1,194 @@
+/* Device-side printf reaches the client that synchronized, not the server's stdout.
+ *
+ * The driver empties a context's printf buffer when a thread synchronizes with it, and prints each
+ * record with stdio on stdout, in that thread, one format segment per call (vfprintf, printf, fputs,
+ * fputc, puts, fwrite, fflush; seen with tools/probe_printf_io.c). In cumuxd that thread is the worker of
+ * the client whose call synchronized, so these functions are interposed here (the executable exports
+ * them, server/printf.dynlist): output for stdout made in a worker thread is collected per thread and
+ * written, whole lines at a time, to the stdout the client handed over when it connected. Anything else
+ * goes to glibc unchanged.
+ *
+ * One context holds every client's kernels, so a client that synchronizes also receives lines printed by
+ * another client's kernels that finished before: documented in docs/compatibility.md. */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/server.h"
+
+static __thread struct srv_client *printf_client;
+static __thread char line_buf[8192];
+static __thread size_t line_len;
+
+void srv_printf_bind(struct srv_client *c)
+{
+    printf_client = c;
+    line_len = 0;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return; /* the client's stdout is gone: its lines are dropped, as the driver would */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Writes out the complete lines held (everything when all is set). */
+void srv_printf_flush(int all)
+{
+    struct srv_client *c = printf_client;
+    if (!c || !line_len)
+        return;
+    size_t upto = line_len;
+    if (!all) {
+        while (upto && line_buf[upto - 1] != '\n')
+            upto--;
+        if (!upto)
+            return;
+    }
+    write_all(c->stdout_fd, line_buf, upto);
+    memmove(line_buf, line_buf + upto, line_len - upto);
+    line_len -= upto;
+}
+
+static void add(const char *p, size_t n)
+{
+    while (n) {
+        size_t room = sizeof line_buf - line_len;
+        if (!room) {
+            srv_printf_flush(1);
+            continue;
+        }
+        size_t k = n < room ? n : room;
+        memcpy(line_buf + line_len, p, k);
+        line_len += k;
+        p += k;
+        n -= k;
+    }
+    srv_printf_flush(0);
+}
+
+/* Whether this call's output goes to a client. */
+static int routed(FILE *f)
+{
+    return f == stdout && printf_client && printf_client->stdout_fd >= 0;
+}
+
+#define REAL(name, type) ((type)dlsym(RTLD_NEXT, name))
+
+int vfprintf(FILE *f, const char *fmt, va_list ap)
+{
+    if (!routed(f)) {
+        static int (*real)(FILE *, const char *, va_list);
+        if (!real)
+            real = REAL("vfprintf", int (*)(FILE *, const char *, va_list));
+        return real(f, fmt, ap);
+    }
+    char buf[4096];
+    va_list copy;
+    va_copy(copy, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, copy);
+    va_end(copy);
+    if (n < 0)
+        return n;
+    if ((size_t)n < sizeof buf) {
+        add(buf, (size_t)n);
+        return n;
+    }
+    char *big = NULL;
+    n = vasprintf(&big, fmt, ap);
+    if (n >= 0)
+        add(big, (size_t)n);
+    free(big);
+    return n;
+}
+
+int vprintf(const char *fmt, va_list ap)
+{
+    return vfprintf(stdout, fmt, ap);
+}
+
+int fprintf(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vfprintf(f, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+int printf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+int fputs(const char *s, FILE *f)
+{
+    if (!routed(f)) {
+        static int (*real)(const char *, FILE *);
+        if (!real)
+            real = REAL("fputs", int (*)(const char *, FILE *));
+        return real(s, f);
+    }
+    add(s, strlen(s));
+    return 1;
+}
+
+int puts(const char *s)
+{
+    if (!routed(stdout)) {
+        static int (*real)(const char *);
+        if (!real)
+            real = REAL("puts", int (*)(const char *));
+        return real(s);
+    }
+    add(s, strlen(s));
+    add("\n", 1);
+    return 1;
+}
+
+int fputc(int ch, FILE *f)
+{
+    if (!routed(f)) {
+        static int (*real)(int, FILE *);
+        if (!real)
+            real = REAL("fputc", int (*)(int, FILE *));
+        return real(ch, f);
+    }
+    char b = (char)ch;
+    add(&b, 1);
+    return (unsigned char)ch;
+}
+
+size_t fwrite(const void *p, size_t size, size_t n, FILE *f)
+{
+    if (!routed(f)) {
+        static size_t (*real)(const void *, size_t, size_t, FILE *);
+        if (!real)
+            real = REAL("fwrite", size_t(*)(const void *, size_t, size_t, FILE *));
+        return real(p, size, n, f);
+    }
+    add(p, size * n);
+    return n;
+}
+
+int fflush(FILE *f)
+{
+    if (routed(f) || (!f && printf_client && printf_client->stdout_fd >= 0))
+        srv_printf_flush(1);
+    static int (*real)(FILE *);
+    if (!real)
+        real = REAL("fflush", int (*)(FILE *));
+    return real(f);
+}

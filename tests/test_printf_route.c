@@ -1,0 +1,75 @@
+/* server/printf.c: stdio output for stdout made in a thread bound to a client goes to that client's
+ * stdout, whole lines at a time, through every interposed function (the ones the driver uses for device
+ * printf); a line without its newline waits for fflush; stdout output of an unbound thread and output
+ * to other streams are untouched. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/server.h"
+#include "test_util.h"
+
+static int client_pipe[2], own_pipe[2];
+
+static size_t drain(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (n < cap - 1 && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = 0;
+    return n;
+}
+
+static void *bound(void *arg)
+{
+    struct srv_client *c = arg;
+    srv_printf_bind(c);
+    printf("dev: a=%d ", 1);
+    fputs("b=2", stdout);
+    fputc(' ', stdout);
+    fwrite("c=3\n", 1, 4, stdout);
+    puts("dev: second");
+    fprintf(stdout, "dev: partial %s", "line");
+    char got[256];
+    /* Nothing of the partial line may be out before fflush. */
+    ssize_t r = read(client_pipe[0], got, sizeof got - 1);
+    got[r > 0 ? r : 0] = 0;
+    CHECK(r > 0 && !strcmp(got, "dev: a=1 b=2 c=3\ndev: second\n"), "complete lines: '%s'", got);
+    fflush(stdout);
+    r = read(client_pipe[0], got, sizeof got - 1);
+    got[r > 0 ? r : 0] = 0;
+    CHECK(r > 0 && !strcmp(got, "dev: partial line"), "after fflush: '%s'", got);
+    fprintf(stderr, "%s", ""); /* another stream: glibc's */
+    return NULL;
+}
+
+int main(void)
+{
+    REQUIRE(pipe(client_pipe) == 0 && pipe(own_pipe) == 0, "pipe");
+    fcntl(client_pipe[0], F_SETFL, O_NONBLOCK);
+    /* The test's own stdout becomes own_pipe, to see what an unbound thread's printf does. */
+    int saved = dup(STDOUT_FILENO);
+    REQUIRE(saved >= 0 && dup2(own_pipe[1], STDOUT_FILENO) >= 0, "dup2");
+    setvbuf(stdout, NULL, _IONBF, 0);
+    struct srv_client c;
+    memset(&c, 0, sizeof c);
+    c.stdout_fd = client_pipe[1];
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, bound, &c) == 0, "pthread_create");
+    pthread_join(t, NULL);
+    printf("server: own line\n");
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(own_pipe[1]);
+    char own[256];
+    drain(own_pipe[0], own, sizeof own);
+    CHECK(!strcmp(own, "server: own line\n"), "unbound thread's stdout: '%s'", own);
+    char rest[64];
+    ssize_t r = read(client_pipe[0], rest, sizeof rest);
+    CHECK(r < 0, "the client got more: %zd bytes", r);
+    printf("test_printf_route: %lu checks, %lu failed\n", test_checks, test_failures);
+    return test_failures ? 1 : 0;
+}
