@@ -113,6 +113,8 @@ static void export_tables(const char *shim_path)
         {"6bd5fb6c5bf4e74a8987d93912fd9df9", 13, 0}, {"42d85a8123f6cb478298f6e78a3aecdc", 3, 0},
         {"a094798c2e742e7493f20800200c0a66", 7, 0},  {"c693336e1121df11a8c368f355d89593", 0, 3},
         {"263e88607cd2614392f6bbd5006dfa7e", 15, 0}, {"d4082055bde6704b8d34ba123c66e1f2", 3, 0},
+        {"21318c60971432488ca641ff7324c8f2", 93, 0}, {"6e163fbeb958444d835ce182aff1991e", 99, 0},
+        {"1734dc26800d47458726c0f1e7dd8bca", 17, 0},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         CUuuid id;
@@ -145,6 +147,33 @@ static void export_tables(const char *shim_path)
         uint64_t out[2] = {0, 0};
         EXPECT(fn(13010, 1700000000, out) == CUDA_SUCCESS && out[0] == 0x3341181C03CB675CULL,
                "integrity slot 1 through the table");
+    }
+    /* The slots cuBLAS and cuFFT use, before cuInit (no server): what the real driver answers then. */
+    const void **tls = NULL, **tctx = NULL, **tmod = NULL, **arch = NULL;
+    static const char *const names[4] = {"42d85a8123f6cb478298f6e78a3aecdc", "21318c60971432488ca641ff7324c8f2",
+                                         "6e163fbeb958444d835ce182aff1991e", "1734dc26800d47458726c0f1e7dd8bca"};
+    const void ***dst[4] = {&tls, &tctx, &tmod, &arch};
+    for (int i = 0; i < 4; i++) {
+        CUuuid id;
+        for (int k = 0; k < 16; k++)
+            sscanf(names[i] + 2 * k, "%2hhx", (unsigned char *)&id.bytes[k]);
+        get((const void **)dst[i], &id);
+    }
+    if (tls && tctx && tmod && arch) {
+        void *ctx = (void *)1;
+        EXPECT(((CUresult(*)(void **))(uintptr_t)tls[2])(&ctx) == CUDA_SUCCESS && ctx == NULL,
+               "TOOLS_TLS [2] without a context: %p", ctx);
+        unsigned long long cid = 7;
+        EXPECT(((CUresult(*)(void *, unsigned long long *))(uintptr_t)tctx[4])(NULL, &cid) == CUDA_SUCCESS && cid == 0,
+               "TOOLS_CONTEXT [4] of no context: %llu", cid);
+        EXPECT(((CUresult(*)(void))(uintptr_t)tctx[5])() == CUDA_ERROR_NOT_SUPPORTED, "an unknown slot");
+        EXPECT(((int (*)(void *, void *, void *, void *))(uintptr_t)tmod[7])(NULL, NULL, NULL, NULL) == 0,
+               "TOOLS_MODULE [7] of no module");
+        void *a = NULL, *b = NULL;
+        EXPECT(((CUresult(*)(void **, void **))(uintptr_t)arch[4])(&a, &b) == CUDA_ERROR_NOT_INITIALIZED && !a && !b,
+               "ARCH_DATA [4] before cuInit");
+        EXPECT(((CUresult(*)(void *, void *))(uintptr_t)arch[13])(malloc(64), malloc(64)) == CUDA_SUCCESS,
+               "ARCH_DATA [13] frees");
     }
     /* Unknown tables, and the one that must stay unanswered, are not found. */
     CUuuid unknown = {{0}}, skip;

@@ -356,6 +356,13 @@ static void cases_bad_handles(void)
     expect_error(&c, CUMUX_OP_MODULE_GET_FUNCTION, ms, sizeof *ms, 0, "GET_FUNCTION with an unterminated name");
     expect_error(&c, CUMUX_OP_LIBRARY_GET_MODULE, ms, sizeof *ms, 0, "LIBRARY_GET_MODULE");
     free(ms);
+    struct cumux_handle_arg fnames = {.handle = 9};
+    expect_error(&c, CUMUX_OP_MODULE_FUNCTION_NAMES, &fnames, sizeof fnames, CUDA_ERROR_INVALID_HANDLE,
+                 "MODULE_FUNCTION_NAMES of module 9");
+    struct cumux_handle_arg arch = {.handle = 7};
+    expect_error(&c, CUMUX_OP_ARCH_DATA, &arch, sizeof arch, CUDA_ERROR_INVALID_DEVICE, "ARCH_DATA of device 7");
+    arch.handle = UINT32_MAX;
+    expect_error(&c, CUMUX_OP_ARCH_DATA, &arch, sizeof arch, CUDA_ERROR_INVALID_DEVICE, "ARCH_DATA of device -1");
     struct cumux_func_attr fa = {.function = 1};
     expect_error(&c, CUMUX_OP_FUNC_GET_ATTRIBUTE, &fa, sizeof fa, CUDA_ERROR_INVALID_HANDLE, "FUNC_GET_ATTRIBUTE 1");
     expect_error(&c, CUMUX_OP_FUNC_SET_ATTRIBUTE, &fa, sizeof fa, CUDA_ERROR_INVALID_HANDLE, "FUNC_SET_ATTRIBUTE 1");
