@@ -65,7 +65,7 @@ if [ -n "$build" ] && [ $do_tests = 1 ]; then
     modes=(--native)
     [ $native_only = 0 ] && modes+=(--cumux)
     # Keep ~3.5 minutes for the benchmarks and 95 s for the runtime suite.
-    t_budget=$(($(left) - (do_bench ? 210 : 10) - 95))
+    t_budget=$(($(left) - (do_bench ? 270 : 10) - 95))
     [ $t_budget -gt 300 ] && t_budget=300
     [ $t_budget -lt 60 ] && t_budget=60
     say "GPU tests ${modes[*]} (at most ${t_budget}s)"
@@ -78,7 +78,7 @@ fi
 rt_rc="not run"
 if [ -n "$build" ] && [ $do_tests = 1 ]; then
     if [ -d "$build/tests/runtime" ]; then
-        r_budget=$(($(left) - (do_bench ? 210 : 10)))
+        r_budget=$(($(left) - (do_bench ? 270 : 10)))
         [ $r_budget -gt 90 ] && r_budget=90
         if [ $r_budget -ge 30 ]; then
             say "runtime suite ${modes[*]} (at most ${r_budget}s)"
@@ -93,6 +93,20 @@ if [ -n "$build" ] && [ $do_tests = 1 ]; then
     fi
 fi
 
+# --- cumux trace of a cuBLAS program: its driver calls and export-table slots ---
+trace_note="not run"
+if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/tests/runtime/rt_cublas_static" ]; then
+    say "cumux trace of rt_cublas_static"
+    CUMUX_PIPE_DIRECTORY="$logs/trace-pipe" timeout -k 5 60 "$build/cli/cumux" trace -o "$logs/trace-cublas.txt" \
+        -- "$build/tests/runtime/rt_cublas_static" >"$logs/trace-cublas.out" 2>&1
+    trc=$?
+    CUMUX_PIPE_DIRECTORY="$logs/trace-pipe" "$build/cli/cumux" stop >/dev/null 2>&1
+    calls=$(grep -c ' = [0-9]* CUDA_' "$logs/trace-cublas.txt" 2>/dev/null)
+    slots=$(grep -c 'export table .* slot [0-9]* (' "$logs/trace-cublas.txt" 2>/dev/null)
+    kinds=$(grep -o 'export table [^ ]* slot [0-9]* (' "$logs/trace-cublas.txt" 2>/dev/null | sort -u | wc -l)
+    trace_note="exit $trc; $calls driver calls, $slots export-table slot calls ($kinds distinct slots)"
+fi
+
 # --- benchmarks ---
 bench_rc="not run"
 if [ -n "$build" ] && [ $do_bench = 1 ]; then
@@ -102,9 +116,14 @@ if [ -n "$build" ] && [ $do_bench = 1 ]; then
     [ $b_budget -lt 200 ] && dur=4 # shorter windows rather than a cut-off table
     say "benchmarks ${bench_opts[*]:-} (window ${dur}s, at most ${b_budget}s)"
     if [ $b_budget -gt 60 ]; then
-        OUT="$logs/bench" timeout -k 30 "$b_budget" bench/run.sh --build "$build" --duration $dur \
+        OUT="$logs/bench" timeout -k 30 "$((b_budget - 60))" bench/run.sh --build "$build" --duration $dur \
             "${bench_opts[@]}" 2>&1 | tee "$logs/bench.txt"
         bench_rc=${PIPESTATUS[0]}
+        # cuBLAS: 4 processes of 512x512 SGEMMs (issue 3's acceptance figure).
+        if [ -x "$build/tests/runtime/rt_sgemm_loop_static" ] && [ "$(left)" -gt 45 ]; then
+            OUT="$logs/bench-sgemm" timeout -k 10 "$(($(left) - 5))" tests/runtime/bench_sgemm.sh --build "$build" \
+                --duration $dur "${bench_opts[@]}" 2>&1 | tee "$logs/bench-sgemm.txt"
+        fi
     else
         bench_rc="no time left"
     fi
@@ -126,8 +145,10 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
         sed -n '/^test  *| static native/,/^logs:/p' "$logs/runtime-tests.txt" | grep -v '^logs:' | sed 's/^/  /'
         grep -q '^SKIP: no CUDA GPU' "$logs/runtime-tests.txt" && echo "  SKIP: no CUDA GPU on this machine"
     fi
+    echo "cumux trace of a cuBLAS program: $trace_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"
+    [ -f "$logs/bench-sgemm.txt" ] && sed -n '/^== cuBLAS/,$p' "$logs/bench-sgemm.txt" | sed '/^$/d; s/^/  /'
     echo "elapsed: $((SECONDS - t0)) s; logs: $out/device-check-logs.tar.gz"
 } | tee "$out/summary.txt"
 

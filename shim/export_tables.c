@@ -166,7 +166,7 @@ static const void *const tools_context_unknown[100] = {UNKNOWN_PTR_100(TOOLS_CON
 #define TOOLS_CONTEXT_WORDS 93
 
 /* [4]: a context's id, what cuCtxGetId answers (1 for the primary context on the real driver); 0 for
- * NULL. cuFFT keys its per-context tables on it. */
+ * NULL (tools/probe_export_slots2.c). */
 static CUresult info_context_id(CUcontext ctx, unsigned long long *id)
 {
     if (!id)
