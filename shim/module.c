@@ -308,58 +308,41 @@ static CUresult list_functions(struct CUmod_st *m, unsigned int *total, struct C
     }
 }
 
-static struct CUmod_st *module_of(void *h, uint32_t magic)
+/* cuModuleGetFunctionCount / cuLibraryGetKernelCount (fns NULL), and the enumerations. */
+static CUresult functions_of(void *h, uint32_t magic, unsigned int *count, struct CUfunc_st **fns, unsigned int n)
 {
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
     struct CUmod_st *m = h;
-    return m && m->magic == magic ? m : NULL;
+    if (!m || m->magic != magic)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!fns && !count)
+        return CUDA_ERROR_INVALID_VALUE;
+    return list_functions(m, count, fns, n);
 }
 
 CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
-    if (!shim.initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    struct CUmod_st *m = module_of(mod, SHIM_MAGIC_MODULE);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!count)
-        return CUDA_ERROR_INVALID_VALUE;
-    return list_functions(m, count, NULL, 0);
+    return functions_of(mod, SHIM_MAGIC_MODULE, count, NULL, 0);
 }
 
 CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int n, CUmodule mod)
 {
-    if (!shim.initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    struct CUmod_st *m = module_of(mod, SHIM_MAGIC_MODULE);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
     if (!functions)
         return CUDA_ERROR_INVALID_VALUE;
-    return list_functions(m, NULL, (struct CUfunc_st **)functions, n);
+    return functions_of(mod, SHIM_MAGIC_MODULE, NULL, (struct CUfunc_st **)functions, n);
 }
 
 CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
-    if (!shim.initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    struct CUmod_st *m = module_of(lib, SHIM_MAGIC_LIBRARY);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!count)
-        return CUDA_ERROR_INVALID_VALUE;
-    return list_functions(m, count, NULL, 0);
+    return functions_of(lib, SHIM_MAGIC_LIBRARY, count, NULL, 0);
 }
 
 CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int n, CUlibrary lib)
 {
-    if (!shim.initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    struct CUmod_st *m = module_of(lib, SHIM_MAGIC_LIBRARY);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
     if (!kernels)
         return CUDA_ERROR_INVALID_VALUE;
-    return list_functions(m, NULL, (struct CUfunc_st **)kernels, n);
+    return functions_of(lib, SHIM_MAGIC_LIBRARY, NULL, (struct CUfunc_st **)kernels, n);
 }
 
 static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes, const char *name)
