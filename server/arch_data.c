@@ -40,11 +40,13 @@ static void fetch(int g)
     if (r == CUDA_SUCCESS)
         r = ((get_fn)(uintptr_t)table[4])(&a, &b);
     if (r == CUDA_SUCCESS && a && b) {
-        /* The driver does not say how long the tables are; what malloc gave holds them (its usable
-         * size rounds the length up by a few bytes at most). */
+        /* The driver does not say how long the tables are (64 bytes each on an H200). glibc's usable
+         * size is the length asked for rounded up to 8 more than a multiple of 16; the tables are
+         * vectors of 16-byte lanes, so rounding it down to 16 gives their length, and no leftover heap
+         * bytes of the server's reach a client. */
         void *ab[2] = {a, b};
         for (int i = 0; i < 2; i++) {
-            size_t n = malloc_usable_size(ab[i]);
+            size_t n = malloc_usable_size(ab[i]) & ~(size_t)15;
             cache[g].len[i] = (uint32_t)(n < ARCH_DATA_MAX ? n : ARCH_DATA_MAX);
             memcpy(cache[g].bytes[i], ab[i], cache[g].len[i]);
         }
