@@ -41,9 +41,9 @@ static void fetch(int g)
         r = ((get_fn)(uintptr_t)table[4])(&a, &b);
     if (r == CUDA_SUCCESS && a && b) {
         /* The driver does not say how long the tables are (64 bytes each on an H200). glibc's usable
-         * size is the length asked for rounded up to 8 more than a multiple of 16; the tables are
-         * vectors of 16-byte lanes, so rounding it down to 16 gives their length, and no leftover heap
-         * bytes of the server's reach a client. */
+         * size is the length asked for rounded up to 8 more than a multiple of 16; for a length that is a
+         * multiple of 16 (64 on the H200; assumed elsewhere, to be checked on other GPUs) rounding it
+         * down to 16 gives the length back, and no leftover heap bytes of the server reach a client. */
         void *ab[2] = {a, b};
         for (int i = 0; i < 2; i++) {
             size_t n = malloc_usable_size(ab[i]) & ~(size_t)15;
