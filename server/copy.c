@@ -1,0 +1,284 @@
+/* Copies and memsets: every address checked against the client's own ranges; pageable copies through
+ * the channel's staging slots. */
+
+#include "common/channel.h"
+#include "server/dispatch.h"
+#include "server/server.h"
+
+/* ---------------------------------------------------------------- copies and memset */
+
+bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
+{
+    return cumux_ranges_covers(&c->dev_ranges, p, n) != NULL;
+}
+
+bool host_ok(struct srv_client *c, uint64_t p, uint64_t n)
+{
+    return cumux_ranges_covers(&c->host_ranges, p, n) != NULL;
+}
+
+CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool sync)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    bool ok = false;
+    switch (m->kind) {
+    case CUMUX_COPY_HTOD:
+        ok = host_ok(c, m->src, m->size) && dev_ok(c, m->dst, m->size);
+        break;
+    case CUMUX_COPY_DTOH:
+        ok = dev_ok(c, m->src, m->size) && host_ok(c, m->dst, m->size);
+        break;
+    case CUMUX_COPY_DTOD:
+        ok = dev_ok(c, m->src, m->size) && dev_ok(c, m->dst, m->size);
+        break;
+    }
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(before_op(s));
+    CUresult r;
+    switch (m->kind) {
+    case CUMUX_COPY_HTOD:
+        r = cuMemcpyHtoDAsync(m->dst, (const void *)(uintptr_t)m->src, m->size, s->cu);
+        break;
+    case CUMUX_COPY_DTOH:
+        r = cuMemcpyDtoHAsync((void *)(uintptr_t)m->dst, m->src, m->size, s->cu);
+        break;
+    default:
+        r = cuMemcpyDtoDAsync(m->dst, m->src, m->size, s->cu);
+        break;
+    }
+    after_op(s);
+    if (r == CUDA_SUCCESS && sync)
+        r = take_pending(c, cuStreamSynchronize(s->cu));
+    return r;
+}
+
+/* Bytes from the first to the last byte of height rows of width bytes, pitch apart; 0 when invalid. */
+uint64_t span_2d(uint64_t pitch, uint64_t width, uint64_t height)
+{
+    if (width == 0 || height == 0 || width > (1ull << 40) || height > (1ull << 32) || pitch > (1ull << 40) ||
+        (height > 1 && pitch < width))
+        return 0;
+    return pitch * (height - 1) + width;
+}
+
+static CUresult copy_2d_async(CUmemorytype dt, uint64_t dst, uint64_t dpitch, CUmemorytype st, uint64_t src,
+                              uint64_t spitch, uint64_t width, uint64_t height, CUstream s)
+{
+    CUDA_MEMCPY2D p = {0};
+    p.srcMemoryType = st;
+    p.srcPitch = spitch;
+    p.dstMemoryType = dt;
+    p.dstPitch = dpitch;
+    p.WidthInBytes = width;
+    p.Height = height;
+    if (st == CU_MEMORYTYPE_HOST)
+        p.srcHost = (const void *)(uintptr_t)src;
+    else
+        p.srcDevice = src;
+    if (dt == CU_MEMORYTYPE_HOST)
+        p.dstHost = (void *)(uintptr_t)dst;
+    else
+        p.dstDevice = dst;
+    return cuMemcpy2DAsync(&p, s);
+}
+
+CUresult op_copy_2d(struct srv_client *c, const struct cumux_copy_2d *m, bool sync)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t dspan = span_2d(m->dst_pitch, m->width, m->height), sspan = span_2d(m->src_pitch, m->width, m->height);
+    if (!dspan || !sspan)
+        return CUDA_ERROR_INVALID_VALUE;
+    bool ok = false;
+    CUmemorytype dt = CU_MEMORYTYPE_DEVICE, st = CU_MEMORYTYPE_DEVICE;
+    switch (m->kind) {
+    case CUMUX_COPY_HTOD:
+        ok = host_ok(c, m->src, sspan) && dev_ok(c, m->dst, dspan);
+        st = CU_MEMORYTYPE_HOST;
+        break;
+    case CUMUX_COPY_DTOH:
+        ok = dev_ok(c, m->src, sspan) && host_ok(c, m->dst, dspan);
+        dt = CU_MEMORYTYPE_HOST;
+        break;
+    case CUMUX_COPY_DTOD:
+        ok = dev_ok(c, m->src, sspan) && dev_ok(c, m->dst, dspan);
+        break;
+    }
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(before_op(s));
+    CUresult r = copy_2d_async(dt, m->dst, m->dst_pitch, st, m->src, m->src_pitch, m->width, m->height, s->cu);
+    after_op(s);
+    if (r == CUDA_SUCCESS && sync)
+        r = take_pending(c, cuStreamSynchronize(s->cu));
+    return r;
+}
+
+static void stage_set(struct srv_client *c, int slot, uint32_t state)
+{
+    atomic_store(&c->shm->stage_state[slot], state);
+    atomic_fetch_add(&c->shm->stage_seq[slot], 1);
+    cumux_futex_wake(&c->shm->stage_seq[slot], 1);
+}
+
+void srv_staging_flush(struct srv_client *c)
+{
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
+        if (c->stage_pending[i]) {
+            cuEventSynchronize(c->stage_event[i]);
+            c->stage_pending[i] = false;
+            stage_set(c, i, CUMUX_STAGE_FREE);
+        }
+    }
+}
+
+CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_staged *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->slot >= CUMUX_STAGING_SLOTS || m->size == 0 || m->size > CUMUX_STAGING_BYTES || c->stage_pending[m->slot] ||
+        atomic_load(&c->shm->stage_state[m->slot]) != CUMUX_STAGE_FULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (srv_stream_capturing(c, s)) { /* the slot is reused at once: a graph would copy stale data */
+        stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    uint64_t rows = m->width ? m->size / m->width : 1;
+    uint64_t span = m->width ? span_2d(m->pitch, m->width, rows) : m->size;
+    if (!c->staging_registered || (m->width && m->size % m->width) || !span || !dev_ok(c, m->dev, span)) {
+        stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult r = before_op(s);
+    if (r == CUDA_SUCCESS && m->width)
+        r = copy_2d_async(CU_MEMORYTYPE_DEVICE, m->dev, m->pitch, CU_MEMORYTYPE_HOST,
+                          (uint64_t)(uintptr_t)c->shm->staging[m->slot], m->width, m->width, rows, s->cu);
+    else if (r == CUDA_SUCCESS)
+        r = cuMemcpyHtoDAsync(m->dev, c->shm->staging[m->slot], m->size, s->cu);
+    if (r == CUDA_SUCCESS)
+        r = cuEventRecord(c->stage_event[m->slot], s->cu);
+    after_op(s);
+    if (r != CUDA_SUCCESS) {
+        cuStreamSynchronize(s->cu);
+        stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
+        return r;
+    }
+    c->stage_pending[m->slot] = true;
+    /* Give back the slots of earlier chunks as their copies finish; this chunk's copy runs meanwhile. */
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
+        if (i != (int)m->slot && c->stage_pending[i]) {
+            cuEventSynchronize(c->stage_event[i]);
+            c->stage_pending[i] = false;
+            stage_set(c, i, CUMUX_STAGE_FREE);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Wait until the client has emptied a slot; false when it went away. */
+static bool stage_wait_free(struct srv_client *c, int slot)
+{
+    for (;;) {
+        uint32_t seq = atomic_load(&c->shm->stage_seq[slot]);
+        if (atomic_load(&c->shm->stage_state[slot]) == CUMUX_STAGE_FREE)
+            return true;
+        if (atomic_load(&c->dead))
+            return false;
+        cumux_futex_wait(&c->shm->stage_seq[slot], seq, 100000000);
+    }
+}
+
+CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_staged *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (srv_stream_capturing(c, s))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* pageable memory cannot be in a graph */
+    /* 2-D: whole rows per chunk, packed; the client unpacks them. */
+    uint64_t width = m->width, rows = width ? m->size / width : 0;
+    uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
+    uint64_t span = width ? span_2d(m->pitch, width, rows) : m->size;
+    if (!c->staging_registered || chunk == 0 || (width && m->size % width) || !span || !dev_ok(c, m->dev, span))
+        return CUDA_ERROR_INVALID_VALUE;
+    srv_staging_flush(c);
+    CHECK(before_op(s));
+    /* Chunk i is copied into slot i % N while the client copies chunk i-1 out of its slot. */
+    uint64_t nchunks = (m->size + chunk - 1) / chunk;
+    CUresult r = CUDA_SUCCESS;
+    for (uint64_t i = 0; i <= nchunks; i++) {
+        if (i < nchunks) {
+            int slot = (int)(i % CUMUX_STAGING_SLOTS);
+            uint64_t off = i * chunk;
+            uint64_t len = m->size - off < chunk ? m->size - off : chunk;
+            if (!stage_wait_free(c, slot)) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                break;
+            }
+            if (width)
+                r = copy_2d_async(CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)c->shm->staging[slot], width,
+                                  CU_MEMORYTYPE_DEVICE, m->dev + (off / width) * m->pitch, m->pitch, width,
+                                  len / width, s->cu);
+            else
+                r = cuMemcpyDtoHAsync(c->shm->staging[slot], m->dev + off, len, s->cu);
+            if (r == CUDA_SUCCESS)
+                r = cuEventRecord(c->stage_event[slot], s->cu);
+            if (r != CUDA_SUCCESS)
+                break;
+        }
+        if (i > 0) {
+            int prev = (int)((i - 1) % CUMUX_STAGING_SLOTS);
+            r = cuEventSynchronize(c->stage_event[prev]);
+            if (r != CUDA_SUCCESS)
+                break;
+            stage_set(c, prev, CUMUX_STAGE_READY);
+        }
+    }
+    after_op(s);
+    if (r != CUDA_SUCCESS)
+        cuStreamSynchronize(s->cu); /* no copy may still be writing into a slot the client reuses */
+    return take_pending(c, r);
+}
+
+CUresult op_memset(struct srv_client *c, const struct cumux_memset *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->elem_size != 1 && m->elem_size != 2 && m->elem_size != 4)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m->width == 0 || m->height == 0)
+        return CUDA_SUCCESS;
+    uint64_t row = m->width * m->elem_size;
+    if (m->width > (1ull << 48) || m->height > (1ull << 32) || (m->height > 1 && m->pitch < row) || m->pitch > (1ull << 40))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t span = m->height > 1 ? m->pitch * (m->height - 1) + row : row;
+    if (!dev_ok(c, m->dst, span))
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(before_op(s));
+    CUresult r;
+    bool twod = m->height > 1 || m->pitch != 0;
+    size_t pitch = (size_t)(m->pitch ? m->pitch : row);
+    switch (m->elem_size) {
+    case 1:
+        r = twod ? cuMemsetD2D8Async(m->dst, pitch, (unsigned char)m->value, m->width, m->height, s->cu)
+                 : cuMemsetD8Async(m->dst, (unsigned char)m->value, m->width, s->cu);
+        break;
+    case 2:
+        r = twod ? cuMemsetD2D16Async(m->dst, pitch, (unsigned short)m->value, m->width, m->height, s->cu)
+                 : cuMemsetD16Async(m->dst, (unsigned short)m->value, m->width, s->cu);
+        break;
+    default:
+        r = twod ? cuMemsetD2D32Async(m->dst, pitch, m->value, m->width, m->height, s->cu)
+                 : cuMemsetD32Async(m->dst, m->value, m->width, s->cu);
+        break;
+    }
+    after_op(s);
+    return r;
+}
+

@@ -1,0 +1,102 @@
+/* Kernel launches and host functions. */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/channel.h"
+#include "common/launch_attrs.h"
+#include "server/dispatch.h"
+#include "server/server.h"
+
+/* ---------------------------------------------------------------- host functions */
+
+/* Runs on the driver's host-function thread when the stream gets there: hands the function to the client
+ * and holds the stream until the client has run it, as CUDA does. A client that goes away releases it. */
+void CUDA_CB hostfn_trampoline(void *arg)
+{
+    struct hostfn_job *j = arg;
+    struct srv_client *c = j->c;
+    struct cumux_shm *shm = c->shm;
+    pthread_mutex_lock(&c->hostfn_lock);
+    uint32_t n = atomic_load(&shm->hostfn_posted);
+    shm->hostfn_ids[n % CUMUX_HOSTFN_RING] = j->id;
+    atomic_store(&shm->hostfn_posted, n + 1);
+    pthread_mutex_unlock(&c->hostfn_lock);
+    cumux_futex_wake(&shm->hostfn_posted, 1);
+    for (;;) {
+        uint32_t done = atomic_load(&shm->hostfn_done);
+        if ((int32_t)(done - (n + 1)) >= 0 || atomic_load(&c->dead))
+            break;
+        cumux_futex_wait(&shm->hostfn_done, done, 100000000);
+    }
+    if (!j->persistent)
+        free(j);
+}
+
+CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct hostfn_job *j = malloc(sizeof *j);
+    if (!j)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    j->c = c;
+    j->id = m->id;
+    /* Captured into a graph, it runs at every launch of the graph: it lives as long as the client. */
+    j->persistent = srv_stream_capturing(c, s);
+    if (j->persistent)
+        srv_keep_hostfn_job(c, j);
+    CUresult r = before_op(s);
+    if (r == CUDA_SUCCESS)
+        r = cuLaunchHostFunc(s->cu, hostfn_trampoline, j);
+    after_op(s);
+    if (r != CUDA_SUCCESS && !j->persistent)
+        free(j);
+    return r;
+}
+
+CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload, uint32_t payload_len)
+{
+    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!f || !s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->nattrs > 16 || (uint64_t)m->nattrs * sizeof(struct cumux_launch_attr) + m->param_bytes > payload_len ||
+        m->param_bytes != f->param_bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint8_t *params = payload + m->nattrs * sizeof(struct cumux_launch_attr);
+    size_t psize = m->param_bytes;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &psize,
+                     CU_LAUNCH_PARAM_END};
+    /* kernelParams: pointers to each argument in the message (the driver's usual, fastest path). */
+    void *kp[CUMUX_MAX_PARAMS];
+    for (uint32_t i = 0; i < f->nparams; i++)
+        kp[i] = (void *)(params + f->param_offsets[i]);
+    CHECK(before_op(s));
+    CUresult r;
+    if (m->nattrs == 0) {
+        r = cuLaunchKernel(f->fn, m->grid[0], m->grid[1], m->grid[2], m->block[0], m->block[1], m->block[2],
+                           m->shared_bytes, s->cu, f->nparams ? kp : NULL, NULL);
+    } else {
+        CUlaunchAttribute attrs[16];
+        const struct cumux_launch_attr *a = (const struct cumux_launch_attr *)payload;
+        for (uint32_t i = 0; i < m->nattrs; i++) {
+            memcpy(&attrs[i].value, a[i].value, sizeof attrs[i].value);
+            attrs[i].id = (CUlaunchAttributeID)a[i].id;
+            if (!cumux_launch_attr_plain(a[i].id)) {
+                after_op(s);
+                return CUDA_ERROR_NOT_SUPPORTED;
+            }
+        }
+        CUlaunchConfig cfg = {.gridDimX = m->grid[0], .gridDimY = m->grid[1], .gridDimZ = m->grid[2],
+                              .blockDimX = m->block[0], .blockDimY = m->block[1], .blockDimZ = m->block[2],
+                              .sharedMemBytes = m->shared_bytes, .hStream = s->cu, .attrs = attrs,
+                              .numAttrs = m->nattrs};
+        r = cuLaunchKernelEx(&cfg, f->fn, NULL, psize ? extra : NULL);
+    }
+    after_op(s);
+    atomic_fetch_add_explicit(&c->launches, 1, memory_order_relaxed);
+    return r;
+}
+

@@ -1,0 +1,313 @@
+/* Device memory (stream-ordered, from pools), memory pools, pinned host memory. */
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sock.h"
+#include "server/dispatch.h"
+#include "server/server.h"
+
+/* ---------------------------------------------------------------- memory */
+
+/* The stream a client's allocations and frees are ordered on, for one GPU. */
+CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
+{
+    use_gpu(c, gpu);
+    if (!c->mem_event)
+        CHECK(cuEventCreate(&c->mem_event, CU_EVENT_DISABLE_TIMING));
+    if (!c->mem_stream[gpu])
+        CHECK(cuStreamCreate(&c->mem_stream[gpu], CU_STREAM_NON_BLOCKING));
+    *out = c->mem_stream[gpu];
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- memory pools */
+
+static CUresult pool_new(struct srv_client *c, int gpu, uint64_t max_size, bool is_default, struct srv_pool **out)
+{
+    use_gpu(c, gpu);
+    struct srv_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUmemPoolProps props = {0};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = srv_gpus[gpu].dev;
+    props.maxSize = (size_t)max_size;
+    CUresult r = cuMemPoolCreate(&p->pool, &props);
+    if (r == CUDA_SUCCESS && !(p->handle = handle_new(c, OBJ_POOL, p))) {
+        cuMemPoolDestroy(p->pool);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+        free(p);
+        return r;
+    }
+    p->gpu = gpu;
+    p->is_default = is_default;
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+/* The client's own default pool of a GPU: its memory and attributes are nobody else's. */
+CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out)
+{
+    if (!c->default_pool[gpu])
+        CHECK(pool_new(c, gpu, 0, true, &c->default_pool[gpu]));
+    *out = c->default_pool[gpu];
+    return CUDA_SUCCESS;
+}
+
+void pool_free(struct srv_client *c, struct srv_pool *p)
+{
+    handle_drop(c, p->handle);
+    if (c->default_pool[p->gpu] == p)
+        c->default_pool[p->gpu] = NULL;
+    srv_reap(REAP_POOL, p->gpu, NULL, 0, p->pool); /* may wait for the context: not on this worker */
+    free(p);
+}
+
+CUresult op_pool(struct srv_client *c, uint16_t op, const struct cumux_pool_op *m, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_pool *p = NULL;
+    switch (op) {
+    case CUMUX_OP_POOL_DEFAULT:
+    case CUMUX_OP_POOL_CREATE:
+        if (m->device < 0 || m->device >= srv_gpu_count)
+            return CUDA_ERROR_INVALID_DEVICE;
+        if (op == CUMUX_OP_POOL_DEFAULT)
+            CHECK(default_pool(c, m->device, &p));
+        else
+            CHECK(pool_new(c, m->device, m->value, false, &p));
+        return reply_u64(out, out_len, p->handle);
+    default:
+        break;
+    }
+    p = handle_get(c, m->pool, OBJ_POOL);
+    if (!p)
+        return CUDA_ERROR_INVALID_HANDLE;
+    use_gpu(c, p->gpu);
+    switch (op) {
+    case CUMUX_OP_POOL_DESTROY:
+        if (p->is_default)
+            return CUDA_ERROR_INVALID_VALUE; /* as the driver answers for a device's default pool */
+        pool_free(c, p);
+        return CUDA_SUCCESS;
+    case CUMUX_OP_POOL_TRIM:
+        return cuMemPoolTrimTo(p->pool, (size_t)m->value);
+    case CUMUX_OP_POOL_ATTRIBUTE: {
+        /* Three attributes are ints, the others 64-bit. */
+        bool is_int = m->attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+                      m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+                      m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+        int iv = (int)m->value;
+        cuuint64_t uv = m->value;
+        void *v = is_int ? (void *)&iv : (void *)&uv;
+        if (m->set)
+            return cuMemPoolSetAttribute(p->pool, (CUmemPool_attribute)m->attr, v);
+        CHECK(cuMemPoolGetAttribute(p->pool, (CUmemPool_attribute)m->attr, v));
+        return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
+    }
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m, uint8_t *out,
+                                   uint32_t *out_len)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    struct srv_pool *p = handle_get(c, m->pool, OBJ_POOL);
+    if (!s || !p)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->size == 0 || p->gpu != s->ctx->gpu)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(before_op(s));
+    CUdeviceptr ptr;
+    CUresult r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, p->pool, s->cu);
+    after_op(s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (cumux_ranges_add(&c->dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)p->gpu) < 0) {
+        cuMemFreeAsync(ptr, s->cu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    atomic_fetch_add(&c->mem_bytes, m->size);
+    return reply_u64(out, out_len, ptr);
+}
+
+/* Take the allocation that starts at ptr out of the client's table (not a global); false if there is none. */
+static bool take_allocation(struct srv_client *c, uint64_t ptr, struct cumux_range *gone)
+{
+    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, ptr);
+    if (!r || r->base != ptr || r->tag != RANGE_ALLOC)
+        return false;
+    cumux_ranges_remove(&c->dev_ranges, ptr, gone);
+    atomic_fetch_sub(&c->mem_bytes, gone->size);
+    return true;
+}
+
+CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_range gone;
+    if (!take_allocation(c, m->ptr, &gone))
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(before_op(s));
+    CUresult res = cuMemFreeAsync(m->ptr, s->cu);
+    after_op(s);
+    return res;
+}
+
+CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
+    if (!x)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (m->size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstream ms;
+    CHECK(mem_stream(c, x->gpu, &ms));
+    /* From the device's pool, on the client's own memory stream: cuMemFree of ordinary allocations waits
+     * for every kernel in the context, that is for every client; a stream-ordered free waits for none. */
+    struct srv_pool *pool;
+    CHECK(default_pool(c, x->gpu, &pool));
+    CUdeviceptr p;
+    CHECK(cuMemAllocFromPoolAsync(&p, (size_t)m->size, pool->pool, ms));
+    CUresult r = cuStreamSynchronize(ms); /* usable on any stream once this returns, as cuMemAlloc's */
+    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)x->gpu) < 0) {
+        cuMemFreeAsync(p, ms);
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    atomic_fetch_add(&c->mem_bytes, m->size);
+    return reply_u64(out, out_len, p);
+}
+
+/* Free after everything the client has queued so far, on any of its streams, is done. */
+static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
+{
+    CUstream ms;
+    CHECK(mem_stream(c, gpu, &ms));
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
+        if (s && s->ctx->gpu == gpu) {
+            CHECK(cuEventRecord(c->mem_event, s->cu));
+            CHECK(cuStreamWaitEvent(ms, c->mem_event, 0));
+        }
+    }
+    return cuMemFreeAsync(ptr, ms);
+}
+
+CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
+{
+    struct cumux_range gone;
+    if (!take_allocation(c, m->ptr, &gone))
+        return CUDA_ERROR_INVALID_VALUE;
+    return mem_release(c, m->ptr, (int)gone.extra);
+}
+
+CUresult op_mem_info(struct srv_client *c, const struct cumux_handle_arg *m, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_ctx *x = handle_get(c, m->handle, OBJ_CTX);
+    if (!x)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    use_gpu(c, x->gpu);
+    size_t f, t;
+    CHECK(cuMemGetInfo(&f, &t));
+    struct cumux_mem_info rep = {f, t};
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
+}
+
+/* A descriptor the client sent over the socket just before the command that needs it. */
+int recv_client_fd(struct srv_client *c, uint64_t min_size)
+{
+    uint64_t tag;
+    int fd;
+    /* The shim sends the descriptor before the command: if it is not there now, it never comes. */
+    struct pollfd p = {.fd = c->sock, .events = POLLIN};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
+        return -1;
+    if (cumux_sock_recv(c->sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < min_size) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+CUresult op_host_alloc(struct srv_client *c, const struct cumux_host_alloc *m, uint8_t *out, uint32_t *out_len)
+{
+    int fd = recv_client_fd(c, m->size);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m->size == 0 || m->size > (1ull << 40)) {
+        close(fd);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    /* A client that shrank the file under the server's mapping would crash the server on access. */
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+        close(fd);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t len = (size_t)m->size;
+    /* The same address in both processes lets a kernel use the pointer the client was given. */
+    void *p = MAP_FAILED;
+    if (m->client_addr && (m->client_addr & 4095) == 0)
+        p = mmap((void *)(uintptr_t)m->client_addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    if (p != MAP_FAILED && (uint64_t)(uintptr_t)p != m->client_addr) {
+        munmap(p, len); /* old kernels ignore MAP_FIXED_NOREPLACE */
+        p = MAP_FAILED;
+    }
+    if (p == MAP_FAILED)
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    use_gpu(c, 0);
+    CUresult r = cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->host_ranges, (uint64_t)(uintptr_t)p, len, RANGE_HOST, len) < 0) {
+        if (r == CUDA_SUCCESS)
+            cuMemHostUnregister(p);
+        munmap(p, len);
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    atomic_fetch_add(&c->host_bytes, len);
+    return reply_u64(out, out_len, (uint64_t)(uintptr_t)p);
+}
+
+void host_release(struct srv_client *c, uint64_t base)
+{
+    struct cumux_range gone;
+    if (cumux_ranges_remove(&c->host_ranges, base, &gone) < 0)
+        return;
+    /* cuMemHostUnregister waits for every kernel in the context: not on this client's time. */
+    srv_reap(REAP_HOST_MEMORY, 0, (void *)(uintptr_t)gone.base, gone.extra, NULL);
+    atomic_fetch_sub(&c->host_bytes, gone.extra);
+}
+
+CUresult op_host_free(struct srv_client *c, const struct cumux_mem_free *m)
+{
+    const struct cumux_range *r = cumux_ranges_find(&c->host_ranges, m->ptr);
+    if (!r || r->base != m->ptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Copies into it may still be in flight: the reaper's unregister waits for them. */
+    host_release(c, m->ptr);
+    return CUDA_SUCCESS;
+}
+

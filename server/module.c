@@ -1,0 +1,364 @@
+/* Modules and libraries, their functions and globals, function attributes and occupancy. */
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/launch_attrs.h"
+#include "server/dispatch.h"
+#include "server/server.h"
+
+/* ---------------------------------------------------------------- modules and functions */
+
+void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
+{
+    use_gpu(c, mod->gpu);
+    /* Its functions and globals die with it. */
+    for (uint32_t i = 1; i <= c->nhandles; i++) {
+        struct srv_function *f = handle_get(c, i, OBJ_FUNCTION);
+        if (f && f->module == h) {
+            handle_drop(c, i);
+            free(f->param_offsets);
+            free(f->name);
+            free(f);
+        }
+    }
+    for (size_t i = 0; i < mod->nglobals; i++)
+        cumux_ranges_remove(&c->dev_ranges, mod->globals[i], NULL);
+    free(mod->globals);
+    /* Unloading waits for every kernel in the context: the reaper does it. */
+    if (mod->borrowed)
+        ; /* the library it came from owns it */
+    else if (mod->kind == CUMUX_IMAGE_LIBRARY)
+        srv_reap(REAP_LIBRARY, mod->gpu, mod->image, mod->image_size, mod->lib);
+    else
+        srv_reap(REAP_MODULE, mod->gpu, mod->image, mod->image_size, mod->mod);
+    handle_drop(c, h);
+    free(mod);
+}
+
+CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, uint8_t *out, uint32_t *out_len)
+{
+    int fd = recv_client_fd(c, m->size);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
+    /* The driver parses the image while the client could still write it: forbid writes and shrinking. */
+    if (!x || (m->kind != CUMUX_IMAGE_MODULE && m->kind != CUMUX_IMAGE_LIBRARY) || m->size == 0 ||
+        m->size > (4ull << 30) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0) {
+        close(fd);
+        return x ? CUDA_ERROR_INVALID_IMAGE : CUDA_ERROR_INVALID_CONTEXT;
+    }
+    struct srv_module *mod = calloc(1, sizeof *mod);
+    if (!mod) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* One zero byte past the image: PTX text must end in NUL and the driver reads it as a C string. */
+    mod->image_size = (size_t)m->size + 1;
+    mod->image = mmap(NULL, mod->image_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (mod->image == MAP_FAILED) {
+        free(mod);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    mod->kind = m->kind;
+    mod->ctx = m->kind == CUMUX_IMAGE_LIBRARY ? NULL : x;
+    mod->gpu = x->gpu;
+    use_gpu(c, x->gpu);
+    CUresult r = m->kind == CUMUX_IMAGE_LIBRARY
+                     ? cuLibraryLoadData(&mod->lib, mod->image, NULL, NULL, 0, NULL, NULL, 0)
+                     : cuModuleLoadData(&mod->mod, mod->image);
+    uint32_t h = 0;
+    if (r == CUDA_SUCCESS) {
+        h = handle_new(c, OBJ_MODULE, mod);
+        if (!h) {
+            if (m->kind == CUMUX_IMAGE_LIBRARY)
+                cuLibraryUnload(mod->lib);
+            else
+                cuModuleUnload(mod->mod);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (r != CUDA_SUCCESS) {
+        munmap(mod->image, mod->image_size);
+        free(mod);
+        return r;
+    }
+    if (m->kind == CUMUX_IMAGE_MODULE) {
+        /* The driver has its own copy of a module; a library may load lazily, so keep its image. */
+        munmap(mod->image, mod->image_size);
+        mod->image = NULL;
+    }
+    return reply_u64(out, out_len, h);
+}
+
+CUresult op_module_unload(struct srv_client *c, const struct cumux_handle_arg *m)
+{
+    struct srv_module *mod = handle_get(c, m->handle, OBJ_MODULE);
+    if (!mod)
+        return CUDA_ERROR_INVALID_HANDLE;
+    module_free(c, m->handle, mod);
+    return CUDA_SUCCESS;
+}
+
+static bool name_ok(const struct cumux_module_symbol *m)
+{
+    return memchr(m->name, 0, sizeof m->name) != NULL && m->name[0] != 0;
+}
+
+CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
+                                       uint32_t *out_len)
+{
+    struct srv_module *mod = handle_get(c, m->module, OBJ_MODULE);
+    if (!mod)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name_ok(m))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, mod->gpu);
+    struct srv_function *f = calloc(1, sizeof *f);
+    if (!f)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r;
+    if (mod->kind == CUMUX_IMAGE_LIBRARY) {
+        CUkernel k;
+        r = cuLibraryGetKernel(&k, mod->lib, m->name);
+        f->fn = (CUfunction)k;
+        f->is_kernel = true;
+    } else {
+        r = cuModuleGetFunction(&f->fn, mod->mod, m->name);
+    }
+    if (r != CUDA_SUCCESS) {
+        free(f);
+        return r;
+    }
+    /* Parameter layout, so the client packs arguments itself and launches need no round trip. */
+    struct cumux_function_info *info = (struct cumux_function_info *)out;
+    struct cumux_param_layout *p = (struct cumux_param_layout *)(info + 1);
+    uint32_t n = 0, bytes = 0;
+    size_t max = (CUMUX_REPLY_DATA - sizeof *info) / sizeof *p;
+    for (; n < max && n < CUMUX_MAX_PARAMS; n++) {
+        size_t off, sz;
+        CUresult q = f->is_kernel ? cuKernelGetParamInfo((CUkernel)f->fn, n, &off, &sz)
+                                  : cuFuncGetParamInfo(f->fn, n, &off, &sz);
+        if (q != CUDA_SUCCESS)
+            break;
+        p[n].offset = (uint32_t)off;
+        p[n].size = (uint32_t)sz;
+        if (off + sz > bytes)
+            bytes = (uint32_t)(off + sz);
+    }
+    f->module = m->module;
+    f->param_bytes = bytes;
+    f->nparams = n;
+    f->name = f->is_kernel ? strdup(m->name) : NULL;
+    f->param_offsets = malloc((n + 1) * sizeof *f->param_offsets);
+    for (uint32_t i = 0; f->param_offsets && i < n; i++)
+        f->param_offsets[i] = p[i].offset;
+    uint32_t h = f->param_offsets ? handle_new(c, OBJ_FUNCTION, f) : 0;
+    if (!h) {
+        free(f->param_offsets);
+        free(f);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    info->function = h;
+    info->nparams = n;
+    info->param_bytes = bytes;
+    info->pad = 0;
+    *out_len = (uint32_t)(sizeof *info + n * sizeof *p);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
+                                     uint32_t *out_len)
+{
+    struct srv_module *mod = handle_get(c, m->module, OBJ_MODULE);
+    if (!mod)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name_ok(m))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, mod->gpu);
+    CUdeviceptr p;
+    size_t sz;
+    if (mod->kind == CUMUX_IMAGE_LIBRARY)
+        CHECK(cuLibraryGetGlobal(&p, &sz, mod->lib, m->name));
+    else
+        CHECK(cuModuleGetGlobal(&p, &sz, mod->mod, m->name));
+    /* The client may now copy to and from it. */
+    if (sz && !cumux_ranges_find(&c->dev_ranges, p)) {
+        uint64_t *g = realloc(mod->globals, (mod->nglobals + 1) * sizeof *g);
+        if (!g || cumux_ranges_add(&c->dev_ranges, p, sz, RANGE_GLOBAL, (uint64_t)mod->gpu) < 0) {
+            if (g)
+                mod->globals = g;
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        mod->globals = g;
+        mod->globals[mod->nglobals++] = p;
+    }
+    struct cumux_global_info rep = {p, sz};
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
+}
+
+CUresult op_module_function_names(struct srv_client *c, const struct cumux_handle_arg *a, uint8_t *out,
+                                        uint32_t *out_len)
+{
+    struct srv_module *mod = handle_get(c, a->handle, OBJ_MODULE);
+    if (!mod)
+        return CUDA_ERROR_INVALID_HANDLE;
+    use_gpu(c, mod->gpu);
+    unsigned int total = 0;
+    CUresult r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryGetKernelCount(&total, mod->lib)
+                                                  : cuModuleGetFunctionCount(&total, mod->mod);
+    if (r != CUDA_SUCCESS)
+        return r;
+    void **fns = calloc(total ? total : 1, sizeof *fns);
+    if (!fns)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (total)
+        r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryEnumerateKernels((CUkernel *)fns, total, mod->lib)
+                                             : cuModuleEnumerateFunctions((CUfunction *)fns, total, mod->mod);
+    struct cumux_function_names *h = (struct cumux_function_names *)out;
+    size_t used = sizeof *h;
+    uint32_t count = 0;
+    for (uint32_t i = a->flags; r == CUDA_SUCCESS && i < total; i++) {
+        const char *name = NULL;
+        r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuKernelGetName(&name, (CUkernel)fns[i])
+                                             : cuFuncGetName(&name, (CUfunction)fns[i]);
+        if (r != CUDA_SUCCESS)
+            break;
+        size_t len = strlen(name) + 1;
+        if (len > CUMUX_NAME_MAX || used + len > CUMUX_REPLY_DATA)
+            break;
+        memcpy(out + used, name, len);
+        used += len;
+        count++;
+    }
+    free(fns);
+    if (r != CUDA_SUCCESS)
+        return r;
+    h->total = total;
+    h->count = count;
+    *out_len = (uint32_t)used;
+    return CUDA_SUCCESS;
+}
+
+CUresult op_arch_data(struct srv_client *c, const struct cumux_handle_arg *a, uint8_t *out, uint32_t *out_len)
+{
+    if (a->handle >= (uint32_t)srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    use_gpu(c, (int)a->handle);
+    return srv_arch_data((int)a->handle, out, CUMUX_REPLY_DATA, out_len);
+}
+
+CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
+                                      uint32_t *out_len)
+{
+    struct srv_module *lib = handle_get(c, m->module, OBJ_MODULE);
+    if (!lib || lib->kind != CUMUX_IMAGE_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    use_gpu(c, lib->gpu);
+    struct srv_module *mod = calloc(1, sizeof *mod);
+    if (!mod)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = cuLibraryGetModule(&mod->mod, lib->lib);
+    uint32_t h = 0;
+    if (r == CUDA_SUCCESS) {
+        mod->kind = CUMUX_IMAGE_MODULE;
+        mod->borrowed = true;
+        mod->gpu = lib->gpu;
+        mod->ctx = lib->ctx;
+        h = handle_new(c, OBJ_MODULE, mod);
+        if (!h)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+        free(mod);
+        return r;
+    }
+    return reply_u64(out, out_len, h);
+}
+
+CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupancy *m, uint8_t *out,
+                                  uint32_t *out_len)
+{
+    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
+    use_gpu(c, mod ? mod->gpu : 0);
+    CUfunction fn = f->fn;
+    if (f->is_kernel) /* occupancy queries want the kernel's function in this context */
+        CHECK(cuKernelGetFunction(&fn, (CUkernel)f->fn));
+    if (m->query == CUMUX_OCC_MAX_ACTIVE_BLOCKS) {
+        int blocks = 0;
+        CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, fn, m->a, (size_t)m->dyn_smem, m->flags));
+        return reply_u64(out, out_len, (uint64_t)blocks);
+    }
+    if (m->query == CUMUX_OCC_AVAILABLE_DYN_SMEM) {
+        size_t bytes = 0;
+        CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&bytes, fn, m->a, m->b));
+        return reply_u64(out, out_len, bytes);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload,
+                                     uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (m->nattrs > 16 || (uint64_t)m->nattrs * sizeof(struct cumux_launch_attr) > payload_len || m->query > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
+    use_gpu(c, mod ? mod->gpu : 0);
+    CUfunction fn = f->fn;
+    if (f->is_kernel)
+        CHECK(cuKernelGetFunction(&fn, (CUkernel)f->fn));
+    CUlaunchAttribute attrs[16];
+    const struct cumux_launch_attr *a = (const void *)payload;
+    for (uint32_t i = 0; i < m->nattrs; i++) {
+        if (!cumux_launch_attr_plain(a[i].id))
+            return CUDA_ERROR_INVALID_VALUE;
+        attrs[i].id = (CUlaunchAttributeID)a[i].id;
+        memcpy(&attrs[i].value, a[i].value, sizeof attrs[i].value);
+    }
+    CUlaunchConfig cfg = {.gridDimX = m->grid[0], .gridDimY = m->grid[1], .gridDimZ = m->grid[2],
+                          .blockDimX = m->block[0], .blockDimY = m->block[1], .blockDimZ = m->block[2],
+                          .sharedMemBytes = m->shared_bytes, .attrs = attrs, .numAttrs = m->nattrs};
+    int v = 0;
+    if (m->query == 0)
+        CHECK(cuOccupancyMaxActiveClusters(&v, fn, &cfg));
+    else
+        CHECK(cuOccupancyMaxPotentialClusterSize(&v, fn, &cfg));
+    return reply_u64(out, out_len, (uint64_t)v);
+}
+
+CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, bool set, uint8_t *out,
+                             uint32_t *out_len)
+{
+    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
+    int gpu = mod ? mod->gpu : 0;
+    use_gpu(c, gpu);
+    int v = 0;
+    if (set) {
+        if (f->is_kernel)
+            return cuKernelSetAttribute((CUfunction_attribute)m->attr, m->value, (CUkernel)f->fn, srv_gpus[gpu].dev);
+        return cuFuncSetAttribute(f->fn, (CUfunction_attribute)m->attr, m->value);
+    }
+    if (f->is_kernel)
+        CHECK(cuKernelGetAttribute(&v, (CUfunction_attribute)m->attr, (CUkernel)f->fn, srv_gpus[gpu].dev));
+    else
+        CHECK(cuFuncGetAttribute(&v, (CUfunction_attribute)m->attr, f->fn));
+    memcpy(out, &v, sizeof v);
+    *out_len = sizeof v;
+    return CUDA_SUCCESS;
+}
+
