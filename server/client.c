@@ -14,10 +14,27 @@
 
 int srv_wake_fd = -1;
 
+/* CUMUX_PROFILE=1: each worker times every command it runs (validation, handler, reply) and logs, per
+ * command, how many and the mean time when its client goes; for splitting a round trip's cost. */
+struct op_profile {
+    uint64_t n[CUMUX_OP_COUNT];
+    uint64_t ns[CUMUX_OP_COUNT];
+};
+
+static void profile_log(const struct srv_client *c, const struct op_profile *p)
+{
+    for (int op = 0; op < CUMUX_OP_COUNT; op++)
+        if (p->n[op])
+            cumux_logf("client %u: profile: op %d: %llu commands, %.0f ns each in the worker", c->id, op,
+                       (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op]);
+}
+
 static void *worker_main(void *arg)
 {
     struct srv_client *c = arg;
     srv_printf_bind(c);
+    const char *prof_env = getenv("CUMUX_PROFILE");
+    struct op_profile *prof = prof_env && !strcmp(prof_env, "1") ? calloc(1, sizeof *prof) : NULL;
     void *msg = malloc(CUMUX_MAX_MSG);
     if (!msg) {
         atomic_store(&c->dead, 1);
@@ -42,13 +59,22 @@ static void *worker_main(void *arg)
             cumux_ring_wait(c->shm, &c->dead, 50000, 1000000000);
             continue;
         }
+        uint64_t t0 = prof ? cumux_now_ns() : 0;
         if (st == CUMUX_RING_CORRUPT || srv_dispatch(c, msg, size) < 0) {
             cumux_logf("client %u (pid %d): protocol violation, disconnecting it", c->id, (int)c->pid);
             atomic_store(&c->dead, 1);
+        } else if (prof) {
+            uint16_t op = ((const struct cumux_msg_hdr *)msg)->op;
+            prof->n[op]++;
+            prof->ns[op] += cumux_now_ns() - t0;
         }
         srv_printf_flush(1); /* a device line the driver printed without its newline yet */
     }
     free(msg);
+    if (prof) {
+        profile_log(c, prof);
+        free(prof);
+    }
     srv_client_release_all(c);
     cumux_logf("client %u (pid %d) gone; everything it held is freed", c->id, (int)c->pid);
     atomic_store(&c->finished, 1);
