@@ -71,6 +71,7 @@ static void *worker_main(void *arg)
         srv_printf_flush(1); /* a device line the driver printed without its newline yet */
     }
     free(msg);
+    srv_printf_unbind();
     if (prof) {
         profile_log(c, prof);
         free(prof);

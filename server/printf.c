@@ -5,57 +5,124 @@
  * fputc, puts, fwrite, fflush; seen with tools/probe_printf_io.c). In cumuxd that thread is the worker of
  * the client whose call synchronized, so these functions are interposed here (the executable exports
  * them, server/printf.dynlist): output for stdout made in a worker thread is collected per thread and
- * written, whole lines at a time, to the stdout the client handed over when it connected. Anything else
- * goes to glibc unchanged.
+ * written, whole lines at a time, to the stdout the client handed over when it connected, without ever
+ * blocking the worker. Anything else goes to glibc unchanged.
  *
  * One context holds every client's kernels, so a client that synchronizes also receives lines printed by
  * another client's kernels that finished before: documented in docs/compatibility.md. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "server/server.h"
 
 static __thread struct srv_client *printf_client;
 static __thread char line_buf[8192];
 static __thread size_t line_len;
+/* Lines not yet taken by the client's stdout. A worker never blocks on it (a client whose stdout is a
+ * full pipe must not stall its worker inside the driver): it writes only what poll says fits, keeps the
+ * rest up to PENDING_MAX, and drops beyond that. */
+#define PENDING_MAX (1u << 20)
+static __thread char *pending;
+static __thread size_t pending_len;
+static __thread unsigned long long dropped;
+static __thread bool out_broken;
 
 void srv_printf_bind(struct srv_client *c)
 {
     printf_client = c;
     line_len = 0;
+    pending_len = 0;
+    dropped = 0;
+    out_broken = false;
 }
 
-static void write_all(int fd, const char *p, size_t n)
+/* Writes what the client's stdout takes now without blocking: pieces of at most PIPE_BUF bytes, each
+ * after poll says there is room (a pipe then takes it whole). */
+static void drain(struct srv_client *c)
 {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w <= 0)
-            return; /* the client's stdout is gone: its lines are dropped, as the driver would */
-        p += w;
-        n -= (size_t)w;
+    size_t done = 0;
+    while (done < pending_len && !out_broken) {
+        struct pollfd p = {.fd = c->stdout_fd, .events = POLLOUT};
+        int n = poll(&p, 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n != 1 || (p.revents & (POLLERR | POLLHUP | POLLNVAL))) {
+            out_broken = n == 1; /* reader gone: drop from now on */
+            break;
+        }
+        size_t k = pending_len - done < PIPE_BUF ? pending_len - done : PIPE_BUF;
+        ssize_t w = write(c->stdout_fd, pending + done, k);
+        if (w < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (w <= 0) {
+            out_broken = true;
+            break;
+        }
+        done += (size_t)w;
     }
+    if (out_broken)
+        done = pending_len;
+    memmove(pending, pending + done, pending_len - done);
+    pending_len -= done;
 }
 
-/* Writes out the complete lines held (everything when all is set). */
+static void queue(struct srv_client *c, const char *p, size_t n)
+{
+    if (out_broken || c->stdout_fd < 0)
+        return;
+    if (!pending && !(pending = malloc(PENDING_MAX))) {
+        dropped += n;
+        return;
+    }
+    size_t k = n <= PENDING_MAX - pending_len ? n : PENDING_MAX - pending_len;
+    memcpy(pending + pending_len, p, k);
+    pending_len += k;
+    dropped += n - k;
+    drain(c);
+}
+
+/* Hands the complete lines held (everything when all is set) to the client's stdout, and tries again
+ * what its stdout did not take before. */
 void srv_printf_flush(int all)
 {
     struct srv_client *c = printf_client;
-    if (!c || !line_len)
+    if (!c)
         return;
     size_t upto = line_len;
-    if (!all) {
+    if (!all)
         while (upto && line_buf[upto - 1] != '\n')
             upto--;
-        if (!upto)
-            return;
+    if (upto) {
+        queue(c, line_buf, upto);
+        memmove(line_buf, line_buf + upto, line_len - upto);
+        line_len -= upto;
+    } else if (pending_len) {
+        drain(c);
     }
-    write_all(c->stdout_fd, line_buf, upto);
-    memmove(line_buf, line_buf + upto, line_len - upto);
-    line_len -= upto;
+}
+
+void srv_printf_unbind(void)
+{
+    struct srv_client *c = printf_client;
+    if (!c)
+        return;
+    srv_printf_flush(1);
+    if (pending_len || dropped)
+        cumux_logf("client %u: %llu bytes of device printf output dropped (its stdout did not take them)", c->id,
+                   (unsigned long long)(dropped + pending_len));
+    free(pending);
+    pending = NULL;
+    pending_len = 0;
+    printf_client = NULL;
 }
 
 static void add(const char *p, size_t n)

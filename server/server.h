@@ -149,6 +149,7 @@ struct srv_client {
 /* printf.c: device printf of a worker's client goes to that client's stdout */
 void srv_printf_bind(struct srv_client *c); /* in the worker thread, once */
 void srv_printf_flush(int all);              /* complete lines (all: everything) held by this thread */
+void srv_printf_unbind(void);                /* at the worker's end: what is left, and what was dropped */
 
 /* client.c */
 struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd);

@@ -1,11 +1,14 @@
 /* server/printf.c: stdio output for stdout made in a thread bound to a client goes to that client's
  * stdout, whole lines at a time, through every interposed function (the ones the driver uses for device
  * printf); a line without its newline waits for fflush; stdout output of an unbound thread and output
- * to other streams are untouched. */
+ * to other streams are untouched; a stdout that takes nothing does not block the worker, and what was
+ * kept arrives in order later. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/server.h"
@@ -43,6 +46,40 @@ static void *bound(void *arg)
     got[r > 0 ? r : 0] = 0;
     CHECK(r > 0 && !strcmp(got, "dev: partial line"), "after fflush: '%s'", got);
     fprintf(stderr, "%s", ""); /* another stream: glibc's */
+    srv_printf_unbind();
+    return NULL;
+}
+
+/* A client whose stdout is a pipe nobody reads yet: printing far more than the pipe holds returns at
+ * once, and what was kept arrives, in order, once the reader reads and the worker flushes again. */
+#define SLOW_LINES 4000
+static int slow_pipe[2];
+
+static void *bound_slow(void *arg)
+{
+    struct srv_client *c = arg;
+    srv_printf_bind(c);
+    uint64_t t0 = (uint64_t)time(NULL);
+    for (int i = 0; i < SLOW_LINES; i++)
+        printf("line %05d of device output, padded to about fifty bytes\n", i);
+    CHECK((uint64_t)time(NULL) - t0 < 2, "printing to a full pipe blocked");
+    static char got[SLOW_LINES * 64];
+    size_t n = 0;
+    for (int round = 0; round < 100000 && n < sizeof got; round++) {
+        ssize_t r = read(slow_pipe[0], got + n, sizeof got - n);
+        if (r > 0)
+            n += (size_t)r;
+        else
+            fflush(stdout); /* the worker's flush after each command */
+        if (r <= 0 && n >= (size_t)SLOW_LINES * 52)
+            break;
+    }
+    char want[80];
+    snprintf(want, sizeof want, "line %05d of device output, padded to about fifty bytes\n", SLOW_LINES - 1);
+    CHECK(n == (size_t)SLOW_LINES * strlen(want), "got %zu bytes of %zu", n, (size_t)SLOW_LINES * strlen(want));
+    CHECK(n >= strlen(want) && !memcmp(got + n - strlen(want), want, strlen(want)), "the last line");
+    CHECK(!memcmp(got, "line 00000 ", 11), "the first line");
+    srv_printf_unbind();
     return NULL;
 }
 
@@ -70,6 +107,14 @@ int main(void)
     char rest[64];
     ssize_t r = read(client_pipe[0], rest, sizeof rest);
     CHECK(r < 0, "the client got more: %zd bytes", r);
+
+    REQUIRE(pipe(slow_pipe) == 0, "pipe");
+    fcntl(slow_pipe[0], F_SETFL, O_NONBLOCK);
+    struct srv_client slow;
+    memset(&slow, 0, sizeof slow);
+    slow.stdout_fd = slow_pipe[1];
+    REQUIRE(pthread_create(&t, NULL, bound_slow, &slow) == 0, "pthread_create");
+    pthread_join(t, NULL);
     printf("test_printf_route: %lu checks, %lu failed\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
 }
