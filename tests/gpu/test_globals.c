@@ -1,5 +1,8 @@
-/* __device__ globals: cuModuleGetGlobal size and address, written by HtoD, modified by a kernel, read back. */
+/* __device__ globals: cuModuleGetGlobal size and address, written by HtoD, modified by a kernel, read back.
+ * Also the module's list of functions (cuModuleGetFunctionCount / EnumerateFunctions, and the library
+ * forms), which cuFFT relies on through an export table: exactly kernels.cu's kernels, by name. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpu_test.h"
 
@@ -65,6 +68,65 @@ int main(void)
     if (table2 == table || size2 != table_size)
         gt_fail("second module shares g_table (0x%llx) or has size %zu", (unsigned long long)table2, size2);
     CK(cuModuleUnload(mod2));
+
+    static const char *const kernels[] = {"vec_add",  "matmul_tiled", "spin_flag", "copy_flag",
+                                          "write_value", "table_modify", "fill_pattern", "xform",
+                                          "scale_add", "add_u32", "bounded256", "empty_kernel"};
+    const unsigned nk = sizeof kernels / sizeof kernels[0];
+    unsigned count = 0;
+    CK(cuModuleGetFunctionCount(&count, mod));
+    if (count != nk)
+        gt_fail("cuModuleGetFunctionCount: %u, kernels.cu has %u", count, nk);
+    CUfunction fns[16];
+    memset(fns, 0, sizeof fns);
+    CK(cuModuleEnumerateFunctions(fns, count < 16 ? count : 16, mod));
+    unsigned seen[16] = {0};
+    for (unsigned i = 0; i < count && i < 16; i++) {
+        const char *name = NULL;
+        CK(cuFuncGetName(&name, fns[i]));
+        unsigned k = 0;
+        while (k < nk && strcmp(name, kernels[k]))
+            k++;
+        if (k == nk)
+            gt_fail("enumerated function %u is %s, not a kernel of kernels.cu", i, name);
+        seen[k]++;
+    }
+    for (unsigned k = 0; k < nk; k++)
+        if (seen[k] != 1)
+            gt_fail("%s enumerated %u times", kernels[k], seen[k]);
+    /* An enumerated function runs: table_modify through its handle from the list. */
+    for (unsigned i = 0; i < count && i < 16; i++) {
+        const char *name = NULL;
+        CK(cuFuncGetName(&name, fns[i]));
+        if (!strcmp(name, "table_modify")) {
+            CK(cuLaunchKernel(fns[i], GT_TABLE_LEN / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+            for (int j = 0; j < GT_TABLE_LEN; j++)
+                host[j] = host[j] * 3u + add + b;
+        }
+    }
+    CK(cuMemcpyDtoH(back, table, sizeof back));
+    for (int i = 0; i < GT_TABLE_LEN; i++)
+        if (back[i] != host[i])
+            gt_fail("after the enumerated launch g_table[%d] = 0x%08x, expected 0x%08x", i, back[i], host[i]);
     CK(cuModuleUnload(mod));
+
+    CUlibrary lib;
+    CK(cuLibraryLoadFromFile(&lib, GT_FATBIN, NULL, NULL, 0, NULL, NULL, 0));
+    unsigned lcount = 0;
+    CK(cuLibraryGetKernelCount(&lcount, lib));
+    if (lcount != nk)
+        gt_fail("cuLibraryGetKernelCount: %u, kernels.cu has %u", lcount, nk);
+    CUkernel ks[16];
+    CK(cuLibraryEnumerateKernels(ks, lcount < 16 ? lcount : 16, lib));
+    for (unsigned i = 0; i < lcount && i < 16; i++) {
+        const char *name = NULL;
+        CK(cuKernelGetName(&name, ks[i]));
+        unsigned k = 0;
+        while (k < nk && strcmp(name, kernels[k]))
+            k++;
+        if (k == nk)
+            gt_fail("enumerated kernel %u is %s", i, name);
+    }
+    CK(cuLibraryUnload(lib));
     gt_pass();
 }
