@@ -6,7 +6,7 @@
  * the client whose call synchronized, so these functions are interposed here (the executable exports
  * them, server/printf.dynlist): output for stdout made in a worker thread is collected per thread and
  * written, whole lines at a time, to the stdout the client handed over when it connected, without ever
- * blocking the worker. Anything else goes to glibc unchanged.
+ * blocking the worker (the driver may hold its own locks while it prints). Anything else goes to glibc unchanged.
  *
  * One context holds every client's kernels, so a client that synchronizes also receives lines printed by
  * another client's kernels that finished before: documented in docs/compatibility.md. */
@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -35,6 +37,8 @@ static __thread char *pending;
 static __thread size_t pending_len;
 static __thread unsigned long long dropped;
 static __thread bool out_broken;
+static __thread bool out_socket;
+static __thread size_t out_piece;
 
 void srv_printf_bind(struct srv_client *c)
 {
@@ -43,10 +47,27 @@ void srv_printf_bind(struct srv_client *c)
     pending_len = 0;
     dropped = 0;
     out_broken = false;
+    /* How much one write may carry and still not block once poll has said "room": a pipe takes PIPE_BUF
+     * whole; a terminal has at least 256 bytes of room when it polls writable; a socket is written with
+     * MSG_DONTWAIT; a regular file does not block. Anything else gets nothing. */
+    struct stat st;
+    out_socket = false;
+    out_piece = 0;
+    if (c && c->stdout_fd >= 0 && fstat(c->stdout_fd, &st) == 0) {
+        if (S_ISFIFO(st.st_mode))
+            out_piece = PIPE_BUF;
+        else if (S_ISSOCK(st.st_mode))
+            out_piece = 4096, out_socket = true;
+        else if (S_ISREG(st.st_mode))
+            out_piece = 65536;
+        else if (S_ISCHR(st.st_mode))
+            out_piece = 256;
+    }
+    out_broken = out_piece == 0;
 }
 
-/* Writes what the client's stdout takes now without blocking: pieces of at most PIPE_BUF bytes, each
- * after poll says there is room (a pipe then takes it whole). */
+/* Writes what the client's stdout takes now without blocking: pieces of at most out_piece bytes, each
+ * after poll says there is room. */
 static void drain(struct srv_client *c)
 {
     size_t done = 0;
@@ -59,8 +80,9 @@ static void drain(struct srv_client *c)
             out_broken = n == 1; /* reader gone: drop from now on */
             break;
         }
-        size_t k = pending_len - done < PIPE_BUF ? pending_len - done : PIPE_BUF;
-        ssize_t w = write(c->stdout_fd, pending + done, k);
+        size_t k = pending_len - done < out_piece ? pending_len - done : out_piece;
+        ssize_t w = out_socket ? send(c->stdout_fd, pending + done, k, MSG_DONTWAIT | MSG_NOSIGNAL)
+                               : write(c->stdout_fd, pending + done, k);
         if (w < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (w <= 0) {

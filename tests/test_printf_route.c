@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +55,7 @@ static void *bound(void *arg)
  * once, and what was kept arrives, in order, once the reader reads and the worker flushes again. */
 #define SLOW_LINES 4000
 static int slow_pipe[2];
+static int slow_read_fd;
 
 static void *bound_slow(void *arg)
 {
@@ -63,20 +65,19 @@ static void *bound_slow(void *arg)
     for (int i = 0; i < SLOW_LINES; i++)
         printf("line %05d of device output, padded to about fifty bytes\n", i);
     CHECK((uint64_t)time(NULL) - t0 < 2, "printing to a full pipe blocked");
+    char want[80];
+    snprintf(want, sizeof want, "line %05d of device output, padded to about fifty bytes\n", SLOW_LINES - 1);
+    size_t total = (size_t)SLOW_LINES * strlen(want);
     static char got[SLOW_LINES * 64];
     size_t n = 0;
-    for (int round = 0; round < 100000 && n < sizeof got; round++) {
-        ssize_t r = read(slow_pipe[0], got + n, sizeof got - n);
+    for (int round = 0; round < 1000000 && n < total; round++) {
+        ssize_t r = read(slow_read_fd, got + n, sizeof got - n);
         if (r > 0)
             n += (size_t)r;
         else
             fflush(stdout); /* the worker's flush after each command */
-        if (r <= 0 && n >= (size_t)SLOW_LINES * 52)
-            break;
     }
-    char want[80];
-    snprintf(want, sizeof want, "line %05d of device output, padded to about fifty bytes\n", SLOW_LINES - 1);
-    CHECK(n == (size_t)SLOW_LINES * strlen(want), "got %zu bytes of %zu", n, (size_t)SLOW_LINES * strlen(want));
+    CHECK(n == total, "got %zu bytes of %zu", n, total);
     CHECK(n >= strlen(want) && !memcmp(got + n - strlen(want), want, strlen(want)), "the last line");
     CHECK(!memcmp(got, "line 00000 ", 11), "the first line");
     srv_printf_unbind();
@@ -108,13 +109,25 @@ int main(void)
     ssize_t r = read(client_pipe[0], rest, sizeof rest);
     CHECK(r < 0, "the client got more: %zd bytes", r);
 
-    REQUIRE(pipe(slow_pipe) == 0, "pipe");
-    fcntl(slow_pipe[0], F_SETFL, O_NONBLOCK);
-    struct srv_client slow;
-    memset(&slow, 0, sizeof slow);
-    slow.stdout_fd = slow_pipe[1];
-    REQUIRE(pthread_create(&t, NULL, bound_slow, &slow) == 0, "pthread_create");
-    pthread_join(t, NULL);
+    /* The same through a pipe, then through a socket with the smallest send buffer. */
+    for (int kind = 0; kind < 2; kind++) {
+        if (kind == 0) {
+            REQUIRE(pipe(slow_pipe) == 0, "pipe");
+        } else {
+            REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, slow_pipe) == 0, "socketpair");
+            int small = 1;
+            setsockopt(slow_pipe[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+        }
+        fcntl(slow_pipe[0], F_SETFL, O_NONBLOCK);
+        slow_read_fd = slow_pipe[0];
+        struct srv_client slow;
+        memset(&slow, 0, sizeof slow);
+        slow.stdout_fd = slow_pipe[1];
+        REQUIRE(pthread_create(&t, NULL, bound_slow, &slow) == 0, "pthread_create");
+        pthread_join(t, NULL);
+        close(slow_pipe[0]);
+        close(slow_pipe[1]);
+    }
     printf("test_printf_route: %lu checks, %lu failed\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
 }
