@@ -12,9 +12,8 @@
 #include "common/log.h"
 #include "server/server.h"
 
-static const CUuuid arch_data_uuid = {{(char)0x17, (char)0x34, (char)0xdc, (char)0x26, (char)0x80, (char)0x0d, (char)0x47,
-                                       (char)0x45, (char)0x87, (char)0x26, (char)0xc0, (char)0xf1, (char)0xe7, (char)0xdd,
-                                       (char)0x8b, (char)0xca}};
+static const unsigned char arch_data_uuid[16] = {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
+                                                 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca};
 
 #define ARCH_DATA_MAX 4096 /* per table; 64 bytes on an H200 */
 
@@ -33,7 +32,9 @@ typedef CUresult (*free_fn)(void *a, void *b);
 static void fetch(int g)
 {
     const void *const *table = NULL;
-    CUresult r = cuGetExportTable((const void **)&table, &arch_data_uuid);
+    CUuuid id;
+    memcpy(id.bytes, arch_data_uuid, sizeof id.bytes);
+    CUresult r = cuGetExportTable((const void **)&table, &id);
     if (r == CUDA_SUCCESS && (!table || (uintptr_t)table[0] < 14 * sizeof(void *) || !table[4] || !table[13]))
         r = CUDA_ERROR_NOT_SUPPORTED;
     void *a = NULL, *b = NULL;

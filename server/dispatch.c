@@ -168,6 +168,85 @@ static const struct {
 #undef CUMUX_OP_SHAPE
 };
 
+/* Which handler runs each command, and what it is given: one line per command. The commands' bodies and
+ * one-way rules are CUMUX_OPS in common/proto.h; this list must name every one of them but PAD exactly
+ * once (a missing one fails the assertion below, a repeated one the switch in srv_dispatch). */
+#define SRV_HANDLERS(X)                                                                                \
+    X(INIT, op_init, OUT)                                                                              \
+    X(CTX_CREATE, op_ctx_create, BODY_OUT)                                                             \
+    X(CTX_DESTROY, op_ctx_destroy, BODY)                                                               \
+    X(CTX_SYNC, op_ctx_sync, BODY)                                                                     \
+    X(CTX_LIMIT, op_ctx_limit, BODY_OUT)                                                               \
+    X(MEM_ALLOC, op_mem_alloc, BODY_OUT)                                                               \
+    X(MEM_FREE, op_mem_free, BODY)                                                                     \
+    X(MEM_INFO, op_mem_info, BODY_OUT)                                                                 \
+    X(HOST_ALLOC, op_host_alloc, BODY_OUT)                                                             \
+    X(HOST_FREE, op_host_free, BODY)                                                                   \
+    X(MODULE_LOAD, op_module_load, BODY_OUT)                                                           \
+    X(MODULE_UNLOAD, op_module_unload, BODY)                                                           \
+    X(MODULE_GET_FUNCTION, op_module_get_function, BODY_OUT)                                           \
+    X(MODULE_GET_GLOBAL, op_module_get_global, BODY_OUT)                                               \
+    X(LIBRARY_GET_MODULE, op_library_get_module, BODY_OUT)                                             \
+    X(MODULE_FUNCTION_NAMES, op_module_function_names, BODY_OUT)                                       \
+    X(ARCH_DATA, op_arch_data, BODY_OUT)                                                               \
+    X(FUNC_GET_ATTRIBUTE, op_func_get_attribute, BODY_OUT)                                             \
+    X(FUNC_SET_ATTRIBUTE, op_func_set_attribute, BODY_OUT)                                             \
+    X(FUNC_OCCUPANCY, op_func_occupancy, BODY_OUT)                                                     \
+    X(FUNC_CLUSTER_OCCUPANCY, op_cluster_occupancy, BODY_PAYLOAD_OUT)                                  \
+    X(STREAM_CREATE, op_stream_create, BODY_OUT)                                                       \
+    X(STREAM_DESTROY, op_stream_destroy, BODY)                                                         \
+    X(STREAM_SYNC, op_stream_sync, BODY)                                                               \
+    X(STREAM_QUERY, op_stream_query, BODY)                                                             \
+    X(STREAM_WAIT_EVENT, op_stream_wait_event, BODY)                                                   \
+    X(EVENT_CREATE, op_event_create, BODY_OUT)                                                         \
+    X(EVENT_DESTROY, op_event_destroy, BODY)                                                           \
+    X(EVENT_RECORD, op_event_record, BODY)                                                             \
+    X(EVENT_QUERY, op_event_query, BODY)                                                               \
+    X(EVENT_SYNC, op_event_sync, BODY)                                                                 \
+    X(EVENT_ELAPSED, op_event_elapsed, BODY_OUT)                                                       \
+    X(COPY, op_copy, BODY_ANSWERED)                                                                    \
+    X(COPY_2D, op_copy_2d, BODY_ANSWERED)                                                              \
+    X(COPY_HTOD_STAGED, op_copy_htod_staged, BODY)                                                     \
+    X(COPY_DTOH_STAGED, op_copy_dtoh_staged, BODY)                                                     \
+    X(MEMSET, op_memset, BODY)                                                                         \
+    X(LAUNCH, op_launch, BODY_PAYLOAD)                                                                 \
+    X(POOL_DEFAULT, op_pool, OP_BODY_OUT)                                                              \
+    X(POOL_CREATE, op_pool, OP_BODY_OUT)                                                               \
+    X(POOL_DESTROY, op_pool, OP_BODY_OUT)                                                              \
+    X(POOL_ATTRIBUTE, op_pool, OP_BODY_OUT)                                                            \
+    X(POOL_TRIM, op_pool, OP_BODY_OUT)                                                                 \
+    X(MEM_ALLOC_ASYNC, op_mem_alloc_async, BODY_OUT)                                                   \
+    X(MEM_FREE_ASYNC, op_mem_free_async, BODY)                                                         \
+    X(HOST_FUNC, op_host_func, BODY)                                                                   \
+    X(CAPTURE_BEGIN, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                \
+    X(CAPTURE_END, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                  \
+    X(CAPTURE_INFO, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
+    X(GRAPH_CREATE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
+    X(GRAPH_DESTROY, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                \
+    X(GRAPH_INSTANTIATE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                            \
+    X(GRAPH_EXEC_DESTROY, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                           \
+    X(GRAPH_LAUNCH, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
+    X(GRAPH_UPLOAD, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
+    X(GRAPH_EXEC_UPDATE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                            \
+    X(GRAPH_ADD_NODE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                               \
+    X(GRAPH_SET_NODE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                               \
+    X(GRAPH_ADD_DEPS, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                               \
+    X(GRAPH_QUERY, srv_graph_op, OP_BODY_PAYLOAD_OUT)
+
+/* The argument lists a handler takes (the shape column above). */
+#define SRV_CALL_OUT(fn) fn(c, out, &out_len)
+#define SRV_CALL_BODY(fn) fn(c, body)
+#define SRV_CALL_BODY_OUT(fn) fn(c, body, out, &out_len)
+#define SRV_CALL_BODY_ANSWERED(fn) fn(c, body, answered)
+#define SRV_CALL_BODY_PAYLOAD(fn) fn(c, body, payload, payload_len)
+#define SRV_CALL_BODY_PAYLOAD_OUT(fn) fn(c, body, payload, payload_len, out, &out_len)
+#define SRV_CALL_OP_BODY_OUT(fn) fn(c, hdr->op, body, out, &out_len)
+#define SRV_CALL_OP_BODY_PAYLOAD_OUT(fn) fn(c, hdr->op, body, payload, payload_len, out, &out_len)
+
+#define SRV_COUNT(name, fn, shape) +1
+_Static_assert(0 SRV_HANDLERS(SRV_COUNT) == CUMUX_OP_COUNT - 1, "every command but PAD needs a handler");
+#undef SRV_COUNT
+
 int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
 {
     const struct cumux_msg_hdr *hdr = msg;
@@ -191,66 +270,9 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     uint32_t out_len = 0;
     CUresult r;
     switch ((enum cumux_op)hdr->op) {
-    case CUMUX_OP_INIT: r = op_init(c, out, &out_len); break;
-    case CUMUX_OP_CTX_CREATE: r = op_ctx_create(c, body, out, &out_len); break;
-    case CUMUX_OP_CTX_DESTROY: r = op_ctx_destroy(c, body); break;
-    case CUMUX_OP_CTX_SYNC: r = op_ctx_sync(c, body); break;
-    case CUMUX_OP_CTX_LIMIT: r = op_ctx_limit(c, body, out, &out_len); break;
-    case CUMUX_OP_MEM_ALLOC: r = op_mem_alloc(c, body, out, &out_len); break;
-    case CUMUX_OP_MEM_FREE: r = op_mem_free(c, body); break;
-    case CUMUX_OP_MEM_INFO: r = op_mem_info(c, body, out, &out_len); break;
-    case CUMUX_OP_HOST_ALLOC: r = op_host_alloc(c, body, out, &out_len); break;
-    case CUMUX_OP_HOST_FREE: r = op_host_free(c, body); break;
-    case CUMUX_OP_MODULE_LOAD: r = op_module_load(c, body, out, &out_len); break;
-    case CUMUX_OP_MODULE_UNLOAD: r = op_module_unload(c, body); break;
-    case CUMUX_OP_MODULE_GET_FUNCTION: r = op_module_get_function(c, body, out, &out_len); break;
-    case CUMUX_OP_MODULE_GET_GLOBAL: r = op_module_get_global(c, body, out, &out_len); break;
-    case CUMUX_OP_LIBRARY_GET_MODULE: r = op_library_get_module(c, body, out, &out_len); break;
-    case CUMUX_OP_MODULE_FUNCTION_NAMES: r = op_module_function_names(c, body, out, &out_len); break;
-    case CUMUX_OP_ARCH_DATA: r = op_arch_data(c, body, out, &out_len); break;
-    case CUMUX_OP_FUNC_OCCUPANCY: r = op_func_occupancy(c, body, out, &out_len); break;
-    case CUMUX_OP_FUNC_CLUSTER_OCCUPANCY: r = op_cluster_occupancy(c, body, payload, payload_len, out, &out_len); break;
-    case CUMUX_OP_FUNC_GET_ATTRIBUTE: r = op_func_attr(c, body, false, out, &out_len); break;
-    case CUMUX_OP_FUNC_SET_ATTRIBUTE: r = op_func_attr(c, body, true, out, &out_len); break;
-    case CUMUX_OP_STREAM_CREATE: r = op_stream_create(c, body, out, &out_len); break;
-    case CUMUX_OP_STREAM_DESTROY: r = op_stream_destroy(c, body); break;
-    case CUMUX_OP_STREAM_SYNC: r = op_stream_sync(c, body); break;
-    case CUMUX_OP_STREAM_QUERY: r = op_stream_query(c, body); break;
-    case CUMUX_OP_STREAM_WAIT_EVENT: r = op_stream_wait_event(c, body); break;
-    case CUMUX_OP_EVENT_CREATE: r = op_event_create(c, body, out, &out_len); break;
-    case CUMUX_OP_EVENT_DESTROY: r = op_event_destroy(c, body); break;
-    case CUMUX_OP_EVENT_RECORD: r = op_event_record(c, body); break;
-    case CUMUX_OP_EVENT_QUERY: r = op_event_query(c, body); break;
-    case CUMUX_OP_EVENT_SYNC: r = op_event_sync(c, body); break;
-    case CUMUX_OP_EVENT_ELAPSED: r = op_event_elapsed(c, body, out, &out_len); break;
-    case CUMUX_OP_COPY: r = op_copy(c, body, answered); break;
-    case CUMUX_OP_COPY_2D: r = op_copy_2d(c, body, answered); break;
-    case CUMUX_OP_COPY_HTOD_STAGED: r = op_copy_htod_staged(c, body); break;
-    case CUMUX_OP_COPY_DTOH_STAGED: r = op_copy_dtoh_staged(c, body); break;
-    case CUMUX_OP_MEMSET: r = op_memset(c, body); break;
-    case CUMUX_OP_LAUNCH: r = op_launch(c, body, payload, payload_len); break;
-    case CUMUX_OP_POOL_DEFAULT:
-    case CUMUX_OP_POOL_CREATE:
-    case CUMUX_OP_POOL_DESTROY:
-    case CUMUX_OP_POOL_ATTRIBUTE:
-    case CUMUX_OP_POOL_TRIM: r = op_pool(c, hdr->op, body, out, &out_len); break;
-    case CUMUX_OP_MEM_ALLOC_ASYNC: r = op_mem_alloc_async(c, body, out, &out_len); break;
-    case CUMUX_OP_MEM_FREE_ASYNC: r = op_mem_free_async(c, body); break;
-    case CUMUX_OP_HOST_FUNC: r = op_host_func(c, body); break;
-    case CUMUX_OP_CAPTURE_BEGIN:
-    case CUMUX_OP_CAPTURE_END:
-    case CUMUX_OP_CAPTURE_INFO:
-    case CUMUX_OP_GRAPH_CREATE:
-    case CUMUX_OP_GRAPH_DESTROY:
-    case CUMUX_OP_GRAPH_INSTANTIATE:
-    case CUMUX_OP_GRAPH_EXEC_DESTROY:
-    case CUMUX_OP_GRAPH_LAUNCH:
-    case CUMUX_OP_GRAPH_UPLOAD:
-    case CUMUX_OP_GRAPH_EXEC_UPDATE:
-    case CUMUX_OP_GRAPH_ADD_NODE:
-    case CUMUX_OP_GRAPH_SET_NODE:
-    case CUMUX_OP_GRAPH_QUERY:
-    case CUMUX_OP_GRAPH_ADD_DEPS: r = srv_graph_op(c, hdr->op, body, payload, payload_len, out, &out_len); break;
+#define SRV_CASE(name, fn, shape) case CUMUX_OP_##name: r = SRV_CALL_##shape(fn); break;
+        SRV_HANDLERS(SRV_CASE)
+#undef SRV_CASE
     default: return -1;
     }
     if (slot) {

@@ -97,7 +97,10 @@ CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_s
 CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupancy *m, uint8_t *out, uint32_t *out_len);
 CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload,
                               uint32_t payload_len, uint8_t *out, uint32_t *out_len);
-CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, bool set, uint8_t *out, uint32_t *out_len);
+CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
+                               uint32_t *out_len);
+CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
+                               uint32_t *out_len);
 
 /* dispatch.c */
 CUresult take_pending(struct srv_client *c, CUresult r);

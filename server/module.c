@@ -338,7 +338,7 @@ CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m
     return reply_u64(out, out_len, (uint64_t)v);
 }
 
-CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, bool set, uint8_t *out,
+static CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, bool set, uint8_t *out,
                              uint32_t *out_len)
 {
     struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
@@ -360,5 +360,17 @@ CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, boo
     memcpy(out, &v, sizeof v);
     *out_len = sizeof v;
     return CUDA_SUCCESS;
+}
+
+CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
+                               uint32_t *out_len)
+{
+    return op_func_attr(c, m, false, out, out_len);
+}
+
+CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
+                               uint32_t *out_len)
+{
+    return op_func_attr(c, m, true, out, out_len);
 }
 
