@@ -212,7 +212,7 @@ CUresult op_ctx_limit(struct srv_client *c, const struct cumux_ctx_limit *m, uin
 }
 
 CUresult op_stream_create(struct srv_client *c, const struct cumux_stream_create *m, uint8_t *out,
-                                 uint32_t *out_len)
+                          uint32_t *out_len)
 {
     struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
     if (!x)
@@ -335,7 +335,7 @@ CUresult op_event_sync(struct srv_client *c, const struct cumux_handle_arg *m)
 }
 
 CUresult op_event_elapsed(struct srv_client *c, const struct cumux_event_elapsed *m, uint8_t *out,
-                                 uint32_t *out_len)
+                          uint32_t *out_len)
 {
     struct srv_event *a = handle_get(c, m->start, OBJ_EVENT);
     struct srv_event *b = handle_get(c, m->end, OBJ_EVENT);

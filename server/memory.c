@@ -120,7 +120,7 @@ CUresult op_pool(struct srv_client *c, uint16_t op, const struct cumux_pool_op *
 }
 
 CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m, uint8_t *out,
-                                   uint32_t *out_len)
+                            uint32_t *out_len)
 {
     struct srv_stream *s = stream_get(c, m->stream);
     struct srv_pool *p = handle_get(c, m->pool, OBJ_POOL);

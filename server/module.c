@@ -109,15 +109,25 @@ static bool name_ok(const struct cumux_module_symbol *m)
     return memchr(m->name, 0, sizeof m->name) != NULL && m->name[0] != 0;
 }
 
-CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
-                                       uint32_t *out_len)
+/* The module a symbol request names, its GPU made current; NULL, with the error in *bad, for a handle
+ * that is not one of the client's modules or a name that is empty or unterminated. */
+static struct srv_module *named_module(struct srv_client *c, const struct cumux_module_symbol *m, CUresult *bad)
 {
     struct srv_module *mod = handle_get(c, m->module, OBJ_MODULE);
-    if (!mod)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!name_ok(m))
-        return CUDA_ERROR_INVALID_VALUE;
+    *bad = !mod ? CUDA_ERROR_INVALID_HANDLE : !name_ok(m) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (*bad != CUDA_SUCCESS)
+        return NULL;
     use_gpu(c, mod->gpu);
+    return mod;
+}
+
+CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
+                                uint32_t *out_len)
+{
+    CUresult bad;
+    struct srv_module *mod = named_module(c, m, &bad);
+    if (!mod)
+        return bad;
     struct srv_function *f = calloc(1, sizeof *f);
     if (!f)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -172,14 +182,12 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
 }
 
 CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
-                                     uint32_t *out_len)
+                              uint32_t *out_len)
 {
-    struct srv_module *mod = handle_get(c, m->module, OBJ_MODULE);
+    CUresult bad;
+    struct srv_module *mod = named_module(c, m, &bad);
     if (!mod)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!name_ok(m))
-        return CUDA_ERROR_INVALID_VALUE;
-    use_gpu(c, mod->gpu);
+        return bad;
     CUdeviceptr p;
     size_t sz;
     if (mod->kind == CUMUX_IMAGE_LIBRARY)
@@ -204,7 +212,7 @@ CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_sy
 }
 
 CUresult op_module_function_names(struct srv_client *c, const struct cumux_handle_arg *a, uint8_t *out,
-                                        uint32_t *out_len)
+                                  uint32_t *out_len)
 {
     struct srv_module *mod = handle_get(c, a->handle, OBJ_MODULE);
     if (!mod)
@@ -255,7 +263,7 @@ CUresult op_arch_data(struct srv_client *c, const struct cumux_handle_arg *a, ui
 }
 
 CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
-                                      uint32_t *out_len)
+                               uint32_t *out_len)
 {
     struct srv_module *lib = handle_get(c, m->module, OBJ_MODULE);
     if (!lib || lib->kind != CUMUX_IMAGE_LIBRARY)
@@ -283,7 +291,7 @@ CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_s
 }
 
 CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupancy *m, uint8_t *out,
-                                  uint32_t *out_len)
+                           uint32_t *out_len)
 {
     struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
     if (!f)
@@ -307,7 +315,7 @@ CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupan
 }
 
 CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload,
-                                     uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+                              uint32_t payload_len, uint8_t *out, uint32_t *out_len)
 {
     struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
     if (!f)
