@@ -213,7 +213,7 @@ static const void *const tools_module_unknown[100] = {UNKNOWN_PTR_100(TOOLS_MODU
  * stores its second argument through its first, and gets 1 back for its one-kernel modules. */
 typedef void (*module_function_cb)(void *arg, CUfunction f, uint64_t unused);
 
-static int module_each_function(CUcontext ctx, CUmodule mod, module_function_cb fn, void *arg)
+static uint64_t module_each_function(CUcontext ctx, CUmodule mod, module_function_cb fn, void *arg)
 {
     (void)ctx;
     unsigned int n = 0;
@@ -222,9 +222,9 @@ static int module_each_function(CUcontext ctx, CUmodule mod, module_function_cb 
     CUfunction *fns = calloc(n, sizeof *fns);
     if (!fns)
         return 0;
-    int done = 0;
+    uint64_t done = 0;
     if (cuModuleEnumerateFunctions(fns, n, mod) == CUDA_SUCCESS)
-        for (; done < (int)n; done++)
+        for (; done < n; done++)
             if (fn)
                 fn(arg, fns[done], 0);
     free(fns);

@@ -167,7 +167,7 @@ static void export_tables(const char *shim_path)
         EXPECT(((CUresult(*)(void *, unsigned long long *))(uintptr_t)tctx[4])(NULL, &cid) == CUDA_SUCCESS && cid == 0,
                "TOOLS_CONTEXT [4] of no context: %llu", cid);
         EXPECT(((CUresult(*)(void))(uintptr_t)tctx[5])() == CUDA_ERROR_NOT_SUPPORTED, "an unknown slot");
-        EXPECT(((int (*)(void *, void *, void *, void *))(uintptr_t)tmod[7])(NULL, NULL, NULL, NULL) == 0,
+        EXPECT(((uint64_t(*)(void *, void *, void *, void *))(uintptr_t)tmod[7])(NULL, NULL, NULL, NULL) == 0,
                "TOOLS_MODULE [7] of no module");
         void *a = NULL, *b = NULL;
         EXPECT(((CUresult(*)(void **, void **))(uintptr_t)arch[4])(&a, &b) == CUDA_ERROR_NOT_INITIALIZED && !a && !b,
