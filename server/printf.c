@@ -5,8 +5,9 @@
  * fputc, puts, fwrite, fflush; seen with tools/probe_printf_io.c). In cumuxd that thread is the worker of
  * the client whose call synchronized, so these functions are interposed here (the executable exports
  * them, server/printf.dynlist): output for stdout made in a worker thread is collected per thread and
- * written, whole lines at a time, to the stdout the client handed over when it connected, without ever
- * blocking the worker (the driver may hold its own locks while it prints). Anything else goes to glibc unchanged.
+ * written, whole lines at a time, to the stdout the client handed over when it connected, without
+ * blocking the worker (the driver may hold its own locks while it prints). Anything else goes to glibc
+ * unchanged.
  *
  * One context holds every client's kernels, so a client that synchronizes also receives lines printed by
  * another client's kernels that finished before: documented in docs/compatibility.md. */
@@ -47,9 +48,9 @@ void srv_printf_bind(struct srv_client *c)
     pending_len = 0;
     dropped = 0;
     out_broken = false;
-    /* How much one write may carry and still not block once poll has said "room": a pipe takes PIPE_BUF
-     * whole; a terminal has at least 256 bytes of room when it polls writable; a socket is written with
-     * MSG_DONTWAIT; a regular file does not block. Anything else gets nothing. */
+    /* How much one write may carry once poll has said "room": a pipe takes PIPE_BUF whole; a terminal
+     * polls writable only while little is waiting in it, so small pieces go through; a socket is written
+     * with MSG_DONTWAIT; a regular file does not block. Anything else gets nothing. */
     struct stat st;
     out_socket = false;
     out_piece = 0;
