@@ -459,8 +459,10 @@ static CUresult arch_fetch(int dev)
     struct cumux_handle_arg req = {.handle = (uint32_t)dev};
     uint32_t len = 0;
     CUresult r = shim_call(CUMUX_OP_ARCH_DATA, &req, sizeof req, buf, sizeof buf, &len);
-    struct cumux_arch_data h;
-    if (r == CUDA_SUCCESS && (len < sizeof h || (memcpy(&h, buf, sizeof h), (uint64_t)h.len[0] + h.len[1] + sizeof h != len)))
+    struct cumux_arch_data h = {{0, 0}};
+    if (r == CUDA_SUCCESS && len >= sizeof h)
+        memcpy(&h, buf, sizeof h);
+    if (r == CUDA_SUCCESS && (len < sizeof h || (uint64_t)h.len[0] + h.len[1] + sizeof h != len))
         r = CUDA_ERROR_INVALID_VALUE;
     for (int i = 0; r == CUDA_SUCCESS && i < 2; i++) {
         arch_cache[dev].len[i] = h.len[i];
