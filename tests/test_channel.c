@@ -14,29 +14,18 @@
 
 #include "common/channel.h"
 
-static unsigned long checks;
-
-#define CHECK(cond, ...)                                                                               \
-    do {                                                                                               \
-        checks++;                                                                                      \
-        if (!(cond)) {                                                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                            \
-            fprintf(stderr, __VA_ARGS__);                                                              \
-            fputc('\n', stderr);                                                                       \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "test_util.h"
 
 static void sleep_ns(long ns)
 {
     struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
     while (nanosleep(&ts, &ts) != 0)
-        CHECK(errno == EINTR, "nanosleep: %s", strerror(errno));
+        REQUIRE(errno == EINTR, "nanosleep: %s", strerror(errno));
 }
 
 static void yield_cpu(void)
 {
-    CHECK(sched_yield() == 0, "sched_yield");
+    REQUIRE(sched_yield() == 0, "sched_yield");
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -51,14 +40,14 @@ static struct cumux_shm *shm_new(void)
 {
     /* MAP_SHARED as the server makes it, so futexes behave as across processes. */
     void *p = mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    CHECK(p != MAP_FAILED, "mmap %zu bytes", sizeof(struct cumux_shm));
+    REQUIRE(p != MAP_FAILED, "mmap %zu bytes", sizeof(struct cumux_shm));
     cumux_shm_init(p);
     return p;
 }
 
 static void shm_delete(struct cumux_shm *shm)
 {
-    CHECK(munmap(shm, sizeof *shm) == 0, "munmap");
+    REQUIRE(munmap(shm, sizeof *shm) == 0, "munmap");
 }
 
 /* Message i of a stream: its size and contents follow from (seed, i) alone, so the consumer can
@@ -122,9 +111,9 @@ static void test_producer_consumer(uint64_t seed, uint64_t count, uint64_t spin_
     struct cumux_shm *shm = shm_new();
     struct spsc t = {.shm = shm, .seed = seed, .count = count};
     uint8_t *buf = malloc(CUMUX_MAX_MSG), *want = malloc(CUMUX_MAX_MSG);
-    CHECK(buf && want, "malloc");
+    REQUIRE(buf && want, "malloc");
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, producer, &t) == 0, "pthread_create");
+    REQUIRE(pthread_create(&th, NULL, producer, &t) == 0, "pthread_create");
     _Atomic int stop = 0;
     uint64_t pads = 0, bytes = 0, sleeps = 0;
     uint64_t tail0 = 0; /* tail after the previous message: padding may be skipped by a take that finds
@@ -135,44 +124,44 @@ static void test_producer_consumer(uint64_t seed, uint64_t count, uint64_t spin_
             uint64_t t0 = cumux_now_ns();
             while (!atomic_load(&t.ring_full) && cumux_now_ns() - t0 < 20000000000ull)
                 sleep_ns(1000000);
-            CHECK(atomic_load(&t.ring_full), "the producer never found the ring full");
+            REQUIRE(atomic_load(&t.ring_full), "the producer never found the ring full");
         }
         uint32_t size = 0;
         enum cumux_ring_status st = cumux_ring_take(shm, buf, &size);
-        CHECK(st != CUMUX_RING_CORRUPT, "message %llu: ring reported corrupt", (unsigned long long)i);
+        REQUIRE(st != CUMUX_RING_CORRUPT, "message %llu: ring reported corrupt", (unsigned long long)i);
         if (st == CUMUX_RING_EMPTY) {
             uint64_t t0 = cumux_now_ns();
             cumux_ring_wait(shm, &stop, spin_ns, 2000000000);
             /* The producer never pauses more than 0.2 ms: a second's wait is a lost wake-up. */
-            CHECK(cumux_now_ns() - t0 < 1000000000ull || atomic_load(&shm->head) == atomic_load(&shm->tail),
+            REQUIRE(cumux_now_ns() - t0 < 1000000000ull || atomic_load(&shm->head) == atomic_load(&shm->tail),
                   "ring_wait slept %.3f s with a message waiting", (cumux_now_ns() - t0) / 1e9);
-            CHECK(atomic_load(&shm->server_sleeping) == 0, "server_sleeping left set");
+            REQUIRE(atomic_load(&shm->server_sleeping) == 0, "server_sleeping left set");
             sleeps++;
             continue;
         }
         uint32_t want_size = msg_size_of(seed, i);
-        CHECK(size == want_size, "message %llu: size %u, sent %u", (unsigned long long)i, size, want_size);
-        CHECK(msg_same(buf, size, seed, i, want), "message %llu (%u bytes): contents differ",
+        REQUIRE(size == want_size, "message %llu: size %u, sent %u", (unsigned long long)i, size, want_size);
+        REQUIRE(msg_same(buf, size, seed, i, want), "message %llu (%u bytes): contents differ",
               (unsigned long long)i, size);
         uint64_t moved = atomic_load(&shm->tail) - tail0;
-        CHECK(moved >= size, "tail moved %llu for a message of %u", (unsigned long long)moved, size);
+        REQUIRE(moved >= size, "tail moved %llu for a message of %u", (unsigned long long)moved, size);
         if (moved > size) {
             /* Padding skipped: it ran exactly to the end of the ring, and the message is at offset 0. */
-            CHECK((tail0 + moved - size) % CUMUX_RING_BYTES == 0, "padding did not end at the ring's end");
+            REQUIRE((tail0 + moved - size) % CUMUX_RING_BYTES == 0, "padding did not end at the ring's end");
             pads++;
         }
         bytes += moved;
         tail0 += moved;
         i++;
     }
-    CHECK(pthread_join(th, NULL) == 0, "pthread_join");
+    REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
     uint32_t size;
-    CHECK(cumux_ring_take(shm, buf, &size) == CUMUX_RING_EMPTY, "messages left over");
-    CHECK(bytes == atomic_load(&shm->head), "consumed %llu bytes, produced %llu", (unsigned long long)bytes,
+    REQUIRE(cumux_ring_take(shm, buf, &size) == CUMUX_RING_EMPTY, "messages left over");
+    REQUIRE(bytes == atomic_load(&shm->head), "consumed %llu bytes, produced %llu", (unsigned long long)bytes,
           (unsigned long long)atomic_load(&shm->head));
     /* The stream must have wrapped several times, each wrap padded unless a message ended exactly. */
-    CHECK(bytes > 3ull * CUMUX_RING_BYTES, "only %llu bytes went through", (unsigned long long)bytes);
-    CHECK(pads > 0, "no padding seen across %llu wraps", (unsigned long long)(bytes / CUMUX_RING_BYTES));
+    REQUIRE(bytes > 3ull * CUMUX_RING_BYTES, "only %llu bytes went through", (unsigned long long)bytes);
+    REQUIRE(pads > 0, "no padding seen across %llu wraps", (unsigned long long)(bytes / CUMUX_RING_BYTES));
     printf("producer/consumer (spin %llu ns): %llu messages, %.1f MiB, %llu wraps padded, %llu sleeps, "
            "ring full %llu times\n",
            (unsigned long long)spin_ns, (unsigned long long)count, bytes / 1048576.0, (unsigned long long)pads,
@@ -186,7 +175,7 @@ static void test_producer_consumer(uint64_t seed, uint64_t count, uint64_t spin_
 static void put(struct cumux_shm *shm, uint32_t size, uint64_t i)
 {
     void *p = cumux_ring_reserve(shm, size);
-    CHECK(p != NULL, "reserve %u with %llu bytes used", size,
+    REQUIRE(p != NULL, "reserve %u with %llu bytes used", size,
           (unsigned long long)(atomic_load(&shm->head) - atomic_load(&shm->tail)));
     msg_fill(p, size, 99, i);
     cumux_ring_commit(shm, size);
@@ -195,10 +184,10 @@ static void put(struct cumux_shm *shm, uint32_t size, uint64_t i)
 static void take_expect(struct cumux_shm *shm, uint8_t *buf, uint32_t size, uint64_t i)
 {
     uint8_t *want = malloc(CUMUX_MAX_MSG);
-    CHECK(want != NULL, "malloc");
+    REQUIRE(want != NULL, "malloc");
     uint32_t got = 0;
-    CHECK(cumux_ring_take(shm, buf, &got) == CUMUX_RING_MSG, "take message %llu", (unsigned long long)i);
-    CHECK(got == size && msg_same(buf, size, 99, i, want), "message %llu: %u bytes, wanted %u", (unsigned long long)i,
+    REQUIRE(cumux_ring_take(shm, buf, &got) == CUMUX_RING_MSG, "take message %llu", (unsigned long long)i);
+    REQUIRE(got == size && msg_same(buf, size, 99, i, want), "message %llu: %u bytes, wanted %u", (unsigned long long)i,
           got, size);
     free(want);
 }
@@ -207,23 +196,23 @@ static void test_full(void)
 {
     struct cumux_shm *shm = shm_new();
     uint8_t *buf = malloc(CUMUX_MAX_MSG);
-    CHECK(buf != NULL, "malloc");
+    REQUIRE(buf != NULL, "malloc");
     /* Largest messages fill the ring exactly; then not even the smallest fits. */
     uint32_t n = CUMUX_RING_BYTES / CUMUX_MAX_MSG;
     for (uint32_t i = 0; i < n; i++)
         put(shm, CUMUX_MAX_MSG, i);
-    CHECK(atomic_load(&shm->head) == CUMUX_RING_BYTES, "head %llu", (unsigned long long)atomic_load(&shm->head));
-    CHECK(cumux_ring_reserve(shm, 8) == NULL, "reserve succeeded in a full ring");
-    CHECK(atomic_load(&shm->head) == CUMUX_RING_BYTES, "a refused reserve moved head");
+    REQUIRE(atomic_load(&shm->head) == CUMUX_RING_BYTES, "head %llu", (unsigned long long)atomic_load(&shm->head));
+    REQUIRE(cumux_ring_reserve(shm, 8) == NULL, "reserve succeeded in a full ring");
+    REQUIRE(atomic_load(&shm->head) == CUMUX_RING_BYTES, "a refused reserve moved head");
     /* One taken: exactly its room is back. */
     take_expect(shm, buf, CUMUX_MAX_MSG, 0);
-    CHECK(cumux_ring_reserve(shm, CUMUX_MAX_MSG + 8) == NULL, "reserve of more than the free room");
+    REQUIRE(cumux_ring_reserve(shm, CUMUX_MAX_MSG + 8) == NULL, "reserve of more than the free room");
     put(shm, CUMUX_MAX_MSG, n);
-    CHECK(cumux_ring_reserve(shm, 8) == NULL, "ring full again but reserve succeeded");
+    REQUIRE(cumux_ring_reserve(shm, 8) == NULL, "ring full again but reserve succeeded");
     for (uint32_t i = 1; i <= n; i++)
         take_expect(shm, buf, CUMUX_MAX_MSG, i);
     uint32_t got;
-    CHECK(cumux_ring_take(shm, buf, &got) == CUMUX_RING_EMPTY, "ring not empty");
+    REQUIRE(cumux_ring_take(shm, buf, &got) == CUMUX_RING_EMPTY, "ring not empty");
     shm_delete(shm);
 
     /* Near the end of the ring: a message that needs padding is refused when padding plus message do
@@ -239,13 +228,13 @@ static void test_full(void)
     }
     take_expect(shm, buf, 32, 0);
     uint64_t head = atomic_load(&shm->head);
-    CHECK(head == CUMUX_RING_BYTES - 16, "head %llu", (unsigned long long)head);
-    CHECK(cumux_ring_reserve(shm, 40) == NULL, "16 bytes to the end + 40 fit in 48 free");
-    CHECK(atomic_load(&shm->head) == head, "refused reserve wrote padding");
+    REQUIRE(head == CUMUX_RING_BYTES - 16, "head %llu", (unsigned long long)head);
+    REQUIRE(cumux_ring_reserve(shm, 40) == NULL, "16 bytes to the end + 40 fit in 48 free");
+    REQUIRE(atomic_load(&shm->head) == head, "refused reserve wrote padding");
     put(shm, 16, i++); /* ends exactly at the end of the ring */
-    CHECK(atomic_load(&shm->head) == CUMUX_RING_BYTES, "no padding expected");
+    REQUIRE(atomic_load(&shm->head) == CUMUX_RING_BYTES, "no padding expected");
     put(shm, 32, i++); /* starts at offset 0, in the room the first message left */
-    CHECK(cumux_ring_reserve(shm, 8) == NULL, "ring should be full");
+    REQUIRE(cumux_ring_reserve(shm, 8) == NULL, "ring should be full");
     /* Consume all: the same messages, in order. */
     uint64_t j = 1;
     for (left = CUMUX_RING_BYTES - 32 - 16; left > 0; j++) {
@@ -255,7 +244,7 @@ static void test_full(void)
     }
     take_expect(shm, buf, 16, j++);
     take_expect(shm, buf, 32, j++);
-    CHECK(cumux_ring_take(shm, buf, &got) == CUMUX_RING_EMPTY, "ring not empty");
+    REQUIRE(cumux_ring_take(shm, buf, &got) == CUMUX_RING_EMPTY, "ring not empty");
 
     /* Padding: 40 bytes at offset 32, with 16 bytes to the end of the ring, all free now. */
     shm_delete(shm);
@@ -263,11 +252,11 @@ static void test_full(void)
     atomic_store(&shm->head, 3 * (uint64_t)CUMUX_RING_BYTES - 16);
     atomic_store(&shm->tail, 3 * (uint64_t)CUMUX_RING_BYTES - 16);
     put(shm, 40, 1000);
-    CHECK(atomic_load(&shm->head) == 3 * (uint64_t)CUMUX_RING_BYTES + 40, "padding not accounted in head");
+    REQUIRE(atomic_load(&shm->head) == 3 * (uint64_t)CUMUX_RING_BYTES + 40, "padding not accounted in head");
     const struct cumux_msg_hdr *pad = (const void *)&shm->ring[CUMUX_RING_BYTES - 16];
-    CHECK(pad->op == CUMUX_OP_PAD && pad->size == 16, "padding header op %u size %u", pad->op, pad->size);
+    REQUIRE(pad->op == CUMUX_OP_PAD && pad->size == 16, "padding header op %u size %u", pad->op, pad->size);
     take_expect(shm, buf, 40, 1000);
-    CHECK(atomic_load(&shm->tail) == atomic_load(&shm->head), "padding not skipped");
+    REQUIRE(atomic_load(&shm->tail) == atomic_load(&shm->head), "padding not skipped");
     free(buf);
     shm_delete(shm);
 }
@@ -284,11 +273,11 @@ static void expect_corrupt(struct cumux_shm *shm, uint64_t tail, uint64_t head, 
     atomic_store(&shm->tail, tail);
     atomic_store(&shm->head, head);
     uint8_t *buf = malloc(CUMUX_MAX_MSG);
-    CHECK(buf != NULL, "malloc");
+    REQUIRE(buf != NULL, "malloc");
     uint32_t size = 12345;
     enum cumux_ring_status st = cumux_ring_take(shm, buf, &size);
-    CHECK(st == CUMUX_RING_CORRUPT, "%s: status %d, wanted CUMUX_RING_CORRUPT", what, (int)st);
-    CHECK(atomic_load(&shm->tail) == tail, "%s: tail moved", what);
+    REQUIRE(st == CUMUX_RING_CORRUPT, "%s: status %d, wanted CUMUX_RING_CORRUPT", what, (int)st);
+    REQUIRE(atomic_load(&shm->tail) == tail, "%s: tail moved", what);
     free(buf);
 }
 
@@ -336,22 +325,22 @@ static void test_corrupt(void)
     atomic_store(&shm->tail, end - 32);
     atomic_store(&shm->head, end + 64);
     uint8_t *buf = malloc(CUMUX_MAX_MSG);
-    CHECK(buf != NULL, "malloc");
+    REQUIRE(buf != NULL, "malloc");
     uint32_t size;
-    CHECK(cumux_ring_take(shm, buf, &size) == CUMUX_RING_CORRUPT, "bad message after padding");
-    CHECK(atomic_load(&shm->tail) == end, "padding before the bad message not consumed");
+    REQUIRE(cumux_ring_take(shm, buf, &size) == CUMUX_RING_CORRUPT, "bad message after padding");
+    REQUIRE(atomic_load(&shm->tail) == end, "padding before the bad message not consumed");
     /* Padding that is all there is: consumed, then the ring is empty. */
     write_hdr(shm, end - 32, CUMUX_OP_PAD, 32);
     atomic_store(&shm->tail, end - 32);
     atomic_store(&shm->head, end);
-    CHECK(cumux_ring_take(shm, buf, &size) == CUMUX_RING_EMPTY, "padding alone");
-    CHECK(atomic_load(&shm->tail) == end, "padding alone not consumed");
+    REQUIRE(cumux_ring_take(shm, buf, &size) == CUMUX_RING_EMPTY, "padding alone");
+    REQUIRE(atomic_load(&shm->tail) == end, "padding alone not consumed");
 
     /* The sanity case with the same setup: a good message is taken. */
     write_hdr(shm, base, op, 64);
     atomic_store(&shm->tail, base);
     atomic_store(&shm->head, base + 64);
-    CHECK(cumux_ring_take(shm, buf, &size) == CUMUX_RING_MSG && size == 64, "good message");
+    REQUIRE(cumux_ring_take(shm, buf, &size) == CUMUX_RING_MSG && size == 64, "good message");
     free(buf);
     shm_delete(shm);
 }
@@ -376,24 +365,24 @@ static void test_futex(struct cumux_shm *shm)
     _Atomic uint32_t *word = &shm->replies[0].seq;
     atomic_store(word, 5);
     uint64_t t0 = cumux_now_ns();
-    CHECK(cumux_futex_wait(word, 5, 50000000) == -1, "timed-out wait must return -1");
+    REQUIRE(cumux_futex_wait(word, 5, 50000000) == -1, "timed-out wait must return -1");
     uint64_t dt = cumux_now_ns() - t0;
-    CHECK(dt >= 45000000, "timed out after only %llu ns", (unsigned long long)dt);
+    REQUIRE(dt >= 45000000, "timed out after only %llu ns", (unsigned long long)dt);
     t0 = cumux_now_ns();
-    CHECK(cumux_futex_wait(word, 6, 5000000000) == 0, "value differs: must return 0 at once");
-    CHECK(cumux_now_ns() - t0 < 1000000000ull, "did not return at once");
+    REQUIRE(cumux_futex_wait(word, 6, 5000000000) == 0, "value differs: must return 0 at once");
+    REQUIRE(cumux_now_ns() - t0 < 1000000000ull, "did not return at once");
 
     struct waker w = {word, 50000000};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, wake_later, &w) == 0, "pthread_create");
+    REQUIRE(pthread_create(&th, NULL, wake_later, &w) == 0, "pthread_create");
     t0 = cumux_now_ns();
     int r;
     while ((r = cumux_futex_wait(word, 5, 5000000000)) == 0 && atomic_load(word) == 5) {
         /* spurious wake-up: wait again */
     }
-    CHECK(r == 0, "woken wait returned %d", r);
-    CHECK(cumux_now_ns() - t0 < 4000000000ull, "wake took too long");
-    CHECK(pthread_join(th, NULL) == 0, "pthread_join");
+    REQUIRE(r == 0, "woken wait returned %d", r);
+    REQUIRE(cumux_now_ns() - t0 < 4000000000ull, "wake took too long");
+    REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
 }
 
 /* ---- cumux_ring_wait ---- */
@@ -424,29 +413,29 @@ static void test_ring_wait(void)
     uint64_t t0 = cumux_now_ns();
     cumux_ring_wait(shm, &stop, 1000, 50000000);
     uint64_t dt = cumux_now_ns() - t0;
-    CHECK(dt >= 45000000 && dt < 3000000000ull, "empty ring_wait returned after %llu ns", (unsigned long long)dt);
-    CHECK(atomic_load(&shm->server_sleeping) == 0, "server_sleeping left set");
+    REQUIRE(dt >= 45000000 && dt < 3000000000ull, "empty ring_wait returned after %llu ns", (unsigned long long)dt);
+    REQUIRE(atomic_load(&shm->server_sleeping) == 0, "server_sleeping left set");
     /* Stop set: returns at once. */
     atomic_store(&stop, 1);
     t0 = cumux_now_ns();
     cumux_ring_wait(shm, &stop, 1000000000, 5000000000);
-    CHECK(cumux_now_ns() - t0 < 500000000ull, "ring_wait ignored stop");
+    REQUIRE(cumux_now_ns() - t0 < 500000000ull, "ring_wait ignored stop");
     atomic_store(&stop, 0);
     /* A commit while it sleeps wakes it through the doorbell, long before the timeout. */
     struct committer c = {shm, 100000000, false};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, commit_later, &c) == 0, "pthread_create");
+    REQUIRE(pthread_create(&th, NULL, commit_later, &c) == 0, "pthread_create");
     t0 = cumux_now_ns();
     while (atomic_load(&shm->head) == atomic_load(&shm->tail) && cumux_now_ns() - t0 < 5000000000ull)
         cumux_ring_wait(shm, &stop, 1000, 5000000000);
     dt = cumux_now_ns() - t0;
-    CHECK(pthread_join(th, NULL) == 0, "pthread_join");
-    CHECK(c.saw_sleeping, "the waiter was not asleep on the doorbell after 100 ms");
-    CHECK(dt < 3000000000ull, "commit did not wake ring_wait (%llu ns)", (unsigned long long)dt);
+    REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
+    REQUIRE(c.saw_sleeping, "the waiter was not asleep on the doorbell after 100 ms");
+    REQUIRE(dt < 3000000000ull, "commit did not wake ring_wait (%llu ns)", (unsigned long long)dt);
     uint8_t *buf = malloc(CUMUX_MAX_MSG);
-    CHECK(buf != NULL, "malloc");
+    REQUIRE(buf != NULL, "malloc");
     uint32_t size;
-    CHECK(cumux_ring_take(shm, buf, &size) == CUMUX_RING_MSG && size == 16, "committed message");
+    REQUIRE(cumux_ring_take(shm, buf, &size) == CUMUX_RING_MSG && size == 16, "committed message");
     free(buf);
     shm_delete(shm);
 }
@@ -491,9 +480,9 @@ static void test_reply(struct cumux_shm *shm)
     /* Posted before the wait: returns at once. */
     uint32_t before = atomic_load(&slot->seq);
     cumux_reply_post(slot, 7, text, sizeof text);
-    CHECK(atomic_load(&slot->seq) == before + 1, "seq not bumped");
-    CHECK(cumux_reply_wait(slot, before, peer_alive) == 0, "wait after post");
-    CHECK(slot->result == 7 && slot->len == sizeof text && !memcmp(slot->data, text, sizeof text), "reply content");
+    REQUIRE(atomic_load(&slot->seq) == before + 1, "seq not bumped");
+    REQUIRE(cumux_reply_wait(slot, before, peer_alive) == 0, "wait after post");
+    REQUIRE(slot->result == 7 && slot->len == sizeof text && !memcmp(slot->data, text, sizeof text), "reply content");
 
     /* The waiter arrives first and sleeps on the futex: the post must wake it, not its next timeout.
      * Three rounds: a timeout may coincide with a post once by chance, not three times. */
@@ -502,38 +491,38 @@ static void test_reply(struct cumux_shm *shm)
         before = atomic_load(&slot->seq);
         struct reply_waiter w = {slot, before, -5, 0};
         pthread_t th;
-        CHECK(pthread_create(&th, NULL, wait_reply, &w) == 0, "pthread_create");
+        REQUIRE(pthread_create(&th, NULL, wait_reply, &w) == 0, "pthread_create");
         uint64_t t0 = cumux_now_ns();
         while (!atomic_load(&slot->waiting) && cumux_now_ns() - t0 < 5000000000ull)
             sleep_ns(1000000);
-        CHECK(atomic_load(&slot->waiting), "waiter never went to sleep on the futex");
+        REQUIRE(atomic_load(&slot->waiting), "waiter never went to sleep on the futex");
         sleep_ns(150000000); /* past one alive() period of the waiter */
         unsigned calls = atomic_load(&alive_calls);
-        CHECK(calls > 0, "a waiter asleep for 150 ms never checked its peer");
+        REQUIRE(calls > 0, "a waiter asleep for 150 ms never checked its peer");
         cumux_reply_post(slot, round, "x", 1);
-        CHECK(pthread_join(th, NULL) == 0, "pthread_join");
+        REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
         late += atomic_load(&alive_calls) != calls;
-        CHECK(w.rc == 0, "futex waiter returned %d", w.rc);
-        CHECK(w.ns < 3000000000ull, "futex waiter took %llu ns", (unsigned long long)w.ns);
-        CHECK(atomic_load(&slot->waiting) == 0, "waiting left set");
-        CHECK(slot->result == round && slot->len == 1 && slot->data[0] == 'x', "reply content after futex wait");
+        REQUIRE(w.rc == 0, "futex waiter returned %d", w.rc);
+        REQUIRE(w.ns < 3000000000ull, "futex waiter took %llu ns", (unsigned long long)w.ns);
+        REQUIRE(atomic_load(&slot->waiting) == 0, "waiting left set");
+        REQUIRE(slot->result == round && slot->len == 1 && slot->data[0] == 'x', "reply content after futex wait");
         atomic_store(&alive_calls, 0);
     }
-    CHECK(late < 3, "the post never woke the sleeping waiter: it only saw the reply after its futex timed out");
+    REQUIRE(late < 3, "the post never woke the sleeping waiter: it only saw the reply after its futex timed out");
 
     /* The peer dies: the wait gives up. */
     before = atomic_load(&slot->seq);
     uint64_t t0 = cumux_now_ns();
-    CHECK(cumux_reply_wait(slot, before, peer_gone) == -1, "wait with a dead peer must fail");
-    CHECK(cumux_now_ns() - t0 < 3000000000ull, "dead peer noticed too late");
-    CHECK(atomic_load(&slot->waiting) == 0, "waiting left set after giving up");
+    REQUIRE(cumux_reply_wait(slot, before, peer_gone) == -1, "wait with a dead peer must fail");
+    REQUIRE(cumux_now_ns() - t0 < 3000000000ull, "dead peer noticed too late");
+    REQUIRE(atomic_load(&slot->waiting) == 0, "waiting left set after giving up");
 
     /* Oversized data is cut to the slot. */
     uint8_t *big = malloc(CUMUX_REPLY_DATA + 100);
-    CHECK(big != NULL, "malloc");
+    REQUIRE(big != NULL, "malloc");
     memset(big, 0xab, CUMUX_REPLY_DATA + 100);
     cumux_reply_post(slot, 1, big, CUMUX_REPLY_DATA + 100);
-    CHECK(slot->len == CUMUX_REPLY_DATA && slot->data[CUMUX_REPLY_DATA - 1] == 0xab, "oversized reply");
+    REQUIRE(slot->len == CUMUX_REPLY_DATA && slot->data[CUMUX_REPLY_DATA - 1] == 0xab, "oversized reply");
     free(big);
 }
 
@@ -580,9 +569,9 @@ static void test_round_trips(uint64_t n)
     struct cumux_shm *shm = shm_new();
     struct rt t = {.shm = shm, .n = n};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, rt_server, &t) == 0, "pthread_create");
+    REQUIRE(pthread_create(&th, NULL, rt_server, &t) == 0, "pthread_create");
     uint8_t *want = malloc(CUMUX_MAX_MSG);
-    CHECK(want != NULL, "malloc");
+    REQUIRE(want != NULL, "malloc");
     for (uint64_t i = 0; i < n; i++) {
         uint16_t s = (uint16_t)(i % CUMUX_REPLY_SLOTS);
         struct cumux_reply_slot *slot = &shm->replies[s];
@@ -594,15 +583,15 @@ static void test_round_trips(uint64_t n)
         msg_fill(p, size, 3, i);
         ((struct cumux_msg_hdr *)p)->reply = s;
         cumux_ring_commit(shm, size);
-        CHECK(cumux_reply_wait(slot, before, peer_alive) == 0, "round trip %llu", (unsigned long long)i);
-        CHECK(!t.bad, "server thread saw a bad message");
+        REQUIRE(cumux_reply_wait(slot, before, peer_alive) == 0, "round trip %llu", (unsigned long long)i);
+        REQUIRE(!t.bad, "server thread saw a bad message");
         msg_fill(want, size, 3, i);
-        CHECK(slot->result == (int32_t)(i & 0xff), "round trip %llu: result %d", (unsigned long long)i, slot->result);
-        CHECK(slot->len == size - sizeof(struct cumux_msg_hdr) &&
+        REQUIRE(slot->result == (int32_t)(i & 0xff), "round trip %llu: result %d", (unsigned long long)i, slot->result);
+        REQUIRE(slot->len == size - sizeof(struct cumux_msg_hdr) &&
                   !memcmp(slot->data, want + sizeof(struct cumux_msg_hdr), slot->len),
               "round trip %llu: reply data", (unsigned long long)i);
     }
-    CHECK(pthread_join(th, NULL) == 0, "pthread_join");
+    REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
     printf("round trips: %llu\n", (unsigned long long)n);
     free(want);
     shm_delete(shm);
@@ -611,13 +600,13 @@ static void test_round_trips(uint64_t n)
 int main(void)
 {
     struct cumux_shm *shm = shm_new();
-    CHECK(shm->magic == CUMUX_MAGIC && shm->version == CUMUX_PROTO_VERSION && shm->size == sizeof *shm, "shm_init");
-    CHECK(atomic_load(&shm->head) == 0 && atomic_load(&shm->tail) == 0, "shm_init ring");
-    CHECK(cumux_msg_size(0) == 8 && cumux_msg_size(1) == 16 && cumux_msg_size(8) == 16 && cumux_msg_size(9) == 24,
+    REQUIRE(shm->magic == CUMUX_MAGIC && shm->version == CUMUX_PROTO_VERSION && shm->size == sizeof *shm, "shm_init");
+    REQUIRE(atomic_load(&shm->head) == 0 && atomic_load(&shm->tail) == 0, "shm_init ring");
+    REQUIRE(cumux_msg_size(0) == 8 && cumux_msg_size(1) == 16 && cumux_msg_size(8) == 16 && cumux_msg_size(9) == 24,
           "cumux_msg_size rounding");
     /* The layout the server and the shim share: alignment the ring's 8-byte steps rely on. */
-    CHECK(sizeof(struct cumux_msg_hdr) == 8, "header size");
-    CHECK(CUMUX_RING_BYTES % CUMUX_MAX_MSG == 0 && CUMUX_MAX_MSG % 8 == 0, "ring geometry");
+    REQUIRE(sizeof(struct cumux_msg_hdr) == 8, "header size");
+    REQUIRE(CUMUX_RING_BYTES % CUMUX_MAX_MSG == 0 && CUMUX_MAX_MSG % 8 == 0, "ring geometry");
 
     test_futex(shm);
     test_reply(shm);
@@ -628,6 +617,6 @@ int main(void)
     test_producer_consumer(1, 40000, 50000);
     test_producer_consumer(2, 20000, 0); /* no spinning: every empty ring sleeps on the doorbell */
     test_round_trips(20000);
-    printf("test_channel: %lu checks passed\n", checks);
+    printf("test_channel: %lu checks passed\n", test_checks);
     return 0;
 }

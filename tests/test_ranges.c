@@ -7,18 +7,7 @@
 
 #include "common/ranges.h"
 
-static unsigned long checks;
-
-#define CHECK(cond, ...)                                                                               \
-    do {                                                                                               \
-        checks++;                                                                                      \
-        if (!(cond)) {                                                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                            \
-            fprintf(stderr, __VA_ARGS__);                                                              \
-            fputc('\n', stderr);                                                                       \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "test_util.h"
 
 #define U(x) ((unsigned long long)(x))
 
@@ -36,72 +25,72 @@ static void fixed_cases(void)
     struct cumux_ranges t = {0};
     struct cumux_range out;
 
-    CHECK(cumux_ranges_find(&t, 0) == NULL && cumux_ranges_find(&t, UINT64_MAX) == NULL, "empty find");
-    CHECK(cumux_ranges_covers(&t, 100, 0) == NULL, "empty covers");
-    CHECK(cumux_ranges_remove(&t, 0, NULL) == -1, "empty remove");
+    REQUIRE(cumux_ranges_find(&t, 0) == NULL && cumux_ranges_find(&t, UINT64_MAX) == NULL, "empty find");
+    REQUIRE(cumux_ranges_covers(&t, 100, 0) == NULL, "empty covers");
+    REQUIRE(cumux_ranges_remove(&t, 0, NULL) == -1, "empty remove");
 
-    CHECK(cumux_ranges_add(&t, 1000, 100, 1, 11) == 0, "add [1000,1100)");
+    REQUIRE(cumux_ranges_add(&t, 1000, 100, 1, 11) == 0, "add [1000,1100)");
     /* Boundaries: first and last byte inside, one before and one past outside. */
-    CHECK(cumux_ranges_find(&t, 999) == NULL, "one before");
+    REQUIRE(cumux_ranges_find(&t, 999) == NULL, "one before");
     const struct cumux_range *r = cumux_ranges_find(&t, 1000);
-    CHECK(r && r->base == 1000 && r->size == 100 && r->tag == 1 && r->extra == 11, "first byte");
-    CHECK(cumux_ranges_find(&t, 1099) == r, "last byte");
-    CHECK(cumux_ranges_find(&t, 1100) == NULL, "one past");
-    CHECK(cumux_ranges_find(&t, 0) == NULL, "address 0");
+    REQUIRE(r && r->base == 1000 && r->size == 100 && r->tag == 1 && r->extra == 11, "first byte");
+    REQUIRE(cumux_ranges_find(&t, 1099) == r, "last byte");
+    REQUIRE(cumux_ranges_find(&t, 1100) == NULL, "one past");
+    REQUIRE(cumux_ranges_find(&t, 0) == NULL, "address 0");
 
-    CHECK(cumux_ranges_covers(&t, 1000, 100) == r, "covers all of it");
-    CHECK(cumux_ranges_covers(&t, 1000, 101) == NULL, "one byte too many");
-    CHECK(cumux_ranges_covers(&t, 1099, 1) == r, "last byte");
-    CHECK(cumux_ranges_covers(&t, 1099, 2) == NULL, "last byte and one past");
-    CHECK(cumux_ranges_covers(&t, 1050, 0) == r, "zero length inside");
-    CHECK(cumux_ranges_covers(&t, 1100, 0) == NULL, "zero length one past the end");
-    CHECK(cumux_ranges_covers(&t, 999, 2) == NULL, "starts before");
-    CHECK(cumux_ranges_covers(&t, 1001, UINT64_MAX) == NULL, "length that would wrap");
-    CHECK(cumux_ranges_covers(&t, 1001, UINT64_MAX - 1000) == NULL, "addr + len wraps to inside");
+    REQUIRE(cumux_ranges_covers(&t, 1000, 100) == r, "covers all of it");
+    REQUIRE(cumux_ranges_covers(&t, 1000, 101) == NULL, "one byte too many");
+    REQUIRE(cumux_ranges_covers(&t, 1099, 1) == r, "last byte");
+    REQUIRE(cumux_ranges_covers(&t, 1099, 2) == NULL, "last byte and one past");
+    REQUIRE(cumux_ranges_covers(&t, 1050, 0) == r, "zero length inside");
+    REQUIRE(cumux_ranges_covers(&t, 1100, 0) == NULL, "zero length one past the end");
+    REQUIRE(cumux_ranges_covers(&t, 999, 2) == NULL, "starts before");
+    REQUIRE(cumux_ranges_covers(&t, 1001, UINT64_MAX) == NULL, "length that would wrap");
+    REQUIRE(cumux_ranges_covers(&t, 1001, UINT64_MAX - 1000) == NULL, "addr + len wraps to inside");
 
     /* Zero size and wrapping ranges are refused. */
-    CHECK(cumux_ranges_add(&t, 5000, 0, 0, 0) == -1, "zero size");
-    CHECK(cumux_ranges_add(&t, UINT64_MAX - 9, 11, 0, 0) == -1, "base + size wraps by one");
-    CHECK(cumux_ranges_add(&t, UINT64_MAX, 2, 0, 0) == -1, "last address + 2");
-    CHECK(cumux_ranges_add(&t, 2, UINT64_MAX, 0, 0) == -1, "huge size");
-    CHECK(t.n == 1, "refused adds changed the table (n=%zu)", t.n);
+    REQUIRE(cumux_ranges_add(&t, 5000, 0, 0, 0) == -1, "zero size");
+    REQUIRE(cumux_ranges_add(&t, UINT64_MAX - 9, 11, 0, 0) == -1, "base + size wraps by one");
+    REQUIRE(cumux_ranges_add(&t, UINT64_MAX, 2, 0, 0) == -1, "last address + 2");
+    REQUIRE(cumux_ranges_add(&t, 2, UINT64_MAX, 0, 0) == -1, "huge size");
+    REQUIRE(t.n == 1, "refused adds changed the table (n=%zu)", t.n);
 
     /* Overlaps, each way, are refused; touching neighbours are fine. */
-    CHECK(cumux_ranges_add(&t, 1000, 100, 0, 0) == -1, "same range");
-    CHECK(cumux_ranges_add(&t, 1050, 10, 0, 0) == -1, "inside");
-    CHECK(cumux_ranges_add(&t, 900, 500, 0, 0) == -1, "around");
-    CHECK(cumux_ranges_add(&t, 900, 101, 0, 0) == -1, "overlaps the first byte");
-    CHECK(cumux_ranges_add(&t, 1099, 10, 0, 0) == -1, "overlaps the last byte");
-    CHECK(cumux_ranges_add(&t, 900, 100, 2, 22) == 0, "touches the start");
-    CHECK(cumux_ranges_add(&t, 1100, 50, 3, 33) == 0, "touches the end");
-    CHECK(t.n == 3, "n=%zu", t.n);
-    CHECK(cumux_ranges_find(&t, 999)->tag == 2 && cumux_ranges_find(&t, 1000)->tag == 1 &&
+    REQUIRE(cumux_ranges_add(&t, 1000, 100, 0, 0) == -1, "same range");
+    REQUIRE(cumux_ranges_add(&t, 1050, 10, 0, 0) == -1, "inside");
+    REQUIRE(cumux_ranges_add(&t, 900, 500, 0, 0) == -1, "around");
+    REQUIRE(cumux_ranges_add(&t, 900, 101, 0, 0) == -1, "overlaps the first byte");
+    REQUIRE(cumux_ranges_add(&t, 1099, 10, 0, 0) == -1, "overlaps the last byte");
+    REQUIRE(cumux_ranges_add(&t, 900, 100, 2, 22) == 0, "touches the start");
+    REQUIRE(cumux_ranges_add(&t, 1100, 50, 3, 33) == 0, "touches the end");
+    REQUIRE(t.n == 3, "n=%zu", t.n);
+    REQUIRE(cumux_ranges_find(&t, 999)->tag == 2 && cumux_ranges_find(&t, 1000)->tag == 1 &&
               cumux_ranges_find(&t, 1100)->tag == 3,
           "neighbours");
     /* One range must hold all of [addr, addr+len): adjacent ranges do not add up. */
-    CHECK(cumux_ranges_covers(&t, 990, 20) == NULL, "across two adjacent ranges");
+    REQUIRE(cumux_ranges_covers(&t, 990, 20) == NULL, "across two adjacent ranges");
 
     /* Remove only by exact base. */
-    CHECK(cumux_ranges_remove(&t, 1001, NULL) == -1, "not a base");
-    CHECK(cumux_ranges_remove(&t, 1099, NULL) == -1, "last byte is not a base");
-    CHECK(cumux_ranges_remove(&t, 1000, &out) == 0, "remove the middle");
-    CHECK(out.base == 1000 && out.size == 100 && out.tag == 1 && out.extra == 11, "removed range returned");
-    CHECK(cumux_ranges_find(&t, 1000) == NULL && cumux_ranges_find(&t, 999) && cumux_ranges_find(&t, 1100),
+    REQUIRE(cumux_ranges_remove(&t, 1001, NULL) == -1, "not a base");
+    REQUIRE(cumux_ranges_remove(&t, 1099, NULL) == -1, "last byte is not a base");
+    REQUIRE(cumux_ranges_remove(&t, 1000, &out) == 0, "remove the middle");
+    REQUIRE(out.base == 1000 && out.size == 100 && out.tag == 1 && out.extra == 11, "removed range returned");
+    REQUIRE(cumux_ranges_find(&t, 1000) == NULL && cumux_ranges_find(&t, 999) && cumux_ranges_find(&t, 1100),
           "only that range gone");
-    CHECK(cumux_ranges_remove(&t, 1000, &out) == -1, "removed twice");
-    CHECK(cumux_ranges_add(&t, 1000, 100, 4, 44) == 0, "the gap can be reused");
+    REQUIRE(cumux_ranges_remove(&t, 1000, &out) == -1, "removed twice");
+    REQUIRE(cumux_ranges_add(&t, 1000, 100, 4, 44) == 0, "the gap can be reused");
 
     /* The top of the address space. */
-    CHECK(cumux_ranges_add(&t, UINT64_MAX - 100, 50, 5, 55) == 0, "near the top");
-    CHECK(cumux_ranges_find(&t, UINT64_MAX - 51)->tag == 5, "last byte near the top");
-    CHECK(cumux_ranges_find(&t, UINT64_MAX - 50) == NULL, "one past, near the top");
-    CHECK(cumux_ranges_find(&t, UINT64_MAX) == NULL, "the last address");
-    CHECK(cumux_ranges_covers(&t, UINT64_MAX - 60, UINT64_MAX) == NULL, "huge length near the top");
-    CHECK(cumux_ranges_add(&t, 0, 1, 6, 66) == 0, "address 0");
-    CHECK(cumux_ranges_find(&t, 0)->tag == 6 && cumux_ranges_find(&t, 1) == NULL, "address 0 alone");
+    REQUIRE(cumux_ranges_add(&t, UINT64_MAX - 100, 50, 5, 55) == 0, "near the top");
+    REQUIRE(cumux_ranges_find(&t, UINT64_MAX - 51)->tag == 5, "last byte near the top");
+    REQUIRE(cumux_ranges_find(&t, UINT64_MAX - 50) == NULL, "one past, near the top");
+    REQUIRE(cumux_ranges_find(&t, UINT64_MAX) == NULL, "the last address");
+    REQUIRE(cumux_ranges_covers(&t, UINT64_MAX - 60, UINT64_MAX) == NULL, "huge length near the top");
+    REQUIRE(cumux_ranges_add(&t, 0, 1, 6, 66) == 0, "address 0");
+    REQUIRE(cumux_ranges_find(&t, 0)->tag == 6 && cumux_ranges_find(&t, 1) == NULL, "address 0 alone");
     cumux_ranges_free(&t);
-    CHECK(t.n == 0 && t.v == NULL, "free resets");
-    CHECK(cumux_ranges_add(&t, 1, 1, 0, 0) == 0, "usable after free");
+    REQUIRE(t.n == 0 && t.v == NULL, "free resets");
+    REQUIRE(cumux_ranges_add(&t, 1, 1, 0, 0) == 0, "usable after free");
     cumux_ranges_free(&t);
 }
 
@@ -160,10 +149,10 @@ static bool same(const struct cumux_range *a, const struct cumux_range *b)
 
 static void check_table(const struct cumux_ranges *t)
 {
-    CHECK(t->n == model_n, "table has %zu ranges, model %zu", t->n, model_n);
+    REQUIRE(t->n == model_n, "table has %zu ranges, model %zu", t->n, model_n);
     for (size_t i = 0; i < t->n; i++) {
-        CHECK(i == 0 || t->v[i - 1].base + t->v[i - 1].size <= t->v[i].base, "table unsorted or overlapping at %zu", i);
-        CHECK(same(&t->v[i], model_find(t->v[i].base)), "range %zu not in the model", i);
+        REQUIRE(i == 0 || t->v[i - 1].base + t->v[i - 1].size <= t->v[i].base, "table unsorted or overlapping at %zu", i);
+        REQUIRE(same(&t->v[i], model_find(t->v[i].base)), "range %zu not in the model", i);
     }
 }
 
@@ -197,7 +186,7 @@ static void random_ops(unsigned long nops, uint64_t offset, uint64_t space, uint
             if (want == -2)
                 continue;
             int got = cumux_ranges_add(&t, base, size, tag, extra);
-            CHECK(got == want, "op %lu: add(%llu, %llu) = %d, model %d", op, U(base), U(size), got, want);
+            REQUIRE(got == want, "op %lu: add(%llu, %llu) = %d, model %d", op, U(base), U(size), got, want);
             adds += want == 0;
             refused += want != 0;
         } else if (k < 6) {
@@ -205,15 +194,15 @@ static void random_ops(unsigned long nops, uint64_t offset, uint64_t space, uint
             struct cumux_range g = {0}, w = {0};
             int want = model_remove(base, &w);
             int got = cumux_ranges_remove(&t, base, rnd() % 2 ? &g : NULL);
-            CHECK(got == want, "op %lu: remove(%llu) = %d, model %d", op, U(base), got, want);
+            REQUIRE(got == want, "op %lu: remove(%llu) = %d, model %d", op, U(base), got, want);
             removes += want == 0;
         } else if (k < 8) {
             uint64_t a = probe_addr(offset, space);
-            CHECK(same(cumux_ranges_find(&t, a), model_find(a)), "op %lu: find(%llu)", op, U(a));
+            REQUIRE(same(cumux_ranges_find(&t, a), model_find(a)), "op %lu: find(%llu)", op, U(a));
         } else {
             uint64_t a = probe_addr(offset, space);
             uint64_t len = rnd() % 3 == 0 ? rnd() : rnd() % (max_size + 2);
-            CHECK(same(cumux_ranges_covers(&t, a, len), model_covers(a, len)), "op %lu: covers(%llu, %llu)", op,
+            REQUIRE(same(cumux_ranges_covers(&t, a, len), model_covers(a, len)), "op %lu: covers(%llu, %llu)", op,
                   U(a), U(len));
         }
         if (op % 512 == 0)
@@ -235,6 +224,6 @@ int main(int argc, char **argv)
     random_ops(nops / 4, 1ull << 40, 1ull << 30, 1 << 20);
     /* At the top of the address space, where base + size can wrap. */
     random_ops(nops / 4, UINT64_MAX - 8191, 8192, 300);
-    printf("test_ranges: %lu checks passed\n", checks);
+    printf("test_ranges: %lu checks passed\n", test_checks);
     return 0;
 }

@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static unsigned long test_checks, test_failures;
+/* Unused in tests that only REQUIRE. */
+__attribute__((unused)) static unsigned long test_checks, test_failures;
 
 /* A failed CHECK is reported and counted; the test goes on to show what else fails. */
 #define CHECK(cond, ...)                                                                               \
