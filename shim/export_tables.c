@@ -135,16 +135,11 @@ static const void *tools_tls[3] = {
 };
 
 /* ---- big tables: every slot an "unknown slot" function of its own, then the known ones set ---- */
-/* 100 distinct functions per table from one line: unknown_T_0 .. unknown_T_99, each logging its index. */
-#define UNKNOWN_FN(table, idx)                                                                          \
-    static CUresult unknown_##table##_##idx(void)                                                       \
-    {                                                                                                   \
-        return cumux_unsupported("export table " #table " slot " #idx);                                \
-    }
+/* 100 distinct unknown-slot functions per table from one line: unknown_T_0 .. unknown_T_99. */
 #define UNKNOWN_10(table, d)                                                                            \
-    UNKNOWN_FN(table, d##0) UNKNOWN_FN(table, d##1) UNKNOWN_FN(table, d##2) UNKNOWN_FN(table, d##3)     \
-    UNKNOWN_FN(table, d##4) UNKNOWN_FN(table, d##5) UNKNOWN_FN(table, d##6) UNKNOWN_FN(table, d##7)     \
-    UNKNOWN_FN(table, d##8) UNKNOWN_FN(table, d##9)
+    UNKNOWN_SLOT(table, d##0) UNKNOWN_SLOT(table, d##1) UNKNOWN_SLOT(table, d##2) UNKNOWN_SLOT(table, d##3) \
+    UNKNOWN_SLOT(table, d##4) UNKNOWN_SLOT(table, d##5) UNKNOWN_SLOT(table, d##6) UNKNOWN_SLOT(table, d##7) \
+    UNKNOWN_SLOT(table, d##8) UNKNOWN_SLOT(table, d##9)
 #define UNKNOWN_100(table)                                                                              \
     UNKNOWN_10(table, ) UNKNOWN_10(table, 1) UNKNOWN_10(table, 2) UNKNOWN_10(table, 3)                  \
     UNKNOWN_10(table, 4) UNKNOWN_10(table, 5) UNKNOWN_10(table, 6) UNKNOWN_10(table, 7)                 \
