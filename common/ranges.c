@@ -77,3 +77,29 @@ void cumux_ranges_free(struct cumux_ranges *t)
     t->v = NULL;
     t->n = t->cap = 0;
 }
+
+bool cumux_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return false;
+    *out = r;
+    return true;
+}
+
+bool cumux_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return false;
+    *out = r;
+    return true;
+}
+
+bool cumux_span_2d(uint64_t pitch, uint64_t row_bytes, uint64_t rows, uint64_t *span)
+{
+    uint64_t before_last;
+    if (rows == 0 || row_bytes == 0 || (rows > 1 && pitch < row_bytes))
+        return false;
+    return cumux_mul_u64(pitch, rows - 1, &before_last) && cumux_add_u64(before_last, row_bytes, span);
+}

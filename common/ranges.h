@@ -30,4 +30,14 @@ const struct cumux_range *cumux_ranges_find(const struct cumux_ranges *t, uint64
 const struct cumux_range *cumux_ranges_covers(const struct cumux_ranges *t, uint64_t addr, uint64_t len);
 void cumux_ranges_free(struct cumux_ranges *t);
 
+/* Range arithmetic on sizes a client chose: every sum and product the server forms from message fields
+ * goes through these, so that no wrapped value can pass a range check (invariant 3). Each returns false,
+ * leaving *out unset, when the exact result does not fit 64 bits. */
+bool cumux_add_u64(uint64_t a, uint64_t b, uint64_t *out);
+bool cumux_mul_u64(uint64_t a, uint64_t b, uint64_t *out);
+/* The bytes from the first to the last byte of `rows` rows of `row_bytes` bytes whose starts are `pitch`
+ * apart: pitch * (rows - 1) + row_bytes. False when rows or row_bytes is 0, when rows overlap
+ * (rows > 1 and pitch < row_bytes), or when the span does not fit 64 bits. */
+bool cumux_span_2d(uint64_t pitch, uint64_t row_bytes, uint64_t rows, uint64_t *span);
+
 #endif

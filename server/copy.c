@@ -55,13 +55,17 @@ CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool sync)
     return r;
 }
 
-/* Bytes from the first to the last byte of height rows of width bytes, pitch apart; 0 when invalid. */
-uint64_t span_2d(uint64_t pitch, uint64_t width, uint64_t height)
+bool memset_span(const struct cumux_memset *m, uint64_t *span)
 {
-    if (width == 0 || height == 0 || width > (1ull << 40) || height > (1ull << 32) || pitch > (1ull << 40) ||
-        (height > 1 && pitch < width))
-        return 0;
-    return pitch * (height - 1) + width;
+    uint64_t row;
+    if ((m->elem_size != 1 && m->elem_size != 2 && m->elem_size != 4) || !cumux_mul_u64(m->width, m->elem_size, &row))
+        return false;
+    if (m->width == 0 || m->height == 0) {
+        *span = 0;
+        return true;
+    }
+    /* One row may name any pitch (the driver reads none); several rows need pitch >= the row. */
+    return cumux_span_2d(m->height > 1 ? m->pitch : row, row, m->height, span);
 }
 
 static CUresult copy_2d_async(CUmemorytype dt, uint64_t dst, uint64_t dpitch, CUmemorytype st, uint64_t src,
@@ -90,8 +94,9 @@ CUresult op_copy_2d(struct srv_client *c, const struct cumux_copy_2d *m, bool sy
     struct srv_stream *s = stream_get(c, m->stream);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t dspan = span_2d(m->dst_pitch, m->width, m->height), sspan = span_2d(m->src_pitch, m->width, m->height);
-    if (!dspan || !sspan)
+    uint64_t dspan, sspan;
+    if (!cumux_span_2d(m->dst_pitch, m->width, m->height, &dspan) ||
+        !cumux_span_2d(m->src_pitch, m->width, m->height, &sspan))
         return CUDA_ERROR_INVALID_VALUE;
     bool ok = false;
     CUmemorytype dt = CU_MEMORYTYPE_DEVICE, st = CU_MEMORYTYPE_DEVICE;
@@ -149,8 +154,9 @@ CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_stage
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     uint64_t rows = m->width ? m->size / m->width : 1;
-    uint64_t span = m->width ? span_2d(m->pitch, m->width, rows) : m->size;
-    if (!c->staging_registered || (m->width && m->size % m->width) || !span || !dev_ok(c, m->dev, span)) {
+    uint64_t span = m->size;
+    if (!c->staging_registered || (m->width && (m->size % m->width || !cumux_span_2d(m->pitch, m->width, rows, &span))) ||
+        !dev_ok(c, m->dev, span)) {
         stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -203,8 +209,9 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
     /* 2-D: whole rows per chunk, packed; the client unpacks them. */
     uint64_t width = m->width, rows = width ? m->size / width : 0;
     uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
-    uint64_t span = width ? span_2d(m->pitch, width, rows) : m->size;
-    if (!c->staging_registered || chunk == 0 || (width && m->size % width) || !span || !dev_ok(c, m->dev, span))
+    uint64_t span = m->size;
+    if (!c->staging_registered || chunk == 0 || m->size == 0 ||
+        (width && (m->size % width || !cumux_span_2d(m->pitch, width, rows, &span))) || !dev_ok(c, m->dev, span))
         return CUDA_ERROR_INVALID_VALUE;
     srv_staging_flush(c);
     CHECK(before_op(s));
@@ -250,16 +257,14 @@ CUresult op_memset(struct srv_client *c, const struct cumux_memset *m)
     struct srv_stream *s = stream_get(c, m->stream);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (m->elem_size != 1 && m->elem_size != 2 && m->elem_size != 4)
+    uint64_t span;
+    if (!memset_span(m, &span))
         return CUDA_ERROR_INVALID_VALUE;
-    if (m->width == 0 || m->height == 0)
+    if (span == 0)
         return CUDA_SUCCESS;
-    uint64_t row = m->width * m->elem_size;
-    if (m->width > (1ull << 48) || m->height > (1ull << 32) || (m->height > 1 && m->pitch < row) || m->pitch > (1ull << 40))
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t span = m->height > 1 ? m->pitch * (m->height - 1) + row : row;
     if (!dev_ok(c, m->dst, span))
         return CUDA_ERROR_INVALID_VALUE;
+    uint64_t row = m->width * m->elem_size; /* no overflow: memset_span checked it */
     CHECK(before_op(s));
     CUresult r;
     bool twod = m->height > 1 || m->pitch != 0;

@@ -264,9 +264,11 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     const uint8_t *payload = (const uint8_t *)body + op_shape[hdr->op].body;
     uint32_t payload_len = body_len - op_shape[hdr->op].body;
 
+    /* Handlers write their reply here, in server memory, never straight into the reply slot: the slot is
+     * shared memory the client may rewrite while a handler runs, so nothing there may be read back. */
     static __thread uint8_t scratch[CUMUX_REPLY_DATA];
     struct cumux_reply_slot *slot = answered ? &c->shm->replies[hdr->reply] : NULL;
-    uint8_t *out = slot ? slot->data : scratch;
+    uint8_t *out = scratch;
     uint32_t out_len = 0;
     CUresult r;
     switch ((enum cumux_op)hdr->op) {

@@ -24,7 +24,9 @@ void after_op(struct srv_stream *s);
 struct srv_stream *stream_get(struct srv_client *c, uint32_t h);
 bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n);
 bool host_ok(struct srv_client *c, uint64_t p, uint64_t n);
-uint64_t span_2d(uint64_t pitch, uint64_t width, uint64_t height);
+/* The device bytes a memset (or memset node) touches from m->dst; false when its shape is invalid or
+ * overflows. width 0 or height 0 is a valid empty memset (span 0). */
+bool memset_span(const struct cumux_memset *m, uint64_t *span);
 
 /* Host functions: the job a trampoline runs. */
 struct hostfn_job {

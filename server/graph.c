@@ -219,12 +219,10 @@ static CUresult add_node(struct srv_client *c, const struct cumux_graph_node *m,
     }
     case CUMUX_NODE_MEMSET: {
         const struct cumux_memset *ms = (const void *)payload;
-        if (len < sizeof *ms || (ms->elem_size != 1 && ms->elem_size != 2 && ms->elem_size != 4))
+        uint64_t span;
+        if (len < sizeof *ms || !memset_span(ms, &span) || span == 0 || !dev_ok(c, ms->dst, span))
             return CUDA_ERROR_INVALID_VALUE;
-        uint64_t row = ms->width * ms->elem_size;
-        uint64_t span = span_2d(ms->height > 1 ? ms->pitch : row, row, ms->height);
-        if (!span || !dev_ok(c, ms->dst, span))
-            return CUDA_ERROR_INVALID_VALUE;
+        uint64_t row = ms->width * ms->elem_size; /* no overflow: memset_span checked it */
         CUDA_MEMSET_NODE_PARAMS p = {.dst = ms->dst, .pitch = (size_t)(ms->pitch ? ms->pitch : row), .value = ms->value,
                                      .elementSize = ms->elem_size, .width = (size_t)ms->width, .height = (size_t)ms->height};
         return cuGraphAddMemsetNode(node, g, deps, m->ndeps, &p, srv_gpus[c->current_gpu].ctx);
@@ -233,8 +231,9 @@ static CUresult add_node(struct srv_client *c, const struct cumux_graph_node *m,
         const struct cumux_copy_2d *cp = (const void *)payload;
         if (len < sizeof *cp)
             return CUDA_ERROR_INVALID_VALUE;
-        uint64_t ds = span_2d(cp->dst_pitch, cp->width, cp->height), ss = span_2d(cp->src_pitch, cp->width, cp->height);
-        bool ok = ds && ss &&
+        uint64_t ds, ss;
+        bool ok = cumux_span_2d(cp->dst_pitch, cp->width, cp->height, &ds) &&
+                  cumux_span_2d(cp->src_pitch, cp->width, cp->height, &ss) &&
                   (cp->kind == CUMUX_COPY_HTOD   ? host_ok(c, cp->src, ss) && dev_ok(c, cp->dst, ds)
                    : cp->kind == CUMUX_COPY_DTOH ? dev_ok(c, cp->src, ss) && host_ok(c, cp->dst, ds)
                    : cp->kind == CUMUX_COPY_DTOD ? dev_ok(c, cp->src, ss) && dev_ok(c, cp->dst, ds)

@@ -144,40 +144,49 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
         free(f);
         return r;
     }
-    /* Parameter layout, so the client packs arguments itself and launches need no round trip. */
-    struct cumux_function_info *info = (struct cumux_function_info *)out;
-    struct cumux_param_layout *p = (struct cumux_param_layout *)(info + 1);
+    /* Parameter layout, so the client packs arguments itself and launches need no round trip. It is
+     * gathered in server memory: the reply slot is shared memory the client can rewrite at any moment,
+     * and launches index the client's argument buffer with these offsets. */
+    uint32_t max = (uint32_t)((CUMUX_REPLY_DATA - sizeof(struct cumux_function_info)) / sizeof(struct cumux_param_layout));
+    if (max > CUMUX_MAX_PARAMS)
+        max = CUMUX_MAX_PARAMS;
+    struct cumux_param_layout *layout = malloc(max * sizeof *layout);
+    f->param_offsets = malloc((max + 1) * sizeof *f->param_offsets);
     uint32_t n = 0, bytes = 0;
-    size_t max = (CUMUX_REPLY_DATA - sizeof *info) / sizeof *p;
-    for (; n < max && n < CUMUX_MAX_PARAMS; n++) {
+    for (; layout && f->param_offsets && n < max; n++) {
         size_t off, sz;
         CUresult q = f->is_kernel ? cuKernelGetParamInfo((CUkernel)f->fn, n, &off, &sz)
                                   : cuFuncGetParamInfo(f->fn, n, &off, &sz);
         if (q != CUDA_SUCCESS)
             break;
-        p[n].offset = (uint32_t)off;
-        p[n].size = (uint32_t)sz;
-        if (off + sz > bytes)
-            bytes = (uint32_t)(off + sz);
+        uint64_t end;
+        if (!cumux_add_u64(off, sz, &end) || end > UINT32_MAX) {
+            n = 0;
+            bytes = UINT32_MAX; /* a layout no launch can match: the function is unusable, not unsafe */
+            break;
+        }
+        layout[n] = (struct cumux_param_layout){(uint32_t)off, (uint32_t)sz};
+        f->param_offsets[n] = (uint32_t)off;
+        if (end > bytes)
+            bytes = (uint32_t)end;
     }
     f->module = m->module;
     f->param_bytes = bytes;
     f->nparams = n;
     f->name = f->is_kernel ? strdup(m->name) : NULL;
-    f->param_offsets = malloc((n + 1) * sizeof *f->param_offsets);
-    for (uint32_t i = 0; f->param_offsets && i < n; i++)
-        f->param_offsets[i] = p[i].offset;
-    uint32_t h = f->param_offsets ? handle_new(c, OBJ_FUNCTION, f) : 0;
+    uint32_t h = layout && f->param_offsets && (!f->is_kernel || f->name) ? handle_new(c, OBJ_FUNCTION, f) : 0;
     if (!h) {
+        free(layout);
         free(f->param_offsets);
+        free(f->name);
         free(f);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    info->function = h;
-    info->nparams = n;
-    info->param_bytes = bytes;
-    info->pad = 0;
-    *out_len = (uint32_t)(sizeof *info + n * sizeof *p);
+    struct cumux_function_info *info = (struct cumux_function_info *)out;
+    *info = (struct cumux_function_info){.function = h, .nparams = n, .param_bytes = bytes};
+    memcpy(info + 1, layout, n * sizeof *layout);
+    free(layout);
+    *out_len = (uint32_t)(sizeof *info + n * sizeof *layout);
     return CUDA_SUCCESS;
 }
 

@@ -214,10 +214,47 @@ static void random_ops(unsigned long nops, uint64_t offset, uint64_t space, uint
     cumux_ranges_free(&t);
 }
 
+/* The overflow-checked arithmetic every range the server computes goes through. The 2-D cases are the
+ * ones that wrapped before: pitch 2^33 and 2^31 + 1 rows of 4 bytes span 2^64 + 4 bytes, which used to
+ * come out as 4 and pass the range check of a 4 KiB buffer. */
+static void span_cases(void)
+{
+    uint64_t v = 7;
+    REQUIRE(cumux_add_u64(1, 2, &v) && v == 3, "1 + 2");
+    REQUIRE(cumux_add_u64(UINT64_MAX - 1, 1, &v) && v == UINT64_MAX, "largest sum");
+    v = 7;
+    REQUIRE(!cumux_add_u64(UINT64_MAX, 1, &v) && v == 7, "sum that wraps: refused, *out untouched");
+    REQUIRE(cumux_mul_u64(1ull << 32, (1ull << 32) - 1, &v) && v == (1ull << 32) * ((1ull << 32) - 1), "largest product");
+    REQUIRE(!cumux_mul_u64(1ull << 32, 1ull << 32, &v), "2^32 * 2^32");
+    REQUIRE(!cumux_mul_u64(4, 1ull << 62, &v), "4 * 2^62");
+    REQUIRE(cumux_mul_u64(0, UINT64_MAX, &v) && v == 0, "0 * anything");
+
+    REQUIRE(cumux_span_2d(0, 16, 1, &v) && v == 16, "one row ignores the pitch");
+    REQUIRE(cumux_span_2d(64, 16, 3, &v) && v == 144, "3 rows of 16, 64 apart");
+    REQUIRE(cumux_span_2d(16, 16, 4, &v) && v == 64, "packed rows");
+    REQUIRE(!cumux_span_2d(15, 16, 2, &v), "overlapping rows");
+    REQUIRE(!cumux_span_2d(64, 0, 3, &v), "empty rows");
+    REQUIRE(!cumux_span_2d(64, 16, 0, &v), "no rows");
+    REQUIRE(!cumux_span_2d(1ull << 33, 4, (1ull << 31) + 1, &v), "pitch 2^33, 2^31+1 rows: 2^64 + 4 bytes");
+    REQUIRE(!cumux_span_2d(1ull << 40, 1ull << 40, 1ull << 32, &v), "the old limits' largest product");
+    REQUIRE(!cumux_span_2d(UINT64_MAX, 1, 2, &v), "pitch + row wraps");
+    REQUIRE(cumux_span_2d(UINT64_MAX - 1, 1, 2, &v) && v == UINT64_MAX, "the largest span");
+    /* Against 128-bit arithmetic, at random. */
+    for (int i = 0; i < 200000; i++) {
+        uint64_t pitch = rnd() >> (rnd() % 64), row = rnd() >> (rnd() % 64), rows = rnd() >> (rnd() % 64);
+        unsigned __int128 exact = rows ? (unsigned __int128)pitch * (rows - 1) + row : 0;
+        bool want = rows && row && (rows == 1 || pitch >= row) && exact <= UINT64_MAX;
+        bool got = cumux_span_2d(pitch, row, rows, &v);
+        REQUIRE(got == want && (!got || v == (uint64_t)exact), "span(%llu, %llu, %llu)", (unsigned long long)pitch,
+                (unsigned long long)row, (unsigned long long)rows);
+    }
+}
+
 int main(int argc, char **argv)
 {
     unsigned long nops = argc > 1 ? strtoul(argv[1], NULL, 10) : 200000;
     fixed_cases();
+    span_cases();
     /* Dense: small addresses and sizes, so most adds collide and most probes hit edges. */
     random_ops(nops, 0, 4096, 64);
     /* Sparse, growing the table to hundreds of ranges. */
