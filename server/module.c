@@ -39,6 +39,26 @@ void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
     free(mod);
 }
 
+/* The client's image, read-only, with a page of zeros after the file's pages. The driver reads PTX as a C
+ * string, and the client chose the bytes: without a NUL of ours behind them, its strlen would run off the
+ * end of the mapping (or, for an image that ends on a page boundary, into the page past the end of the
+ * file, which raises SIGBUS) and take the server down. */
+static void *map_image(int fd, size_t size, size_t *map_len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t file_pages = (size + page - 1) / page * page;
+    size_t len = file_pages + page;
+    void *base = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return NULL;
+    if (mmap(base, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        munmap(base, len);
+        return NULL;
+    }
+    *map_len = len;
+    return base;
+}
+
 CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, uint8_t *out, uint32_t *out_len)
 {
     int fd = recv_client_fd(c, m->size);
@@ -56,11 +76,9 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    /* One zero byte past the image: PTX text must end in NUL and the driver reads it as a C string. */
-    mod->image_size = (size_t)m->size + 1;
-    mod->image = mmap(NULL, mod->image_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    mod->image = map_image(fd, (size_t)m->size, &mod->image_size);
     close(fd);
-    if (mod->image == MAP_FAILED) {
+    if (!mod->image) {
         free(mod);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
