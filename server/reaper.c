@@ -21,6 +21,8 @@ static pthread_mutex_t reap_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reap_cond = PTHREAD_COND_INITIALIZER;
 static struct reap_job *reap_head, **reap_tail = &reap_head;
 static bool reap_stopping, reap_started;
+static uint64_t reap_queued, reap_done; /* for srv_reaper_drain */
+static pthread_cond_t reap_idle = PTHREAD_COND_INITIALIZER;
 static pthread_t reap_thread;
 
 static void run_job(struct reap_job *j)
@@ -70,6 +72,8 @@ static void *reaper_main(void *arg)
         run_job(j);
         free(j);
         pthread_mutex_lock(&reap_lock);
+        reap_done++;
+        pthread_cond_broadcast(&reap_idle);
     }
     pthread_mutex_unlock(&reap_lock);
     return NULL;
@@ -90,7 +94,16 @@ void srv_reap(enum reap_kind kind, int gpu, void *ptr, size_t len, void *handle)
     *j = (struct reap_job){kind, gpu, ptr, len, handle, NULL};
     *reap_tail = j;
     reap_tail = &j->next;
+    reap_queued++;
     pthread_cond_signal(&reap_cond);
+    pthread_mutex_unlock(&reap_lock);
+}
+
+void srv_reaper_drain(void)
+{
+    pthread_mutex_lock(&reap_lock);
+    while (reap_started && reap_done != reap_queued)
+        pthread_cond_wait(&reap_idle, &reap_lock);
     pthread_mutex_unlock(&reap_lock);
 }
 

@@ -161,6 +161,7 @@ enum reap_kind { REAP_HOST_MEMORY, REAP_UNMAP, REAP_MODULE, REAP_LIBRARY, REAP_P
 void srv_reap(enum reap_kind kind, int gpu, void *ptr, size_t len, void *handle);
 int srv_reaper_start(void);
 void srv_reaper_stop(void);
+void srv_reaper_drain(void); /* until every job queued so far is done (tests: leak checks) */
 
 struct hostfn_job;
 
