@@ -86,12 +86,23 @@ static int shim_dir(char *out, size_t len)
     return 0;
 }
 
+/* A connection to the server, checked to be ours (cumux_connect_checked) before anything is sent. -1 with
+ * errno EPERM (said on stderr) when another user's process holds the pipe directory; -1 with another
+ * errno when no server runs. */
 static int connect_server(void)
 {
-    char path[256];
-    if (cumux_socket_path(path, sizeof path) < 0)
+    char path[256], err[512];
+    if (cumux_socket_path(path, sizeof path) < 0) {
+        errno = ENAMETOOLONG;
         return -1;
-    return cumux_sock_connect(path);
+    }
+    int s = cumux_connect_checked(path, err, sizeof err);
+    if (s < 0 && errno == EPERM) {
+        fprintf(stderr, "cumux: another user's process holds the pipe directory %s: %s. Use another "
+                        "CUMUX_PIPE_DIRECTORY.\n", cumux_pipe_directory(), err);
+        errno = EPERM;
+    }
+    return s;
 }
 
 /* Send a hello of this kind and print the text that comes back. */
@@ -179,6 +190,8 @@ static int cmd_start(int argc, char **argv)
         fprintf(stderr, "cumux: cumuxd already runs on %s\n", cumux_pipe_directory());
         return 0;
     }
+    if (errno == EPERM)
+        return 1;
     int r = start_server(fg);
     if (r == 0)
         printf("cumuxd started (pipe directory %s)\n", cumux_pipe_directory());
@@ -188,6 +201,8 @@ static int cmd_start(int argc, char **argv)
 static int cmd_stop(void)
 {
     if (request(CUMUX_HELLO_STOP, NULL) < 0) {
+        if (errno == EPERM)
+            return 1;
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
         return 1;
     }
@@ -216,6 +231,8 @@ static int cmd_stop(void)
 static int cmd_status(void)
 {
     if (request(CUMUX_HELLO_STATUS, stdout) < 0) {
+        if (errno == EPERM)
+            return 1;
         printf("cumuxd is not running (pipe directory %s)\n", cumux_pipe_directory());
         return 1;
     }
@@ -226,12 +243,16 @@ static int cmd_status(void)
 static int ensure_server(void)
 {
     int s = connect_server();
+    if (s < 0 && errno == EPERM)
+        return 1; /* someone else's: starting ours there would fail, and the user must choose */
     if (s < 0 && start_server(false) != 0) {
         /* Another `cumux run` may have started it at the same moment: give it a few seconds. */
-        for (int t = 0; t < 100 && (s = connect_server()) < 0; t++) {
+        for (int t = 0; t < 100 && (s = connect_server()) < 0 && errno != EPERM; t++) {
             struct timespec ts = {0, 50 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
+        if (s < 0 && errno == EPERM)
+            return 1;
         if (s < 0) {
             fprintf(stderr, "cumux: cannot start cumuxd\n");
             return 1;

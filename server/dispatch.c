@@ -20,6 +20,11 @@ CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
 
 /* ---------------------------------------------------------------- handles */
 
+/* Handles one client may hold at once (CUMUX_MAX_HANDLES, cumuxd --max-handles): without a bound, one
+ * client could grow the server's memory without end. Past it, handle_new returns 0, which every caller
+ * answers with CUDA_ERROR_OUT_OF_MEMORY. */
+uint32_t srv_max_handles = 1u << 20;
+
 uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
 {
     for (uint32_t i = c->free_hint; i < c->nhandles; i++) {
@@ -29,6 +34,9 @@ uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
             return i + 1;
         }
     }
+    /* No free slot: the table holds as many live handles as it has entries. */
+    if (c->nhandles >= srv_max_handles)
+        return 0;
     if (c->nhandles == c->caphandles) {
         uint32_t cap = c->caphandles ? c->caphandles * 2 : 64;
         if (cap > (1u << 24))

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -35,38 +36,79 @@ static void on_signal(int sig)
     (void)w;
 }
 
-/* The pipe directory (private_dir) must be ours and closed to others, or someone else could stand in
- * for the server; the log directory only has to exist. */
-static int make_dir(const char *path, bool private_dir)
+/* The pipe directory must be ours and closed to others, or someone else could stand in for the server:
+ * made if missing, then opened without following a link (O_NOFOLLOW: a link to a good directory is
+ * refused too, since whoever made the link may change where it points) and checked through the
+ * descriptor, so what was checked is what we use. Returns the directory's descriptor, or -1. */
+static int open_pipe_dir(const char *path)
+{
+    if (mkdir(path, 0700) < 0 && errno != EEXIST)
+        return -1;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        int e = errno;
+        if ((e == ELOOP || e == ENOTDIR) && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+            fprintf(stderr, "cumuxd: pipe directory %s is a symbolic link: refusing it (give a real directory)\n",
+                    path);
+        else if (e == ENOTDIR)
+            fprintf(stderr, "cumuxd: pipe directory %s is not a directory\n", path);
+        errno = e == ELOOP ? EPERM : e;
+        return -1;
+    }
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (st.st_uid != getuid()) {
+        fprintf(stderr, "cumuxd: pipe directory %s belongs to uid %u, not to this server's uid %u\n", path,
+                (unsigned)st.st_uid, (unsigned)getuid());
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    if (st.st_mode & 077) {
+        fprintf(stderr, "cumuxd: pipe directory %s has mode %04o: it must be closed to others (0700)\n", path,
+                (unsigned)(st.st_mode & 07777));
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}
+
+/* path still names the directory open as dirfd (nobody renamed another into its place). */
+static bool same_dir(int dirfd, const char *path)
+{
+    struct stat a, b;
+    return fstat(dirfd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* The log directory only has to exist. */
+static int make_log_dir(const char *path)
 {
     if (mkdir(path, 0700) < 0 && errno != EEXIST)
         return -1;
     struct stat st;
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (stat(path, &st) < 0)
         return -1;
-    if (private_dir && (st.st_uid != getuid() || (st.st_mode & 077) != 0)) {
-        fprintf(stderr, "cumuxd: %s must belong to uid %u and be closed to others (mode 0700)\n", path,
-                (unsigned)getuid());
-        errno = EPERM;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
         return -1;
     }
     return 0;
 }
 
-static void send_text(int sock, const char *text, int status)
-{
-    struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = status,
-                              .text_len = strlen(text)};
-    if (cumux_sock_send(sock, &w, sizeof w, -1) == 0)
-        cumux_sock_send(sock, text, strlen(text), -1);
-}
-
-static void status_report(int sock)
+/* The status text (malloc'd), or NULL. */
+static char *status_report(void)
 {
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
+    bool locked = false;
     if (!buf)
-        return;
+        return NULL;
 #define APPEND(...)                                                                                    \
     do {                                                                                               \
         int n_;                                                                                        \
@@ -92,6 +134,7 @@ static void status_report(int sock)
                (t - f) >> 20, t >> 20);
     }
     pthread_mutex_lock(&clients_lock);
+    locked = true;
     int n = 0;
     for (struct srv_client *c = clients; c; c = c->next)
         n += !atomic_load(&c->finished);
@@ -107,85 +150,251 @@ static void status_report(int sock)
                atomic_load(&c->nstreams), (unsigned long long)atomic_load(&c->launches));
     }
     pthread_mutex_unlock(&clients_lock);
-    send_text(sock, buf, 0);
+    return buf;
 out:
+    if (locked)
+        pthread_mutex_unlock(&clients_lock);
     free(buf);
+    return NULL;
 #undef APPEND
 }
 
 static uint32_t next_client_id = 1;
 
-static void accept_one(int lsock)
-{
-    int s = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
-    if (s < 0)
-        return;
-    /* A connection that says nothing must not stall the server. */
-    struct timeval tv = {.tv_usec = 500000};
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+/* ---------------------------------------------------------------- connections before they are clients
+ * The main thread never blocks on a connection: each waits for its hello in the poll loop (non-blocking
+ * socket) with a deadline, and replies (status, refusals) are written as the peer reads them, with a
+ * deadline too. A silent, slow or non-reading peer so costs one slot and its descriptor until its
+ * deadline, never anyone else's time. */
+#define HELLO_DEADLINE_NS 2000000000ull /* to send the whole hello */
+#define REPLY_DEADLINE_NS 5000000000ull /* to read the whole reply */
+#define MAX_PENDING 1024                /* connections past it are closed at once */
+
+struct conn {
+    int fd;            /* -1: done, to be removed */
+    uint64_t deadline; /* cumux_now_ns() */
     struct ucred cred;
-    socklen_t cl = sizeof cred;
-    struct cumux_hello h;
-    int out_fd = -1; /* a client's stdout may come with its hello */
-    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cumux_sock_recv(s, &h, sizeof h, &out_fd) < 0 ||
-        h.magic != CUMUX_MAGIC) {
-        if (out_fd >= 0)
-            close(out_fd);
-        close(s);
+    struct cumux_hello hello;
+    size_t got;        /* bytes of the hello so far */
+    int out_fd;        /* the descriptor that came with the hello (a client's stdout), or -1 */
+    char *reply;       /* welcome and text being written; NULL while reading the hello */
+    size_t reply_len, reply_off;
+};
+
+static struct conn *conns;
+static size_t nconns, capconns;
+static uint32_t max_clients = 256;
+static int test_sndbuf; /* CUMUX_TEST_SNDBUF (tests only): SO_SNDBUF of accepted connections */
+
+static void conn_close(struct conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->out_fd >= 0)
+        close(c->out_fd);
+    free(c->reply);
+    c->fd = c->out_fd = -1;
+    c->reply = NULL;
+}
+
+/* Write what the peer's socket takes now; the connection is closed once all of it went, or on error. */
+static void conn_flush(struct conn *c)
+{
+    while (c->reply_off < c->reply_len) {
+        ssize_t n = send(c->fd, c->reply + c->reply_off, c->reply_len - c->reply_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            c->reply_off += (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return; /* the rest when poll says it has room */
+        } else {
+            break;
+        }
+    }
+    conn_close(c);
+}
+
+/* A welcome carrying status and text, written as the peer reads it. */
+static void conn_reply(struct conn *c, const char *text, int status)
+{
+    size_t tl = strlen(text);
+    struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = status,
+                              .text_len = tl};
+    c->reply = malloc(sizeof w + tl);
+    if (!c->reply) {
+        conn_close(c);
         return;
     }
-    if (out_fd >= 0 && (h.kind != CUMUX_HELLO_CLIENT || !(h.flags & CUMUX_HELLO_STDOUT) ||
-                        h.version != CUMUX_PROTO_VERSION || (cred.uid != getuid() && cred.uid != 0))) {
-        close(out_fd);
-        out_fd = -1;
-    }
-    if (h.version != CUMUX_PROTO_VERSION) {
-        send_text(s, "protocol version mismatch between the shim and cumuxd: use the same build", 
-                  CUDA_ERROR_MPS_CONNECTION_FAILED);
-        close(s);
+    memcpy(c->reply, &w, sizeof w);
+    memcpy(c->reply + sizeof w, text, tl);
+    c->reply_len = sizeof w + tl;
+    c->reply_off = 0;
+    c->deadline = cumux_now_ns() + REPLY_DEADLINE_NS;
+    conn_flush(c);
+}
+
+static uint32_t client_count(void)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&clients_lock);
+    for (struct srv_client *c = clients; c; c = c->next)
+        n++; /* finished but not yet reaped ones too: they still hold their thread and descriptors */
+    pthread_mutex_unlock(&clients_lock);
+    return n;
+}
+
+/* A shim's hello: a channel and a worker, unless the server is full. */
+static void conn_client(struct conn *k)
+{
+    if (client_count() >= max_clients) {
+        char text[200];
+        snprintf(text, sizeof text, "cumuxd serves at most %u clients, and has that many; raise the limit with "
+                 "CUMUX_MAX_CLIENTS=N or cumuxd --max-clients N", max_clients);
+        cumux_logf("refused a client of pid %d: %u clients already (the limit)", (int)k->cred.pid, max_clients);
+        conn_reply(k, text, CUDA_ERROR_MPS_MAX_CLIENTS_REACHED);
         return;
     }
-    /* Only the server's own user (and root) may use it, as with MPS's default. */
-    if (cred.uid != getuid() && cred.uid != 0) {
-        send_text(s, "permission denied: cumuxd belongs to another user", CUDA_ERROR_MPS_CONNECTION_FAILED);
-        close(s);
-        return;
-    }
-    switch (h.kind) {
-    case CUMUX_HELLO_STATUS:
-        status_report(s);
-        close(s);
-        return;
-    case CUMUX_HELLO_STOP:
-        send_text(s, "stopping\n", 0);
-        close(s);
-        stop_requested = 1;
-        return;
-    case CUMUX_HELLO_CLIENT:
-        break;
-    default:
-        close(s);
-        return;
-    }
-    tv.tv_sec = 0;
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct srv_client *c = srv_client_start(s, cred.pid, cred.uid, next_client_id++, out_fd);
+    int s = k->fd, out_fd = k->out_fd;
+    struct srv_client *c = srv_client_start(s, k->cred.pid, k->cred.uid, next_client_id++, out_fd);
     if (!c) {
-        if (out_fd >= 0)
-            close(out_fd);
-        send_text(s, "cumuxd could not set up a channel", CUDA_ERROR_OUT_OF_MEMORY);
-        close(s);
+        conn_reply(k, "cumuxd could not set up a channel", CUDA_ERROR_OUT_OF_MEMORY);
         return;
     }
+    k->fd = k->out_fd = -1; /* the client owns them now */
+    conn_close(k);
     struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0,
                               .client_id = c->id, .shm_size = sizeof(struct cumux_shm)};
+    /* Still non-blocking: a fresh socket takes a welcome at once, and if it does not, the client is
+     * dropped rather than waited for. */
     if (cumux_sock_send(s, &w, sizeof w, c->shm_fd) < 0)
+        atomic_store(&c->dead, 1);
+    /* The worker reads descriptors the client sends with blocking reads (after poll says they are
+     * there): from here on the socket blocks again. */
+    int fl = fcntl(s, F_GETFL);
+    if (fl < 0 || fcntl(s, F_SETFL, fl & ~O_NONBLOCK) < 0)
         atomic_store(&c->dead, 1);
     pthread_mutex_lock(&clients_lock);
     c->next = clients;
     clients = c;
     pthread_mutex_unlock(&clients_lock);
     cumux_logf("client %u connected: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
+}
+
+/* A whole hello has come. */
+static void conn_hello(struct conn *k)
+{
+    const struct cumux_hello *h = &k->hello;
+    if (h->magic != CUMUX_MAGIC) {
+        conn_close(k);
+        return;
+    }
+    bool allowed = k->cred.uid == getuid() || k->cred.uid == 0;
+    if (k->out_fd >= 0 && (h->kind != CUMUX_HELLO_CLIENT || !(h->flags & CUMUX_HELLO_STDOUT) ||
+                           h->version != CUMUX_PROTO_VERSION || !allowed)) {
+        close(k->out_fd);
+        k->out_fd = -1;
+    }
+    if (h->version != CUMUX_PROTO_VERSION) {
+        conn_reply(k, "protocol version mismatch between the shim and cumuxd: use the same build",
+                   CUDA_ERROR_MPS_CONNECTION_FAILED);
+        return;
+    }
+    /* Only the server's own user (and root) may use it, as with MPS's default. */
+    if (!allowed) {
+        conn_reply(k, "permission denied: cumuxd belongs to another user", CUDA_ERROR_MPS_CONNECTION_FAILED);
+        return;
+    }
+    switch (h->kind) {
+    case CUMUX_HELLO_STATUS: {
+        char *text = status_report();
+        if (text)
+            conn_reply(k, text, 0);
+        else
+            conn_close(k);
+        free(text);
+        return;
+    }
+    case CUMUX_HELLO_STOP:
+        conn_reply(k, "stopping\n", 0);
+        stop_requested = 1;
+        return;
+    case CUMUX_HELLO_CLIENT:
+        conn_client(k);
+        return;
+    default:
+        conn_close(k);
+        return;
+    }
+}
+
+/* The socket is readable: take what there is of the hello. */
+static void conn_read(struct conn *k)
+{
+    ssize_t n = cumux_sock_recv_some(k->fd, (char *)&k->hello + k->got, sizeof k->hello - k->got, &k->out_fd);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (n <= 0) {
+        conn_close(k);
+        return;
+    }
+    k->got += (size_t)n;
+    if (k->got == sizeof k->hello)
+        conn_hello(k);
+}
+
+static uint64_t accept_paused_until; /* out of descriptors: the listening socket waits a little */
+
+static void accept_all(int lsock)
+{
+    for (int i = 0; i < 64; i++) {
+        int s = accept4(lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (s < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                cumux_logf("cannot accept a connection: %s", strerror(errno));
+                accept_paused_until = cumux_now_ns() + 100000000ull;
+            }
+            return;
+        }
+        struct ucred cred;
+        socklen_t cl = sizeof cred;
+        if (nconns >= MAX_PENDING || getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+            close(s);
+            continue;
+        }
+        if (nconns == capconns) {
+            size_t cap = capconns ? capconns * 2 : 64;
+            struct conn *nc = realloc(conns, cap * sizeof *nc);
+            if (!nc) {
+                close(s);
+                continue;
+            }
+            conns = nc;
+            capconns = cap;
+        }
+        if (test_sndbuf > 0)
+            setsockopt(s, SOL_SOCKET, SO_SNDBUF, &test_sndbuf, sizeof test_sndbuf);
+        conns[nconns++] = (struct conn){.fd = s, .deadline = cumux_now_ns() + HELLO_DEADLINE_NS, .cred = cred,
+                                        .out_fd = -1};
+    }
+}
+
+/* Connections done or past their deadline go. */
+static void conns_sweep(void)
+{
+    uint64_t now = cumux_now_ns();
+    size_t j = 0;
+    for (size_t i = 0; i < nconns; i++) {
+        struct conn *k = &conns[i];
+        if (k->fd >= 0 && now >= k->deadline) {
+            cumux_debugf("connection of pid %d closed: %s within its deadline", (int)k->cred.pid,
+                         k->reply ? "did not read its reply" : "no complete hello");
+            conn_close(k);
+        }
+        if (k->fd >= 0)
+            conns[j++] = *k;
+    }
+    nconns = j;
 }
 
 static void mark_dead(struct srv_client *c)
@@ -215,23 +424,41 @@ static int serve(int lsock)
     struct pollfd *fds = NULL;
     struct srv_client **owners = NULL;
     size_t cap = 0;
+    int rc = 0;
     while (!stop_requested) {
         pthread_mutex_lock(&clients_lock);
-        size_t n = 2;
+        size_t n = 2 + nconns;
         for (struct srv_client *c = clients; c; c = c->next)
             n++;
         if (n > cap) {
-            cap = n * 2;
-            fds = realloc(fds, cap * sizeof *fds);
-            owners = realloc(owners, cap * sizeof *owners);
-            if (!fds || !owners) {
+            size_t ncap = n * 2;
+            struct pollfd *nf = realloc(fds, ncap * sizeof *fds);
+            if (nf)
+                fds = nf;
+            struct srv_client **no = nf ? realloc(owners, ncap * sizeof *owners) : NULL;
+            if (no)
+                owners = no;
+            if (!nf || !no) {
                 pthread_mutex_unlock(&clients_lock);
-                return -1;
+                rc = -1;
+                break;
             }
+            cap = ncap;
         }
-        fds[0] = (struct pollfd){.fd = lsock, .events = POLLIN};
+        uint64_t now = cumux_now_ns();
+        bool accepting = now >= accept_paused_until;
+        fds[0] = (struct pollfd){.fd = accepting ? lsock : -1, .events = POLLIN};
         fds[1] = (struct pollfd){.fd = wake_pipe[0], .events = POLLIN};
-        size_t k = 2;
+        /* Connections before they are clients: reading their hello, or writing a reply. */
+        int timeout = accepting ? 1000 : 100;
+        size_t nk = nconns;
+        for (size_t i = 0; i < nk; i++) {
+            fds[2 + i] = (struct pollfd){.fd = conns[i].fd, .events = conns[i].reply ? POLLOUT : POLLIN};
+            uint64_t left_ms = conns[i].deadline > now ? (conns[i].deadline - now) / 1000000 + 1 : 0;
+            if (left_ms < (uint64_t)timeout)
+                timeout = (int)left_ms;
+        }
+        size_t k = 2 + nk;
         for (struct srv_client *c = clients; c; c = c->next) {
             if (c->hup_seen)
                 continue;
@@ -240,42 +467,85 @@ static int serve(int lsock)
             owners[k++] = c;
         }
         pthread_mutex_unlock(&clients_lock);
-        int r = poll(fds, k, 1000);
-        if (r < 0 && errno != EINTR)
+        int r = poll(fds, k, timeout);
+        if (r < 0 && errno != EINTR) {
+            rc = -1;
             break;
-        if (r <= 0)
-            continue;
-        /* Hang-ups first: reaping below frees clients that owners[] still points to. */
-        for (size_t i = 2; i < k; i++) {
-            if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
-                pthread_mutex_lock(&clients_lock);
-                owners[i]->hup_seen = true;
-                mark_dead(owners[i]);
-                pthread_mutex_unlock(&clients_lock);
+        }
+        if (r > 0) {
+            /* Hang-ups first: reaping below frees clients that owners[] still points to. */
+            for (size_t i = 2 + nk; i < k; i++) {
+                if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+                    pthread_mutex_lock(&clients_lock);
+                    owners[i]->hup_seen = true;
+                    mark_dead(owners[i]);
+                    pthread_mutex_unlock(&clients_lock);
+                }
             }
+            if (fds[1].revents) {
+                char buf[64];
+                ssize_t rd = read(wake_pipe[0], buf, sizeof buf);
+                (void)rd;
+                reap_finished();
+            }
+            for (size_t i = 0; i < nk && !stop_requested; i++) {
+                short ev = fds[2 + i].revents;
+                if (!ev || conns[i].fd < 0)
+                    continue;
+                if (conns[i].reply)
+                    conn_flush(&conns[i]); /* an error or hang-up shows as a failed send */
+                else
+                    conn_read(&conns[i]);  /* likewise as a failed or empty read */
+            }
+            if (fds[0].revents & POLLIN)
+                accept_all(lsock);
         }
-        if (fds[1].revents) {
-            char buf[64];
-            ssize_t rd = read(wake_pipe[0], buf, sizeof buf);
-            (void)rd;
-            reap_finished();
-        }
-        if (fds[0].revents & POLLIN)
-            accept_one(lsock);
+        conns_sweep();
     }
+    for (size_t i = 0; i < nconns; i++)
+        conn_close(&conns[i]);
+    nconns = 0;
+    free(conns);
+    conns = NULL;
+    capconns = 0;
     free(fds);
     free(owners);
-    return 0;
+    return rc;
 }
+
+/* A limit from the command line or the environment: 1..max, else -1. */
+static long parse_limit(const char *text, long max)
+{
+    char *end;
+    errno = 0;
+    long v = text ? strtol(text, &end, 0) : -1;
+    if (!text || errno || end == text || *end || v < 1 || v > max)
+        return -1;
+    return v;
+}
+
+#define MAX_CLIENTS_CAP 65536L
+#define MAX_HANDLES_CAP (1L << 24) /* handle_new's table never grows past it anyway */
 
 int main(int argc, char **argv)
 {
     bool foreground = false;
+    const char *max_clients_arg = getenv("CUMUX_MAX_CLIENTS"), *max_handles_arg = getenv("CUMUX_MAX_HANDLES");
+    const char *max_clients_from = "CUMUX_MAX_CLIENTS", *max_handles_from = "CUMUX_MAX_HANDLES";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--foreground") || !strcmp(argv[i], "-f")) {
             foreground = true;
+        } else if (!strcmp(argv[i], "--max-clients") && i + 1 < argc) {
+            max_clients_arg = argv[++i];
+            max_clients_from = "--max-clients";
+        } else if (!strcmp(argv[i], "--max-handles") && i + 1 < argc) {
+            max_handles_arg = argv[++i];
+            max_handles_from = "--max-handles";
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: cumuxd [--foreground]\n"
+            printf("usage: cumuxd [--foreground] [--max-clients N] [--max-handles N]\n"
+                   "  --max-clients N   clients served at once (default 256; also CUMUX_MAX_CLIENTS)\n"
+                   "  --max-handles N   handles (contexts, streams, events, modules...) per client (default "
+                   "1048576; also CUMUX_MAX_HANDLES)\n"
                    "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY (default: the pipe "
                    "directory), CUMUX_DEBUG.\nUsually started by `cumux start` or `cumux run`.\n",
                    CUMUX_DEFAULT_PIPE_DIRECTORY);
@@ -285,33 +555,67 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (max_clients_arg && *max_clients_arg) {
+        long v = parse_limit(max_clients_arg, MAX_CLIENTS_CAP);
+        if (v < 0) {
+            fprintf(stderr, "cumuxd: %s must be a number from 1 to %ld, not \"%s\"\n", max_clients_from,
+                    MAX_CLIENTS_CAP, max_clients_arg);
+            return 2;
+        }
+        max_clients = (uint32_t)v;
+    }
+    if (max_handles_arg && *max_handles_arg) {
+        long v = parse_limit(max_handles_arg, MAX_HANDLES_CAP);
+        if (v < 0) {
+            fprintf(stderr, "cumuxd: %s must be a number from 1 to %ld, not \"%s\"\n", max_handles_from,
+                    MAX_HANDLES_CAP, max_handles_arg);
+            return 2;
+        }
+        srv_max_handles = (uint32_t)v;
+    }
+    const char *sndbuf = getenv("CUMUX_TEST_SNDBUF");
+    test_sndbuf = sndbuf ? atoi(sndbuf) : 0;
+    /* Each client holds about three descriptors (socket, channel, stdout): use all we are allowed. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     cumux_log_init("cumuxd");
     umask(077);
     const char *pipe_dir = cumux_pipe_directory();
     const char *log_dir = getenv("CUMUX_LOG_DIRECTORY");
     if (!log_dir || !*log_dir)
         log_dir = pipe_dir;
-    char sock_path[256], pid_path[512], log_path[512];
-    if (make_dir(pipe_dir, true) < 0 || make_dir(log_dir, false) < 0 || cumux_socket_path(sock_path, sizeof sock_path) < 0) {
+    char sock_path[256], log_path[512];
+    int dir_fd = open_pipe_dir(pipe_dir);
+    if (dir_fd < 0 || make_log_dir(log_dir) < 0 || cumux_socket_path(sock_path, sizeof sock_path) < 0) {
         fprintf(stderr, "cumuxd: cannot use pipe directory %s or log directory %s: %s\n", pipe_dir, log_dir,
                 strerror(errno));
         return 1;
     }
-    snprintf(pid_path, sizeof pid_path, "%s/cumuxd.pid", pipe_dir);
     snprintf(log_path, sizeof log_path, "%s/cumuxd.log", log_dir);
+    /* The socket, the lock and the pid file are made in the pipe directory, which open_pipe_dir checked
+     * is a real directory of ours, mode 0700: no other user can create, rename or remove anything in it,
+     * so the names we use there are ours (root aside, who is trusted anyway). The lock and pid files are
+     * made relative to the checked descriptor; bind() needs a path, so after it we check that the path
+     * still leads to that same directory (its parent might let someone rename it away). */
     /* One server per pipe directory, even when several `cumux run` start one at the same moment: the lock
      * is held for the server's life (the daemon inherits it). */
-    char lock_path[512];
-    snprintf(lock_path, sizeof lock_path, "%s/cumuxd.lock", pipe_dir);
-    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int lock_fd = openat(dir_fd, "cumuxd.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
         fprintf(stderr, "cumuxd: a server already runs for %s\n", pipe_dir);
         return 1;
     }
-    int probe = cumux_sock_connect(sock_path);
+    char err[512];
+    int probe = cumux_connect_checked(sock_path, err, sizeof err);
     if (probe >= 0) {
         close(probe);
         fprintf(stderr, "cumuxd: a server already listens on %s\n", sock_path);
+        return 1;
+    }
+    if (errno == EPERM) {
+        fprintf(stderr, "cumuxd: another user's process listens in the pipe directory: %s\n", err);
         return 1;
     }
 
@@ -336,7 +640,7 @@ int main(int argc, char **argv)
         setsid();
         if (fork() > 0)
             _exit(0);
-        int lf = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        int lf = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (lf >= 0) {
             dup2(lf, STDOUT_FILENO);
@@ -376,11 +680,24 @@ int main(int argc, char **argv)
         cumux_logf("cannot listen on %s: %s", sock_path, strerror(errno));
         goto out;
     }
-    chmod(sock_path, 0600);
-    FILE *pf = fopen(pid_path, "w");
-    if (pf) {
-        fprintf(pf, "%d\n", (int)getpid());
-        fclose(pf);
+    /* accept_all takes connections until none is left: it must not block then. */
+    int lfl = fcntl(lsock, F_GETFL);
+    if (lfl < 0 || fcntl(lsock, F_SETFL, lfl | O_NONBLOCK) < 0) {
+        cumux_logf("cannot make %s non-blocking: %s", sock_path, strerror(errno));
+        goto out;
+    }
+    if (!same_dir(dir_fd, pipe_dir)) {
+        cumux_logf("the pipe directory %s was replaced while the server started: stopping", pipe_dir);
+        goto out;
+    }
+    fchmodat(dir_fd, CUMUX_SOCKET_NAME, 0600, 0);
+    int pf = openat(dir_fd, "cumuxd.pid", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (pf >= 0) {
+        char line[32];
+        int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+        ssize_t w = write(pf, line, (size_t)n);
+        (void)w;
+        close(pf);
     }
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = {.sa_handler = on_signal};
@@ -397,7 +714,7 @@ int main(int argc, char **argv)
     serve(lsock);
     cumux_logf("stopping: disconnecting clients");
     close(lsock);
-    unlink(sock_path);
+    unlinkat(dir_fd, CUMUX_SOCKET_NAME, 0);
     pthread_mutex_lock(&clients_lock);
     for (struct srv_client *c = clients; c; c = c->next) {
         shutdown(c->sock, SHUT_RDWR);
@@ -414,7 +731,7 @@ int main(int argc, char **argv)
             break;
         srv_client_free(c);
     }
-    unlink(pid_path);
+    unlinkat(dir_fd, "cumuxd.pid", 0);
     srv_reaper_stop();
     srv_gpus_fini();
     cumux_logf("stopped");

@@ -104,6 +104,8 @@ struct srv_handle {
     void *obj;
 };
 
+extern uint32_t srv_max_handles; /* per client (dispatch.c) */
+
 enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3 };
 
 struct srv_client {

@@ -212,7 +212,13 @@ static CUresult connect_server(void)
         cumux_logf("pipe directory %s: path too long", cumux_pipe_directory());
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
-    int s = cumux_sock_connect(path);
+    /* Who listens is checked before our hello (and our stdout with it) goes out. */
+    char err[512];
+    int s = cumux_connect_checked(path, err, sizeof err);
+    if (s < 0 && errno == EPERM) {
+        cumux_logf("refusing cumuxd at %s: %s", path, err);
+        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+    }
     if (s < 0) {
         cumux_logf("cannot reach cumuxd at %s (%s): start the server with `cumux start`, or run the program "
                    "with `cumux run -- PROGRAM`; set CUMUX_PIPE_DIRECTORY if it uses another pipe directory",
