@@ -1,0 +1,184 @@
+/* fakecuda: a CUDA driver that emulates one GPU in host memory, for cumuxd on machines without one
+ * (docs/fake-driver.md). Internal declarations shared by the fake's files. */
+#ifndef CUMUX_FAKECUDA_H
+#define CUMUX_FAKECUDA_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every object handed out starts with a magic, so a wrong or stale handle is refused, not followed. */
+enum {
+    FC_MAGIC_STREAM = 0x5354524du,
+    FC_MAGIC_EVENT = 0x4556454eu,
+    FC_MAGIC_MODULE = 0x4d4f4455u,
+    FC_MAGIC_LIBRARY = 0x4c494252u,
+    FC_MAGIC_FUNC = 0x46554e43u,
+    FC_MAGIC_POOL = 0x504f4f4cu,
+    FC_MAGIC_GRAPH = 0x47524150u,
+    FC_MAGIC_NODE = 0x4e4f4445u,
+    FC_MAGIC_EXEC = 0x45584543u,
+    FC_MAGIC_DEAD = 0xdeaddeadu,
+};
+
+#define FC_SM_COUNT 132
+#define FC_CLOCK_KHZ 1980000 /* spin kernels turn cycles into time at this rate */
+
+#define CHECK_RET(call)                                                                                \
+    do {                                                                                               \
+        CUresult r_ = (call);                                                                          \
+        if (r_ != CUDA_SUCCESS)                                                                        \
+            return r_;                                                                                 \
+    } while (0)
+
+/* ---- the oracle (fake_core.c): abort unless the range is wholly inside one live object ---- */
+_Noreturn void fc_oracle_fail(const char *call, uint64_t p, uint64_t n);
+void fc_oracle_dev(const char *call, uint64_t p, uint64_t n);  /* device memory (allocation or global) */
+void fc_oracle_host(const char *call, uint64_t p, uint64_t n); /* registered (pinned) host memory */
+void fc_oracle_any(const char *call, uint64_t p, uint64_t n);  /* either: what a kernel may touch */
+/* a*b and a+b saturated at UINT64_MAX: an overflowing span is out of every allocation, and says so */
+uint64_t fc_mul_sat(uint64_t a, uint64_t b);
+uint64_t fc_add_sat(uint64_t a, uint64_t b);
+
+/* ---- device state (fake_core.c) ---- */
+CUresult fc_check_init(void);
+bool fc_is_device_ptr(uint64_t p);
+enum fc_alloc_kind { FC_ALLOC = 1, FC_GLOBAL = 2 };
+struct fc_pool;
+CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *pool, uint64_t *out);
+void fc_mem_release(uint64_t base); /* the stream reached the free: unmapped now */
+CUresult fc_mem_free_begin(uint64_t base); /* a free is queued: a second one is an error */
+
+/* ---- live counts, written to $CUMUX_FAKE_STATS ---- */
+struct fc_stats {
+    _Atomic long allocations, alloc_bytes, streams, events, modules, libraries, graphs, graph_execs,
+        host_registered, pools;
+};
+extern struct fc_stats fc_stats;
+void fc_stats_start(void);
+
+/* ---- work: one op per asynchronous call, run in stream order (fake_stream.c) ---- */
+enum fc_op_kind { OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY };
+
+struct fc_func;
+struct fc_event;
+struct fc_stream;
+
+struct fc_copy {
+    CUmemorytype dtype, stype; /* HOST or DEVICE */
+    uint64_t dst, src, dpitch, spitch;
+    uint64_t dslice, sslice; /* rows per slice (3-D) */
+    uint64_t width, height, depth;
+};
+
+struct fc_memset {
+    uint64_t dst, pitch, width, height; /* width in elements */
+    unsigned value, elem;
+};
+
+struct fc_op {
+    enum fc_op_kind kind;
+    const char *call; /* the driver call that made it, for the oracle's line */
+    uint64_t seq;
+    struct fc_op *next;
+    /* Dispatch order across streams (fake_stream.c): the ticket of its submission; while it is at the
+     * head of its stream it is on the order list, and holds back later tickets until it has run. */
+    uint64_t ticket, ord_start;
+    bool ord_in, ord_released;
+    struct fc_op *ord_prev, *ord_next;
+    union {
+        struct {
+            struct fc_func *fn;
+            unsigned grid[3], block[3], shmem;
+            uint8_t *args;
+        } k;
+        struct fc_copy cp;
+        struct fc_memset ms;
+        struct {
+            CUhostFn fn;
+            void *data;
+        } h;
+        struct {
+            struct fc_event *ev;
+            uint64_t gen;
+        } rec;
+        struct {
+            struct fc_stream *s;
+            uint64_t seq;
+        } wait;
+        uint64_t free_ptr;
+        struct {
+            struct fc_op **ops;
+            size_t n;
+        } graph;
+    } u;
+};
+
+struct fc_op *fc_op_new(enum fc_op_kind kind, const char *call);
+struct fc_op *fc_op_clone(const struct fc_op *op);
+void fc_op_free(struct fc_op *op);
+void fc_op_check(const struct fc_op *op); /* the oracle on what the op will touch */
+void fc_op_run(struct fc_op *op);
+/* Queue an op on a stream (or record it into the stream's capture); takes the op in every case. */
+CUresult fc_submit(CUstream hs, struct fc_op *op);
+void fc_drain(void);
+/* The running op waits (a spin kernel, a host function): later work on other streams may start. */
+void fc_order_release(void);
+/* The stream exists and is not capturing (work the fake cannot capture asks this); a capture is
+ * invalidated, as by the real driver. */
+CUresult fc_stream_usable(CUstream hs); /* wait for everything queued so far on every stream */
+CUresult fc_copy_validate(const struct fc_copy *c);
+CUresult fc_memset_validate(const struct fc_memset *m);
+void fc_copy_from_3d(struct fc_copy *c, const CUDA_MEMCPY3D *p);
+
+/* ---- graphs and capture (fake_graph.c) ---- */
+struct fc_gnode;
+struct fc_graph *fc_graph_new(void);
+/* Add an op as a node of graph g after deps; takes the op. Caller holds fc_graph_mu. */
+CUresult fc_graph_add(struct fc_graph *g, struct fc_gnode *const *deps, size_t ndeps, struct fc_op *op,
+                      struct fc_gnode **out);
+extern pthread_mutex_t fc_graph_mu;
+
+/* ---- modules and kernels (fake_module.c, fake_kernels.c) ---- */
+struct fc_module;
+struct fc_launch {
+    const struct fc_func *fn;
+    const char *call;
+    unsigned grid[3], block[3];
+    const uint8_t *args;
+};
+struct fc_kernel_def {
+    const char *name;
+    const char *call; /* "kernel <name>", for the oracle's line */
+    unsigned nparams;
+    unsigned off[8], size[8];
+    int max_threads, num_regs, static_smem;
+    void (*run)(const struct fc_launch *l);
+};
+struct fc_global_def {
+    const char *name;
+    size_t size;
+};
+extern const struct fc_kernel_def fc_kernels[];
+extern const size_t fc_nkernels;
+extern const struct fc_global_def fc_globals[];
+extern const size_t fc_nglobals;
+
+struct fc_func {
+    uint32_t magic;
+    const struct fc_kernel_def *def;
+    struct fc_module *mod;
+    _Atomic int max_dyn_smem, carveout, nonportable_cluster, cluster_policy;
+};
+struct fc_func *fc_func_get(const void *h);
+/* A kernel op from launch arguments, checked as cuLaunchKernel checks them. */
+CUresult fc_kernel_op(struct fc_func *f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
+                      void **params, void **extra, const char *call, struct fc_op **out);
+unsigned fc_param_bytes(const struct fc_kernel_def *d);
+/* A module global's device address by name, for kernels that use one. */
+uint64_t fc_module_global(const struct fc_module *m, const char *name, size_t *size);
+
+#endif

@@ -1,0 +1,1030 @@
+/* fakecuda core: the device, its primary context, device memory in one reserved host region, memory
+ * pools, registered host memory, the oracle, error names, the export table cumuxd asks for, and the
+ * live counts file. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+struct fc_stats fc_stats;
+
+/* ---------------------------------------------------------------- the oracle */
+
+uint64_t fc_mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t fc_add_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+void fc_oracle_fail(const char *call, uint64_t p, uint64_t n)
+{
+    /* One line, written at once (no stdio buffering), then abort: the server is wrong. */
+    char line[256];
+    int len = snprintf(line, sizeof line, "FAKECUDA ORACLE: %s: access [0x%llx,+%llu) outside any allocation\n", call,
+                       (unsigned long long)p, (unsigned long long)n);
+    if (len > 0)
+        (void)!write(2, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
+    abort();
+}
+
+/* Sorted tables of ranges: device objects (allocations, globals) and registered host memory. */
+struct range {
+    uint64_t base, size; /* size as asked: what may be touched */
+    uint64_t mapped;     /* bytes made accessible (pages), device only */
+    int kind;
+    bool freeing;
+    struct fc_pool *pool;
+};
+struct table {
+    struct range *v;
+    size_t n, cap;
+};
+
+static pthread_rwlock_t dev_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct table dev_tab;
+static pthread_rwlock_t host_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct table host_tab;
+
+/* Index of the range containing p, or -1. */
+static ptrdiff_t table_find(const struct table *t, uint64_t p)
+{
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid].base <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    const struct range *r = &t->v[lo - 1];
+    return p - r->base < r->size ? (ptrdiff_t)(lo - 1) : -1;
+}
+
+static bool table_covers(const struct table *t, uint64_t p, uint64_t n)
+{
+    ptrdiff_t i = table_find(t, p);
+    return i >= 0 && n <= t->v[i].size - (p - t->v[i].base);
+}
+
+static int table_insert(struct table *t, struct range r)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        struct range *v = realloc(t->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        t->v = v;
+        t->cap = cap;
+    }
+    size_t i = t->n;
+    while (i > 0 && t->v[i - 1].base > r.base)
+        i--;
+    memmove(&t->v[i + 1], &t->v[i], (t->n - i) * sizeof *t->v);
+    t->v[i] = r;
+    t->n++;
+    return 0;
+}
+
+static void table_remove(struct table *t, size_t i)
+{
+    memmove(&t->v[i], &t->v[i + 1], (t->n - i - 1) * sizeof *t->v);
+    t->n--;
+}
+
+void fc_oracle_dev(const char *call, uint64_t p, uint64_t n)
+{
+    if (n == 0)
+        return;
+    pthread_rwlock_rdlock(&dev_lock);
+    bool ok = table_covers(&dev_tab, p, n);
+    pthread_rwlock_unlock(&dev_lock);
+    if (!ok)
+        fc_oracle_fail(call, p, n);
+}
+
+void fc_oracle_host(const char *call, uint64_t p, uint64_t n)
+{
+    if (n == 0)
+        return;
+    pthread_rwlock_rdlock(&host_lock);
+    bool ok = table_covers(&host_tab, p, n);
+    pthread_rwlock_unlock(&host_lock);
+    if (!ok)
+        fc_oracle_fail(call, p, n);
+}
+
+void fc_oracle_any(const char *call, uint64_t p, uint64_t n)
+{
+    if (n == 0)
+        return;
+    pthread_rwlock_rdlock(&dev_lock);
+    bool ok = table_covers(&dev_tab, p, n);
+    pthread_rwlock_unlock(&dev_lock);
+    if (!ok) {
+        pthread_rwlock_rdlock(&host_lock);
+        ok = table_covers(&host_tab, p, n);
+        pthread_rwlock_unlock(&host_lock);
+    }
+    if (!ok)
+        fc_oracle_fail(call, p, n);
+}
+
+bool fc_is_device_ptr(uint64_t p)
+{
+    pthread_rwlock_rdlock(&dev_lock);
+    bool ok = table_find(&dev_tab, p) >= 0;
+    pthread_rwlock_unlock(&dev_lock);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- init */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
+static bool initialized;
+static uint64_t total_mem, used_mem; /* used_mem under dev_lock */
+static uint64_t region, region_size, cursor;
+static size_t page;
+
+static void init_device(void)
+{
+    page = (size_t)sysconf(_SC_PAGESIZE);
+    uint64_t mb = 1024;
+    const char *e = getenv("CUMUX_FAKE_MEMORY_MB");
+    if (e && *e) {
+        char *end;
+        unsigned long long v = strtoull(e, &end, 10);
+        if (*end || v == 0 || v > (1ull << 22)) {
+            fprintf(stderr, "fakecuda: CUMUX_FAKE_MEMORY_MB=%s is not a size in MiB\n", e);
+            init_result = CUDA_ERROR_INVALID_VALUE;
+            return;
+        }
+        mb = v;
+    }
+    total_mem = mb << 20;
+    /* Address space only (nothing is committed until an allocation makes its pages accessible); room
+     * for the memory, a guard page per allocation and a cursor that moves on, so that a stale pointer
+     * lands on unmapped pages for as long as possible. */
+    region_size = total_mem * 4 + (1ull << 30);
+    void *p = mmap(NULL, region_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "fakecuda: cannot reserve %llu bytes of address space: %s\n",
+                (unsigned long long)region_size, strerror(errno));
+        init_result = CUDA_ERROR_OUT_OF_MEMORY;
+        return;
+    }
+    region = (uint64_t)(uintptr_t)p;
+    cursor = region;
+    initialized = true;
+    init_result = CUDA_SUCCESS;
+    fc_stats_start();
+}
+
+CUresult cuInit(unsigned int flags)
+{
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&init_once, init_device);
+    return init_result;
+}
+
+CUresult fc_check_init(void)
+{
+    return initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+#define INIT_OR_RETURN()                                                                               \
+    do {                                                                                               \
+        if (!initialized)                                                                              \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                         \
+    } while (0)
+
+CUresult cuDriverGetVersion(int *v)
+{
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = CUDA_VERSION;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- device memory */
+
+static void fc_pool_account(struct fc_pool *p, int64_t delta);
+
+/* Start of a free stretch of `need` bytes at or after `from`; 0 if none. Caller holds dev_lock. */
+static uint64_t va_find(uint64_t from, uint64_t need)
+{
+    uint64_t end = region + region_size;
+    uint64_t start = from;
+    ptrdiff_t i = 0;
+    /* The first object whose reserved stretch (mapped pages and a guard page) ends after start. */
+    while ((size_t)i < dev_tab.n && dev_tab.v[i].base + dev_tab.v[i].mapped + page <= start)
+        i++;
+    for (;;) {
+        if ((size_t)i < dev_tab.n && dev_tab.v[i].base < start + need) {
+            uint64_t next = dev_tab.v[i].base + dev_tab.v[i].mapped + page;
+            if (next > start)
+                start = next;
+            i++;
+            continue;
+        }
+        if (start + need > end)
+            return 0;
+        return start;
+    }
+}
+
+CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *pool, uint64_t *out)
+{
+    if (size == 0 || size > total_mem)
+        return size ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    uint64_t mapped = (size + page - 1) & ~(uint64_t)(page - 1);
+    pthread_rwlock_wrlock(&dev_lock);
+    if (used_mem + mapped > total_mem) {
+        pthread_rwlock_unlock(&dev_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t need = mapped + page; /* and its guard page */
+    uint64_t at = va_find(cursor, need);
+    if (!at)
+        at = va_find(region, need);
+    if (!at || mprotect((void *)(uintptr_t)at, mapped, PROT_READ | PROT_WRITE) != 0) {
+        pthread_rwlock_unlock(&dev_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct range r = {.base = at, .size = size, .mapped = mapped, .kind = kind, .pool = pool};
+    if (table_insert(&dev_tab, r) < 0) {
+        mprotect((void *)(uintptr_t)at, mapped, PROT_NONE);
+        pthread_rwlock_unlock(&dev_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    cursor = at + need;
+    used_mem += mapped;
+    if (pool)
+        fc_pool_account(pool, (int64_t)mapped);
+    pthread_rwlock_unlock(&dev_lock);
+    atomic_fetch_add(&fc_stats.allocations, 1);
+    atomic_fetch_add(&fc_stats.alloc_bytes, (long)size);
+    *out = at;
+    return CUDA_SUCCESS;
+}
+
+CUresult fc_mem_free_begin(uint64_t base)
+{
+    pthread_rwlock_wrlock(&dev_lock);
+    ptrdiff_t i = table_find(&dev_tab, base);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (i >= 0 && dev_tab.v[i].base == base && dev_tab.v[i].kind == FC_ALLOC && !dev_tab.v[i].freeing) {
+        dev_tab.v[i].freeing = true;
+        r = CUDA_SUCCESS;
+    }
+    pthread_rwlock_unlock(&dev_lock);
+    return r;
+}
+
+void fc_mem_release(uint64_t base)
+{
+    pthread_rwlock_wrlock(&dev_lock);
+    ptrdiff_t i = table_find(&dev_tab, base);
+    if (i < 0 || dev_tab.v[i].base != base) {
+        pthread_rwlock_unlock(&dev_lock);
+        return;
+    }
+    struct range r = dev_tab.v[i];
+    table_remove(&dev_tab, (size_t)i);
+    /* Inaccessible again, and its pages given back: a stale pointer faults, freed memory is visible. */
+    mprotect((void *)(uintptr_t)r.base, r.mapped, PROT_NONE);
+    madvise((void *)(uintptr_t)r.base, r.mapped, MADV_DONTNEED);
+    used_mem -= r.mapped;
+    if (r.pool)
+        fc_pool_account(r.pool, -(int64_t)r.mapped);
+    pthread_rwlock_unlock(&dev_lock);
+    atomic_fetch_sub(&fc_stats.allocations, 1);
+    atomic_fetch_sub(&fc_stats.alloc_bytes, (long)r.size);
+}
+
+CUresult cuMemGetInfo(size_t *free_out, size_t *total_out)
+{
+    INIT_OR_RETURN();
+    if (!free_out || !total_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&dev_lock);
+    *free_out = (size_t)(total_mem - used_mem);
+    *total_out = (size_t)total_mem;
+    pthread_rwlock_unlock(&dev_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- memory pools
+ * Memory goes back to the device when freed (no caching), so trimming has nothing to do; the pool keeps
+ * its attributes and what is allocated from it. */
+struct fc_pool {
+    uint32_t magic;
+    bool is_default;
+    uint64_t used, used_high, release_threshold; /* under dev_lock */
+    int reuse[3];
+};
+
+static struct fc_pool default_pool = {.magic = FC_MAGIC_POOL, .is_default = true, .reuse = {1, 1, 1}};
+
+static void fc_pool_account(struct fc_pool *p, int64_t delta)
+{
+    p->used += (uint64_t)delta;
+    if (p->used > p->used_high)
+        p->used_high = p->used;
+}
+
+static struct fc_pool *pool_get(CUmemoryPool h)
+{
+    struct fc_pool *p = (struct fc_pool *)h;
+    return p && p->magic == FC_MAGIC_POOL ? p : NULL;
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *out = (CUmemoryPool)&default_pool;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
+{
+    INIT_OR_RETURN();
+    if (!out || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct fc_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->magic = FC_MAGIC_POOL;
+    p->reuse[0] = p->reuse[1] = p->reuse[2] = 1;
+    atomic_fetch_add(&fc_stats.pools, 1);
+    *out = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool h)
+{
+    INIT_OR_RETURN();
+    struct fc_pool *p = pool_get(h);
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->is_default)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Allocations still out outlive their pool (as in CUDA, they are freed later): forget it in them. */
+    pthread_rwlock_wrlock(&dev_lock);
+    for (size_t i = 0; i < dev_tab.n; i++)
+        if (dev_tab.v[i].pool == p)
+            dev_tab.v[i].pool = NULL;
+    pthread_rwlock_unlock(&dev_lock);
+    p->magic = FC_MAGIC_DEAD;
+    free(p);
+    atomic_fetch_sub(&fc_stats.pools, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool h, size_t keep)
+{
+    (void)keep;
+    INIT_OR_RETURN();
+    return pool_get(h) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute attr, void *value)
+{
+    INIT_OR_RETURN();
+    struct fc_pool *p = pool_get(h);
+    if (!p || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_rwlock_wrlock(&dev_lock);
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = *(int *)value != 0;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        p->release_threshold = *(cuuint64_t *)value;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        if (*(cuuint64_t *)value != 0)
+            r = CUDA_ERROR_INVALID_VALUE; /* only a reset to 0 is allowed */
+        else
+            p->used_high = p->used;
+        break;
+    default:
+        r = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_rwlock_unlock(&dev_lock);
+    return r;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute attr, void *value)
+{
+    INIT_OR_RETURN();
+    struct fc_pool *p = pool_get(h);
+    if (!p || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_rwlock_rdlock(&dev_lock);
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = p->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *(cuuint64_t *)value = p->release_threshold;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        *(cuuint64_t *)value = p->used;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *(cuuint64_t *)value = p->used_high;
+        break;
+    default:
+        r = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_rwlock_unlock(&dev_lock);
+    return r;
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t size, CUmemoryPool h, CUstream s)
+{
+    INIT_OR_RETURN();
+    struct fc_pool *p = pool_get(h);
+    if (!out || !p || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Made at once: usable in stream order is the weaker promise. Under capture the real driver would
+     * make an allocation node, which the fake does not have. */
+    CUresult r = fc_stream_usable(s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t ptr;
+    CHECK_RET(fc_mem_alloc(size, FC_ALLOC, p, &ptr));
+    *out = ptr;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream s)
+{
+    INIT_OR_RETURN();
+    CHECK_RET(fc_stream_usable(s));
+    CHECK_RET(fc_mem_free_begin(ptr));
+    struct fc_op *op = fc_op_new(OP_FREE, "cuMemFreeAsync");
+    if (!op) {
+        fc_mem_release(ptr);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->u.free_ptr = ptr;
+    return fc_submit(s, op);
+}
+
+/* ---------------------------------------------------------------- registered host memory */
+
+CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
+{
+    INIT_OR_RETURN();
+    if (!p || size == 0 || (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                                CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t base = (uint64_t)(uintptr_t)p;
+    if (base + size < base)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The real driver pins the pages: memory that is not mapped cannot be registered. */
+    uint64_t first = base & ~(uint64_t)(page - 1);
+    size_t npages = (size_t)((base + size - first + page - 1) / page);
+    unsigned char vec[256];
+    for (size_t done = 0; done < npages;) {
+        size_t chunk = npages - done < sizeof vec ? npages - done : sizeof vec;
+        if (mincore((void *)(uintptr_t)(first + done * page), chunk * page, vec) != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        done += chunk;
+    }
+    pthread_rwlock_wrlock(&host_lock);
+    for (size_t i = 0; i < host_tab.n; i++) {
+        const struct range *r = &host_tab.v[i];
+        if (base < r->base + r->size && r->base < base + size) {
+            pthread_rwlock_unlock(&host_lock);
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        }
+    }
+    int rc = table_insert(&host_tab, (struct range){.base = base, .size = size});
+    pthread_rwlock_unlock(&host_lock);
+    if (rc < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    atomic_fetch_add(&fc_stats.host_registered, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void *p)
+{
+    INIT_OR_RETURN();
+    uint64_t base = (uint64_t)(uintptr_t)p;
+    pthread_rwlock_rdlock(&host_lock);
+    ptrdiff_t i = table_find(&host_tab, base);
+    bool ok = i >= 0 && host_tab.v[i].base == base;
+    pthread_rwlock_unlock(&host_lock);
+    if (!ok)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    /* As the real driver: wait for the device, whose queued copies may still use the pages. */
+    fc_drain();
+    pthread_rwlock_wrlock(&host_lock);
+    i = table_find(&host_tab, base);
+    ok = i >= 0 && host_tab.v[i].base == base;
+    if (ok)
+        table_remove(&host_tab, (size_t)i);
+    pthread_rwlock_unlock(&host_lock);
+    if (!ok)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    atomic_fetch_sub(&fc_stats.host_registered, 1);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- the device */
+
+#define FC_NATTRS 148
+static const int attr_values[FC_NATTRS] = {
+    [CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = 1024,
+    [CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X] = 1024,
+    [CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y] = 1024,
+    [CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z] = 64,
+    [CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X] = 2147483647,
+    [CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y] = 65535,
+    [CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z] = 65535,
+    [CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK] = 49152,
+    [CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY] = 65536,
+    [CU_DEVICE_ATTRIBUTE_WARP_SIZE] = 32,
+    [CU_DEVICE_ATTRIBUTE_MAX_PITCH] = 2147483647,
+    [CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK] = 65536,
+    [CU_DEVICE_ATTRIBUTE_CLOCK_RATE] = FC_CLOCK_KHZ,
+    [CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT] = 512,
+    [CU_DEVICE_ATTRIBUTE_GPU_OVERLAP] = 1,
+    [CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] = FC_SM_COUNT,
+    [CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT] = 0,
+    [CU_DEVICE_ATTRIBUTE_INTEGRATED] = 0,
+    [CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY] = 1,
+    [CU_DEVICE_ATTRIBUTE_COMPUTE_MODE] = CU_COMPUTEMODE_DEFAULT,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH] = 131072,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH] = 131072,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT] = 65536,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH] = 16384,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT] = 16384,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH] = 16384,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS] = 2048,
+    [CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT] = 512,
+    [CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS] = 1,
+    [CU_DEVICE_ATTRIBUTE_ECC_ENABLED] = 1,
+    [CU_DEVICE_ATTRIBUTE_PCI_BUS_ID] = 0x1b,
+    [CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID] = 0,
+    [CU_DEVICE_ATTRIBUTE_TCC_DRIVER] = 0,
+    [CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE] = 2619000,
+    [CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH] = 6144,
+    [CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE] = 62914560,
+    [CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR] = 2048,
+    [CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT] = 5,
+    [CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING] = 1,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS] = 2048,
+    [CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER] = 1,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE] = 8192,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE] = 8192,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE] = 32768,
+    [CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID] = 0,
+    [CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT] = 32,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS] = 2046,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH] = 131072,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT] = 65536,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH] = 16384,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT] = 16384,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH] = 16384,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS] = 2048,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS] = 2048,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS] = 2046,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH] = 268435456,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH] = 131072,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT] = 65000,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH] = 2097120,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT] = 32768,
+    [CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] = 9,
+    [CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR] = 0,
+    [CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH] = 32768,
+    [CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR] = 233472,
+    [CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR] = 65536,
+    [CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY] = 1,
+    [CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD] = 0,
+    [CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO] = 2,
+    [CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS] = 0,
+    [CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS] = 1,
+    [CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM] = 1,
+    [CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1] = 1,
+    [CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1] = 1,
+    [CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1] = 0,
+    [CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH] = 1,
+    [CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH] = 0,
+    [CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] = 232448,
+    [CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES] = 0,
+    [CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST] = 0,
+    [CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR] = 32,
+    [CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE] = 82837504,
+    [CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE] = 134213632,
+    [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK] = 1024,
+    [CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS] = 1,
+    [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING] = 0,
+    [CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = 9,
+    [CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH] = 1,
+    [CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS] = 1,
+    [CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR] = 0,
+    [CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT] = 4,
+    [CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED] = 1,
+    [CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS] = 1,
+    [CU_DEVICE_ATTRIBUTE_NUMA_CONFIG] = 0,
+    [CU_DEVICE_ATTRIBUTE_NUMA_ID] = -1,
+    [CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_MPS_ENABLED] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID] = 0,
+    [CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK] = 0,
+    [CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH] = 0,
+    [CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID] = 0x233d10de,
+    [CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID] = 0x17e110de,
+    [CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED] = 0,
+    [CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED] = 0,
+};
+_Static_assert(CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED == FC_NATTRS - 1,
+               "cuda.h has new device attributes: give them values");
+
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    /* Every enumerator of cuda.h has a value; numbers that name no attribute are refused, as the real
+     * driver refuses them. */
+    if ((int)a < 1 || (int)a >= FC_NATTRS)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = attr_values[a];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *n)
+{
+    INIT_OR_RETURN();
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *d, int ordinal)
+{
+    INIT_OR_RETURN();
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "%s", "cumux fake GPU");
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = (size_t)total_mem;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    memcpy(uuid->bytes, "cumux-fake-gpu-0", 16);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (!id || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(id, (size_t)len, "%04X:%02X:%02X.0", attr_values[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID],
+             attr_values[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID], attr_values[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- the primary context */
+
+static struct {
+    int refs;
+    pthread_mutex_t mu;
+    size_t limits[CU_LIMIT_MAX];
+    bool limits_set;
+} pctx = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static _Thread_local CUcontext current;
+
+#define PCTX ((CUcontext)&pctx)
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&pctx.mu);
+    pctx.refs++;
+    pthread_mutex_unlock(&pctx.mu);
+    *out = PCTX;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    INIT_OR_RETURN();
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&pctx.mu);
+    CUresult r = pctx.refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx.refs > 0)
+        pctx.refs--;
+    pthread_mutex_unlock(&pctx.mu);
+    return r;
+}
+
+CUresult cuCtxSetCurrent(CUcontext c)
+{
+    INIT_OR_RETURN();
+    if (c && c != PCTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    current = c;
+    return CUDA_SUCCESS;
+}
+
+static void limits_default(void)
+{
+    if (pctx.limits_set)
+        return;
+    pctx.limits[CU_LIMIT_STACK_SIZE] = 1024;
+    pctx.limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+    pctx.limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+    pctx.limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+    pctx.limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+    pctx.limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
+    pctx.limits[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0;
+    pctx.limits_set = true;
+}
+
+CUresult cuCtxGetLimit(size_t *v, CUlimit limit)
+{
+    INIT_OR_RETURN();
+    if (!v || (unsigned)limit >= CU_LIMIT_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!current)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&pctx.mu);
+    limits_default();
+    *v = pctx.limits[limit];
+    pthread_mutex_unlock(&pctx.mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t v)
+{
+    INIT_OR_RETURN();
+    if ((unsigned)limit >= CU_LIMIT_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!current)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&pctx.mu);
+    limits_default();
+    pctx.limits[limit] = v;
+    pthread_mutex_unlock(&pctx.mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+    INIT_OR_RETURN();
+    if (least)
+        *least = 0;
+    if (greatest)
+        *greatest = -5;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static const struct {
+    CUresult r;
+    const char *name;
+} error_names[] = {
+#define E(x) {x, #x}
+    E(CUDA_SUCCESS), E(CUDA_ERROR_INVALID_VALUE), E(CUDA_ERROR_OUT_OF_MEMORY), E(CUDA_ERROR_NOT_INITIALIZED),
+    E(CUDA_ERROR_DEINITIALIZED), E(CUDA_ERROR_NO_DEVICE), E(CUDA_ERROR_INVALID_DEVICE),
+    E(CUDA_ERROR_INVALID_IMAGE), E(CUDA_ERROR_INVALID_CONTEXT), E(CUDA_ERROR_INVALID_HANDLE),
+    E(CUDA_ERROR_NOT_FOUND), E(CUDA_ERROR_NOT_READY), E(CUDA_ERROR_ILLEGAL_ADDRESS),
+    E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), E(CUDA_ERROR_NOT_SUPPORTED), E(CUDA_ERROR_ILLEGAL_STATE),
+    E(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED),
+    E(CUDA_ERROR_STREAM_CAPTURE_MERGE), E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNJOINED), E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE),
+    E(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), E(CUDA_ERROR_INVALID_CLUSTER_SIZE),
+    E(CUDA_ERROR_MPS_CONNECTION_FAILED), E(CUDA_ERROR_UNKNOWN),
+#undef E
+};
+
+CUresult cuGetErrorName(CUresult r, const char **out)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof error_names / sizeof error_names[0]; i++) {
+        if (error_names[i].r == r) {
+            *out = error_names[i].name;
+            return CUDA_SUCCESS;
+        }
+    }
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---------------------------------------------------------------- export tables
+ * Only the architecture-data table (server/arch_data.c): slot 4 hands out two malloc'd 64-byte tables,
+ * slot 13 frees them. Contents are the fake's own: nothing reads them but cuBLASLt, which needs a GPU. */
+static CUresult CUDAAPI arch_get(void **a, void **b)
+{
+    if (!a || !b)
+        return CUDA_ERROR_INVALID_VALUE;
+    *a = malloc(64);
+    *b = malloc(64);
+    if (!*a || !*b) {
+        free(*a);
+        free(*b);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memset(*a, 0x90, 64);
+    memset(*b, 0x09, 64);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI arch_free(void *a, void *b)
+{
+    free(a);
+    free(b);
+    return CUDA_SUCCESS;
+}
+
+static const void *arch_table[14] = {(const void *)(uintptr_t)sizeof arch_table};
+
+static const unsigned char arch_uuid[16] = {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45,
+                                            0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca};
+
+CUresult cuGetExportTable(const void **out, const CUuuid *id)
+{
+    if (!out || !id)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (memcmp(id->bytes, arch_uuid, 16) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    arch_table[4] = (const void *)(uintptr_t)arch_get;
+    arch_table[13] = (const void *)(uintptr_t)arch_free;
+    *out = arch_table;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- the counts file */
+
+static const char *stats_path;
+
+static void stats_write(void)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%d", stats_path, (int)getpid()) >= (int)sizeof tmp)
+        return;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fprintf(f,
+            "allocations %ld\nalloc_bytes %ld\nstreams %ld\nevents %ld\nmodules %ld\nlibraries %ld\n"
+            "graphs %ld\ngraph_execs %ld\nhost_registered %ld\npools %ld\n",
+            atomic_load(&fc_stats.allocations), atomic_load(&fc_stats.alloc_bytes), atomic_load(&fc_stats.streams),
+            atomic_load(&fc_stats.events), atomic_load(&fc_stats.modules), atomic_load(&fc_stats.libraries),
+            atomic_load(&fc_stats.graphs), atomic_load(&fc_stats.graph_execs),
+            atomic_load(&fc_stats.host_registered), atomic_load(&fc_stats.pools));
+    if (fclose(f) == 0)
+        rename(tmp, stats_path); /* readers see the old file or the new one, never half of one */
+    else
+        unlink(tmp);
+}
+
+static void *stats_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        stats_write();
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+void fc_stats_start(void)
+{
+    const char *p = getenv("CUMUX_FAKE_STATS");
+    if (!p || !*p)
+        return;
+    stats_path = p;
+    stats_write();
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, stats_main, NULL) != 0)
+        fprintf(stderr, "fakecuda: no thread for CUMUX_FAKE_STATS\n");
+    pthread_attr_destroy(&a);
+}

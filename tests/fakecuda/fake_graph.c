@@ -1,0 +1,549 @@
+/* fakecuda graphs: nodes hold the same ops as streams (kernels, copies, memsets, host functions; an
+ * empty node holds none); instantiation copies them in an order that respects every dependency, and a
+ * launch queues a copy of that list on the stream as one op. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake.h"
+#include "fake_graph.h"
+
+struct fc_gnode {
+    uint32_t magic;
+    struct fc_graph *g;
+    struct fc_op *op; /* NULL: an empty node */
+    struct fc_gnode **deps;
+    size_t ndeps, capdeps;
+};
+
+struct fc_graph {
+    uint32_t magic;
+    struct fc_gnode **nodes;
+    size_t n, cap;
+};
+
+struct fc_exec {
+    uint32_t magic;
+    pthread_mutex_t mu;
+    struct fc_op **ops;      /* in run order; NULL for empty nodes */
+    struct fc_gnode **src;   /* the node of the instantiated graph each came from */
+    size_t n;
+};
+
+struct fc_graph *fc_graph_new(void)
+{
+    struct fc_graph *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->magic = FC_MAGIC_GRAPH;
+    atomic_fetch_add(&fc_stats.graphs, 1);
+    return g;
+}
+
+void fc_graph_free(struct fc_graph *g)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        struct fc_gnode *nd = g->nodes[i];
+        fc_op_free(nd->op);
+        free(nd->deps);
+        nd->magic = FC_MAGIC_DEAD;
+        free(nd);
+    }
+    free(g->nodes);
+    g->magic = FC_MAGIC_DEAD;
+    free(g);
+    atomic_fetch_sub(&fc_stats.graphs, 1);
+}
+
+static struct fc_graph *graph_get(CUgraph h)
+{
+    struct fc_graph *g = (struct fc_graph *)h;
+    return g && g->magic == FC_MAGIC_GRAPH ? g : NULL;
+}
+
+static struct fc_gnode *node_get(CUgraphNode h)
+{
+    struct fc_gnode *n = (struct fc_gnode *)h;
+    return n && n->magic == FC_MAGIC_NODE ? n : NULL;
+}
+
+static struct fc_exec *exec_get(CUgraphExec h)
+{
+    struct fc_exec *e = (struct fc_exec *)h;
+    return e && e->magic == FC_MAGIC_EXEC ? e : NULL;
+}
+
+static int add_dep(struct fc_gnode *n, struct fc_gnode *d)
+{
+    if (n->ndeps == n->capdeps) {
+        size_t cap = n->capdeps ? n->capdeps * 2 : 4;
+        struct fc_gnode **v = realloc(n->deps, cap * sizeof *v);
+        if (!v)
+            return -1;
+        n->deps = v;
+        n->capdeps = cap;
+    }
+    n->deps[n->ndeps++] = d;
+    return 0;
+}
+
+CUresult fc_graph_add(struct fc_graph *g, struct fc_gnode *const *deps, size_t ndeps, struct fc_op *op,
+                      struct fc_gnode **out)
+{
+    for (size_t i = 0; i < ndeps; i++) {
+        if (!deps[i] || deps[i]->magic != FC_MAGIC_NODE || deps[i]->g != g) {
+            fc_op_free(op);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (deps[j] == deps[i]) {
+                fc_op_free(op);
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+        }
+    }
+    struct fc_gnode *n = calloc(1, sizeof *n);
+    if (!n || (g->n == g->cap && !(g->nodes = realloc(g->nodes, (g->cap = g->cap ? g->cap * 2 : 8) * sizeof *g->nodes)))) {
+        /* realloc failing loses the array: only under memory exhaustion, where the fake gives up anyway */
+        free(n);
+        fc_op_free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    n->magic = FC_MAGIC_NODE;
+    n->g = g;
+    n->op = op;
+    for (size_t i = 0; i < ndeps; i++) {
+        if (add_dep(n, deps[i]) < 0) {
+            free(n->deps);
+            free(n);
+            fc_op_free(op);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    g->nodes[g->n++] = n;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+/* Public entry points: the graph lock around fc_graph_add, handles checked. */
+static CUresult add_public(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t ndeps, struct fc_op *op)
+{
+    CUresult r = fc_check_init();
+    struct fc_graph *g = graph_get(hg);
+    if (r == CUDA_SUCCESS && (!out || !g || (ndeps && !deps)))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS) {
+        fc_op_free(op);
+        return r;
+    }
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *n;
+    r = fc_graph_add(g, (struct fc_gnode *const *)deps, ndeps, op, &n);
+    pthread_mutex_unlock(&fc_graph_mu);
+    if (r == CUDA_SUCCESS)
+        *out = (CUgraphNode)n;
+    return r;
+}
+
+CUresult cuGraphCreate(CUgraph *out, unsigned int flags)
+{
+    CHECK_RET(fc_check_init());
+    if (!out || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_graph *g = fc_graph_new();
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph hg)
+{
+    CHECK_RET(fc_check_init());
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    if (g)
+        fc_graph_free(g);
+    pthread_mutex_unlock(&fc_graph_mu);
+    return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps)
+{
+    return add_public(out, g, deps, ndeps, NULL);
+}
+
+CUresult cuGraphAddHostNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                            const CUDA_HOST_NODE_PARAMS *p)
+{
+    if (!p || !p->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = fc_op_new(OP_HOSTFN, "cuGraphAddHostNode");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.h.fn = p->fn;
+    op->u.h.data = p->userData;
+    return add_public(out, g, deps, ndeps, op);
+}
+
+static CUresult kernel_node_op(const CUDA_KERNEL_NODE_PARAMS *p, const char *call, struct fc_op **op)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_func *f = fc_func_get(p->func ? (const void *)p->func : (const void *)p->kern);
+    if (!f)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    return fc_kernel_op(f, grid, block, p->sharedMemBytes, p->kernelParams, p->extra, call, op);
+}
+
+CUresult cuGraphAddKernelNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                              const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    struct fc_op *op;
+    CHECK_RET(kernel_node_op(p, "cuGraphAddKernelNode", &op));
+    return add_public(out, g, deps, ndeps, op);
+}
+
+CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                              const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+    (void)ctx;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int side = 0; side < 2; side++) {
+        CUmemorytype t = side ? p->dstMemoryType : p->srcMemoryType;
+        if (t != CU_MEMORYTYPE_HOST && t != CU_MEMORYTYPE_DEVICE && t != CU_MEMORYTYPE_UNIFIED)
+            return CUDA_ERROR_INVALID_VALUE; /* arrays: not emulated */
+    }
+    struct fc_op *op = fc_op_new(OP_COPY, "cuGraphAddMemcpyNode");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fc_copy_from_3d(&op->u.cp, p);
+    CUresult r = fc_copy_validate(&op->u.cp);
+    if (r == CUDA_SUCCESS && (!p->WidthInBytes || !p->Height || !p->Depth))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS) {
+        fc_op_free(op);
+        return r;
+    }
+    fc_op_check(op); /* when added, and again when run */
+    op->call = "graph memcpy node";
+    return add_public(out, g, deps, ndeps, op);
+}
+
+CUresult cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                              const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    (void)ctx;
+    if (!p || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) || !p->width || !p->height)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = fc_op_new(OP_MEMSET, "cuGraphAddMemsetNode");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.ms = (struct fc_memset){.dst = p->dst, .pitch = p->pitch, .width = p->width, .height = p->height,
+                                  .value = p->value, .elem = p->elementSize};
+    CUresult r = fc_memset_validate(&op->u.ms);
+    if (r != CUDA_SUCCESS) {
+        fc_op_free(op);
+        return r;
+    }
+    fc_op_check(op);
+    op->call = "graph memset node";
+    return add_public(out, g, deps, ndeps, op);
+}
+
+CUresult cuGraphAddDependencies(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
+                                const CUgraphEdgeData *edges, size_t n)
+{
+    (void)edges;
+    CHECK_RET(fc_check_init());
+    if (n && (!from || !to))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    CUresult r = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+        struct fc_gnode *a = node_get(from[i]), *b = node_get(to[i]);
+        if (!a || !b || a->g != g || b->g != g || a == b) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
+        }
+        for (size_t j = 0; j < b->ndeps; j++)
+            if (b->deps[j] == a)
+                r = CUDA_ERROR_INVALID_VALUE; /* the edge exists already */
+        if (r == CUDA_SUCCESS && add_dep(b, a) < 0)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
+/* The node list protocol of cuGraphGetNodes and friends: NULL asks for the count; otherwise up to *n. */
+static void node_list(struct fc_gnode *const *v, size_t count, CUgraphNode *out, size_t *n)
+{
+    if (!out) {
+        *n = count;
+        return;
+    }
+    size_t k = *n < count ? *n : count;
+    for (size_t i = 0; i < *n; i++)
+        out[i] = i < k ? (CUgraphNode)v[i] : NULL;
+    *n = k;
+}
+
+CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *n)
+{
+    CHECK_RET(fc_check_init());
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    if (g)
+        node_list(g->nodes, g->n, nodes, n);
+    pthread_mutex_unlock(&fc_graph_mu);
+    return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphNodeGetDependencies(CUgraphNode hn, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *n)
+{
+    CHECK_RET(fc_check_init());
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *nd = node_get(hn);
+    if (nd) {
+        size_t want = *n;
+        node_list(nd->deps, nd->ndeps, deps, n);
+        if (deps && edges)
+            memset(edges, 0, want * sizeof *edges);
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphKernelNodeSetParams(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_op *op;
+    CHECK_RET(kernel_node_op(p, "cuGraphKernelNodeSetParams", &op));
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *nd = node_get(hn);
+    CUresult r = nd && nd->op && nd->op->kind == OP_KERNEL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS) {
+        fc_op_free(nd->op);
+        nd->op = op;
+        op = NULL;
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    fc_op_free(op);
+    return r;
+}
+
+/* ---------------------------------------------------------------- executable graphs */
+
+/* The graph's nodes, each after all of its dependencies (earliest added first); -1 on a cycle. */
+static int run_order(const struct fc_graph *g, struct fc_gnode **order)
+{
+    bool *placed = calloc(g->n ? g->n : 1, sizeof *placed);
+    if (!placed)
+        return -1;
+    size_t done = 0;
+    while (done < g->n) {
+        size_t before = done;
+        for (size_t i = 0; i < g->n; i++) {
+            if (placed[i])
+                continue;
+            bool ready = true;
+            for (size_t d = 0; ready && d < g->nodes[i]->ndeps; d++) {
+                size_t j = 0;
+                while (j < g->n && g->nodes[j] != g->nodes[i]->deps[d])
+                    j++;
+                ready = j < g->n && placed[j];
+            }
+            if (ready) {
+                placed[i] = true;
+                order[done++] = g->nodes[i];
+            }
+        }
+        if (done == before) {
+            free(placed);
+            return -1;
+        }
+    }
+    free(placed);
+    return 0;
+}
+
+static void exec_ops_free(struct fc_op **ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fc_op_free(ops[i]);
+    free(ops);
+}
+
+/* Copies of a graph's ops in run order; the caller holds fc_graph_mu. */
+static CUresult snapshot(const struct fc_graph *g, struct fc_op ***ops_out, struct fc_gnode ***src_out)
+{
+    struct fc_gnode **order = calloc(g->n ? g->n : 1, sizeof *order);
+    struct fc_op **ops = calloc(g->n ? g->n : 1, sizeof *ops);
+    if (!order || !ops) {
+        free(order);
+        free(ops);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (run_order(g, order) < 0) {
+        free(order);
+        free(ops);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < g->n; i++) {
+        if (order[i]->op && !(ops[i] = fc_op_clone(order[i]->op))) {
+            exec_ops_free(ops, i);
+            free(order);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    *ops_out = ops;
+    *src_out = order;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph hg, unsigned long long flags)
+{
+    CHECK_RET(fc_check_init());
+    if (!out || (flags & ~(unsigned long long)(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                               CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_exec *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    CUresult r = g ? snapshot(g, &e->ops, &e->src) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        e->n = g->n;
+    pthread_mutex_unlock(&fc_graph_mu);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return r;
+    }
+    e->magic = FC_MAGIC_EXEC;
+    pthread_mutex_init(&e->mu, NULL);
+    atomic_fetch_add(&fc_stats.graph_execs, 1);
+    *out = (CUgraphExec)e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec he)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_exec *e = exec_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Launches already queued hold their own copies of the ops. */
+    e->magic = FC_MAGIC_DEAD;
+    exec_ops_free(e->ops, e->n);
+    free(e->src);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+    atomic_fetch_sub(&fc_stats.graph_execs, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphLaunch(CUgraphExec he, CUstream s)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_exec *e = exec_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = fc_op_new(OP_GRAPH, "cuGraphLaunch");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&e->mu);
+    /* A copy per launch: parameters changed in the instance later apply to later launches only. */
+    op->u.graph.ops = calloc(e->n ? e->n : 1, sizeof *op->u.graph.ops);
+    CUresult r = op->u.graph.ops ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < e->n; i++) {
+        if (e->ops[i] && !(op->u.graph.ops[i] = fc_op_clone(e->ops[i])))
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        op->u.graph.n = i + 1;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (r != CUDA_SUCCESS) {
+        fc_op_free(op);
+        return r;
+    }
+    return fc_submit(s, op);
+}
+
+CUresult cuGraphUpload(CUgraphExec he, CUstream s)
+{
+    CHECK_RET(fc_check_init());
+    if (!exec_get(he))
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_stream_usable(s) == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_exec *e = exec_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op;
+    CHECK_RET(kernel_node_op(p, "cuGraphExecKernelNodeSetParams", &op));
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->n; i++) {
+        if ((CUgraphNode)e->src[i] == hn && e->ops[i] && e->ops[i]->kind == OP_KERNEL) {
+            fc_op_free(e->ops[i]);
+            e->ops[i] = op;
+            op = NULL;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    fc_op_free(op);
+    return r;
+}
+
+CUresult cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdateResultInfo *info)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_exec *e = exec_get(he);
+    if (!e || !info)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(info, 0, sizeof *info);
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    struct fc_op **ops = NULL;
+    struct fc_gnode **src = NULL;
+    CUresult r = g ? snapshot(g, &ops, &src) : CUDA_ERROR_INVALID_VALUE;
+    size_t n = g ? g->n : 0;
+    pthread_mutex_unlock(&fc_graph_mu);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&e->mu);
+    /* The same topology: as many nodes, of the same kinds, in the same order. */
+    bool same = n == e->n;
+    for (size_t i = 0; same && i < n; i++)
+        same = (!ops[i] && !e->ops[i]) ||
+               (ops[i] && e->ops[i] && ops[i]->kind == e->ops[i]->kind &&
+                (ops[i]->kind != OP_KERNEL || ops[i]->u.k.fn == e->ops[i]->u.k.fn));
+    if (same) {
+        struct fc_op **old = e->ops;
+        e->ops = ops;
+        ops = old;
+        info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    } else {
+        info->result = n == e->n ? CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
+                                 : CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    pthread_mutex_unlock(&e->mu);
+    exec_ops_free(ops, n);
+    free(src);
+    return r;
+}

@@ -1,0 +1,11 @@
+/* fakecuda graphs, as stream capture uses them (fake_graph.c). */
+#ifndef CUMUX_FAKECUDA_GRAPH_H
+#define CUMUX_FAKECUDA_GRAPH_H
+
+#include "fake.h"
+
+struct fc_graph;
+struct fc_graph *fc_graph_new(void); /* counted as a live graph */
+void fc_graph_free(struct fc_graph *g);
+
+#endif

@@ -1,0 +1,242 @@
+/* fakecuda's kernels: CPU versions of tests/gpu/kernels.cu, with the parameter layouts nvcc gives them
+ * (each parameter at its natural alignment) and the globals of that file. Each checks, through the
+ * oracle, every range it touches before touching it. A launch runs the whole grid at once; only the
+ * threads the real kernel would have (grid x block in x) do work. */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake.h"
+#include "gpu_shared.h" /* gt_mix, gt_xform, GT_TILE, GT_TABLE_LEN: the same code the GPU runs */
+
+static void arg(const struct fc_launch *l, unsigned i, void *out, size_t n)
+{
+    memcpy(out, l->args + l->fn->def->off[i], n);
+}
+static uint64_t a_ptr(const struct fc_launch *l, unsigned i)
+{
+    uint64_t v;
+    arg(l, i, &v, 8);
+    return v;
+}
+static int32_t a_i32(const struct fc_launch *l, unsigned i)
+{
+    int32_t v;
+    arg(l, i, &v, 4);
+    return v;
+}
+static uint32_t a_u32(const struct fc_launch *l, unsigned i)
+{
+    uint32_t v;
+    arg(l, i, &v, 4);
+    return v;
+}
+static int64_t a_i64(const struct fc_launch *l, unsigned i)
+{
+    int64_t v;
+    arg(l, i, &v, 8);
+    return v;
+}
+static float a_f32(const struct fc_launch *l, unsigned i)
+{
+    float v;
+    arg(l, i, &v, 4);
+    return v;
+}
+
+static uint64_t threads_x(const struct fc_launch *l)
+{
+    return (uint64_t)l->grid[0] * l->block[0];
+}
+
+/* How many of n elements the kernel's "if (i < n)" threads touch. */
+static uint64_t covered(const struct fc_launch *l, int64_t n)
+{
+    if (n <= 0)
+        return 0;
+    uint64_t t = threads_x(l);
+    return (uint64_t)n < t ? (uint64_t)n : t;
+}
+
+/* Busy for `cycles` SM clocks, at the clock rate the device reports: really that long, but asleep. */
+static void spin_cycles(int64_t cycles)
+{
+    if (cycles <= 0)
+        return;
+    fc_order_release();
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    double ns = (double)cycles * 1e6 / (double)FC_CLOCK_KHZ;
+    uint64_t t = (uint64_t)end.tv_nsec + (uint64_t)ns;
+    end.tv_sec += (time_t)(t / 1000000000ull);
+    end.tv_nsec = (long)(t % 1000000000ull);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &end, NULL) != 0) {
+    }
+}
+
+#define PTR(T, p) ((T *)(uintptr_t)(p))
+
+static void k_vec_add(const struct fc_launch *l)
+{
+    uint64_t a = a_ptr(l, 0), b = a_ptr(l, 1), c = a_ptr(l, 2), n = covered(l, a_i32(l, 3));
+    if (!n)
+        return;
+    fc_oracle_any(l->call, a, n * 4);
+    fc_oracle_any(l->call, b, n * 4);
+    fc_oracle_any(l->call, c, n * 4);
+    for (uint64_t i = 0; i < n; i++)
+        PTR(float, c)[i] = PTR(const float, a)[i] + PTR(const float, b)[i];
+}
+
+static void k_matmul_tiled(const struct fc_launch *l)
+{
+    uint64_t A = a_ptr(l, 0), B = a_ptr(l, 1), C = a_ptr(l, 2);
+    int M = a_i32(l, 3), N = a_i32(l, 4), K = a_i32(l, 5);
+    /* Rows and columns the grid reaches (tiles of GT_TILE, as the kernel indexes them). */
+    int64_t rows = (int64_t)l->grid[1] * GT_TILE, cols = (int64_t)l->grid[0] * GT_TILE;
+    if (rows > M)
+        rows = M;
+    if (cols > N)
+        cols = N;
+    if (rows <= 0 || cols <= 0)
+        return;
+    if (K > 0) {
+        fc_oracle_any(l->call, A, (uint64_t)rows * (uint64_t)K * 4);
+        fc_oracle_any(l->call, B, ((uint64_t)(K - 1) * (uint64_t)N + (uint64_t)cols) * 4);
+    }
+    fc_oracle_any(l->call, C, ((uint64_t)(rows - 1) * (uint64_t)N + (uint64_t)cols) * 4);
+    const float *a = PTR(const float, A), *b = PTR(const float, B);
+    float *c = PTR(float, C);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t col = 0; col < cols; col++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                acc = fmaf(a[r * K + k], b[k * N + col], acc); /* nvcc contracts the GPU's a*b+acc */
+            c[r * N + col] = acc;
+        }
+}
+
+static void k_spin_flag(const struct fc_launch *l)
+{
+    spin_cycles(a_i64(l, 0));
+    uint64_t flag = a_ptr(l, 1);
+    if (flag) {
+        fc_oracle_any(l->call, flag, 4);
+        *PTR(volatile int32_t, flag) = a_i32(l, 2);
+    }
+}
+
+static void k_copy_flag(const struct fc_launch *l)
+{
+    uint64_t flag = a_ptr(l, 0), out = a_ptr(l, 1);
+    fc_oracle_any(l->call, flag, 4);
+    fc_oracle_any(l->call, out, 4);
+    *PTR(int32_t, out) = *PTR(volatile const int32_t, flag);
+}
+
+static void k_write_value(const struct fc_launch *l)
+{
+    uint64_t out = a_ptr(l, 0);
+    fc_oracle_any(l->call, out, 4);
+    *PTR(int32_t, out) = a_i32(l, 1);
+}
+
+static void k_table_modify(const struct fc_launch *l)
+{
+    uint64_t table = fc_module_global(l->fn->mod, "g_table", NULL);
+    uint64_t bias = fc_module_global(l->fn->mod, "g_bias", NULL);
+    uint64_t n = covered(l, GT_TABLE_LEN);
+    if (!n)
+        return;
+    fc_oracle_any(l->call, table, n * 4);
+    fc_oracle_any(l->call, bias, 4);
+    unsigned add = a_u32(l, 0), b = *PTR(unsigned, bias);
+    for (uint64_t i = 0; i < n; i++)
+        PTR(unsigned, table)[i] = PTR(unsigned, table)[i] * 3u + add + b;
+}
+
+static void k_fill_pattern(const struct fc_launch *l)
+{
+    spin_cycles(a_i64(l, 3));
+    uint64_t out = a_ptr(l, 0);
+    unsigned seed = a_u32(l, 1);
+    int n = a_i32(l, 2);
+    if (n <= 0)
+        return;
+    fc_oracle_any(l->call, out, (uint64_t)n * 4);
+    for (int i = 0; i < n; i++)
+        PTR(unsigned, out)[i] = gt_mix((unsigned)i, seed);
+}
+
+static void k_xform(const struct fc_launch *l)
+{
+    uint64_t in = a_ptr(l, 0), out = a_ptr(l, 1);
+    int n = a_i32(l, 2);
+    if (n <= 0)
+        return;
+    fc_oracle_any(l->call, in, (uint64_t)n * 4);
+    fc_oracle_any(l->call, out, (uint64_t)n * 4);
+    for (int i = 0; i < n; i++)
+        PTR(unsigned, out)[i] = gt_xform(PTR(const unsigned, in)[i]);
+}
+
+static void k_scale_add(const struct fc_launch *l)
+{
+    uint64_t in = a_ptr(l, 0), out = a_ptr(l, 1);
+    float a = a_f32(l, 2), b = a_f32(l, 3);
+    int n = a_i32(l, 4);
+    if (n <= 0)
+        return;
+    fc_oracle_any(l->call, in, (uint64_t)n * 4);
+    fc_oracle_any(l->call, out, (uint64_t)n * 4);
+    for (int i = 0; i < n; i++)
+        PTR(float, out)[i] = fmaf(PTR(const float, in)[i], a, b);
+}
+
+static void k_add_u32(const struct fc_launch *l)
+{
+    uint64_t buf = a_ptr(l, 0), n = (uint64_t)a_i64(l, 1);
+    unsigned add = a_u32(l, 2);
+    if (!n)
+        return;
+    fc_oracle_any(l->call, buf, fc_mul_sat(n, 4));
+    for (uint64_t i = 0; i < n; i++)
+        PTR(unsigned, buf)[i] += add;
+}
+
+static void k_bounded256(const struct fc_launch *l)
+{
+    uint64_t p = a_ptr(l, 0), n = covered(l, a_i32(l, 1));
+    if (!n)
+        return;
+    fc_oracle_any(l->call, p, n * 4);
+    for (uint64_t i = 0; i < n; i++)
+        PTR(float, p)[i] += 1.0f;
+}
+
+static void k_empty_kernel(const struct fc_launch *l)
+{
+    (void)l;
+}
+
+const struct fc_kernel_def fc_kernels[] = {
+    {"vec_add", "kernel vec_add", 4, {0, 8, 16, 24}, {8, 8, 8, 4}, 1024, 16, 0, k_vec_add},
+    {"matmul_tiled", "kernel matmul_tiled", 6, {0, 8, 16, 24, 28, 32}, {8, 8, 8, 4, 4, 4}, 1024, 32, 2 * GT_TILE * GT_TILE * 4, k_matmul_tiled},
+    {"spin_flag", "kernel spin_flag", 3, {0, 8, 16}, {8, 8, 4}, 1024, 16, 0, k_spin_flag},
+    {"copy_flag", "kernel copy_flag", 2, {0, 8}, {8, 8}, 1024, 8, 0, k_copy_flag},
+    {"write_value", "kernel write_value", 2, {0, 8}, {8, 4}, 1024, 8, 0, k_write_value},
+    {"table_modify", "kernel table_modify", 1, {0}, {4}, 1024, 12, 0, k_table_modify},
+    {"fill_pattern", "kernel fill_pattern", 4, {0, 8, 12, 16}, {8, 4, 4, 8}, 1024, 20, 0, k_fill_pattern},
+    {"xform", "kernel xform", 3, {0, 8, 16}, {8, 8, 4}, 1024, 14, 0, k_xform},
+    {"scale_add", "kernel scale_add", 5, {0, 8, 16, 20, 24}, {8, 8, 4, 4, 4}, 1024, 14, 0, k_scale_add},
+    {"add_u32", "kernel add_u32", 3, {0, 8, 16}, {8, 8, 4}, 1024, 14, 0, k_add_u32},
+    {"bounded256", "kernel bounded256", 2, {0, 8}, {8, 4}, 256, 12, 0, k_bounded256},
+    {"empty_kernel", "kernel empty_kernel", 1, {0}, {4}, 1024, 4, 0, k_empty_kernel},
+};
+const size_t fc_nkernels = sizeof fc_kernels / sizeof fc_kernels[0];
+
+const struct fc_global_def fc_globals[] = {
+    {"g_table", GT_TABLE_LEN * sizeof(unsigned)},
+    {"g_bias", sizeof(unsigned)},
+};
+const size_t fc_nglobals = sizeof fc_globals / sizeof fc_globals[0];

@@ -1,0 +1,1179 @@
+/* fakecuda streams and events: each stream has its own executor thread that runs its ops in order;
+ * events name a position in a stream; cross-stream waits are ops that wait for that position. Stream
+ * capture records ops into a graph instead. Copies, memsets, launches and host functions are ops. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake.h"
+#include "fake_graph.h"
+
+struct fc_capture {
+    uint64_t id;
+    struct fc_graph *g;
+    bool invalid;
+    struct fc_stream *origin;
+    struct fc_stream **members; /* every stream in it, the origin too; each holds a reference */
+    size_t nmembers;
+    struct fc_capture *next;
+};
+
+struct fc_stream {
+    uint32_t magic;
+    unsigned flags;
+    int priority;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* new work (for the executor) and finished work (for waiters) */
+    struct fc_op *head, *tail;
+    uint64_t submitted;          /* under mu */
+    _Atomic uint64_t completed;  /* the seq of the last op done */
+    bool closing;                /* destroyed by its user: the executor ends when the queue is empty */
+    int refs;                    /* under all_mu: its user, its executor, events and waits naming it */
+    struct fc_stream *prev, *next; /* all streams, under all_mu */
+    /* capture state, under fc_graph_mu */
+    struct fc_capture *cap;
+    struct fc_gnode **cdeps;
+    size_t ncdeps, capdeps;
+};
+
+struct fc_event {
+    uint32_t magic;
+    unsigned flags;
+    _Atomic int refs; /* its user and queued records */
+    /* under ev_mu */
+    struct fc_stream *s; /* last recorded on (holds a reference), NULL if never */
+    uint64_t seq, gen, time_gen, time_ns;
+    /* under fc_graph_mu: recorded in a capture */
+    uint64_t cap_id;
+    struct fc_gnode **cnodes;
+    size_t ncnodes;
+};
+
+pthread_mutex_t fc_graph_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fc_stream *all_streams;
+static struct fc_capture *captures;
+static uint64_t next_capture_id = 1;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+struct fc_op *fc_op_new(enum fc_op_kind kind, const char *call)
+{
+    struct fc_op *op = calloc(1, sizeof *op);
+    if (op) {
+        op->kind = kind;
+        op->call = call;
+    }
+    return op;
+}
+
+static void stream_ref(struct fc_stream *s);
+static void stream_unref(struct fc_stream *s);
+static void event_unref(struct fc_event *e);
+
+void fc_op_free(struct fc_op *op)
+{
+    if (!op)
+        return;
+    switch (op->kind) {
+    case OP_KERNEL:
+        free(op->u.k.args);
+        break;
+    case OP_RECORD:
+        event_unref(op->u.rec.ev);
+        break;
+    case OP_WAIT:
+        stream_unref(op->u.wait.s);
+        break;
+    case OP_GRAPH:
+        for (size_t i = 0; i < op->u.graph.n; i++)
+            fc_op_free(op->u.graph.ops[i]);
+        free(op->u.graph.ops);
+        break;
+    default:
+        break;
+    }
+    free(op);
+}
+
+struct fc_op *fc_op_clone(const struct fc_op *op)
+{
+    struct fc_op *c = malloc(sizeof *c);
+    if (!c)
+        return NULL;
+    *c = *op;
+    c->next = NULL;
+    if (op->kind == OP_KERNEL) {
+        size_t n = fc_param_bytes(op->u.k.fn->def);
+        c->u.k.args = malloc(n ? n : 1);
+        if (!c->u.k.args) {
+            free(c);
+            return NULL;
+        }
+        memcpy(c->u.k.args, op->u.k.args, n);
+    }
+    /* Graph nodes hold kernels, copies, memsets, host functions and nothing that holds references. */
+    return c;
+}
+
+static uint64_t copy_span(uint64_t pitch, uint64_t slice, const struct fc_copy *c)
+{
+    uint64_t rows = fc_add_sat(fc_mul_sat(c->depth - 1, slice), c->height - 1);
+    return fc_add_sat(fc_mul_sat(rows, pitch), c->width);
+}
+
+static uint64_t memset_span(const struct fc_memset *m)
+{
+    uint64_t row = fc_mul_sat(m->width, m->elem);
+    return fc_add_sat(fc_mul_sat(m->height - 1, m->pitch), row);
+}
+
+static void check_side(const char *call, CUmemorytype t, uint64_t p, uint64_t n)
+{
+    if (t == CU_MEMORYTYPE_HOST)
+        fc_oracle_host(call, p, n);
+    else
+        fc_oracle_dev(call, p, n);
+}
+
+void fc_op_check(const struct fc_op *op)
+{
+    switch (op->kind) {
+    case OP_COPY: {
+        const struct fc_copy *c = &op->u.cp;
+        if (!c->width || !c->height || !c->depth)
+            return;
+        check_side(op->call, c->stype, c->src, copy_span(c->spitch, c->sslice, c));
+        check_side(op->call, c->dtype, c->dst, copy_span(c->dpitch, c->dslice, c));
+        break;
+    }
+    case OP_MEMSET:
+        if (op->u.ms.width && op->u.ms.height)
+            fc_oracle_dev(op->call, op->u.ms.dst, memset_span(&op->u.ms));
+        break;
+    case OP_GRAPH:
+        for (size_t i = 0; i < op->u.graph.n; i++)
+            if (op->u.graph.ops[i])
+                fc_op_check(op->u.graph.ops[i]);
+        break;
+    default:
+        break;
+    }
+}
+
+static void stream_wait(struct fc_stream *s, uint64_t target)
+{
+    pthread_mutex_lock(&s->mu);
+    while (atomic_load(&s->completed) < target)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void fc_op_run(struct fc_op *op)
+{
+    switch (op->kind) {
+    case OP_KERNEL: {
+        struct fc_launch l = {.fn = op->u.k.fn, .call = op->call, .args = op->u.k.args};
+        memcpy(l.grid, op->u.k.grid, sizeof l.grid);
+        memcpy(l.block, op->u.k.block, sizeof l.block);
+        op->u.k.fn->def->run(&l);
+        break;
+    }
+    case OP_COPY: {
+        fc_op_check(op); /* at the access itself too: the memory may have gone since the call */
+        const struct fc_copy *c = &op->u.cp;
+        for (uint64_t z = 0; z < c->depth; z++)
+            for (uint64_t y = 0; y < c->height; y++)
+                memmove((void *)(uintptr_t)(c->dst + (z * c->dslice + y) * c->dpitch),
+                        (const void *)(uintptr_t)(c->src + (z * c->sslice + y) * c->spitch), (size_t)c->width);
+        break;
+    }
+    case OP_MEMSET: {
+        fc_op_check(op);
+        const struct fc_memset *m = &op->u.ms;
+        for (uint64_t y = 0; y < m->height; y++) {
+            uint8_t *row = (uint8_t *)(uintptr_t)(m->dst + y * m->pitch);
+            if (m->elem == 1) {
+                memset(row, (int)(m->value & 0xff), (size_t)m->width);
+            } else if (m->elem == 2) {
+                uint16_t v = (uint16_t)m->value;
+                for (uint64_t x = 0; x < m->width; x++)
+                    memcpy(row + x * 2, &v, 2);
+            } else {
+                uint32_t v = m->value;
+                for (uint64_t x = 0; x < m->width; x++)
+                    memcpy(row + x * 4, &v, 4);
+            }
+        }
+        break;
+    }
+    case OP_HOSTFN:
+        fc_order_release(); /* it may wait for anything (cumuxd's waits for its client) */
+        op->u.h.fn(op->u.h.data);
+        break;
+    case OP_RECORD: {
+        struct fc_event *e = op->u.rec.ev;
+        pthread_mutex_lock(&ev_mu);
+        if (op->u.rec.gen >= e->time_gen) {
+            e->time_gen = op->u.rec.gen;
+            e->time_ns = now_ns();
+        }
+        pthread_mutex_unlock(&ev_mu);
+        break;
+    }
+    case OP_WAIT:
+        stream_wait(op->u.wait.s, op->u.wait.seq);
+        break;
+    case OP_FREE:
+        if (op->u.free_ptr)
+            fc_mem_release(op->u.free_ptr);
+        break;
+    case OP_GRAPH:
+        /* The nodes in an order that respects every dependency (made at instantiation). */
+        for (size_t i = 0; i < op->u.graph.n; i++)
+            if (op->u.graph.ops[i])
+                fc_op_run(op->u.graph.ops[i]);
+        break;
+    case OP_EMPTY:
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- dispatch order
+ * A GPU finishes short work in about the order it was submitted, whatever the stream: programs rely on
+ * it without knowing (a synchronous memset on the legacy stream, then a kernel on a non-blocking
+ * stream). With a thread per stream the fake would run such work at the same time, for as long as its
+ * CPU copy takes. So an op at the head of its stream starts only when no op with an earlier ticket is
+ * at the head of another stream or running there, unless that one has let go: it sleeps (spin kernels),
+ * runs a host function, or is a kernel (or graph) that has run for longer than ORDER_GRACE_NS (then the
+ * two overlap, as long kernels on a GPU do). Copies and memsets, a thousand times slower here than on a
+ * GPU, hold later work back until they are done. Waits for events are never on the list. */
+#define ORDER_GRACE_NS 2000000ull
+
+static pthread_mutex_t ord_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ord_cv = PTHREAD_COND_INITIALIZER;
+static struct fc_op *ord_list;
+static _Atomic uint64_t next_ticket;
+static _Thread_local struct fc_op *ord_current;
+
+static void ord_insert(struct fc_op *op)
+{
+    if (op->kind == OP_WAIT)
+        return;
+    pthread_mutex_lock(&ord_mu);
+    op->ord_prev = NULL;
+    op->ord_next = ord_list;
+    if (ord_list)
+        ord_list->ord_prev = op;
+    ord_list = op;
+    op->ord_in = true;
+    pthread_mutex_unlock(&ord_mu);
+}
+
+static void ord_remove(struct fc_op *op)
+{
+    pthread_mutex_lock(&ord_mu);
+    if (op->ord_in) {
+        if (op->ord_prev)
+            op->ord_prev->ord_next = op->ord_next;
+        else
+            ord_list = op->ord_next;
+        if (op->ord_next)
+            op->ord_next->ord_prev = op->ord_prev;
+        op->ord_in = false;
+        pthread_cond_broadcast(&ord_cv);
+    }
+    pthread_mutex_unlock(&ord_mu);
+}
+
+void fc_order_release(void)
+{
+    struct fc_op *op = ord_current;
+    if (!op)
+        return;
+    pthread_mutex_lock(&ord_mu);
+    op->ord_released = true;
+    pthread_cond_broadcast(&ord_cv);
+    pthread_mutex_unlock(&ord_mu);
+}
+
+static void ord_wait_turn(struct fc_op *op)
+{
+    pthread_mutex_lock(&ord_mu);
+    for (;;) {
+        uint64_t now = now_ns();
+        bool blocked = false;
+        for (struct fc_op *e = ord_list; e && !blocked; e = e->ord_next)
+            blocked = e != op && e->ticket < op->ticket && !e->ord_released &&
+                      !((e->kind == OP_KERNEL || e->kind == OP_GRAPH) && e->ord_start &&
+                        now - e->ord_start > ORDER_GRACE_NS);
+        if (!blocked)
+            break;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&ord_cv, &ord_mu, &until);
+    }
+    op->ord_start = now_ns();
+    pthread_mutex_unlock(&ord_mu);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static void stream_ref(struct fc_stream *s)
+{
+    pthread_mutex_lock(&all_mu);
+    s->refs++;
+    pthread_mutex_unlock(&all_mu);
+}
+
+static void stream_unref(struct fc_stream *s)
+{
+    pthread_mutex_lock(&all_mu);
+    if (--s->refs > 0) {
+        pthread_mutex_unlock(&all_mu);
+        return;
+    }
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        all_streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    pthread_mutex_unlock(&all_mu);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->cdeps);
+    free(s);
+}
+
+static void *executor(void *arg)
+{
+    struct fc_stream *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->closing)
+            pthread_cond_wait(&s->cv, &s->mu);
+        struct fc_op *op = s->head;
+        if (!op)
+            break;
+        pthread_mutex_unlock(&s->mu);
+        if (op->ord_in)
+            ord_wait_turn(op);
+        ord_current = op;
+        fc_op_run(op);
+        ord_current = NULL;
+        ord_remove(op);
+        pthread_mutex_lock(&s->mu);
+        s->head = op->next;
+        if (s->head)
+            ord_insert(s->head);
+        else
+            s->tail = NULL;
+        atomic_store(&s->completed, op->seq);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        fc_op_free(op); /* may drop references: not under the stream's lock */
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    stream_unref(s);
+    return NULL;
+}
+
+static struct fc_stream *stream_new(unsigned flags, int priority)
+{
+    struct fc_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->magic = FC_MAGIC_STREAM;
+    s->flags = flags;
+    s->priority = priority;
+    s->refs = 2; /* its user and its executor */
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 1 << 20);
+    pthread_t t;
+    int rc = pthread_create(&t, &a, executor, s);
+    pthread_attr_destroy(&a);
+    if (rc != 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_lock(&all_mu);
+    s->next = all_streams;
+    if (all_streams)
+        all_streams->prev = s;
+    all_streams = s;
+    pthread_mutex_unlock(&all_mu);
+    return s;
+}
+
+/* The NULL stream (and CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) of a program that uses the fake directly:
+ * one ordinary stream. cumuxd never uses it. */
+static struct fc_stream *default_stream;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static void default_init(void)
+{
+    default_stream = stream_new(0, 0);
+}
+
+static struct fc_stream *stream_get(CUstream h)
+{
+    if (!h || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+        pthread_once(&default_once, default_init);
+        return default_stream;
+    }
+    struct fc_stream *s = (struct fc_stream *)h;
+    return s->magic == FC_MAGIC_STREAM ? s : NULL;
+}
+
+/* Queue an op; its seq. A record on an idle stream is complete at once (*done set, the op not queued,
+ * the caller frees it): nothing is before it. */
+static uint64_t enqueue(struct fc_stream *s, struct fc_op *op, bool *done)
+{
+    pthread_mutex_lock(&s->mu);
+    op->seq = ++s->submitted;
+    op->ticket = atomic_fetch_add(&next_ticket, 1) + 1;
+    op->next = NULL;
+    if (done && op->kind == OP_RECORD && !s->head) {
+        atomic_store(&s->completed, op->seq);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        *done = true;
+        return op->seq;
+    }
+    if (s->tail) {
+        s->tail->next = op;
+    } else {
+        s->head = op;
+        ord_insert(op); /* now, not when the executor wakes: its place in the order is taken at once */
+    }
+    s->tail = op;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return op->seq;
+}
+
+static uint64_t submitted(struct fc_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t v = s->submitted;
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
+/* Capture: the op becomes a node after the stream's current dependencies. Caller holds fc_graph_mu. */
+static CUresult capture_op(struct fc_stream *s, struct fc_op *op)
+{
+    struct fc_capture *cap = s->cap;
+    if (op->kind != OP_KERNEL && op->kind != OP_COPY && op->kind != OP_MEMSET && op->kind != OP_HOSTFN) {
+        fc_op_free(op);
+        cap->invalid = true;
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    struct fc_gnode *node;
+    CUresult r = fc_graph_add(cap->g, s->cdeps, s->ncdeps, op, &node);
+    if (r != CUDA_SUCCESS) {
+        cap->invalid = true;
+        return r;
+    }
+    if (s->capdeps < 1) {
+        struct fc_gnode **d = realloc(s->cdeps, 8 * sizeof *d);
+        if (!d) {
+            cap->invalid = true;
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        s->cdeps = d;
+        s->capdeps = 8;
+    }
+    s->cdeps[0] = node;
+    s->ncdeps = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult fc_submit(CUstream hs, struct fc_op *op)
+{
+    struct fc_stream *s = stream_get(hs);
+    if (!s) {
+        fc_op_free(op);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    fc_op_check(op); /* what the call names must exist when it is made */
+    pthread_mutex_lock(&fc_graph_mu);
+    if (s->cap) {
+        CUresult r = capture_op(s, op);
+        pthread_mutex_unlock(&fc_graph_mu);
+        return r;
+    }
+    enqueue(s, op, NULL);
+    pthread_mutex_unlock(&fc_graph_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult fc_stream_usable(CUstream hs)
+{
+    struct fc_stream *s = stream_get(hs);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&fc_graph_mu);
+    if (s->cap) {
+        s->cap->invalid = true;
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
+void fc_drain(void)
+{
+    pthread_mutex_lock(&all_mu);
+    size_t n = 0;
+    for (struct fc_stream *s = all_streams; s; s = s->next)
+        n++;
+    struct fc_stream **v = calloc(n ? n : 1, sizeof *v);
+    uint64_t *target = calloc(n ? n : 1, sizeof *target);
+    if (!v || !target) {
+        pthread_mutex_unlock(&all_mu);
+        free(v);
+        free(target);
+        return;
+    }
+    size_t i = 0;
+    for (struct fc_stream *s = all_streams; s; s = s->next, i++) {
+        s->refs++;
+        v[i] = s;
+        target[i] = submitted(s);
+    }
+    pthread_mutex_unlock(&all_mu);
+    for (i = 0; i < n; i++) {
+        stream_wait(v[i], target[i]);
+        stream_unref(v[i]);
+    }
+    free(v);
+    free(target);
+}
+
+CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int priority)
+{
+    CHECK_RET(fc_check_init());
+    if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (priority > 0)
+        priority = 0;
+    if (priority < -5)
+        priority = -5;
+    struct fc_stream *s = stream_new(flags, priority);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    atomic_fetch_add(&fc_stats.streams, 1);
+    *out = (CUstream)s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamCreate(CUstream *out, unsigned int flags)
+{
+    return cuStreamCreateWithPriority(out, flags, 0);
+}
+
+CUresult cuStreamDestroy(CUstream hs)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    if (!s || s == default_stream)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&fc_graph_mu);
+    if (s->cap)
+        s->cap->invalid = true;
+    pthread_mutex_unlock(&fc_graph_mu);
+    /* As in CUDA, work already queued still runs; the handle is dead at once. */
+    s->magic = FC_MAGIC_DEAD;
+    pthread_mutex_lock(&s->mu);
+    s->closing = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    atomic_fetch_sub(&fc_stats.streams, 1);
+    stream_unref(s);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream hs)
+{
+    CHECK_RET(fc_check_init());
+    CHECK_RET(fc_stream_usable(hs));
+    struct fc_stream *s = stream_get(hs);
+    stream_wait(s, submitted(s));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamQuery(CUstream hs)
+{
+    CHECK_RET(fc_check_init());
+    CHECK_RET(fc_stream_usable(hs));
+    struct fc_stream *s = stream_get(hs);
+    return atomic_load(&s->completed) >= submitted(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+/* ---------------------------------------------------------------- capture */
+
+static struct fc_capture *capture_find(uint64_t id)
+{
+    for (struct fc_capture *c = captures; c; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+static int capture_add_member(struct fc_capture *cap, struct fc_stream *s)
+{
+    struct fc_stream **m = realloc(cap->members, (cap->nmembers + 1) * sizeof *m);
+    if (!m)
+        return -1;
+    cap->members = m;
+    m[cap->nmembers++] = s;
+    stream_ref(s);
+    s->cap = cap;
+    s->ncdeps = 0;
+    return 0;
+}
+
+static int set_deps(struct fc_stream *s, struct fc_gnode *const *nodes, size_t n, bool merge)
+{
+    size_t base = merge ? s->ncdeps : 0;
+    if (base + n > s->capdeps) {
+        size_t cap = base + n + 8;
+        struct fc_gnode **d = realloc(s->cdeps, cap * sizeof *d);
+        if (!d)
+            return -1;
+        s->cdeps = d;
+        s->capdeps = cap;
+    }
+    size_t k = base;
+    for (size_t i = 0; i < n; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < k; j++)
+            dup |= s->cdeps[j] == nodes[i];
+        if (!dup)
+            s->cdeps[k++] = nodes[i];
+    }
+    s->ncdeps = k;
+    return 0;
+}
+
+CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (s == default_stream)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    CUresult r = CUDA_SUCCESS;
+    struct fc_capture *cap = NULL;
+    if (s->cap)
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    else if (!(cap = calloc(1, sizeof *cap)) || !(cap->g = fc_graph_new()))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        cap->id = next_capture_id++;
+        cap->origin = s;
+        if (capture_add_member(cap, s) < 0) {
+            fc_graph_free(cap->g);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            cap->next = captures;
+            captures = cap;
+        }
+    }
+    if (r != CUDA_SUCCESS)
+        free(cap);
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
+CUresult cuStreamEndCapture(CUstream hs, CUgraph *out)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    if (!s || !out)
+        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_capture *cap = s->cap;
+    if (!cap) {
+        pthread_mutex_unlock(&fc_graph_mu);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    if (cap->origin != s) {
+        cap->invalid = true;
+        pthread_mutex_unlock(&fc_graph_mu);
+        return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    }
+    for (struct fc_capture **p = &captures; *p; p = &(*p)->next) {
+        if (*p == cap) {
+            *p = cap->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    for (size_t i = 0; i < cap->nmembers; i++) {
+        pthread_mutex_lock(&fc_graph_mu);
+        cap->members[i]->cap = NULL;
+        cap->members[i]->ncdeps = 0;
+        pthread_mutex_unlock(&fc_graph_mu);
+        stream_unref(cap->members[i]);
+    }
+    free(cap->members);
+    CUresult r = CUDA_SUCCESS;
+    if (cap->invalid) {
+        fc_graph_free(cap->g);
+        *out = NULL;
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else {
+        *out = (CUgraph)cap->g;
+    }
+    free(cap);
+    return r;
+}
+
+CUresult cuStreamIsCapturing(CUstream hs, CUstreamCaptureStatus *st)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    if (!s || !st)
+        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&fc_graph_mu);
+    *st = !s->cap ? CU_STREAM_CAPTURE_STATUS_NONE
+                  : s->cap->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    pthread_mutex_unlock(&fc_graph_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCaptureInfo(CUstream hs, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+                                const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    if (!s || !st)
+        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_capture *cap = s->cap;
+    *st = !cap ? CU_STREAM_CAPTURE_STATUS_NONE
+               : cap->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (cap && id)
+        *id = cap->id;
+    if (cap && graph)
+        *graph = (CUgraph)cap->g;
+    if (cap && deps)
+        *deps = (const CUgraphNode *)s->cdeps;
+    if (cap && edges)
+        *edges = NULL;
+    if (cap && ndeps)
+        *ndeps = s->ncdeps;
+    pthread_mutex_unlock(&fc_graph_mu);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- events */
+
+static struct fc_event *event_get(CUevent h)
+{
+    struct fc_event *e = (struct fc_event *)h;
+    return e && e->magic == FC_MAGIC_EVENT ? e : NULL;
+}
+
+static void event_unref(struct fc_event *e)
+{
+    if (atomic_fetch_sub(&e->refs, 1) != 1)
+        return;
+    if (e->s)
+        stream_unref(e->s);
+    free(e->cnodes);
+    free(e);
+}
+
+CUresult cuEventCreate(CUevent *out, unsigned int flags)
+{
+    CHECK_RET(fc_check_init());
+    if (!out || (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = FC_MAGIC_EVENT;
+    e->flags = flags;
+    atomic_store(&e->refs, 1);
+    atomic_fetch_add(&fc_stats.events, 1);
+    *out = (CUevent)e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent h)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_event *e = event_get(h);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->magic = FC_MAGIC_DEAD; /* records still queued finish with it; the handle is dead now */
+    atomic_fetch_sub(&fc_stats.events, 1);
+    event_unref(e);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent he, CUstream hs)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_event *e = event_get(he);
+    struct fc_stream *s = stream_get(hs);
+    if (!e || !s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&fc_graph_mu);
+    if (s->cap) {
+        /* In a capture: the event names the stream's current nodes, for streams that wait on it. */
+        CUresult r = CUDA_SUCCESS;
+        struct fc_gnode **n = malloc((s->ncdeps ? s->ncdeps : 1) * sizeof *n);
+        if (!n) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            memcpy(n, s->cdeps, s->ncdeps * sizeof *n);
+            free(e->cnodes);
+            e->cnodes = n;
+            e->ncnodes = s->ncdeps;
+            e->cap_id = s->cap->id;
+        }
+        pthread_mutex_unlock(&fc_graph_mu);
+        return r;
+    }
+    struct fc_op *op = fc_op_new(OP_RECORD, "cuEventRecord");
+    if (!op) {
+        pthread_mutex_unlock(&fc_graph_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    atomic_fetch_add(&e->refs, 1);
+    op->u.rec.ev = e;
+    stream_ref(s);
+    pthread_mutex_lock(&ev_mu);
+    e->cap_id = 0;
+    op->u.rec.gen = ++e->gen;
+    struct fc_stream *old = e->s;
+    e->s = s;
+    bool done = false;
+    e->seq = enqueue(s, op, &done);
+    if (done) {
+        e->time_gen = op->u.rec.gen;
+        e->time_ns = now_ns();
+    }
+    pthread_mutex_unlock(&ev_mu);
+    pthread_mutex_unlock(&fc_graph_mu);
+    if (done)
+        fc_op_free(op);
+    if (old)
+        stream_unref(old);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecordWithFlags(CUevent he, CUstream hs, unsigned int flags)
+{
+    if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuEventRecord(he, hs);
+}
+
+/* The stream and position an event waits for (a reference on the stream), or NULL if never recorded. */
+static struct fc_stream *event_position(struct fc_event *e, uint64_t *seq)
+{
+    pthread_mutex_lock(&ev_mu);
+    struct fc_stream *s = e->s;
+    *seq = e->seq;
+    if (s)
+        stream_ref(s);
+    pthread_mutex_unlock(&ev_mu);
+    return s;
+}
+
+CUresult cuEventQuery(CUevent he)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_event *e = event_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t seq;
+    struct fc_stream *s = event_position(e, &seq);
+    if (!s)
+        return CUDA_SUCCESS;
+    bool done = atomic_load(&s->completed) >= seq;
+    stream_unref(s);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuEventSynchronize(CUevent he)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_event *e = event_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t seq;
+    struct fc_stream *s = event_position(e, &seq);
+    if (s) {
+        stream_wait(s, seq);
+        stream_unref(s);
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime(float *ms, CUevent ha, CUevent hb)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_event *a = event_get(ha), *b = event_get(hb);
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!a || !b || (a->flags & CU_EVENT_DISABLE_TIMING) || (b->flags & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&ev_mu);
+    if (!a->s || !b->s)
+        r = CUDA_ERROR_INVALID_HANDLE;
+    else if (atomic_load(&a->s->completed) < a->seq || atomic_load(&b->s->completed) < b->seq)
+        r = CUDA_ERROR_NOT_READY;
+    else
+        *ms = (float)(((double)b->time_ns - (double)a->time_ns) / 1e6);
+    pthread_mutex_unlock(&ev_mu);
+    return r;
+}
+
+CUresult cuStreamWaitEvent(CUstream hs, CUevent he, unsigned int flags)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    struct fc_event *e = event_get(he);
+    if (!s || !e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_capture *cap = e->cap_id ? capture_find(e->cap_id) : NULL;
+    if (cap) {
+        /* An event of a capture: the stream joins it (or, already in it, gains the event's nodes). */
+        CUresult r = CUDA_SUCCESS;
+        if (s->cap && s->cap != cap) {
+            s->cap->invalid = cap->invalid = true;
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        } else if (!s->cap && capture_add_member(cap, s) < 0) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if (set_deps(s, e->cnodes, e->ncnodes, true) < 0) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        pthread_mutex_unlock(&fc_graph_mu);
+        return r;
+    }
+    if (s->cap) {
+        /* Ordering on work outside the capture cannot be put into the graph. */
+        s->cap->invalid = true;
+        pthread_mutex_unlock(&fc_graph_mu);
+        return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    uint64_t seq;
+    struct fc_stream *target = event_position(e, &seq);
+    if (!target) { /* never recorded: nothing to wait for */
+        pthread_mutex_unlock(&fc_graph_mu);
+        return CUDA_SUCCESS;
+    }
+    if (atomic_load(&target->completed) >= seq) { /* done already: nothing to wait for */
+        pthread_mutex_unlock(&fc_graph_mu);
+        stream_unref(target);
+        return CUDA_SUCCESS;
+    }
+    struct fc_op *op = fc_op_new(OP_WAIT, "cuStreamWaitEvent");
+    if (!op) {
+        pthread_mutex_unlock(&fc_graph_mu);
+        stream_unref(target);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->u.wait.s = target; /* the reference from event_position */
+    op->u.wait.seq = seq;
+    enqueue(s, op, NULL);
+    pthread_mutex_unlock(&fc_graph_mu);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- copies and memsets */
+
+CUresult fc_copy_validate(const struct fc_copy *c)
+{
+    if ((c->height > 1 || c->depth > 1) && (c->dpitch < c->width || c->spitch < c->width))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->depth > 1 && (c->dslice < c->height || c->sslice < c->height))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+CUresult fc_memset_validate(const struct fc_memset *m)
+{
+    if (m->dst % m->elem)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m->height > 1 && m->pitch < fc_mul_sat(m->width, m->elem))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult submit_copy(const char *call, CUstream hs, const struct fc_copy *c)
+{
+    CHECK_RET(fc_check_init());
+    CHECK_RET(fc_copy_validate(c));
+    if (!c->width || !c->height || !c->depth)
+        return stream_get(hs) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    struct fc_op *op = fc_op_new(OP_COPY, call);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.cp = *c;
+    return fc_submit(hs, op);
+}
+
+static struct fc_copy copy_1d(CUmemorytype dt, uint64_t dst, CUmemorytype st, uint64_t src, size_t n)
+{
+    return (struct fc_copy){.dtype = dt, .stype = st, .dst = dst, .src = src, .dpitch = n, .spitch = n,
+                            .dslice = 1, .sslice = 1, .width = n, .height = 1, .depth = 1};
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    struct fc_copy c = copy_1d(CU_MEMORYTYPE_DEVICE, dst, CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)src, n);
+    return submit_copy("cuMemcpyHtoDAsync", s, &c);
+}
+
+CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    struct fc_copy c = copy_1d(CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)dst, CU_MEMORYTYPE_DEVICE, src, n);
+    return submit_copy("cuMemcpyDtoHAsync", s, &c);
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    struct fc_copy c = copy_1d(CU_MEMORYTYPE_DEVICE, dst, CU_MEMORYTYPE_DEVICE, src, n);
+    return submit_copy("cuMemcpyDtoDAsync", s, &c);
+}
+
+/* Memory type of one side; UNIFIED is decided by where the address lies. */
+static CUmemorytype side_type(CUmemorytype t, uint64_t p)
+{
+    if (t == CU_MEMORYTYPE_UNIFIED)
+        return fc_is_device_ptr(p) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    return t;
+}
+
+CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((p->srcMemoryType != CU_MEMORYTYPE_HOST && p->srcMemoryType != CU_MEMORYTYPE_DEVICE &&
+         p->srcMemoryType != CU_MEMORYTYPE_UNIFIED) ||
+        (p->dstMemoryType != CU_MEMORYTYPE_HOST && p->dstMemoryType != CU_MEMORYTYPE_DEVICE &&
+         p->dstMemoryType != CU_MEMORYTYPE_UNIFIED))
+        return CUDA_ERROR_INVALID_VALUE; /* arrays: not emulated */
+    uint64_t src = p->srcMemoryType == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)p->srcHost : p->srcDevice;
+    uint64_t dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)p->dstHost : p->dstDevice;
+    struct fc_copy c = {.stype = side_type(p->srcMemoryType, src), .dtype = side_type(p->dstMemoryType, dst),
+                        .spitch = p->srcPitch, .dpitch = p->dstPitch, .sslice = 1, .dslice = 1,
+                        .width = p->WidthInBytes, .height = p->Height, .depth = 1};
+    /* The first byte touched: (X, Y) into the pitched region, with the arithmetic the hardware does. */
+    c.src = src + p->srcY * p->srcPitch + p->srcXInBytes;
+    c.dst = dst + p->dstY * p->dstPitch + p->dstXInBytes;
+    return submit_copy("cuMemcpy2DAsync", s, &c);
+}
+
+void fc_copy_from_3d(struct fc_copy *c, const CUDA_MEMCPY3D *p)
+{
+    uint64_t src = p->srcMemoryType == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)p->srcHost : p->srcDevice;
+    uint64_t dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)p->dstHost : p->dstDevice;
+    *c = (struct fc_copy){.stype = side_type(p->srcMemoryType, src), .dtype = side_type(p->dstMemoryType, dst),
+                          .spitch = p->srcPitch ? p->srcPitch : p->WidthInBytes,
+                          .dpitch = p->dstPitch ? p->dstPitch : p->WidthInBytes,
+                          .sslice = p->srcHeight ? p->srcHeight : p->Height,
+                          .dslice = p->dstHeight ? p->dstHeight : p->Height, .width = p->WidthInBytes,
+                          .height = p->Height, .depth = p->Depth};
+    c->src = src + (p->srcZ * c->sslice + p->srcY) * c->spitch + p->srcXInBytes;
+    c->dst = dst + (p->dstZ * c->dslice + p->dstY) * c->dpitch + p->dstXInBytes;
+}
+
+static CUresult submit_memset(const char *call, CUstream hs, uint64_t dst, uint64_t pitch, unsigned value,
+                              unsigned elem, uint64_t width, uint64_t height)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_memset m = {.dst = dst, .pitch = pitch, .width = width, .height = height, .value = value, .elem = elem};
+    CHECK_RET(fc_memset_validate(&m));
+    if (!width || !height)
+        return stream_get(hs) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    struct fc_op *op = fc_op_new(OP_MEMSET, call);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.ms = m;
+    return fc_submit(hs, op);
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+    return submit_memset("cuMemsetD8Async", s, d, n, v, 1, n, 1);
+}
+
+CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+    return submit_memset("cuMemsetD16Async", s, d, fc_mul_sat(n, 2), v, 2, n, 1);
+}
+
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+    return submit_memset("cuMemsetD32Async", s, d, fc_mul_sat(n, 4), v, 4, n, 1);
+}
+
+CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s)
+{
+    return submit_memset("cuMemsetD2D8Async", s, d, pitch, v, 1, w, h);
+}
+
+CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s)
+{
+    return submit_memset("cuMemsetD2D16Async", s, d, pitch, v, 2, w, h);
+}
+
+CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s)
+{
+    return submit_memset("cuMemsetD2D32Async", s, d, pitch, v, 4, w, h);
+}
+
+/* ---------------------------------------------------------------- host functions */
+
+CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
+{
+    CHECK_RET(fc_check_init());
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = fc_op_new(OP_HOSTFN, "cuLaunchHostFunc");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.h.fn = fn; /* runs on the stream's executor thread, never the caller's */
+    op->u.h.data = data;
+    return fc_submit(s, op);
+}
