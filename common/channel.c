@@ -90,10 +90,10 @@ void cumux_ring_commit(struct cumux_shm *shm, uint32_t size)
     }
 }
 
-enum cumux_ring_status cumux_ring_take(struct cumux_shm *shm, void *buf, uint32_t *size)
+enum cumux_ring_status cumux_ring_take_at(struct cumux_shm *shm, uint64_t *tailp, void *buf, uint32_t *size)
 {
     for (;;) {
-        uint64_t tail = atomic_load_explicit(&shm->tail, memory_order_relaxed);
+        uint64_t tail = *tailp;
         uint64_t head = atomic_load_explicit(&shm->head, memory_order_acquire);
         if (head == tail)
             return CUMUX_RING_EMPTY;
@@ -109,7 +109,8 @@ enum cumux_ring_status cumux_ring_take(struct cumux_shm *shm, void *buf, uint32_
         if (hdr.op == CUMUX_OP_PAD) {
             if (hdr.size != to_end)
                 return CUMUX_RING_CORRUPT;
-            atomic_store_explicit(&shm->tail, tail + hdr.size, memory_order_release);
+            *tailp = tail + hdr.size;
+            atomic_store_explicit(&shm->tail, *tailp, memory_order_release);
             continue;
         }
         if (hdr.size > CUMUX_MAX_MSG)
@@ -118,17 +119,29 @@ enum cumux_ring_status cumux_ring_take(struct cumux_shm *shm, void *buf, uint32_
         /* The header may have changed between the two reads: trust only the copy, and its size. */
         ((struct cumux_msg_hdr *)buf)->size = hdr.size;
         *size = hdr.size;
-        atomic_store_explicit(&shm->tail, tail + hdr.size, memory_order_release);
+        *tailp = tail + hdr.size;
+        atomic_store_explicit(&shm->tail, *tailp, memory_order_release);
         return CUMUX_RING_MSG;
     }
 }
 
+enum cumux_ring_status cumux_ring_take(struct cumux_shm *shm, void *buf, uint32_t *size)
+{
+    uint64_t tail = atomic_load_explicit(&shm->tail, memory_order_relaxed);
+    return cumux_ring_take_at(shm, &tail, buf, size);
+}
+
 void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t spin_ns, int64_t timeout_ns)
+{
+    cumux_ring_wait_at(shm, atomic_load_explicit(&shm->tail, memory_order_relaxed), stop, spin_ns, timeout_ns);
+}
+
+void cumux_ring_wait_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t spin_ns,
+                        int64_t timeout_ns)
 {
     uint64_t start = cumux_now_ns();
     unsigned n = 0;
-    while (atomic_load_explicit(&shm->head, memory_order_acquire) ==
-           atomic_load_explicit(&shm->tail, memory_order_relaxed)) {
+    while (atomic_load_explicit(&shm->head, memory_order_acquire) == tail) {
         if (atomic_load(stop))
             return;
         if ((++n & 63u) == 0 && cumux_now_ns() - start > spin_ns)
@@ -139,7 +152,7 @@ void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t sp
 sleep:;
     uint32_t bell = atomic_load(&shm->doorbell);
     atomic_store(&shm->server_sleeping, 1);
-    if (atomic_load(&shm->head) == atomic_load(&shm->tail) && !atomic_load(stop))
+    if (atomic_load(&shm->head) == tail && !atomic_load(stop))
         cumux_futex_wait(&shm->doorbell, bell, timeout_ns);
     atomic_store(&shm->server_sleeping, 0);
 }

@@ -31,8 +31,15 @@ enum cumux_ring_status { CUMUX_RING_EMPTY = 0, CUMUX_RING_MSG = 1, CUMUX_RING_CO
 /* Take the next message out of the ring into buf (at least CUMUX_MAX_MSG bytes), skipping padding.
  * The copy is made before anything is checked, so the client cannot change it afterwards. */
 enum cumux_ring_status cumux_ring_take(struct cumux_shm *shm, void *buf, uint32_t *size);
+/* The same, from the reader's own record of the tail (*tail, updated), not from shm->tail: the server
+ * keeps its tail in its own memory, since the client can rewrite the shared copy at any moment. The
+ * shared copy is still written, for the writer's flow control. */
+enum cumux_ring_status cumux_ring_take_at(struct cumux_shm *shm, uint64_t *tail, void *buf, uint32_t *size);
 /* Sleep until the ring is not empty, *stop becomes true, or timeout. Spins first for spin_ns. */
 void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t spin_ns, int64_t timeout_ns);
+/* The same, empty meaning head == tail (the reader's own tail). */
+void cumux_ring_wait_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t spin_ns,
+                        int64_t timeout_ns);
 
 /* Bytes a message of body_len needs, rounded up to 8. */
 static inline uint32_t cumux_msg_size(size_t body_len)

@@ -49,14 +49,15 @@ static void *worker_main(void *arg)
         for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
             cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
     }
+    uint64_t tail = 0; /* the server's own: the shared copy is the client's to scribble on */
     while (!atomic_load(&c->dead)) {
         uint32_t size;
-        enum cumux_ring_status st = cumux_ring_take(c->shm, msg, &size);
+        enum cumux_ring_status st = cumux_ring_take_at(c->shm, &tail, msg, &size);
         if (st == CUMUX_RING_EMPTY) {
             /* Nothing to do: give back staging slots whose copies are done before sleeping, since the
              * client may be waiting for one and will send nothing until it has it. */
             srv_staging_flush(c);
-            cumux_ring_wait(c->shm, &c->dead, 50000, 1000000000);
+            cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, 1000000000);
             continue;
         }
         uint64_t t0 = prof ? cumux_now_ns() : 0;
