@@ -96,17 +96,21 @@ static int image_bytes(const void *img, const uint8_t **out, size_t *len, int de
         *len = (size_t)end;
         return 0;
     }
-    /* Text: up to its NUL, page by page so as never to run off the mapping. */
+    /* Text: PTX, read as a C string like the real driver does. Text that runs off the end of its mapping
+     * would fault in the real driver (inside cumuxd): that is the oracle's to report. A page past the end
+     * of a mapped file raises SIGBUS on the read itself, as it would in the real driver. */
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 0;
     for (;;) {
         size_t room = pg - ((uintptr_t)(b + n) & (pg - 1));
         if (!mapped(b + n, room))
-            return -1;
+            fc_oracle_fail("cuModuleLoadData (PTX text with no NUL before the end of its mapping)",
+                           (uint64_t)(uintptr_t)b, n + room);
         const uint8_t *z = memchr(b + n, 0, room);
         if (z) {
             *out = b;
             *len = (size_t)(z - b);
-            return 0;
+            /* The real driver parses it: text that is not PTX is refused. */
+            return memmem(b, *len, ".version", 8) ? 0 : -2;
         }
         n += room;
     }
@@ -149,8 +153,9 @@ static CUresult module_load(const void *img, bool in_library, struct fc_module *
 {
     const uint8_t *b;
     size_t n;
-    if (image_bytes(img, &b, &n, 0) < 0)
-        return CUDA_ERROR_INVALID_IMAGE;
+    int kind = image_bytes(img, &b, &n, 0);
+    if (kind < 0)
+        return kind == -2 ? CUDA_ERROR_INVALID_PTX : CUDA_ERROR_INVALID_IMAGE;
     struct fc_module *m = calloc(1, sizeof *m);
     if (!m || !(m->funcs = calloc(fc_nkernels, sizeof *m->funcs))) {
         free(m);

@@ -1,0 +1,369 @@
+/* Hostile clients against a cumuxd that serves a GPU (in CI: the fake driver of tests/fakecuda, whose
+ * oracle aborts the server on any device access outside one allocation). Each case is an attack that
+ * once worked, or one a client could try: the server must answer with errors or drop the attacker, never
+ * crash, and keep serving everyone else.
+ *   param-scribble  a thread rewrites the parameter layout in the reply slot while MODULE_GET_FUNCTION
+ *                   runs, then the client launches (the server once read the offsets back from the slot)
+ *   span-wrap       2-D memsets, copies and graph nodes whose span wraps 64 bits onto a 4 KiB buffer
+ *   ptx-no-nul      an image of bytes with no NUL that ends on a page boundary (the driver reads PTX as a
+ *                   C string: it ran off the end of the server's mapping)
+ *   scribble-all    a thread writes random words all over the client's shared memory while it works;
+ *                   a bystander command (after --) runs meanwhile and must succeed every time
+ * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "raw_client.h"
+#include "test_util.h"
+
+static const char *cli, *fatbin;
+static char **bystander; /* NULL-terminated argv, or NULL */
+
+/* ---- the calls a client needs, by hand ---- */
+struct session {
+    struct conn c;
+    uint32_t ctx, stream, module;
+    uint64_t buf; /* 4 KiB of device memory */
+};
+
+static int call_reply(struct conn *c, uint16_t op, const void *body, size_t len, void *out, uint32_t cap)
+{
+    uint32_t got = 0;
+    int r = call_slot(c, 1, op, body, len, out, cap, &got);
+    if (r == CUDA_SUCCESS && got < cap)
+        return -2; /* a reply shorter than its type */
+    return r;
+}
+
+static uint64_t call_u64(struct conn *c, uint16_t op, const void *body, size_t len, const char *what)
+{
+    struct cumux_u64_reply rep = {0};
+    int r = call_reply(c, op, body, len, &rep, sizeof rep);
+    REQUIRE(r == CUDA_SUCCESS, "%s: %d", what, r);
+    return rep.value;
+}
+
+static int load_image(struct conn *c, uint32_t ctx, const void *image, size_t size, uint64_t *handle)
+{
+    int fd = memfd_of(size);
+    REQUIRE(pwrite(fd, image, size, 0) == (ssize_t)size, "write the image");
+    send_fd_tag(c, CUMUX_MAGIC, fd);
+    close(fd);
+    struct cumux_module_load m = {.ctx = ctx, .kind = CUMUX_IMAGE_MODULE, .size = size};
+    struct cumux_u64_reply rep = {0};
+    int r = call_reply(c, CUMUX_OP_MODULE_LOAD, &m, sizeof m, &rep, sizeof rep);
+    *handle = rep.value;
+    return r;
+}
+
+static void session_open(struct session *s)
+{
+    memset(s, 0, sizeof *s);
+    conn_open(&s->c);
+    struct cumux_ctx_create cc = {.device = 0};
+    struct cumux_ctx_reply cr;
+    REQUIRE(call_reply(&s->c, CUMUX_OP_CTX_CREATE, &cc, sizeof cc, &cr, sizeof cr) == CUDA_SUCCESS, "CTX_CREATE");
+    s->ctx = cr.ctx;
+    s->stream = cr.legacy_stream;
+    struct cumux_mem_alloc ma = {.ctx = s->ctx, .size = 4096};
+    s->buf = call_u64(&s->c, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma, "MEM_ALLOC 4 KiB");
+    FILE *f = fopen(fatbin, "rb");
+    REQUIRE(f, "open %s", fatbin);
+    static uint8_t image[8 << 20];
+    size_t size = fread(image, 1, sizeof image, f);
+    fclose(f);
+    REQUIRE(size > 0 && size < sizeof image, "read %s", fatbin);
+    uint64_t mod = 0;
+    REQUIRE(load_image(&s->c, s->ctx, image, size, &mod) == CUDA_SUCCESS, "MODULE_LOAD of the test kernels");
+    s->module = (uint32_t)mod;
+}
+
+static int sync_stream(struct session *s)
+{
+    struct cumux_handle_arg h = {.handle = s->stream};
+    return call(&s->c, CUMUX_OP_STREAM_SYNC, &h, sizeof h);
+}
+
+/* vec_add(a, b, c, n) on the session's buffer: 1024 floats, c = a + b in place (a = b = c). */
+static void launch_vec_add(struct session *s, uint32_t function, uint32_t n)
+{
+    struct {
+        struct cumux_launch l;
+        uint64_t a, b, c;
+        uint32_t n, pad;
+    } msg = {.l = {.function = function, .stream = s->stream, .grid = {(n + 255) / 256, 1, 1}, .block = {256, 1, 1},
+                   .param_bytes = 28},
+             .a = s->buf, .b = s->buf, .c = s->buf, .n = n};
+    put_msg(&s->c, CUMUX_OP_LAUNCH, CUMUX_NO_REPLY, &msg, sizeof msg);
+}
+
+static void session_close(struct session *s)
+{
+    conn_close(&s->c);
+}
+
+/* The server still answers the CLI and serves a well-behaved client. */
+static void check_server_ok(const char *when)
+{
+    int n = -1;
+    CHECK(test_cumux_status(cli, &n) == 0 && n >= 0, "%s: cumux status fails", when);
+    struct session s;
+    session_open(&s);
+    struct cumux_module_symbol sym = {.module = s.module, .ctx = s.ctx, .name = "vec_add"};
+    uint8_t rep[sizeof(struct cumux_function_info)];
+    CHECK(call_reply(&s.c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS,
+          "%s: a new client cannot look up vec_add", when);
+    struct cumux_function_info info;
+    memcpy(&info, rep, sizeof info);
+    launch_vec_add(&s, info.function, 1024);
+    CHECK(sync_stream(&s) == CUDA_SUCCESS, "%s: a new client's launch fails", when);
+    session_close(&s);
+}
+
+/* ---- a thread that writes random words into shared memory ---- */
+struct scribbler {
+    _Atomic int stop;
+    volatile uint32_t *words;
+    size_t nwords;
+    uint64_t seed;
+};
+
+static void *scribble(void *arg)
+{
+    struct scribbler *sc = arg;
+    uint64_t x = sc->seed | 1;
+    while (!atomic_load_explicit(&sc->stop, memory_order_relaxed)) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        /* Offsets near 2^31 or 2^32 send params + offset far outside the message; small ones point
+         * at server heap right behind it. */
+        uint32_t v = (x >> 32) & 1 ? (uint32_t)x : (uint32_t)(x >> 40) % 65536;
+        sc->words[(x >> 16) % sc->nwords] = v;
+    }
+    return NULL;
+}
+
+/* ---- param-scribble ---- */
+static void case_param_scribble(void)
+{
+    struct session s;
+    session_open(&s);
+    struct cumux_reply_slot *slot = &s.c.shm->replies[1];
+    /* The (offset, size) pairs after struct cumux_function_info. */
+    struct scribbler sc = {.words = (volatile uint32_t *)(slot->data + sizeof(struct cumux_function_info)),
+                           .nwords = 8, .seed = 0x9e3779b97f4a7c15ull};
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, scribble, &sc) == 0, "scribbler thread");
+    struct cumux_module_symbol sym = {.module = s.module, .ctx = s.ctx, .name = "vec_add"};
+    int ok = 0;
+    for (int i = 0; i < 2000 && sock_open(s.c.sock); i++) {
+        uint8_t rep[sizeof(struct cumux_function_info)];
+        if (call_reply(&s.c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) != CUDA_SUCCESS)
+            continue;
+        struct cumux_function_info info;
+        memcpy(&info, rep, sizeof info);
+        launch_vec_add(&s, info.function, 1024);
+        if (i % 64 == 63)
+            ok += sync_stream(&s) == CUDA_SUCCESS;
+    }
+    atomic_store(&sc.stop, 1);
+    pthread_join(t, NULL);
+    CHECK(sock_open(s.c.sock), "param-scribble: the server dropped a client that only raced its own reply slot");
+    CHECK(sync_stream(&s) == CUDA_SUCCESS, "param-scribble: launches with the server's own layout failed");
+    CHECK(ok > 0, "param-scribble: no launch batch succeeded");
+    session_close(&s);
+    check_server_ok("after param-scribble");
+}
+
+/* ---- span-wrap ---- */
+static void expect_refused_at_sync(struct session *s, const char *what)
+{
+    int r = sync_stream(s);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "%s: next sync returned %d, expected INVALID_VALUE (%d)", what, r,
+          CUDA_ERROR_INVALID_VALUE);
+}
+
+static int graph_add(struct session *s, uint32_t graph, uint32_t kind, const void *payload, size_t len)
+{
+    struct {
+        struct cumux_graph_node n;
+        uint8_t payload[sizeof(struct cumux_copy_2d) + sizeof(struct cumux_memset)];
+    } msg = {.n = {.graph = graph, .kind = kind}};
+    memcpy(msg.payload, payload, len);
+    struct cumux_u64_reply rep;
+    return call_reply(&s->c, CUMUX_OP_GRAPH_ADD_NODE, &msg, sizeof msg.n + len, &rep, sizeof rep);
+}
+
+static void case_span_wrap(void)
+{
+    struct session s;
+    session_open(&s);
+    const uint64_t pitch = 1ull << 33, rows = (1ull << 31) + 1; /* pitch * (rows - 1) = 2^64 */
+    for (uint32_t es = 1; es <= 4; es *= 2) {
+        struct cumux_memset m = {.stream = s.stream, .elem_size = es, .dst = s.buf, .pitch = pitch,
+                                 .width = 4 / es, .height = rows, .value = 0x5a5a5a5a};
+        put_msg(&s.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &m, sizeof m);
+        expect_refused_at_sync(&s, "memset, pitch 2^33, 2^31+1 rows");
+    }
+    /* width * elem_size wraps: 2^62 elements of 4 bytes are 0 bytes. */
+    struct cumux_memset m = {.stream = s.stream, .elem_size = 4, .dst = s.buf, .width = 1ull << 62, .height = 1};
+    put_msg(&s.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &m, sizeof m);
+    expect_refused_at_sync(&s, "memset of 2^62 4-byte elements");
+    struct cumux_copy_2d cp = {.kind = CUMUX_COPY_DTOD, .stream = s.stream, .dst = s.buf, .dst_pitch = pitch,
+                               .src = s.buf + 2048, .src_pitch = 0, .width = 4, .height = rows};
+    int r = call(&s.c, CUMUX_OP_COPY_2D, &cp, sizeof cp);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "2-D copy, dst pitch 2^33, 2^31+1 rows: %d", r);
+    cp.src_pitch = pitch;
+    put_msg(&s.c, CUMUX_OP_COPY_2D, CUMUX_NO_REPLY, &cp, sizeof cp);
+    expect_refused_at_sync(&s, "one-way 2-D copy, pitches 2^33, 2^31+1 rows");
+
+    struct cumux_graph_op go = {0};
+    uint64_t graph = call_u64(&s.c, CUMUX_OP_GRAPH_CREATE, &go, sizeof go, "GRAPH_CREATE");
+    struct cumux_memset node_ms = {.elem_size = 4, .dst = s.buf, .pitch = pitch, .width = 1, .height = rows};
+    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMSET, &node_ms, sizeof node_ms);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "memset node, pitch 2^33, 2^31+1 rows: %d", r);
+    node_ms = (struct cumux_memset){.elem_size = 4, .dst = s.buf, .width = 1ull << 62, .height = 1};
+    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMSET, &node_ms, sizeof node_ms);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "memset node of 2^62 4-byte elements: %d", r);
+    struct cumux_copy_2d node_cp = {.kind = CUMUX_COPY_DTOD, .dst = s.buf, .dst_pitch = pitch, .src = s.buf + 2048,
+                                    .src_pitch = pitch, .width = 4, .height = rows};
+    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMCPY, &node_cp, sizeof node_cp);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "memcpy node, pitches 2^33, 2^31+1 rows: %d", r);
+    /* A well-formed memset node on the same buffer is still accepted. */
+    node_ms = (struct cumux_memset){.elem_size = 4, .dst = s.buf, .pitch = 1024, .width = 256, .height = 4};
+    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMSET, &node_ms, sizeof node_ms);
+    CHECK(r == CUDA_SUCCESS, "a memset node of the whole 4 KiB buffer: %d", r);
+    CHECK(sync_stream(&s) == CUDA_SUCCESS, "span-wrap: the client's stream is not usable afterwards");
+    session_close(&s);
+    check_server_ok("after span-wrap");
+}
+
+/* ---- ptx-no-nul ---- */
+static void case_ptx_no_nul(void)
+{
+    struct session s;
+    session_open(&s);
+    static uint8_t image[3 * 4096];
+    memset(image, 'A', sizeof image);
+    for (size_t size = 4096; size <= sizeof image; size += 4096) {
+        uint64_t h = 0;
+        int r = load_image(&s.c, s.ctx, image, size, &h);
+        CHECK(r != CUDA_SUCCESS, "an image of %zu bytes of 'A' loaded as a module", size);
+    }
+    session_close(&s);
+    check_server_ok("after ptx-no-nul");
+}
+
+/* ---- scribble-all ---- */
+static pid_t bystander_start(void)
+{
+    pid_t p = fork();
+    REQUIRE(p >= 0, "fork");
+    if (p == 0) {
+        execvp(bystander[0], bystander);
+        _exit(127);
+    }
+    return p;
+}
+
+static void case_scribble_all(void)
+{
+    uint64_t end = cumux_now_ns() + 6000000000ull;
+    int bystander_runs = 0, bystander_failures = 0, sessions = 0;
+    pid_t by = bystander ? bystander_start() : -1;
+    while (cumux_now_ns() < end) {
+        struct session s;
+        session_open(&s);
+        sessions++;
+        /* Everything the server reads or writes besides the ring (whose corruption test_malformed covers,
+         * and which the scribbler's own client needs to keep working): doorbell, staging states, host
+         * function words, reply slots. */
+        size_t from = offsetof(struct cumux_shm, doorbell), to = offsetof(struct cumux_shm, ring);
+        struct scribbler sc = {.words = (volatile uint32_t *)((uint8_t *)s.c.shm + from), .nwords = (to - from) / 4,
+                               .seed = cumux_now_ns()};
+        pthread_t t;
+        REQUIRE(pthread_create(&t, NULL, scribble, &sc) == 0, "scribbler thread");
+        struct cumux_module_symbol sym = {.module = s.module, .ctx = s.ctx, .name = "vec_add"};
+        for (int i = 0; i < 200 && sock_open(s.c.sock) && cumux_now_ns() < end; i++) {
+            uint8_t rep[sizeof(struct cumux_function_info)];
+            if (call_reply(&s.c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS) {
+                struct cumux_function_info info;
+                memcpy(&info, rep, sizeof info);
+                launch_vec_add(&s, info.function, 1024);
+            }
+            struct cumux_memset m = {.stream = s.stream, .elem_size = 4, .dst = s.buf, .width = 1024, .height = 1};
+            put_msg(&s.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &m, sizeof m);
+            sync_stream(&s);
+            if (by > 0) {
+                int st;
+                if (waitpid(by, &st, WNOHANG) == by) {
+                    bystander_runs++;
+                    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                        bystander_failures++;
+                        fprintf(stderr, "bystander run %d failed (status 0x%x)\n", bystander_runs, st);
+                    }
+                    by = bystander_start();
+                }
+            }
+        }
+        atomic_store(&sc.stop, 1);
+        pthread_join(t, NULL);
+        session_close(&s);
+    }
+    if (by > 0) {
+        int st;
+        REQUIRE(waitpid(by, &st, 0) == by, "wait for the bystander");
+        bystander_runs++;
+        bystander_failures += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    printf("scribble-all: %d sessions; bystander: %d runs, %d failed\n", sessions, bystander_runs, bystander_failures);
+    CHECK(!bystander || bystander_runs > 0, "the bystander never finished");
+    CHECK(bystander_failures == 0, "%d bystander runs failed while a client scribbled its shared memory",
+          bystander_failures);
+    check_server_ok("after scribble-all");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...]\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    cli = argv[1];
+    fatbin = argv[2];
+    int ncases = 0;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) {
+            bystander = i + 1 < argc ? &argv[i + 1] : NULL;
+            break;
+        }
+        ncases++;
+    }
+    for (int i = 3; i < 3 + ncases; i++) {
+        const char *name = argv[i];
+        printf("case %s\n", name);
+        fflush(stdout);
+        if (!strcmp(name, "param-scribble"))
+            case_param_scribble();
+        else if (!strcmp(name, "span-wrap"))
+            case_span_wrap();
+        else if (!strcmp(name, "ptx-no-nul"))
+            case_ptx_no_nul();
+        else if (!strcmp(name, "scribble-all"))
+            case_scribble_all();
+        else {
+            fprintf(stderr, "unknown case %s\n", name);
+            return 2;
+        }
+    }
+    printf("test_hostile: %lu checks, %lu failed\n", test_checks, test_failures);
+    return test_failures ? 1 : 0;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# kill -9 storms: KILLS working clients (storm_client: memory, streams, events, copies, launches), CONCURRENT
+# at a time, each killed after a random 20-400 ms, against the server the caller started (on the fake
+# driver in CI). Afterwards the server must still run, list no client, serve a new one, and the caller's
+# wrapper checks that the driver's live objects are back to where they were.
+# usage: test_kill_storm.sh CUMUX_CLI SHIM_DIR STORM_CLIENT FATBIN [KILLS [CONCURRENT]]
+set -u
+cli=$1 shim_dir=$2 client=$3 fatbin=$4 kills=${5:-1000} concurrent=${6:-128}
+pid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid") || exit 1
+export LD_LIBRARY_PATH="$shim_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+declare -A started
+killed=0 early=0
+t0=$SECONDS
+spawn() {
+    "$client" "$fatbin" >/dev/null 2>&1 &
+    started[$!]=$(date +%s%N)
+}
+for ((i = 0; i < concurrent; i++)); do spawn; done
+while [ $killed -lt "$kills" ]; do
+    now=$(date +%s%N)
+    for p in "${!started[@]}"; do
+        age_ms=$(((now - ${started[$p]}) / 1000000))
+        if ! kill -0 "$p" 2>/dev/null; then
+            # It ended by itself: a client that fails before being killed is a finding.
+            wait "$p"; rc=$?
+            echo "client $p exited by itself with status $rc after $age_ms ms"
+            early=$((early + 1))
+            unset "started[$p]"
+            spawn
+        elif [ $age_ms -ge $((20 + (p * 7919 + killed * 104729) % 380)) ]; then
+            kill -KILL "$p" 2>/dev/null
+            wait "$p" 2>/dev/null
+            killed=$((killed + 1))
+            unset "started[$p]"
+            [ $killed -lt "$kills" ] && spawn
+        fi
+        [ $killed -ge "$kills" ] && break
+    done
+    kill -0 "$pid" 2>/dev/null || { echo "FAIL: cumuxd died during the storm after $killed kills"; exit 1; }
+    sleep 0.01
+done
+for p in "${!started[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+echo "kill storm: $killed clients killed ($concurrent at a time) in $((SECONDS - t0)) s; $early ended by themselves"
+# Every killed client's cleanup is done.
+for ((i = 0; i < 600; i++)); do
+    "$cli" status 2>/dev/null | grep -q '^clients: 0$' && break
+    sleep 0.1
+done
+"$cli" status | grep -q '^clients: 0$' || { echo "FAIL: clients left after the storm:"; "$cli" status; exit 1; }
+kill -0 "$pid" 2>/dev/null || { echo "FAIL: cumuxd is gone"; exit 1; }
+# A new client is served and computes right.
+"$client" "$fatbin" 3 || { echo "FAIL: a client after the storm failed"; exit 1; }
+[ $early -eq 0 ] || { echo "FAIL: $early clients failed before they were killed"; exit 1; }
+echo "kill storm: PASS"
