@@ -234,24 +234,36 @@ static void conn_reply(struct conn *c, const char *text, int status)
     conn_flush(c);
 }
 
-static uint32_t client_count(void)
+/* Clients still connected (live), and all of them, those whose worker is still freeing what a client
+ * that went held included (they keep their thread and descriptors until then). */
+static void client_count(uint32_t *live, uint32_t *all)
 {
-    uint32_t n = 0;
+    *live = *all = 0;
     pthread_mutex_lock(&clients_lock);
-    for (struct srv_client *c = clients; c; c = c->next)
-        n++; /* finished but not yet reaped ones too: they still hold their thread and descriptors */
+    for (struct srv_client *c = clients; c; c = c->next) {
+        ++*all;
+        *live += !atomic_load(&c->dead);
+    }
     pthread_mutex_unlock(&clients_lock);
-    return n;
 }
 
-/* A shim's hello: a channel and a worker, unless the server is full. */
+/* A shim's hello: a channel and a worker, unless the server is full. The limit counts live clients: one
+ * that was just killed must not keep its successor out while its cleanup runs. Those cleanups are bounded
+ * too (as many again), so that clients that connect and vanish in a loop cannot pile up threads. */
 static void conn_client(struct conn *k)
 {
-    if (client_count() >= max_clients) {
+    uint32_t live, all;
+    client_count(&live, &all);
+    if (live >= max_clients || all >= 2 * (uint64_t)max_clients) {
         char text[200];
-        snprintf(text, sizeof text, "cumuxd serves at most %u clients, and has that many; raise the limit with "
-                 "CUMUX_MAX_CLIENTS=N or cumuxd --max-clients N", max_clients);
-        cumux_logf("refused a client of pid %d: %u clients already (the limit)", (int)k->cred.pid, max_clients);
+        if (live >= max_clients)
+            snprintf(text, sizeof text, "cumuxd serves at most %u clients, and has that many; raise the limit with "
+                     "CUMUX_MAX_CLIENTS=N or cumuxd --max-clients N", max_clients);
+        else
+            snprintf(text, sizeof text, "cumuxd is still cleaning up after %u clients that went; try again shortly",
+                     all - live);
+        cumux_logf("refused a client of pid %d: %u clients live, %u being cleaned up (limit %u)", (int)k->cred.pid,
+                   live, all - live, max_clients);
         conn_reply(k, text, CUDA_ERROR_MPS_MAX_CLIENTS_REACHED);
         return;
     }
