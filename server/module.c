@@ -82,6 +82,11 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
         free(mod);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (!srv_image_fits(mod->image, m->size)) {
+        munmap(mod->image, mod->image_size);
+        free(mod);
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
     mod->kind = m->kind;
     mod->ctx = m->kind == CUMUX_IMAGE_LIBRARY ? NULL : x;
     mod->gpu = x->gpu;

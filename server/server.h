@@ -153,9 +153,17 @@ void srv_printf_bind(struct srv_client *c); /* in the worker thread, once */
 void srv_printf_flush(int all);              /* complete lines (all: everything) held by this thread */
 void srv_printf_unbind(void);                /* at the worker's end: what is left, and what was dropped */
 
+/* image.c: does everything a module image's headers point at lie within its `size` bytes? */
+bool srv_image_fits(const uint8_t *p, uint64_t size);
+
 /* client.c */
 struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd);
 void srv_client_free(struct srv_client *c);
+/* The worker's life, in parts the fuzzer (tests/fuzz) drives without a thread: begin (staging pinned,
+ * staging events), then step (one command from the ring, msg at least CUMUX_MAX_MSG bytes: 1 ran one,
+ * 0 the ring is empty, -1 the client broke the protocol and is now dead), then srv_client_release_all. */
+void srv_worker_begin(struct srv_client *c);
+int srv_worker_step(struct srv_client *c, uint64_t *tail, void *msg);
 extern int srv_wake_fd; /* a worker writes here when it finishes */
 
 /* reaper.c: calls that wait for the whole shared context, run off the clients' workers */
