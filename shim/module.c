@@ -41,16 +41,14 @@ size_t cumux_image_size(const void *image, const void **start)
     }
     *start = image;
     if (magic == FATBIN_MAGIC) {
-        /* Several fatbin containers may follow each other: take them all. */
-        size_t total = 0;
-        for (;;) {
-            struct fatbin_header h;
-            memcpy(&h, p + total, sizeof h);
-            if (h.magic != FATBIN_MAGIC || h.header_size < sizeof h)
-                break;
-            total += h.header_size + h.fat_size;
-        }
-        return total;
+        /* One container: its header says how long it is. Nothing after it may be read: the image may end
+         * there (a buffer the size of a .fatbin file, or the last bytes of a mapping), and the driver is
+         * handed one container per registration. */
+        struct fatbin_header h;
+        memcpy(&h, p, sizeof h);
+        if (h.header_size < sizeof h || h.fat_size > SIZE_MAX - h.header_size)
+            return 0;
+        return h.header_size + h.fat_size;
     }
     if (!memcmp(p, ELFMAG, SELFMAG) && p[EI_CLASS] == ELFCLASS64) {
         Elf64_Ehdr eh;
