@@ -29,6 +29,36 @@ static void profile_log(const struct srv_client *c, const struct op_profile *p)
                        (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op]);
 }
 
+void srv_worker_begin(struct srv_client *c)
+{
+    if (srv_gpu_count == 0)
+        return;
+    cuCtxSetCurrent(srv_gpus[0].ctx);
+    c->current_gpu = 0;
+    /* Copies of pageable memory are staged through the channel: pin it once for the GPU's DMA. */
+    CUresult r = cuMemHostRegister(c->shm->staging, sizeof c->shm->staging, CU_MEMHOSTREGISTER_PORTABLE);
+    c->staging_registered = r == CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS)
+        cumux_logf("client %u: cannot pin staging buffers (%d): pageable copies will fail", c->id, (int)r);
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
+        cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
+}
+
+int srv_worker_step(struct srv_client *c, uint64_t *tail, void *msg)
+{
+    uint32_t size;
+    enum cumux_ring_status st = cumux_ring_take_at(c->shm, tail, msg, &size);
+    if (st == CUMUX_RING_EMPTY)
+        return 0;
+    if (st == CUMUX_RING_CORRUPT || srv_dispatch(c, msg, size) < 0) {
+        cumux_logf("client %u (pid %d): protocol violation, disconnecting it", c->id, (int)c->pid);
+        atomic_store(&c->dead, 1);
+        return -1;
+    }
+    srv_printf_flush(1); /* a device line the driver printed without its newline yet */
+    return 1;
+}
+
 static void *worker_main(void *arg)
 {
     struct srv_client *c = arg;
@@ -36,40 +66,24 @@ static void *worker_main(void *arg)
     const char *prof_env = getenv("CUMUX_PROFILE");
     struct op_profile *prof = prof_env && !strcmp(prof_env, "1") ? calloc(1, sizeof *prof) : NULL;
     void *msg = malloc(CUMUX_MAX_MSG);
-    if (!msg) {
+    if (!msg)
         atomic_store(&c->dead, 1);
-    } else if (srv_gpu_count > 0) {
-        cuCtxSetCurrent(srv_gpus[0].ctx);
-        c->current_gpu = 0;
-        /* Copies of pageable memory are staged through the channel: pin it once for the GPU's DMA. */
-        CUresult r = cuMemHostRegister(c->shm->staging, sizeof c->shm->staging, CU_MEMHOSTREGISTER_PORTABLE);
-        c->staging_registered = r == CUDA_SUCCESS;
-        if (r != CUDA_SUCCESS)
-            cumux_logf("client %u: cannot pin staging buffers (%d): pageable copies will fail", c->id, (int)r);
-        for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
-            cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
-    }
+    else
+        srv_worker_begin(c);
     uint64_t tail = 0; /* the server's own: the shared copy is the client's to scribble on */
     while (!atomic_load(&c->dead)) {
-        uint32_t size;
-        enum cumux_ring_status st = cumux_ring_take_at(c->shm, &tail, msg, &size);
-        if (st == CUMUX_RING_EMPTY) {
+        uint64_t t0 = prof ? cumux_now_ns() : 0;
+        int st = srv_worker_step(c, &tail, msg);
+        if (st == 0) {
             /* Nothing to do: give back staging slots whose copies are done before sleeping, since the
              * client may be waiting for one and will send nothing until it has it. */
             srv_staging_flush(c);
             cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, 1000000000);
-            continue;
-        }
-        uint64_t t0 = prof ? cumux_now_ns() : 0;
-        if (st == CUMUX_RING_CORRUPT || srv_dispatch(c, msg, size) < 0) {
-            cumux_logf("client %u (pid %d): protocol violation, disconnecting it", c->id, (int)c->pid);
-            atomic_store(&c->dead, 1);
-        } else if (prof) {
+        } else if (st > 0 && prof) {
             uint16_t op = ((const struct cumux_msg_hdr *)msg)->op;
             prof->n[op]++;
             prof->ns[op] += cumux_now_ns() - t0;
         }
-        srv_printf_flush(1); /* a device line the driver printed without its newline yet */
     }
     free(msg);
     srv_printf_unbind();

@@ -39,19 +39,23 @@ void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
     free(mod);
 }
 
-/* The client's image, read-only, with a page of zeros after the file's pages. The driver reads PTX as a C
- * string, and the client chose the bytes: without a NUL of ours behind them, its strlen would run off the
- * end of the mapping (or, for an image that ends on a page boundary, into the page past the end of the
- * file, which raises SIGBUS) and take the server down. */
+/* The client's image, read-only: exactly its `size` bytes, then zeros to the end of a page and one page
+ * more. The driver reads PTX as a C string and finds a fatbin's or an ELF's length in its headers, from
+ * bytes the client chose: without zeros of ours right after `size`, a strlen would run off the end of the
+ * mapping (or, for an image ending on a page boundary, into the page past the end of the file: SIGBUS),
+ * and the rest of a file longer than `size` would show through after it, unchecked by srv_image_fits.
+ * Whole pages are mapped from the file; the last partial page is copied. */
 static void *map_image(int fd, size_t size, size_t *map_len)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t file_pages = (size + page - 1) / page * page;
-    size_t len = file_pages + page;
-    void *base = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t full = size / page * page, rem = size - full;
+    size_t len = full + (rem ? page : 0) + page;
+    uint8_t *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
         return NULL;
-    if (mmap(base, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    if ((full && mmap(base, full, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) ||
+        (rem && pread(fd, base + full, rem, (off_t)full) != (ssize_t)rem) ||
+        mprotect(base + full, len - full, PROT_READ) < 0) {
         munmap(base, len);
         return NULL;
     }

@@ -265,9 +265,23 @@ static struct fc_op *ord_list;
 static _Atomic uint64_t next_ticket;
 static _Thread_local struct fc_op *ord_current;
 
+/* CUMUX_FAKE_ORDER=0 turns the dispatch order off: streams then run independently (the fuzzer's choice,
+ * for speed; it has no program relying on that order). */
+static bool ord_enabled(void)
+{
+    static _Atomic int on = -1;
+    int v = atomic_load(&on);
+    if (v < 0) {
+        const char *e = getenv("CUMUX_FAKE_ORDER");
+        v = !(e && !strcmp(e, "0"));
+        atomic_store(&on, v);
+    }
+    return v;
+}
+
 static void ord_insert(struct fc_op *op)
 {
-    if (op->kind == OP_WAIT)
+    if (op->kind == OP_WAIT || !ord_enabled())
         return;
     pthread_mutex_lock(&ord_mu);
     op->ord_prev = NULL;

@@ -1,0 +1,389 @@
+/* libFuzzer harness over the server: the decoder (the ring), every handler, and the cleanup of a client
+ * that goes, all in one process with the fake driver (tests/fakecuda) linked in, whose oracle aborts on
+ * any device access outside one allocation. ASan and UBSan catch the rest; a hang (no reply in 10 s) and
+ * device memory left behind after the client goes are findings too.
+ *
+ * A client lives for CLIENT_INPUTS inputs (or until it breaks the protocol), then goes; its cleanup must
+ * free everything. The harness plays both sides in one thread for speed: it writes a
+ * command into the client's ring, then runs the worker's own step (srv_worker_step: decode, validate,
+ * dispatch) until the ring is empty; a helper thread does what the client's other threads would (run host
+ * functions, empty staging slots). Every client first gets a few objects to aim at (a context, two device
+ * buffers, pinned host memory, the test kernels, a stream), then the input's records play:
+ *   0 op reply len16 body...   a message with a well-formed header (the harness sets its size); reply bit 0:
+ *                              answered (the harness waits), else one-way. Any 8-byte body word whose high
+ *                              32 bits are 0xcafef00d is an address: bits 24-31 pick a target (0: the
+ *                              4 KiB buffer, 1: the 1 MiB buffer, 2: pinned host memory), bits 0-23 an
+ *                              offset from 2^23 below its start.
+ *   1 len16 bytes...           raw bytes into the ring, header and all (the decoder's own input)
+ *   2 kind size32              a descriptor over the socket before the next message: kind 0 the test
+ *                              kernels' image, 1 a memfd of `size` bytes (at most 16 MiB) of 'A'
+ *   3 slot state               a staging slot's state word, as the client would set it
+ *   other                      stop
+ * After each input: one answered INIT (the client must still be served, unless it was dropped for a
+ * protocol violation). When a client goes (srv_client_release_all, as its worker does), everything it held
+ * must be freed. A finding's input may need the inputs before it (the same client): rerun the corpus.
+ *
+ * Build: cmake -DCMAKE_C_COMPILER=clang -DCUMUX_FUZZ=ON; run: tests/fuzz/run.sh. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/channel.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "server/server.h"
+
+#define HOST_BYTES (64u << 10)
+#define MAX_FD_BYTES (16u << 20)
+
+static uint8_t *fatbin;
+static size_t fatbin_size;
+static size_t baseline_free;
+static uint32_t next_id = 1;
+static struct cumux_shm *shm;   /* one channel, reused by every client */
+static void *msg_buf;           /* the worker's copy of a command */
+
+static _Noreturn void finding(const char *what)
+{
+    fprintf(stderr, "FUZZ FINDING: %s\n", what);
+    abort();
+}
+
+static void *client_helper(void *arg);
+
+static size_t device_free(void)
+{
+    size_t f = 0, t = 0;
+    cuCtxSetCurrent(srv_gpus[0].ctx);
+    if (cuMemGetInfo(&f, &t) != CUDA_SUCCESS)
+        finding("cuMemGetInfo failed");
+    return f;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    cumux_log_init("fuzz_server");
+    setenv("CUMUX_FAKE_ORDER", "0", 0); /* the fake's emulated dispatch order only slows fuzzing down */
+    const char *path = getenv("FUZZ_FATBIN");
+    if (!path)
+        path = FUZZ_DEFAULT_FATBIN;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "fuzz_server: cannot open the kernels' image %s (set FUZZ_FATBIN)\n", path);
+        exit(2);
+    }
+    fseek(f, 0, SEEK_END);
+    fatbin_size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    fatbin = malloc(fatbin_size);
+    if (!fatbin || fread(fatbin, 1, fatbin_size, f) != fatbin_size)
+        exit(2);
+    fclose(f);
+    int wake[2];
+    if (srv_gpus_init() < 0 || srv_gpu_count != 1 || pipe2(wake, O_CLOEXEC | O_NONBLOCK) < 0 || srv_reaper_start() < 0) {
+        fprintf(stderr, "fuzz_server: the fake driver did not come up\n");
+        exit(2);
+    }
+    srv_wake_fd = wake[1]; /* workers say they finished here; nobody needs to read it */
+    shm = mmap(NULL, sizeof *shm, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    msg_buf = malloc(CUMUX_MAX_MSG);
+    static pthread_t helper;
+    if (shm == MAP_FAILED || !msg_buf || pthread_create(&helper, NULL, client_helper, NULL) != 0)
+        exit(2);
+    cuCtxSetCurrent(srv_gpus[0].ctx);
+    if (cuMemHostRegister(shm->staging, sizeof shm->staging, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS)
+        exit(2);
+    baseline_free = device_free();
+    return 0;
+}
+
+/* ---- the client side ---- */
+struct fclient {
+    struct srv_client *c;
+    int sock;      /* our end of the socket pair */
+    uint64_t tail; /* the worker's */
+    uint64_t targets[3];
+};
+
+static bool dropped(struct fclient *f)
+{
+    return atomic_load(&f->c->dead) != 0;
+}
+
+/* What the client's own threads do: run host functions (acknowledge them) and empty staging slots the
+ * server filled; without it, a host function or a device-to-host staged copy would wait until the end. */
+static void *client_helper(void *arg)
+{
+    (void)arg;
+    uint32_t seen[CUMUX_STAGING_SLOTS] = {0};
+    for (;;) {
+        atomic_store(&shm->hostfn_done, atomic_load(&shm->hostfn_posted));
+        cumux_futex_wake(&shm->hostfn_done, 1);
+        /* A slot the server filled is emptied at once. One the input left in another state (FULL for a
+         * copy that never came, or garbage) is freed when it is still so a millisecond later: a server
+         * worker waiting for it (a device-to-host staged copy) is waiting for its own client only, as it
+         * must, and the harness would wait with it. */
+        for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
+            uint32_t st = atomic_load(&shm->stage_state[i]), seq = atomic_load(&shm->stage_seq[i]);
+            bool stuck = st != CUMUX_STAGE_FREE && seen[i] == seq + 1;
+            seen[i] = seq + 1;
+            if ((st == CUMUX_STAGE_READY || stuck) &&
+                atomic_compare_exchange_strong(&shm->stage_state[i], &st, CUMUX_STAGE_FREE)) {
+                atomic_fetch_add(&shm->stage_seq[i], 1);
+                cumux_futex_wake(&shm->stage_seq[i], 1);
+            }
+        }
+        /* Until something is posted (or 1 ms, for the staging slots). */
+        uint32_t posted = atomic_load(&shm->hostfn_posted);
+        if (atomic_load(&shm->hostfn_done) == posted)
+            cumux_futex_wait(&shm->hostfn_posted, posted, 1000000);
+    }
+    return NULL;
+}
+
+/* The worker's turn: every command now in the ring. */
+static void run_worker(struct fclient *f)
+{
+    while (!dropped(f) && srv_worker_step(f->c, &f->tail, msg_buf) > 0) {
+    }
+}
+
+/* Put one message; when answered, wait for its reply. Returns the result, or -1 when the client was
+ * dropped. */
+static int send_msg(struct fclient *f, uint16_t op, bool answered, const void *body, size_t len, void *out,
+                    size_t cap)
+{
+    if (dropped(f))
+        return -1;
+    uint32_t size = cumux_msg_size(len);
+    uint8_t *p = cumux_ring_reserve(shm, size);
+    if (!p) {
+        run_worker(f); /* only one-way commands pile up: the worker makes room */
+        if (dropped(f) || !(p = cumux_ring_reserve(shm, size)))
+            return -1;
+    }
+    struct cumux_reply_slot *slot = &shm->replies[0];
+    uint32_t before = atomic_load(&slot->seq);
+    struct cumux_msg_hdr h = {.op = op, .reply = answered ? 0 : CUMUX_NO_REPLY, .size = size};
+    memcpy(p, &h, sizeof h);
+    memset(p + sizeof h, 0, size - sizeof h);
+    if (len)
+        memcpy(p + sizeof h, body, len);
+    cumux_ring_commit(shm, size);
+    if (!answered)
+        return 0;
+    run_worker(f);
+    if (dropped(f))
+        return -1;
+    if (atomic_load(&slot->seq) == before)
+        finding("an answered command got no reply");
+    if (out) {
+        uint32_t n = slot->len < cap ? slot->len : (uint32_t)cap;
+        memcpy(out, slot->data, n);
+    }
+    return slot->result;
+}
+
+static void send_fd(struct fclient *f, int kind, uint32_t size)
+{
+    int fd = memfd_create("fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        finding("memfd_create");
+    if (kind == 0) {
+        if (pwrite(fd, fatbin, fatbin_size, 0) != (ssize_t)fatbin_size)
+            finding("write the image");
+    } else {
+        size = size % MAX_FD_BYTES;
+        if (ftruncate(fd, size) < 0)
+            finding("ftruncate");
+        void *m = size ? mmap(NULL, size, PROT_WRITE, MAP_SHARED, fd, 0) : NULL;
+        if (m && m != MAP_FAILED) {
+            memset(m, 'A', size);
+            munmap(m, size);
+        }
+    }
+    uint64_t tag = CUMUX_MAGIC;
+    cumux_sock_send(f->sock, &tag, sizeof tag, fd);
+    close(fd);
+}
+
+static uint64_t answer_u64(struct fclient *f, uint16_t op, const void *body, size_t len)
+{
+    struct cumux_u64_reply rep = {0};
+    if (send_msg(f, op, true, body, len, &rep, sizeof rep) != CUDA_SUCCESS)
+        finding("a setup command failed");
+    return rep.value;
+}
+
+/* The objects every input starts with. Handles: 1 context, 2 its legacy stream, then (in order) the
+ * module, vec_add, a stream; see the corpus generator for the exact numbers. */
+static void setup(struct fclient *f)
+{
+    struct cumux_ctx_create cc = {.device = 0};
+    struct cumux_ctx_reply cr;
+    if (send_msg(f, CUMUX_OP_CTX_CREATE, true, &cc, sizeof cc, &cr, sizeof cr) != CUDA_SUCCESS)
+        finding("CTX_CREATE failed");
+    struct cumux_mem_alloc ma = {.ctx = cr.ctx, .size = 4096};
+    f->targets[0] = answer_u64(f, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma);
+    ma.size = 1 << 20;
+    f->targets[1] = answer_u64(f, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma);
+    send_fd(f, 1, HOST_BYTES);
+    struct cumux_host_alloc ha = {.size = HOST_BYTES};
+    f->targets[2] = answer_u64(f, CUMUX_OP_HOST_ALLOC, &ha, sizeof ha);
+    send_fd(f, 0, 0);
+    struct cumux_module_load ml = {.ctx = cr.ctx, .kind = CUMUX_IMAGE_MODULE, .size = fatbin_size};
+    uint64_t mod = answer_u64(f, CUMUX_OP_MODULE_LOAD, &ml, sizeof ml);
+    struct cumux_module_symbol sym = {.module = (uint32_t)mod, .ctx = cr.ctx, .name = "vec_add"};
+    uint8_t info[sizeof(struct cumux_function_info)];
+    if (send_msg(f, CUMUX_OP_MODULE_GET_FUNCTION, true, &sym, sizeof sym, info, sizeof info) != CUDA_SUCCESS)
+        finding("vec_add not found");
+    struct cumux_stream_create sc = {.ctx = cr.ctx};
+    struct cumux_ctx_reply sr;
+    if (send_msg(f, CUMUX_OP_STREAM_CREATE, true, &sc, sizeof sc, &sr, sizeof sr) != CUDA_SUCCESS)
+        finding("STREAM_CREATE failed");
+}
+
+static void fix_addresses(struct fclient *f, uint8_t *body, size_t len)
+{
+    for (size_t i = 0; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, body + i, 8);
+        if (w >> 32 != 0xcafef00dull)
+            continue;
+        unsigned t = (unsigned)(w >> 24) & 0xff;
+        if (t >= 3)
+            t = t % 3;
+        w = f->targets[t] + (w & 0xffffff) - (1u << 23);
+        memcpy(body + i, &w, 8);
+    }
+}
+
+static void play(struct fclient *f, const uint8_t *d, size_t n)
+{
+    static uint8_t body[CUMUX_MAX_MSG];
+    size_t i = 0;
+    while (i < n && !dropped(f)) {
+        uint8_t kind = d[i++];
+        if (kind == 0 && i + 4 <= n) {
+            uint16_t op = d[i], len;
+            bool answered = d[i + 1] & 1;
+            memcpy(&len, d + i + 2, 2);
+            i += 4;
+            if (len > n - i)
+                len = (uint16_t)(n - i);
+            if (len > CUMUX_MAX_MSG - sizeof(struct cumux_msg_hdr))
+                len = CUMUX_MAX_MSG - sizeof(struct cumux_msg_hdr);
+            memcpy(body, d + i, len);
+            i += len;
+            fix_addresses(f, body, len);
+            send_msg(f, op, answered, body, len, NULL, 0);
+        } else if (kind == 1 && i + 2 <= n) {
+            uint16_t len;
+            memcpy(&len, d + i, 2);
+            i += 2;
+            if (len > n - i)
+                len = (uint16_t)(n - i);
+            len &= (uint16_t)~7u;
+            uint8_t *p = len ? cumux_ring_reserve(shm, len) : NULL;
+            if (p) {
+                memcpy(p, d + i, len);
+                cumux_ring_commit(shm, len);
+                run_worker(f);
+            }
+            i += len;
+        } else if (kind == 2 && i + 5 <= n) {
+            uint32_t size;
+            memcpy(&size, d + i + 1, 4);
+            send_fd(f, d[i] & 1, size);
+            i += 5;
+        } else if (kind == 3 && i + 2 <= n) {
+            atomic_store(&shm->stage_state[d[i] % CUMUX_STAGING_SLOTS], d[i + 1] % 4);
+            i += 2;
+        } else {
+            break;
+        }
+    }
+}
+
+/* A client's start, as srv_client_start and its worker's first steps make it, on the reused channel. The
+ * staging buffers stay pinned across clients (pinned once, at start), which the server's cleanup leaves
+ * to srv_client_free: not part of what is fuzzed, and pinning 32 MiB per client would halve the speed. */
+static void client_new(struct fclient *f)
+{
+    memset(f, 0, sizeof *f);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        finding("socketpair");
+    f->sock = sv[1];
+    struct srv_client *c = calloc(1, sizeof *c);
+    if (!c)
+        finding("calloc");
+    c->id = next_id++;
+    c->pid = getpid();
+    c->uid = getuid();
+    c->sock = sv[0];
+    c->shm_fd = -1;
+    c->stdout_fd = -1;
+    c->shm = shm;
+    pthread_mutex_init(&c->hostfn_lock, NULL);
+    cumux_shm_init(shm);
+    f->c = c;
+    cuCtxSetCurrent(srv_gpus[0].ctx);
+    c->current_gpu = 0;
+    c->staging_registered = true;
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
+        if (cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+            finding("staging events");
+    setup(f);
+    run_worker(f);
+}
+
+/* The client goes: what its worker does when it hangs up, then srv_client_free's part. Everything it held
+ * must be back: the device memory the driver reports free is what it was before any client. */
+static void client_end(struct fclient *f)
+{
+    struct srv_client *c = f->c;
+    atomic_store(&c->dead, 1);
+    srv_client_release_all(c);
+    pthread_mutex_destroy(&c->hostfn_lock);
+    close(c->sock);
+    close(f->sock);
+    free(c);
+    f->c = NULL;
+    srv_reaper_drain();
+    size_t now_free = device_free();
+    if (now_free != baseline_free) {
+        fprintf(stderr, "device memory free: %zu before the client, %zu after it went\n", baseline_free, now_free);
+        finding("device memory leaked by a client's cleanup");
+    }
+}
+
+/* One client lives for up to CLIENT_INPUTS inputs (or until it breaks the protocol): its objects pile
+ * up across them, so that commands meet the state earlier ones made, and its cleanup has plenty to free. */
+#define CLIENT_INPUTS 32
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct fclient f;
+    static unsigned inputs;
+    if (!f.c)
+        client_new(&f);
+    play(&f, data, size);
+    run_worker(&f);
+    if (!dropped(&f)) {
+        struct cumux_none none = {0};
+        if (send_msg(&f, CUMUX_OP_INIT, true, &none, sizeof none, NULL, 0) != CUDA_SUCCESS && !dropped(&f))
+            finding("INIT failed after the input");
+    }
+    if (dropped(&f) || ++inputs % CLIENT_INPUTS == 0)
+        client_end(&f);
+    return 0;
+}

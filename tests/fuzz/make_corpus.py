@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of fuzz_server (tests/fuzz/corpus/): a few inputs per command, well-formed and
+at the edges, in the record format fuzz_server.c describes. Op numbers come from CUMUX_OPS in
+common/proto.h, so the seeds follow the protocol as it changes.
+usage: make_corpus.py [OUTDIR]"""
+import os
+import re
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO = os.path.join(HERE, '..', '..', 'common', 'proto.h')
+
+
+def ops():
+    text = open(PROTO).read()
+    block = text[text.index('#define CUMUX_OPS(X)'):]
+    block = block[:block.index('\n\n')]
+    names = re.findall(r'X\((\w+),', block)
+    return {n: i for i, n in enumerate(names)}
+
+
+OP = ops()
+# Handles after fuzz_server's setup: the context, its legacy stream, the module, vec_add, a stream.
+CTX, LEGACY, MODULE, VEC_ADD, STREAM = 1, 2, 3, 4, 5
+NO_REPLY = 0xffff
+
+
+def addr(target, offset=0):
+    """A tagged address: fuzz_server replaces it with the target's base + offset."""
+    return (0xcafef00d << 32) | (target << 24) | ((offset + (1 << 23)) & 0xffffff)
+
+
+BUF4K, BUF1M, HOST = 0, 1, 2
+
+
+def msg(op, body, answered=True):
+    return struct.pack('<BBBH', 0, OP[op], 1 if answered else 0, len(body)) + body
+
+
+def fd(kind, size=0):
+    return struct.pack('<BBI', 2, kind, size)
+
+
+def stage(slot, state):
+    return struct.pack('<BBB', 3, slot, state)
+
+
+def raw(b):
+    return struct.pack('<BH', 1, len(b)) + b
+
+
+def h(handle, flags=0):
+    return struct.pack('<II', handle, flags)
+
+
+def memset(stream, es, dst, pitch, width, height, value=0x5a):
+    return struct.pack('<IIQQQQII', stream, es, dst, pitch, width, height, value, 0)
+
+
+def copy(kind, stream, dst, src, size):
+    return struct.pack('<IIQQQ', kind, stream, dst, src, size)
+
+
+def copy2d(kind, stream, dst, dpitch, src, spitch, width, height):
+    return struct.pack('<IIQQQQQQ', kind, stream, dst, dpitch, src, spitch, width, height)
+
+
+def launch(fn, stream, grid, block, params, nattrs=0, attrs=b'', shared=0, query=0):
+    return struct.pack('<II3I3IIIII', fn, stream, *grid, *block, shared, len(params), nattrs, query) + attrs + params
+
+
+def vec_add_params(a, b, c, n):
+    return struct.pack('<QQQii', a, b, c, n, 0)[:28]
+
+
+def graph_op(graph=0, exe=0, stream=0, mode=0, flags=0):
+    return struct.pack('<IIIIQ', graph, exe, stream, mode, flags)
+
+
+def node(graph, kind, payload=b'', deps=(), exe=0, nodeh=0, hostfn=0):
+    d = b''.join(struct.pack('<I', x) for x in deps)
+    if len(d) % 8:
+        d += b'\0' * (8 - len(d) % 8)
+    return struct.pack('<IIIIIIQ', graph, exe, nodeh, kind, len(deps), 0, hostfn) + d + payload
+
+
+def symbol(module, ctx, name):
+    return struct.pack('<II', module, ctx) + name.encode().ljust(1024, b'\0')
+
+
+HTOD, DTOH, DTOD = 1, 2, 3
+seeds = {}
+va = launch(VEC_ADD, STREAM, (4, 1, 1), (256, 1, 1), vec_add_params(addr(BUF4K), addr(BUF4K), addr(BUF4K), 1024))
+seeds['launch'] = msg('LAUNCH', va, False) + msg('STREAM_SYNC', h(STREAM))
+seeds['launch_legacy_sync'] = msg('LAUNCH', va[:4] + struct.pack('<I', LEGACY) + va[8:], False) + msg('CTX_SYNC', h(CTX))
+seeds['memset'] = msg('MEMSET', memset(STREAM, 4, addr(BUF4K), 0, 1024, 1), False) + msg('STREAM_SYNC', h(STREAM))
+seeds['memset2d'] = msg('MEMSET', memset(LEGACY, 1, addr(BUF1M), 4096, 4000, 256), False) + msg('STREAM_SYNC', h(LEGACY))
+seeds['memset_wrap'] = msg('MEMSET', memset(STREAM, 1, addr(BUF4K), 1 << 33, 4, (1 << 31) + 1), False) + \
+    msg('STREAM_SYNC', h(STREAM))
+seeds['memset_edge'] = msg('MEMSET', memset(STREAM, 2, addr(BUF4K, 4094), 0, 1, 1), False) + \
+    msg('MEMSET', memset(STREAM, 2, addr(BUF4K, 4095), 0, 1, 1), False) + msg('STREAM_SYNC', h(STREAM))
+seeds['copy'] = msg('COPY', copy(HTOD, STREAM, addr(BUF4K), addr(HOST), 4096)) + \
+    msg('COPY', copy(DTOD, STREAM, addr(BUF1M, 4096), addr(BUF4K), 4096), False) + \
+    msg('COPY', copy(DTOH, STREAM, addr(HOST, 100), addr(BUF1M), 8192)) + msg('STREAM_SYNC', h(STREAM))
+seeds['copy_edge'] = msg('COPY', copy(DTOD, STREAM, addr(BUF4K, 1), addr(BUF1M), 4096)) + \
+    msg('COPY', copy(HTOD, STREAM, addr(BUF4K), addr(HOST, 65535), 2))
+seeds['copy2d'] = msg('COPY_2D', copy2d(DTOD, STREAM, addr(BUF1M), 1024, addr(BUF4K), 64, 64, 64)) + \
+    msg('COPY_2D', copy2d(HTOD, LEGACY, addr(BUF1M), 2048, addr(HOST), 512, 500, 100), False) + \
+    msg('COPY_2D', copy2d(DTOH, LEGACY, addr(HOST), 512, addr(BUF1M), 2048, 512, 128)) + msg('STREAM_SYNC', h(LEGACY))
+seeds['copy2d_wrap'] = msg('COPY_2D', copy2d(DTOD, STREAM, addr(BUF4K), 1 << 33, addr(BUF4K, 2048), 1 << 33, 4, (1 << 31) + 1))
+staged = struct.pack('<IIQQQQ', STREAM, 1, addr(BUF1M), 65536, 0, 0)
+seeds['staged_htod'] = stage(1, 1) + msg('COPY_HTOD_STAGED', staged, False) + msg('STREAM_SYNC', h(STREAM))
+seeds['staged_htod_2d'] = stage(2, 1) + msg('COPY_HTOD_STAGED', struct.pack('<IIQQQQ', STREAM, 2, addr(BUF1M), 65536, 512, 4096), False) + \
+    msg('STREAM_SYNC', h(STREAM))
+seeds['staged_dtoh'] = msg('COPY_DTOH_STAGED', struct.pack('<IIQQQQ', STREAM, 0, addr(BUF1M), 1 << 20, 0, 0))
+seeds['staged_dtoh_2d'] = msg('COPY_DTOH_STAGED', struct.pack('<IIQQQQ', LEGACY, 0, addr(BUF1M), 100 * 1000, 1000, 4096))
+seeds['events'] = msg('EVENT_CREATE', struct.pack('<II', CTX, 0)) + msg('EVENT_CREATE', struct.pack('<II', CTX, 0)) + \
+    msg('EVENT_RECORD', struct.pack('<IIII', 6, STREAM, 0, 0), False) + msg('LAUNCH', va, False) + \
+    msg('EVENT_RECORD', struct.pack('<IIII', 7, STREAM, 0, 0), False) + \
+    msg('STREAM_WAIT_EVENT', struct.pack('<IIII', LEGACY, 7, 0, 0), False) + msg('EVENT_SYNC', h(7)) + \
+    msg('EVENT_QUERY', h(6)) + msg('EVENT_ELAPSED', struct.pack('<II', 6, 7)) + msg('EVENT_DESTROY', h(6), False)
+seeds['streams'] = msg('STREAM_CREATE', struct.pack('<IIiI', CTX, 1, -1, 0)) + msg('STREAM_CREATE', struct.pack('<IIiI', CTX, 0, 0, 0)) + \
+    msg('MEMSET', memset(7, 4, addr(BUF4K), 0, 1024, 1), False) + msg('MEMSET', memset(LEGACY, 4, addr(BUF4K), 0, 1024, 1), False) + \
+    msg('STREAM_QUERY', h(6)) + msg('STREAM_DESTROY', h(6), False) + msg('STREAM_SYNC', h(7))
+seeds['ctx'] = msg('CTX_CREATE', struct.pack('<iI', 0, 0)) + msg('CTX_LIMIT', struct.pack('<IIIIQ', CTX, 1, 0, 0, 0)) + \
+    msg('CTX_LIMIT', struct.pack('<IIIIQ', CTX, 0, 1, 0, 4096)) + msg('MEM_INFO', h(CTX)) + msg('CTX_DESTROY', h(6)) + \
+    msg('CTX_DESTROY', h(CTX, 1))
+seeds['mem'] = msg('MEM_ALLOC', struct.pack('<IIQ', CTX, 0, 12345)) + msg('MEM_FREE', struct.pack('<Q', addr(BUF4K))) + \
+    msg('MEM_FREE', struct.pack('<Q', addr(BUF1M, 16))) + msg('MEM_ALLOC', struct.pack('<IIQ', CTX, 0, 1 << 62))
+seeds['host'] = fd(1, 8192) + msg('HOST_ALLOC', struct.pack('<QIIQ', 8192, 0, 0, 0)) + msg('HOST_FREE', struct.pack('<Q', addr(HOST))) + \
+    fd(1, 100) + msg('HOST_ALLOC', struct.pack('<QIIQ', 4096, 0, 0, 0))
+seeds['module'] = fd(0) + msg('MODULE_LOAD', struct.pack('<IIQ', CTX, 1, 0)) + \
+    msg('MODULE_GET_FUNCTION', symbol(6, CTX, 'scale_add')) + msg('MODULE_GET_GLOBAL', symbol(MODULE, CTX, 'g_table')) + \
+    msg('MODULE_FUNCTION_NAMES', h(MODULE)) + msg('MODULE_UNLOAD', h(MODULE)) + msg('LAUNCH', va, False)
+seeds['library'] = fd(0) + msg('MODULE_LOAD', struct.pack('<IIQ', CTX, 2, 0)) + msg('MODULE_GET_FUNCTION', symbol(6, CTX, 'vec_add')) + \
+    msg('LIBRARY_GET_MODULE', symbol(6, CTX, '')) + msg('MODULE_FUNCTION_NAMES', h(6, 2)) + \
+    msg('LAUNCH', launch(7, STREAM, (4, 1, 1), (256, 1, 1), vec_add_params(addr(BUF4K), addr(BUF4K), addr(BUF4K), 1024)), False) + \
+    msg('CTX_DESTROY', h(CTX, 1)) + msg('STREAM_SYNC', h(STREAM))
+seeds['ptx_no_nul'] = fd(1, 4096) + msg('MODULE_LOAD', struct.pack('<IIQ', CTX, 1, 4096))
+seeds['func'] = msg('FUNC_GET_ATTRIBUTE', struct.pack('<IiiI', VEC_ADD, 0, 0, 0)) + \
+    msg('FUNC_SET_ATTRIBUTE', struct.pack('<IiiI', VEC_ADD, 8, 1024, 0)) + \
+    msg('FUNC_OCCUPANCY', struct.pack('<IIiiQII', VEC_ADD, 0, 256, 0, 0, 0, 0)) + \
+    msg('FUNC_OCCUPANCY', struct.pack('<IIiiQII', VEC_ADD, 1, 2, 256, 0, 0, 0)) + \
+    msg('FUNC_CLUSTER_OCCUPANCY', launch(VEC_ADD, STREAM, (4, 1, 1), (256, 1, 1), b'', query=1)) + msg('ARCH_DATA', h(0))
+attr = struct.pack('<II', 4, 0) + struct.pack('<III', 2, 1, 1).ljust(64, b'\0')
+seeds['launch_attrs'] = msg('LAUNCH', launch(VEC_ADD, STREAM, (4, 1, 1), (256, 1, 1),
+                                             vec_add_params(addr(BUF4K), addr(BUF4K), addr(BUF4K), 1024), 1, attr), False) + \
+    msg('STREAM_SYNC', h(STREAM))
+seeds['pools'] = msg('POOL_DEFAULT', struct.pack('<IiiIQ', 0, 0, 0, 0, 0)) + msg('POOL_CREATE', struct.pack('<IiiIQ', 0, 0, 0, 0, 0)) + \
+    msg('POOL_ATTRIBUTE', struct.pack('<IiiIQ', 6, 0, 1, 1, 1 << 20)) + \
+    msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, 6, 65536)) + msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, 0, 4096)) + \
+    msg('POOL_TRIM', struct.pack('<IiiIQ', 6, 0, 0, 0, 0)) + msg('POOL_DESTROY', struct.pack('<IiiIQ', 6, 0, 0, 0, 0))
+seeds['free_async'] = msg('MEM_FREE_ASYNC', struct.pack('<IIQ', STREAM, 0, addr(BUF1M)), False) + \
+    msg('MEM_FREE_ASYNC', struct.pack('<IIQ', STREAM, 0, addr(BUF1M)), False) + msg('STREAM_SYNC', h(STREAM))
+seeds['hostfn'] = msg('HOST_FUNC', struct.pack('<IIQ', STREAM, 0, 42), False) + msg('LAUNCH', va, False) + \
+    msg('HOST_FUNC', struct.pack('<IIQ', LEGACY, 0, 43), False) + msg('CTX_SYNC', h(CTX))
+ms_payload = memset(0, 4, addr(BUF4K), 1024, 256, 4)
+cp_payload = copy2d(DTOD, 0, addr(BUF1M), 4096, addr(BUF4K), 1024, 1024, 4)
+kn_payload = launch(VEC_ADD, 0, (4, 1, 1), (256, 1, 1), vec_add_params(addr(BUF4K), addr(BUF4K), addr(BUF4K), 1024))
+seeds['graph'] = msg('GRAPH_CREATE', graph_op()) + msg('GRAPH_ADD_NODE', node(6, 2, ms_payload)) + \
+    msg('GRAPH_ADD_NODE', node(6, 1, kn_payload, deps=(7,))) + msg('GRAPH_ADD_NODE', node(6, 3, cp_payload, deps=(8,))) + \
+    msg('GRAPH_ADD_NODE', node(6, 4, hostfn=9)) + msg('GRAPH_ADD_NODE', node(6, 0)) + \
+    msg('GRAPH_ADD_DEPS', node(6, 0, deps=(9, 10, 11, 11))[:32] + struct.pack('<IIII', 9, 10, 11, 11)) + \
+    msg('GRAPH_QUERY', node(6, 0)) + msg('GRAPH_QUERY', node(6, 1, nodeh=8)) + \
+    msg('GRAPH_INSTANTIATE', graph_op(6)) + msg('GRAPH_LAUNCH', graph_op(0, 12, STREAM), False) + \
+    msg('GRAPH_SET_NODE', node(6, 1, kn_payload, exe=12, nodeh=8)) + msg('GRAPH_UPLOAD', graph_op(0, 12, STREAM), False) + \
+    msg('GRAPH_EXEC_UPDATE', graph_op(6, 12)) + msg('GRAPH_LAUNCH', graph_op(0, 12, LEGACY), False) + \
+    msg('STREAM_SYNC', h(STREAM)) + msg('GRAPH_DESTROY', graph_op(6), False) + msg('CTX_SYNC', h(CTX))
+seeds['graph_wrap'] = msg('GRAPH_CREATE', graph_op()) + \
+    msg('GRAPH_ADD_NODE', node(6, 2, memset(0, 4, addr(BUF4K), 1 << 33, 1, (1 << 31) + 1))) + \
+    msg('GRAPH_ADD_NODE', node(6, 2, memset(0, 4, addr(BUF4K), 0, 1 << 62, 1)))
+seeds['capture'] = msg('CAPTURE_BEGIN', graph_op(0, 0, STREAM, 0)) + msg('LAUNCH', va, False) + \
+    msg('MEMSET', memset(STREAM, 4, addr(BUF4K), 0, 1024, 1), False) + msg('CAPTURE_INFO', graph_op(0, 0, STREAM)) + \
+    msg('CAPTURE_END', graph_op(0, 0, STREAM)) + msg('GRAPH_INSTANTIATE', graph_op(6)) + \
+    msg('GRAPH_LAUNCH', graph_op(0, 7, STREAM), False) + msg('STREAM_SYNC', h(STREAM))
+seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
+seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
+    msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)
+
+out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, 'corpus')
+os.makedirs(out, exist_ok=True)
+for name, data in sorted(seeds.items()):
+    with open(os.path.join(out, name), 'wb') as f:
+        f.write(data)
+print(f'{len(seeds)} seeds in {out}')
