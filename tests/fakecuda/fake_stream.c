@@ -390,9 +390,10 @@ static void *executor(void *arg)
         ord_current = op;
         fc_op_run(op);
         ord_current = NULL;
-        ord_remove(op);
         pthread_mutex_lock(&s->mu);
         s->head = op->next;
+        /* The next op takes its place in the order before this one leaves it: no later op of another
+         * stream may slip in between. */
         if (s->head)
             ord_insert(s->head);
         else
@@ -400,6 +401,7 @@ static void *executor(void *arg)
         atomic_store(&s->completed, op->seq);
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
+        ord_remove(op);
         fc_op_free(op); /* may drop references: not under the stream's lock */
         pthread_mutex_lock(&s->mu);
     }
@@ -465,15 +467,15 @@ static struct fc_stream *stream_get(CUstream h)
 static uint64_t enqueue(struct fc_stream *s, struct fc_op *op, bool *done)
 {
     pthread_mutex_lock(&s->mu);
-    op->seq = ++s->submitted;
+    uint64_t seq = op->seq = ++s->submitted; /* the op is the executor's once the lock is dropped */
     op->ticket = atomic_fetch_add(&next_ticket, 1) + 1;
     op->next = NULL;
     if (done && op->kind == OP_RECORD && !s->head) {
-        atomic_store(&s->completed, op->seq);
+        atomic_store(&s->completed, seq);
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         *done = true;
-        return op->seq;
+        return seq;
     }
     if (s->tail) {
         s->tail->next = op;
@@ -484,7 +486,7 @@ static uint64_t enqueue(struct fc_stream *s, struct fc_op *op, bool *done)
     s->tail = op;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    return op->seq;
+    return seq;
 }
 
 static uint64_t submitted(struct fc_stream *s)
