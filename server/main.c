@@ -702,7 +702,8 @@ int main(int argc, char **argv)
         cumux_logf("the pipe directory %s was replaced while the server started: stopping", pipe_dir);
         goto out;
     }
-    fchmodat(dir_fd, CUMUX_SOCKET_NAME, 0600, 0);
+    if (fchmodat(dir_fd, CUMUX_SOCKET_NAME, 0600, 0) < 0)
+        cumux_logf("cannot make %s owner-only: %s (the directory still is)", sock_path, strerror(errno));
     int pf = openat(dir_fd, "cumuxd.pid", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (pf >= 0) {
         char line[32];
