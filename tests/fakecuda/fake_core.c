@@ -27,8 +27,16 @@ uint64_t fc_add_sat(uint64_t a, uint64_t b)
     return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+_Thread_local jmp_buf *fc_fault_env;
+
 void fc_oracle_fail(const char *call, uint64_t p, uint64_t n)
 {
+    if (fc_fault_env) {
+        fprintf(stderr, "FAKECUDA FAULT: %s: access [0x%llx,+%llu) outside any allocation while running (a GPU "
+                        "fault: reported at the stream's next synchronization)\n",
+                call, (unsigned long long)p, (unsigned long long)n);
+        longjmp(*fc_fault_env, 1);
+    }
     /* One line, written at once (no stdio buffering), then abort: the server is wrong. */
     char line[256];
     int len = snprintf(line, sizeof line, "FAKECUDA ORACLE: %s: access [0x%llx,+%llu) outside any allocation\n", call,

@@ -28,6 +28,7 @@ struct fc_stream {
     struct fc_op *head, *tail;
     uint64_t submitted;          /* under mu */
     _Atomic uint64_t completed;  /* the seq of the last op done */
+    _Atomic int faulted;         /* an op faulted while running: the next synchronization says so */
     bool closing;                /* destroyed by its user: the executor ends when the queue is empty */
     int refs;                    /* under all_mu: its user, its executor, events and waits naming it */
     struct fc_stream *prev, *next; /* all streams, under all_mu */
@@ -388,7 +389,14 @@ static void *executor(void *arg)
         if (op->ord_in)
             ord_wait_turn(op);
         ord_current = op;
-        fc_op_run(op);
+        jmp_buf jb;
+        if (setjmp(jb) == 0) {
+            fc_fault_env = &jb;
+            fc_op_run(op);
+        } else {
+            atomic_store(&s->faulted, 1);
+        }
+        fc_fault_env = NULL;
         ord_current = NULL;
         pthread_mutex_lock(&s->mu);
         s->head = op->next;
@@ -638,7 +646,7 @@ CUresult cuStreamSynchronize(CUstream hs)
     CHECK_RET(fc_stream_usable(hs));
     struct fc_stream *s = stream_get(hs);
     stream_wait(s, submitted(s));
-    return CUDA_SUCCESS;
+    return atomic_exchange(&s->faulted, 0) ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
 CUresult cuStreamQuery(CUstream hs)
@@ -953,11 +961,14 @@ CUresult cuEventSynchronize(CUevent he)
         return CUDA_ERROR_INVALID_HANDLE;
     uint64_t seq;
     struct fc_stream *s = event_position(e, &seq);
+    CUresult r = CUDA_SUCCESS;
     if (s) {
         stream_wait(s, seq);
+        if (atomic_exchange(&s->faulted, 0))
+            r = CUDA_ERROR_ILLEGAL_ADDRESS;
         stream_unref(s);
     }
-    return CUDA_SUCCESS;
+    return r;
 }
 
 CUresult cuEventElapsedTime(float *ms, CUevent ha, CUevent hb)
