@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test that needs no GPU, in a normal build (build/) and in an AddressSanitizer +
-# UndefinedBehaviorSanitizer build (build-asan/), checks that the generated code is current, then runs
-# the GPU suite, which prints a SKIP line on machines without a GPU. Exits non-zero if anything failed.
+# UndefinedBehaviorSanitizer build (build-asan/), checks that the generated code is current, fuzzes the
+# server for a minute (tests/fuzz, clang), then runs the GPU suite, which prints a SKIP line on machines
+# without a GPU. Exits non-zero if anything failed.
 #   scripts/test.sh [--no-asan] [--jobs N]
 # Environment: CUDA_ROOT (default /usr/local/cuda).
 set -u
@@ -93,6 +94,13 @@ if [ $asan = 1 ]; then
 fi
 
 step "generated code current" python3 tools/gen/generate.py --check
+
+# Fuzzing (tests/fuzz): the committed corpus, then a short run over every op with the fake driver's
+# oracle and ASan+UBSan. Longer runs: tests/fuzz/run.sh --seconds N [--fast].
+if [ $asan = 1 ]; then
+    step "fuzzing (corpus + ${FUZZ_SECONDS:-60} s)" env OUT="$repo/build-fuzz/out" tests/fuzz/run.sh \
+        --seconds "${FUZZ_SECONDS:-60}" --jobs "$jobs"
+fi
 
 # The GPU suite: on a machine without a GPU it prints one SKIP line and succeeds.
 if [ -x tests/gpu/run.sh ]; then
