@@ -128,6 +128,10 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
         return CUDA_ERROR_INVALID_HANDLE;
     if (m->size == 0 || p->gpu != s->ctx->gpu)
         return CUDA_ERROR_INVALID_VALUE;
+    /* Captured, it would be a graph's allocation: memory that exists only while the graph runs, which the
+     * client's table of what it owns cannot describe. Not supported (docs/compatibility.md). */
+    if (srv_stream_capturing(c, s))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     CHECK(before_op(s));
     CUdeviceptr ptr;
     CUresult r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, p->pool, s->cu);
@@ -142,15 +146,20 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
     return reply_u64(out, out_len, ptr);
 }
 
-/* Take the allocation that starts at ptr out of the client's table (not a global); false if there is none. */
-static bool take_allocation(struct srv_client *c, uint64_t ptr, struct cumux_range *gone)
+/* The allocation that starts at ptr (not a global), or NULL. */
+static const struct cumux_range *allocation_at(struct srv_client *c, uint64_t ptr)
 {
     const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, ptr);
-    if (!r || r->base != ptr || r->tag != RANGE_ALLOC)
-        return false;
-    cumux_ranges_remove(&c->dev_ranges, ptr, gone);
-    atomic_fetch_sub(&c->mem_bytes, gone->size);
-    return true;
+    return r && r->base == ptr && r->tag == RANGE_ALLOC ? r : NULL;
+}
+
+/* Take it out of the client's table: only once its free has been queued, so that an allocation whose free
+ * failed stays the client's, and is freed when the client goes, instead of being lost to everyone. */
+static void take_allocation(struct srv_client *c, uint64_t ptr)
+{
+    struct cumux_range gone;
+    if (cumux_ranges_remove(&c->dev_ranges, ptr, &gone) == 0)
+        atomic_fetch_sub(&c->mem_bytes, gone.size);
 }
 
 CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m)
@@ -158,12 +167,17 @@ CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_asy
     struct srv_stream *s = stream_get(c, m->stream);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_range gone;
-    if (!take_allocation(c, m->ptr, &gone))
+    if (!allocation_at(c, m->ptr))
         return CUDA_ERROR_INVALID_VALUE;
+    /* Captured, the free would happen only if and when the graph runs, while the table already says the
+     * memory is gone (and never freed if the graph never runs). Not supported, like allocations. */
+    if (srv_stream_capturing(c, s))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     CHECK(before_op(s));
     CUresult res = cuMemFreeAsync(m->ptr, s->cu);
     after_op(s);
+    if (res == CUDA_SUCCESS)
+        take_allocation(c, m->ptr);
     return res;
 }
 
@@ -198,7 +212,8 @@ static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
     CHECK(mem_stream(c, gpu, &ms));
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-        if (s && s->ctx->gpu == gpu) {
+        /* A capturing stream's work is not running: nothing of it to wait for. */
+        if (s && s->ctx->gpu == gpu && !srv_stream_capturing(c, s)) {
             CHECK(cuEventRecord(c->mem_event, s->cu));
             CHECK(cuStreamWaitEvent(ms, c->mem_event, 0));
         }
@@ -208,10 +223,13 @@ static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
 
 CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
 {
-    struct cumux_range gone;
-    if (!take_allocation(c, m->ptr, &gone))
+    const struct cumux_range *r = allocation_at(c, m->ptr);
+    if (!r)
         return CUDA_ERROR_INVALID_VALUE;
-    return mem_release(c, m->ptr, (int)gone.extra);
+    CUresult res = mem_release(c, m->ptr, (int)r->extra);
+    if (res == CUDA_SUCCESS)
+        take_allocation(c, m->ptr);
+    return res;
 }
 
 CUresult op_mem_info(struct srv_client *c, const struct cumux_handle_arg *m, uint8_t *out, uint32_t *out_len)

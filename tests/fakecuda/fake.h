@@ -36,12 +36,13 @@ enum {
 
 /* ---- the oracle (fake_core.c): abort unless the range is wholly inside one live object ----
  * While work runs on a stream (fc_fault_env set by the executor), a bad access is not the server's doing:
- * a kernel follows the client's own pointers, and the client may free memory its queued work still uses.
- * A GPU faults then; so does the fake: the op stops there (longjmp to fc_fault_env) and the stream's next
+ * a kernel follows the client's own pointers, and the client may free memory its queued work still uses
+ * (even while that work runs: then the access itself faults, SIGSEGV on the freed pages). A GPU faults
+ * then; so does the fake: the op stops there (siglongjmp to fc_fault_env) and the stream's next
  * synchronization reports CUDA_ERROR_ILLEGAL_ADDRESS. What a call names when it is made is checked then,
  * and a bad range there is the server's fault: abort. */
 #include <setjmp.h>
-extern _Thread_local jmp_buf *fc_fault_env;
+extern _Thread_local sigjmp_buf *fc_fault_env;
 _Noreturn void fc_oracle_fail(const char *call, uint64_t p, uint64_t n);
 void fc_oracle_dev(const char *call, uint64_t p, uint64_t n);  /* device memory (allocation or global) */
 void fc_oracle_host(const char *call, uint64_t p, uint64_t n); /* registered (pinned) host memory */

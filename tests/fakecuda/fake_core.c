@@ -2,6 +2,7 @@
  * pools, registered host memory, the oracle, error names, the export table cumuxd asks for, and the
  * live counts file. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,31 @@ uint64_t fc_add_sat(uint64_t a, uint64_t b)
     return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-_Thread_local jmp_buf *fc_fault_env;
+_Thread_local sigjmp_buf *fc_fault_env;
+static struct sigaction prev_segv, prev_bus;
+static uint64_t region, region_size, cursor; /* the device's address space (one reservation) */
+
+/* A fault inside the device region while a stream runs work: a GPU fault (see fake.h). Anything else
+ * goes to whoever handled the signal before (a sanitizer, or the default: die). */
+static void on_fault(int sig, siginfo_t *si, void *ctx)
+{
+    uint64_t a = (uint64_t)(uintptr_t)si->si_addr;
+    if (fc_fault_env && a - region < region_size) {
+        static const char msg[] = "FAKECUDA FAULT: access to freed device memory while running (a GPU fault: "
+                                  "reported at the stream's next synchronization)\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        siglongjmp(*fc_fault_env, 1);
+    }
+    const struct sigaction *prev = sig == SIGSEGV ? &prev_segv : &prev_bus;
+    if (prev->sa_flags & SA_SIGINFO) {
+        prev->sa_sigaction(sig, si, ctx);
+    } else if (prev->sa_handler != SIG_IGN && prev->sa_handler != SIG_DFL) {
+        prev->sa_handler(sig);
+    } else {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
 
 void fc_oracle_fail(const char *call, uint64_t p, uint64_t n)
 {
@@ -35,7 +60,7 @@ void fc_oracle_fail(const char *call, uint64_t p, uint64_t n)
         fprintf(stderr, "FAKECUDA FAULT: %s: access [0x%llx,+%llu) outside any allocation while running (a GPU "
                         "fault: reported at the stream's next synchronization)\n",
                 call, (unsigned long long)p, (unsigned long long)n);
-        longjmp(*fc_fault_env, 1);
+        siglongjmp(*fc_fault_env, 1);
     }
     /* One line, written at once (no stdio buffering), then abort: the server is wrong. */
     char line[256];
@@ -164,7 +189,6 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static bool initialized;
 static uint64_t total_mem, used_mem; /* used_mem under dev_lock */
-static uint64_t region, region_size, cursor;
 static size_t page;
 
 static void init_device(void)
@@ -196,6 +220,10 @@ static void init_device(void)
     }
     region = (uint64_t)(uintptr_t)p;
     cursor = region;
+    struct sigaction sa = {.sa_sigaction = on_fault, .sa_flags = SA_SIGINFO | SA_NODEFER};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &prev_segv);
+    sigaction(SIGBUS, &sa, &prev_bus);
     initialized = true;
     init_result = CUDA_SUCCESS;
     fc_stats_start();

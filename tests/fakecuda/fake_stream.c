@@ -389,8 +389,8 @@ static void *executor(void *arg)
         if (op->ord_in)
             ord_wait_turn(op);
         ord_current = op;
-        jmp_buf jb;
-        if (setjmp(jb) == 0) {
+        sigjmp_buf jb;
+        if (sigsetjmp(jb, 1) == 0) {
             fc_fault_env = &jb;
             fc_op_run(op);
         } else {
