@@ -107,6 +107,28 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     trace_note="exit $trc; $calls driver calls, $slots export-table slot calls ($kinds distinct slots)"
 fi
 
+# --- hostile clients on the real driver: attacks through a client's own shared memory and message fields
+# (tests/test_hostile.c), with gpu_vecadd as a bystander whose results must stay right ---
+hostile_note="not run"
+if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/tests/test_hostile" ]; then
+    say "hostile clients (test_hostile) on the GPU"
+    hp="$logs/hostile-pipe"
+    if CUMUX_PIPE_DIRECTORY="$hp" CUMUX_LOG_DIRECTORY="$logs/hostile-server" "$build/cli/cumux" start >"$logs/hostile.txt" 2>&1; then
+        CUMUX_PIPE_DIRECTORY="$hp" LD_LIBRARY_PATH="$build/lib" timeout -k 5 90 "$build/tests/test_hostile" \
+            "$build/cli/cumux" "$build/tests/gpu/gpu_kernels.fatbin" param-scribble span-wrap ptx-no-nul scribble-all \
+            -- "$build/tests/gpu/gpu_vecadd" >>"$logs/hostile.txt" 2>&1
+        hrc=$?
+        alive=no
+        CUMUX_PIPE_DIRECTORY="$hp" "$build/cli/cumux" status >/dev/null 2>&1 && alive=yes
+        CUMUX_PIPE_DIRECTORY="$hp" "$build/cli/cumux" stop >/dev/null 2>&1
+        hostile_note="exit $hrc, server alive afterwards: $alive; $(grep -h '^scribble-all:' "$logs/hostile.txt" | tail -1)"
+        [ $hrc = 0 ] && [ $alive = yes ] || tests_rc="${tests_rc} (hostile failed)"
+    else
+        hostile_note="cumux start failed"
+    fi
+    say "hostile clients: $hostile_note"
+fi
+
 # --- benchmarks ---
 bench_rc="not run"
 if [ -n "$build" ] && [ $do_bench = 1 ]; then
@@ -146,6 +168,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
         grep -q '^SKIP: no CUDA GPU' "$logs/runtime-tests.txt" && echo "  SKIP: no CUDA GPU on this machine"
     fi
     echo "cumux trace of a cuBLAS program: $trace_note"
+    echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"
     [ -f "$logs/bench-sgemm.txt" ] && sed -n '/^== cuBLAS/,$p' "$logs/bench-sgemm.txt" | sed '/^$/d; s/^/  /'
