@@ -7,6 +7,9 @@
  *   span-wrap       2-D memsets, copies and graph nodes whose span wraps 64 bits onto a 4 KiB buffer
  *   ptx-no-nul      an image of bytes with no NUL that ends on a page boundary (the driver reads PTX as a
  *                   C string: it ran off the end of the server's mapping)
+ *   capture-free    frees while a stream is being captured (fuzz_server: the allocation left the client's
+ *                   table, the captured free never ran, and the memory outlived the client; the wrapper's
+ *                   leak check catches that)
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
  *                   a bystander command (after --) runs meanwhile and must succeed every time
  * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
@@ -261,6 +264,41 @@ static void case_ptx_no_nul(void)
     check_server_ok("after ptx-no-nul");
 }
 
+/* ---- capture-free ---- */
+static void case_capture_free(void)
+{
+    struct session s;
+    session_open(&s);
+    struct cumux_stream_create sc = {.ctx = s.ctx, .flags = CU_STREAM_NON_BLOCKING};
+    struct cumux_ctx_reply sr;
+    REQUIRE(call_reply(&s.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, &sr, sizeof sr) == CUDA_SUCCESS, "STREAM_CREATE");
+    uint32_t stream = sr.ctx;
+    struct cumux_mem_alloc ma = {.ctx = s.ctx, .size = 1 << 20};
+    uint64_t a = call_u64(&s.c, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma, "MEM_ALLOC 1 MiB");
+    uint64_t b = call_u64(&s.c, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma, "MEM_ALLOC 1 MiB");
+    struct cumux_graph_op go = {.stream = stream, .mode = CU_STREAM_CAPTURE_MODE_RELAXED};
+    REQUIRE(call(&s.c, CUMUX_OP_CAPTURE_BEGIN, &go, sizeof go) == CUDA_SUCCESS, "CAPTURE_BEGIN");
+    struct cumux_mem_free_async fa = {.stream = stream, .ptr = a};
+    put_msg(&s.c, CUMUX_OP_MEM_FREE_ASYNC, CUMUX_NO_REPLY, &fa, sizeof fa);
+    struct cumux_mem_free mf = {.ptr = b};
+    int r = call(&s.c, CUMUX_OP_MEM_FREE, &mf, sizeof mf);
+    CHECK(r == CUDA_SUCCESS, "cuMemFree while another stream captures: %d", r);
+    struct cumux_mem_alloc_async aa = {.stream = stream, .pool = 0, .size = 4096};
+    struct cumux_u64_reply rep;
+    struct cumux_pool_op po = {.device = 0};
+    aa.pool = (uint32_t)call_u64(&s.c, CUMUX_OP_POOL_DEFAULT, &po, sizeof po, "POOL_DEFAULT");
+    r = call_reply(&s.c, CUMUX_OP_MEM_ALLOC_ASYNC, &aa, sizeof aa, &rep, sizeof rep);
+    CHECK(r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemAllocAsync on a capturing stream: %d", r);
+    struct cumux_u64_reply g;
+    r = call_reply(&s.c, CUMUX_OP_CAPTURE_END, &go, sizeof go, &g, sizeof g);
+    /* The captured free was refused: the capture may end in error, as CUDA's does after a failed call. */
+    CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+          "CAPTURE_END: %d", r);
+    /* The client goes with `a` still its own: the server must free it (with_fake_server.sh checks). */
+    session_close(&s);
+    check_server_ok("after capture-free");
+}
+
 /* ---- scribble-all ---- */
 static pid_t bystander_start(void)
 {
@@ -357,6 +395,8 @@ int main(int argc, char **argv)
             case_span_wrap();
         else if (!strcmp(name, "ptx-no-nul"))
             case_ptx_no_nul();
+        else if (!strcmp(name, "capture-free"))
+            case_capture_free();
         else if (!strcmp(name, "scribble-all"))
             case_scribble_all();
         else {
