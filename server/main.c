@@ -529,14 +529,21 @@ static int serve(int lsock)
 }
 
 /* A limit from the command line or the environment: 1..max, else -1. */
-static long parse_limit(const char *text, long max)
+/* A limit from the environment or the command line (`from` names which), into *out when given; false
+ * (after saying why) when it is not a number from 1 to max. */
+static bool parse_limit(const char *text, const char *from, long max, uint32_t *out)
 {
+    if (!text || !*text)
+        return true;
     char *end;
     errno = 0;
-    long v = text ? strtol(text, &end, 0) : -1;
-    if (!text || errno || end == text || *end || v < 1 || v > max)
-        return -1;
-    return v;
+    long v = strtol(text, &end, 0);
+    if (errno || end == text || *end || v < 1 || v > max) {
+        fprintf(stderr, "cumuxd: %s must be a number from 1 to %ld, not \"%s\"\n", from, max, text);
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
 }
 
 #define MAX_CLIENTS_CAP 65536L
@@ -570,24 +577,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (max_clients_arg && *max_clients_arg) {
-        long v = parse_limit(max_clients_arg, MAX_CLIENTS_CAP);
-        if (v < 0) {
-            fprintf(stderr, "cumuxd: %s must be a number from 1 to %ld, not \"%s\"\n", max_clients_from,
-                    MAX_CLIENTS_CAP, max_clients_arg);
-            return 2;
-        }
-        max_clients = (uint32_t)v;
-    }
-    if (max_handles_arg && *max_handles_arg) {
-        long v = parse_limit(max_handles_arg, MAX_HANDLES_CAP);
-        if (v < 0) {
-            fprintf(stderr, "cumuxd: %s must be a number from 1 to %ld, not \"%s\"\n", max_handles_from,
-                    MAX_HANDLES_CAP, max_handles_arg);
-            return 2;
-        }
-        srv_max_handles = (uint32_t)v;
-    }
+    if (!parse_limit(max_clients_arg, max_clients_from, MAX_CLIENTS_CAP, &max_clients) ||
+        !parse_limit(max_handles_arg, max_handles_from, MAX_HANDLES_CAP, &srv_max_handles))
+        return 2;
     const char *sndbuf = getenv("CUMUX_TEST_SNDBUF");
     test_sndbuf = sndbuf ? atoi(sndbuf) : 0;
     /* Each client holds about three descriptors (socket, channel, stdout): use all we are allowed. */
