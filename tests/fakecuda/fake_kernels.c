@@ -9,40 +9,20 @@
 #include "fake.h"
 #include "gpu_shared.h" /* gt_mix, gt_xform, GT_TILE, GT_TABLE_LEN: the same code the GPU runs */
 
-static void arg(const struct fc_launch *l, unsigned i, void *out, size_t n)
-{
-    memcpy(out, l->args + l->fn->def->off[i], n);
-}
-static uint64_t a_ptr(const struct fc_launch *l, unsigned i)
-{
-    uint64_t v;
-    arg(l, i, &v, 8);
-    return v;
-}
-static int32_t a_i32(const struct fc_launch *l, unsigned i)
-{
-    int32_t v;
-    arg(l, i, &v, 4);
-    return v;
-}
-static uint32_t a_u32(const struct fc_launch *l, unsigned i)
-{
-    uint32_t v;
-    arg(l, i, &v, 4);
-    return v;
-}
-static int64_t a_i64(const struct fc_launch *l, unsigned i)
-{
-    int64_t v;
-    arg(l, i, &v, 8);
-    return v;
-}
-static float a_f32(const struct fc_launch *l, unsigned i)
-{
-    float v;
-    arg(l, i, &v, 4);
-    return v;
-}
+/* Parameter i of the launch read as type T (at its offset in the nvcc layout), one reader a type. */
+#define ARG_READER(name, T)                                                                            \
+    static T name(const struct fc_launch *l, unsigned i)                                               \
+    {                                                                                                  \
+        T v;                                                                                           \
+        memcpy(&v, l->args + l->fn->def->off[i], sizeof v);                                            \
+        return v;                                                                                      \
+    }
+ARG_READER(a_ptr, uint64_t)
+ARG_READER(a_i32, int32_t)
+ARG_READER(a_u32, uint32_t)
+ARG_READER(a_i64, int64_t)
+ARG_READER(a_f32, float)
+#undef ARG_READER
 
 static uint64_t threads_x(const struct fc_launch *l)
 {

@@ -229,6 +229,27 @@ unsigned fc_param_bytes(const struct fc_kernel_def *d)
 
 /* ---------------------------------------------------------------- modules */
 
+/* The module behind h, a CUmodule or (lib) a CUlibrary's, after the init check every entry point makes:
+ * a library's lookups and enumeration are its module's. */
+static CUresult module_of(const void *h, bool lib, struct fc_module **out)
+{
+    CHECK_RET(fc_check_init());
+    if (lib) {
+        struct fc_library *l = library_get((CUlibrary)h);
+        *out = l ? l->mod : NULL;
+    } else {
+        *out = module_get((CUmodule)h);
+    }
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* Stores obj as element i of the caller's CUfunction, CUkernel or CUmodule array: all are pointers to our
+ * objects, and memcpy stores one whatever the slot's pointer type. */
+static void put_handle(void *slots, unsigned i, const void *obj)
+{
+    memcpy((char *)slots + (size_t)i * sizeof obj, &obj, sizeof obj);
+}
+
 CUresult cuModuleLoadData(CUmodule *out, const void *img)
 {
     CHECK_RET(fc_check_init());
@@ -243,9 +264,9 @@ CUresult cuModuleLoadData(CUmodule *out, const void *img)
 
 CUresult cuModuleUnload(CUmodule h)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_module *m = module_get(h);
-    if (!m || m->in_library)
+    struct fc_module *m;
+    CHECK_RET(module_of(h, false, &m));
+    if (m->in_library)
         return CUDA_ERROR_INVALID_HANDLE;
     m->magic = FC_MAGIC_DEAD;
     fc_drain(); /* as the real driver: queued kernels may still use its code and globals */
@@ -254,21 +275,27 @@ CUresult cuModuleUnload(CUmodule h)
     return CUDA_SUCCESS;
 }
 
-static CUresult find_function(struct fc_module *m, const char *name, struct fc_func **out)
+/* cuModuleGetFunction and cuLibraryGetKernel: one object serves as kernel and function, as launches take
+ * either. */
+static CUresult get_function(const void *h, bool lib, const char *name, void *out)
 {
-    if (!name)
+    struct fc_module *m;
+    CHECK_RET(module_of(h, lib, &m));
+    if (!out || !name)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; i < m->nfuncs; i++) {
         if (!strcmp(m->funcs[i].def->name, name)) {
-            *out = &m->funcs[i];
+            put_handle(out, 0, &m->funcs[i]);
             return CUDA_SUCCESS;
         }
     }
     return CUDA_ERROR_NOT_FOUND;
 }
 
-static CUresult find_global(struct fc_module *m, CUdeviceptr *p, size_t *size, const char *name)
+static CUresult get_global(const void *h, bool lib, CUdeviceptr *p, size_t *size, const char *name)
 {
+    struct fc_module *m;
+    CHECK_RET(module_of(h, lib, &m));
     if (!name)
         return CUDA_ERROR_INVALID_VALUE;
     size_t sz = 0;
@@ -282,52 +309,45 @@ static CUresult find_global(struct fc_module *m, CUdeviceptr *p, size_t *size, c
     return CUDA_SUCCESS;
 }
 
-CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name)
+static CUresult function_count(const void *h, bool lib, unsigned int *n)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_module *m = module_get(h);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!out)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fc_func *f;
-    CHECK_RET(find_function(m, name, &f));
-    *out = (CUfunction)f;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuModuleGetGlobal(CUdeviceptr *p, size_t *size, CUmodule h, const char *name)
-{
-    CHECK_RET(fc_check_init());
-    struct fc_module *m = module_get(h);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return find_global(m, p, size, name);
-}
-
-CUresult cuModuleGetFunctionCount(unsigned int *n, CUmodule h)
-{
-    CHECK_RET(fc_check_init());
-    struct fc_module *m = module_get(h);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_module *m;
+    CHECK_RET(module_of(h, lib, &m));
     if (!n)
         return CUDA_ERROR_INVALID_VALUE;
     *n = m->nfuncs;
     return CUDA_SUCCESS;
 }
 
-CUresult cuModuleEnumerateFunctions(CUfunction *fns, unsigned int n, CUmodule h)
+static CUresult enumerate_functions(const void *h, bool lib, void *fns, unsigned int n)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_module *m = module_get(h);
-    if (!m)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_module *m;
+    CHECK_RET(module_of(h, lib, &m));
     if (!fns)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; i < n && i < m->nfuncs; i++)
-        fns[i] = (CUfunction)&m->funcs[i];
+        put_handle(fns, i, &m->funcs[i]);
     return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name)
+{
+    return get_function(h, false, name, out);
+}
+
+CUresult cuModuleGetGlobal(CUdeviceptr *p, size_t *size, CUmodule h, const char *name)
+{
+    return get_global(h, false, p, size, name);
+}
+
+CUresult cuModuleGetFunctionCount(unsigned int *n, CUmodule h)
+{
+    return function_count(h, false, n);
+}
+
+CUresult cuModuleEnumerateFunctions(CUfunction *fns, unsigned int n, CUmodule h)
+{
+    return enumerate_functions(h, false, fns, n);
 }
 
 /* ---------------------------------------------------------------- libraries */
@@ -369,77 +389,59 @@ CUresult cuLibraryUnload(CUlibrary h)
 
 CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary h, const char *name)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_library *l = library_get(h);
-    if (!l)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!out)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fc_func *f;
-    CHECK_RET(find_function(l->mod, name, &f));
-    *out = (CUkernel)f; /* one object serves as kernel and function, as launches take either */
-    return CUDA_SUCCESS;
+    return get_function(h, true, name, out);
 }
 
 CUresult cuLibraryGetGlobal(CUdeviceptr *p, size_t *size, CUlibrary h, const char *name)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_library *l = library_get(h);
-    if (!l)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return find_global(l->mod, p, size, name);
+    return get_global(h, true, p, size, name);
 }
 
 CUresult cuLibraryGetModule(CUmodule *out, CUlibrary h)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_library *l = library_get(h);
-    if (!l)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_module *m;
+    CHECK_RET(module_of(h, true, &m));
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
-    *out = (CUmodule)l->mod;
+    *out = (CUmodule)m;
     return CUDA_SUCCESS;
 }
 
 CUresult cuLibraryGetKernelCount(unsigned int *n, CUlibrary h)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_library *l = library_get(h);
-    if (!l)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return cuModuleGetFunctionCount(n, (CUmodule)l->mod);
+    return function_count(h, true, n);
 }
 
 CUresult cuLibraryEnumerateKernels(CUkernel *ks, unsigned int n, CUlibrary h)
 {
+    return enumerate_functions(h, true, ks, n);
+}
+
+/* ---------------------------------------------------------------- functions */
+
+/* The function behind a CUfunction or CUkernel handle (one object), after the init check every entry point
+ * makes. */
+static CUresult func_arg(const void *h, struct fc_func **out)
+{
     CHECK_RET(fc_check_init());
-    struct fc_library *l = library_get(h);
-    if (!l)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return cuModuleEnumerateFunctions((CUfunction *)ks, n, (CUmodule)l->mod);
+    *out = fc_func_get(h);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult cuKernelGetFunction(CUfunction *out, CUkernel k)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(k);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(k, &f));
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     *out = (CUfunction)f;
     return CUDA_SUCCESS;
 }
 
-/* ---------------------------------------------------------------- functions */
-
 static CUresult name_of(const void *h, const char **out)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     *out = f->def->name;
@@ -458,10 +460,8 @@ CUresult cuKernelGetName(const char **out, CUkernel k)
 
 static CUresult param_info(const void *h, size_t i, size_t *off, size_t *size)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (i >= f->def->nparams)
         return CUDA_ERROR_INVALID_VALUE;
     if (off)
@@ -483,10 +483,8 @@ CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *off, size_t *size)
 
 static CUresult get_attr(const void *h, CUfunction_attribute a, int *v)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (!v)
         return CUDA_ERROR_INVALID_VALUE;
     const struct fc_kernel_def *d = f->def;
@@ -514,10 +512,8 @@ static CUresult get_attr(const void *h, CUfunction_attribute a, int *v)
 
 static CUresult set_attr(const void *h, CUfunction_attribute a, int v)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     switch (a) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
         if (v < 0 || v > 232448 - f->def->static_smem)
@@ -589,10 +585,8 @@ static int blocks_per_sm(const struct fc_func *f, int block, size_t dyn)
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction h, int block, size_t dyn,
                                                               unsigned int flags)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (!n || (flags & ~(unsigned)CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE))
         return CUDA_ERROR_INVALID_VALUE;
     *n = blocks_per_sm(f, block, dyn);
@@ -601,10 +595,8 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction
 
 CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction h, int blocks, int block)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (!bytes || blocks <= 0 || block <= 0 || block > f->def->max_threads)
         return CUDA_ERROR_INVALID_VALUE;
     long per = 233472 / blocks - 1024 - f->def->static_smem;
@@ -626,10 +618,8 @@ static unsigned cluster_size(const CUlaunchConfig *c)
 
 CUresult cuOccupancyMaxPotentialClusterSize(int *n, CUfunction h, const CUlaunchConfig *c)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (!n || !c)
         return CUDA_ERROR_INVALID_VALUE;
     *n = f->nonportable_cluster ? 16 : 8;
@@ -638,10 +628,8 @@ CUresult cuOccupancyMaxPotentialClusterSize(int *n, CUfunction h, const CUlaunch
 
 CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction h, const CUlaunchConfig *c)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (!n || !c)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned cs = cluster_size(c);
@@ -711,10 +699,8 @@ CUresult cuLaunchKernel(CUfunction h, unsigned int gx, unsigned int gy, unsigned
                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params,
                         void **extra)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     struct fc_op *op;
     CHECK_RET(fc_kernel_op(f, grid, block, shmem, params, extra, "cuLaunchKernel", &op));
@@ -723,10 +709,8 @@ CUresult cuLaunchKernel(CUfunction h, unsigned int gx, unsigned int gy, unsigned
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction h, void **params, void **extra)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_func *f = fc_func_get(h);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_func *f;
+    CHECK_RET(func_arg(h, &f));
     if (!c || (c->numAttrs && !c->attrs))
         return CUDA_ERROR_INVALID_VALUE;
     unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};

@@ -737,12 +737,21 @@ CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
     return r;
 }
 
-CUresult cuStreamEndCapture(CUstream hs, CUgraph *out)
+/* The stream behind hs for the capture calls that answer through out: a bad handle is named before a
+ * missing out. */
+static CUresult capture_stream(CUstream hs, const void *out, struct fc_stream **s)
 {
     CHECK_RET(fc_check_init());
-    struct fc_stream *s = stream_get(hs);
-    if (!s || !out)
-        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    *s = stream_get(hs);
+    if (!*s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuStreamEndCapture(CUstream hs, CUgraph *out)
+{
+    struct fc_stream *s;
+    CHECK_RET(capture_stream(hs, out, &s));
     pthread_mutex_lock(&fc_graph_mu);
     struct fc_capture *cap = s->cap;
     if (!cap) {
@@ -781,26 +790,12 @@ CUresult cuStreamEndCapture(CUstream hs, CUgraph *out)
     return r;
 }
 
-CUresult cuStreamIsCapturing(CUstream hs, CUstreamCaptureStatus *st)
+/* cuStreamIsCapturing is cuStreamGetCaptureInfo that asks for the status alone. */
+static CUresult capture_info(CUstream hs, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_stream *s = stream_get(hs);
-    if (!s || !st)
-        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
-    pthread_mutex_lock(&fc_graph_mu);
-    *st = !s->cap ? CU_STREAM_CAPTURE_STATUS_NONE
-                  : s->cap->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    pthread_mutex_unlock(&fc_graph_mu);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuStreamGetCaptureInfo(CUstream hs, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
-                                const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
-{
-    CHECK_RET(fc_check_init());
-    struct fc_stream *s = stream_get(hs);
-    if (!s || !st)
-        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    struct fc_stream *s;
+    CHECK_RET(capture_stream(hs, st, &s));
     pthread_mutex_lock(&fc_graph_mu);
     struct fc_capture *cap = s->cap;
     *st = !cap ? CU_STREAM_CAPTURE_STATUS_NONE
@@ -819,12 +814,31 @@ CUresult cuStreamGetCaptureInfo(CUstream hs, CUstreamCaptureStatus *st, cuuint64
     return CUDA_SUCCESS;
 }
 
+CUresult cuStreamIsCapturing(CUstream hs, CUstreamCaptureStatus *st)
+{
+    return capture_info(hs, st, NULL, NULL, NULL, NULL, NULL);
+}
+
+CUresult cuStreamGetCaptureInfo(CUstream hs, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+                                const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    return capture_info(hs, st, id, graph, deps, edges, ndeps);
+}
+
 /* ---------------------------------------------------------------- events */
 
 static struct fc_event *event_get(CUevent h)
 {
     struct fc_event *e = (struct fc_event *)h;
     return e && e->magic == FC_MAGIC_EVENT ? e : NULL;
+}
+
+/* The event behind h, after the init check every entry point makes. */
+static CUresult event_arg(CUevent h, struct fc_event **out)
+{
+    CHECK_RET(fc_check_init());
+    *out = event_get(h);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 static void event_unref(struct fc_event *e)
@@ -857,10 +871,8 @@ CUresult cuEventCreate(CUevent *out, unsigned int flags)
 
 CUresult cuEventDestroy(CUevent h)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_event *e = event_get(h);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_event *e;
+    CHECK_RET(event_arg(h, &e));
     e->magic = FC_MAGIC_DEAD; /* records still queued finish with it; the handle is dead now */
     atomic_fetch_sub(&fc_stats.events, 1);
     event_unref(e);
@@ -940,10 +952,8 @@ static struct fc_stream *event_position(struct fc_event *e, uint64_t *seq)
 
 CUresult cuEventQuery(CUevent he)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_event *e = event_get(he);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_event *e;
+    CHECK_RET(event_arg(he, &e));
     uint64_t seq;
     struct fc_stream *s = event_position(e, &seq);
     if (!s)
@@ -955,10 +965,8 @@ CUresult cuEventQuery(CUevent he)
 
 CUresult cuEventSynchronize(CUevent he)
 {
-    CHECK_RET(fc_check_init());
-    struct fc_event *e = event_get(he);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct fc_event *e;
+    CHECK_RET(event_arg(he, &e));
     uint64_t seq;
     struct fc_stream *s = event_position(e, &seq);
     CUresult r = CUDA_SUCCESS;
