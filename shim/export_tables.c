@@ -1,5 +1,5 @@
 /* cuGetExportTable: the undocumented tables the CUDA runtime asks the driver for. What each slot does
- * is in docs/export-tables.md (from ../shared/notes/driver-facts.md). Slots whose use is unknown log
+ * is in docs/export-tables.md. Slots whose use is unknown log
  * their table and index once and return CUDA_ERROR_NOT_SUPPORTED, so that a trace shows what a
  * program needs next. */
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* MD2 (RFC 1319), HMAC (RFC 2104), and the integrity answer the CUDA runtime checks before it uses a
- * driver. The record layout and key are in ../shared/notes/driver-facts.md and docs/export-tables.md. */
+ * driver. The record layout and key are in docs/export-tables.md. */
 #include <string.h>
 
 #include "shim/integrity.h"
