@@ -47,7 +47,20 @@ build() { # DIR [CMAKE_ARGS...]
 }
 
 run_ctest() { # DIR
-    (cd "$1" && ctest -LE gpu --output-on-failure)
+    (cd "$1" && ctest -LE gpu --output-on-failure 2>&1 | tee ctest.out; exit "${PIPESTATUS[0]}")
+}
+
+# The output of each failed test again, at the end, where a CI summary that keeps only the last lines
+# still shows why it failed.
+failed_outputs() {
+    local out
+    for out in build/ctest.out build-asan/ctest.out; do
+        [ -r "$out" ] || continue
+        awk -v file="$out" '
+            /^ *Start +[0-9]+: / || /tests passed, / { keep = 0 }
+            /Test +#[0-9]+: .*(Failed|Timeout|Exception)/ { keep = 1; n = 0; print "---- " file ": " $0; next }
+            keep && n < 60 { print; n++ }' "$out"
+    done
 }
 
 # LeakSanitizer stops the process's threads to scan them (ptrace); some containers forbid that, and then
@@ -81,6 +94,7 @@ lsan_probe() {
 }
 
 t_start=$SECONDS
+rm -f build/ctest.out build-asan/ctest.out
 if step "build (build/)" build build; then
     step "tests (build/)" run_ctest build
 fi
@@ -119,5 +133,6 @@ if [ ${#failed[@]} -eq 0 ]; then
     echo "test.sh: all passed ($((SECONDS - t_start)) s)"
     exit 0
 fi
+failed_outputs
 echo "test.sh: FAILED: ${failed[*]} ($((SECONDS - t_start)) s)"
 exit 1

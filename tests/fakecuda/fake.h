@@ -96,7 +96,8 @@ struct fc_op {
      * head of its stream it is on the order list, and holds back later tickets until it has run. */
     uint64_t ticket, ord_start;
     bool ord_in, ord_released;
-    struct fc_op *ord_prev, *ord_next;
+    struct fc_op *ord_prev, *ord_next; /* the list is in ticket order */
+    pthread_cond_t *ord_wake;          /* its executor's, while it waits for its turn */
     union {
         struct {
             struct fc_func *fn;

@@ -259,10 +259,12 @@ void fc_op_run(struct fc_op *op)
  * two overlap, as long kernels on a GPU do). Copies and memsets, a thousand times slower here than on a
  * GPU, hold later work back until they are done. Waits for events are never on the list. */
 #define ORDER_GRACE_NS 2000000ull
+/* Hundreds of streams may wait at once (a storm of clients): the list is kept in ticket order, a waiter
+ * sleeps until the one change that can let it go (or the grace of the kernel before it runs out), and
+ * each change wakes only the waiters it can let go, not all of them. */
 
 static pthread_mutex_t ord_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t ord_cv = PTHREAD_COND_INITIALIZER;
-static struct fc_op *ord_list;
+static struct fc_op *ord_head, *ord_tail;
 static _Atomic uint64_t next_ticket;
 static _Thread_local struct fc_op *ord_current;
 
@@ -280,17 +282,52 @@ static bool ord_enabled(void)
     return v;
 }
 
+static bool ord_graceable(const struct fc_op *e)
+{
+    return (e->kind == OP_KERNEL || e->kind == OP_GRAPH) && e->ord_start;
+}
+
+/* Whether e still holds back every later ticket at time now. */
+static bool ord_holds(const struct fc_op *e, uint64_t now)
+{
+    return !e->ord_released && !(ord_graceable(e) && now - e->ord_start > ORDER_GRACE_NS);
+}
+
+/* After a change at the front of the list: wake the waiters it may let go, that is those before the
+ * first op that holds the rest back for other than a kernel's grace (that one too, if it waits).
+ * Caller holds ord_mu. */
+static void ord_kick(void)
+{
+    uint64_t now = now_ns();
+    for (struct fc_op *e = ord_head; e; e = e->ord_next) {
+        if (e->ord_wake)
+            pthread_cond_signal(e->ord_wake);
+        if (ord_holds(e, now) && !ord_graceable(e))
+            break;
+    }
+}
+
 static void ord_insert(struct fc_op *op)
 {
     if (op->kind == OP_WAIT || !ord_enabled())
         return;
     pthread_mutex_lock(&ord_mu);
-    op->ord_prev = NULL;
-    op->ord_next = ord_list;
-    if (ord_list)
-        ord_list->ord_prev = op;
-    ord_list = op;
+    /* Mostly the newest ticket; an op that became its stream's head late goes back to its place. */
+    struct fc_op *after = ord_tail;
+    while (after && after->ticket > op->ticket)
+        after = after->ord_prev;
+    op->ord_prev = after;
+    op->ord_next = after ? after->ord_next : ord_head;
+    if (op->ord_next)
+        op->ord_next->ord_prev = op;
+    else
+        ord_tail = op;
+    if (after)
+        after->ord_next = op;
+    else
+        ord_head = op;
     op->ord_in = true;
+    op->ord_wake = NULL;
     pthread_mutex_unlock(&ord_mu);
 }
 
@@ -301,11 +338,13 @@ static void ord_remove(struct fc_op *op)
         if (op->ord_prev)
             op->ord_prev->ord_next = op->ord_next;
         else
-            ord_list = op->ord_next;
+            ord_head = op->ord_next;
         if (op->ord_next)
             op->ord_next->ord_prev = op->ord_prev;
+        else
+            ord_tail = op->ord_prev;
         op->ord_in = false;
-        pthread_cond_broadcast(&ord_cv);
+        ord_kick();
     }
     pthread_mutex_unlock(&ord_mu);
 }
@@ -317,33 +356,42 @@ void fc_order_release(void)
         return;
     pthread_mutex_lock(&ord_mu);
     op->ord_released = true;
-    pthread_cond_broadcast(&ord_cv);
+    ord_kick();
     pthread_mutex_unlock(&ord_mu);
 }
 
 static void ord_wait_turn(struct fc_op *op)
 {
+    pthread_cond_t wake;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wake, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_lock(&ord_mu);
+    op->ord_wake = &wake;
     for (;;) {
         uint64_t now = now_ns();
-        bool blocked = false;
-        for (struct fc_op *e = ord_list; e && !blocked; e = e->ord_next)
-            blocked = e != op && e->ticket < op->ticket && !e->ord_released &&
-                      !((e->kind == OP_KERNEL || e->kind == OP_GRAPH) && e->ord_start &&
-                        now - e->ord_start > ORDER_GRACE_NS);
-        if (!blocked)
+        const struct fc_op *blocker = NULL;
+        for (const struct fc_op *e = ord_head; e && e != op && !blocker; e = e->ord_next)
+            if (ord_holds(e, now))
+                blocker = e;
+        if (!blocker)
             break;
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
+        if (!ord_graceable(blocker)) {
+            pthread_cond_wait(&wake, &ord_mu);
+            continue;
         }
-        pthread_cond_timedwait(&ord_cv, &ord_mu, &until);
+        uint64_t until_ns = blocker->ord_start + ORDER_GRACE_NS + 1;
+        struct timespec until = {(time_t)(until_ns / 1000000000u), (long)(until_ns % 1000000000u)};
+        pthread_cond_timedwait(&wake, &ord_mu, &until);
     }
+    op->ord_wake = NULL;
     op->ord_start = now_ns();
+    if (ord_graceable(op))
+        ord_kick(); /* those behind it now wait for its grace, not for its end */
     pthread_mutex_unlock(&ord_mu);
+    pthread_cond_destroy(&wake);
 }
 
 /* ---------------------------------------------------------------- streams */
