@@ -31,6 +31,7 @@
 #include <cuda.h>
 
 #include "common/proto.h"
+#include "common/sock.h"
 #include "test_util.h"
 
 #define NOBODY 65534
@@ -63,23 +64,7 @@ static int raw_connect(const char *dir)
 /* Send len bytes, with a descriptor attached when fd >= 0. */
 static void raw_send(int s, const void *buf, size_t len, int fd)
 {
-    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctl, 0, sizeof ctl);
-        msg.msg_control = ctl.buf;
-        msg.msg_controllen = sizeof ctl.buf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    REQUIRE(sendmsg(s, &msg, MSG_NOSIGNAL) == (ssize_t)len, "send: %s", strerror(errno));
+    REQUIRE(cumux_sock_send(s, buf, len, fd) == 0, "send: %s", strerror(errno));
 }
 
 /* Read exactly len bytes within timeout_ms; a descriptor that comes along goes to *fd. 0, or -1. */
@@ -147,9 +132,9 @@ static int raw_client(const char *dir, int *sock, char *text, size_t text_cap, i
     return w.status;
 }
 
-/* Run the CLI (args, NULL-terminated) with a deadline; its stdout and stderr together into out. Returns
- * its exit status, or -1 when it had to be killed at the deadline. */
-static int run_cli(char *out, size_t cap, int timeout_ms, const char *const *args)
+/* Fork a child whose stderr (and stdout, with_stdout) go into a pipe; *rd: the pipe's read end in the
+ * parent. Returns the pid, 0 in the child. */
+static pid_t fork_piped(int *rd, bool with_stdout)
 {
     int pfd[2];
     REQUIRE(pipe2(pfd, O_CLOEXEC) == 0, "pipe");
@@ -157,24 +142,31 @@ static int run_cli(char *out, size_t cap, int timeout_ms, const char *const *arg
     pid_t pid = fork();
     REQUIRE(pid >= 0, "fork");
     if (pid == 0) {
-        if (dup2(pfd[1], STDOUT_FILENO) < 0 || dup2(pfd[1], STDERR_FILENO) < 0)
+        if ((with_stdout && dup2(pfd[1], STDOUT_FILENO) < 0) || dup2(pfd[1], STDERR_FILENO) < 0)
             _exit(126);
-        execv(cli, (char *const *)args);
-        _exit(127);
+        return 0;
     }
     close(pfd[1]);
+    *rd = pfd[0];
+    return pid;
+}
+
+/* What the child of fork_piped writes, into out, until it ends or timeout_ms pass (then it is killed).
+ * Returns its exit status (128 + the signal that ended it), or -1 when it had to be killed. */
+static int collect(pid_t pid, int rd, char *out, size_t cap, int timeout_ms)
+{
     double end = now_s() + timeout_ms / 1000.0;
     size_t len = 0;
     bool killed = false;
     for (;;) {
         int left = (int)((end - now_s()) * 1000);
-        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+        struct pollfd p = {.fd = rd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, left) == 0) {
             kill(pid, SIGKILL);
             killed = true;
             break;
         }
-        ssize_t n = read(pfd[0], out + len, cap - 1 - len);
+        ssize_t n = read(rd, out + len, cap - 1 - len);
         if (n <= 0)
             break;
         len += (size_t)n;
@@ -182,7 +174,7 @@ static int run_cli(char *out, size_t cap, int timeout_ms, const char *const *arg
             break;
     }
     out[len] = 0;
-    close(pfd[0]);
+    close(rd);
     int st;
     REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
     if (killed)
@@ -190,16 +182,26 @@ static int run_cli(char *out, size_t cap, int timeout_ms, const char *const *arg
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Run the CLI (args, NULL-terminated) with a deadline; its stdout and stderr together into out. Returns
+ * its exit status, or -1 when it had to be killed at the deadline. */
+static int run_cli(char *out, size_t cap, int timeout_ms, const char *const *args)
+{
+    int rd;
+    pid_t pid = fork_piped(&rd, true);
+    if (pid == 0) {
+        execv(cli, (char *const *)args);
+        _exit(127);
+    }
+    return collect(pid, rd, out, cap, timeout_ms);
+}
+
 /* In a child with CUMUX_PIPE_DIRECTORY=dir: the shim's cuInit. Returns its CUresult; its log into log. */
 static int shim_init(const char *dir, char *log, size_t cap)
 {
-    int pfd[2];
-    REQUIRE(pipe2(pfd, O_CLOEXEC) == 0, "pipe");
-    fflush(NULL);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0, "fork");
+    int rd;
+    pid_t pid = fork_piped(&rd, false);
     if (pid == 0) {
-        if (setenv("CUMUX_PIPE_DIRECTORY", dir, 1) != 0 || dup2(pfd[1], STDERR_FILENO) < 0)
+        if (setenv("CUMUX_PIPE_DIRECTORY", dir, 1) != 0)
             _exit(255);
         void *lib = dlopen(shim, RTLD_NOW | RTLD_LOCAL);
         if (!lib)
@@ -208,17 +210,8 @@ static int shim_init(const char *dir, char *log, size_t cap)
         /* An exit status carries 8 bits: 805..810 as 5..10. */
         _exit(init ? (int)init(0) % 100 : 253);
     }
-    close(pfd[1]);
-    size_t len = 0;
-    ssize_t n;
-    while (len < cap - 1 && (n = read(pfd[0], log + len, cap - 1 - len)) > 0)
-        len += (size_t)n;
-    log[len] = 0;
-    close(pfd[0]);
-    int st;
-    REQUIRE(waitpid(pid, &st, 0) == pid, "waitpid");
-    REQUIRE(WIFEXITED(st) && WEXITSTATUS(st) < 200, "shim child: status %#x", st);
-    int r = WEXITSTATUS(st);
+    int r = collect(pid, rd, log, cap, 60000);
+    REQUIRE(r >= 0 && r < 100, "shim child: status %d", r);
     return r == 0 ? 0 : 800 + r;
 }
 

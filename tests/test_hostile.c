@@ -294,7 +294,7 @@ static void case_capture_free(void)
     /* The captured free was refused: the capture may end in error, as CUDA's does after a failed call. */
     CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
           "CAPTURE_END: %d", r);
-    /* The client goes with `a` still its own: the server must free it (with_fake_server.sh checks). */
+    /* The client goes with `a` still its own: the server must free it (with_server.sh --fake checks). */
     session_close(&s);
     check_server_ok("after capture-free");
 }

@@ -1,20 +1,27 @@
 #!/bin/sh
-# Runs a command against a private cumuxd whose driver is the fake one-GPU driver (tests/fakecuda), then
-# checks that every client is gone, that the fake's live counts are back to what the server held before
-# the command, stops the server, and fails on any sanitizer report or oracle line in the server's log.
-# usage: with_fake_server.sh CUMUX_CLI FAKE_DRIVER_DIR [--memory-mb N] -- CMD [ARGS...]
-#   FAKE_DRIVER_DIR holds the fake libcuda.so.1; only the server gets it. CMD gets CUMUX_PIPE_DIRECTORY
-#   and CUMUX_TEST_DEVICE_COUNT=1; it loads the shim itself (e.g. through `cumux run --`).
+# Runs a command against a private cumuxd, then checks that every client is gone, stops the server, and
+# fails on any sanitizer report in the server's log. Two drivers for the server:
+#   the toolkit's stub (default): its cuInit fails, so cumuxd (CUMUX_ALLOW_NO_GPU=1) serves 0 GPUs;
+#   --fake: the fake one-GPU driver (tests/fakecuda); then also the fake's live counts must come back to
+#     what the server held before the command, and the log must have no oracle line.
+# usage: with_server.sh CUMUX_CLI DRIVER_DIR [--fake [--memory-mb N]] -- CMD [ARGS...]
+#   DRIVER_DIR holds the libcuda.so.1 that only the server gets. CMD gets CUMUX_PIPE_DIRECTORY and
+#   CUMUX_TEST_DEVICE_COUNT (0, or 1 with --fake); it loads the shim itself (e.g. through `cumux run --`).
 set -u
-[ $# -ge 4 ] || { echo "usage: $0 CUMUX_CLI FAKE_DRIVER_DIR [--memory-mb N] -- CMD [ARGS...]" >&2; exit 2; }
+usage() { echo "usage: $0 CUMUX_CLI DRIVER_DIR [--fake [--memory-mb N]] -- CMD [ARGS...]" >&2; exit 2; }
+[ $# -ge 4 ] || usage
 cli=$1 drv=$2
 shift 2
-mem=""
-if [ "$1" = "--memory-mb" ]; then
-    mem=$2
-    shift 2
-fi
-[ "${1:-}" = "--" ] && [ $# -ge 2 ] || { echo "$0: expected -- CMD" >&2; exit 2; }
+fake=0 mem=""
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    case "$1" in
+        --fake) fake=1 ;;
+        --memory-mb) mem=$2; shift ;;
+        *) usage ;;
+    esac
+    shift
+done
+[ "${1:-}" = "--" ] && [ $# -ge 2 ] || usage
 shift
 
 tmp=$(mktemp -d) || exit 2
@@ -23,11 +30,13 @@ log="$CUMUX_LOG_DIRECTORY/cumuxd.log"
 stats="$tmp/fake-stats"
 pid=""
 
+# running PID: exists and is not a zombie (the daemon's parent is init, which may reap it late).
 running() {
     [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
 }
 
 cleanup() {
+    # Whatever happened, no server outlives the test.
     if [ -n "$pid" ] && running "$pid"; then
         "$cli" stop >/dev/null 2>&1 || true
         i=0
@@ -45,27 +54,32 @@ show_log() {
     echo "---- end of log ----"
 }
 
-# Only the server sees the fake and its settings.
-if ! env CUMUX_FAKE_STATS="$stats" ${mem:+CUMUX_FAKE_MEMORY_MB=$mem} \
-        LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start; then
-    echo "FAIL: cumux start"
-    show_log
-    exit 1
-fi
+# Only the server sees the driver and its settings.
+if [ $fake = 1 ]; then
+    set -- env CUMUX_TEST_DEVICE_COUNT=1 "$@"
+    env CUMUX_FAKE_STATS="$stats" ${mem:+CUMUX_FAKE_MEMORY_MB=$mem} \
+        LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start
+else
+    set -- env CUMUX_TEST_DEVICE_COUNT=0 "$@"
+    env CUMUX_ALLOW_NO_GPU=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start
+fi || { echo "FAIL: cumux start"; show_log; exit 1; }
 pid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid" 2>/dev/null)
 [ -n "$pid" ] || { echo "FAIL: no pid file"; show_log; exit 1; }
-if ! "$cli" status 2>/dev/null | grep -q '^GPU 0: cumux fake GPU'; then
-    echo "FAIL: the server does not serve the fake GPU:"
-    "$cli" status
-    show_log
-    exit 1
+baseline=""
+if [ $fake = 1 ]; then
+    if ! "$cli" status 2>/dev/null | grep -q '^GPU 0: cumux fake GPU'; then
+        echo "FAIL: the server does not serve the fake GPU:"
+        "$cli" status
+        show_log
+        exit 1
+    fi
+    i=0
+    while [ ! -s "$stats" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    baseline=$(cat "$stats" 2>/dev/null)
+    [ -n "$baseline" ] || { echo "FAIL: the fake driver wrote no counts to $stats"; show_log; exit 1; }
 fi
-i=0
-while [ ! -s "$stats" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-baseline=$(cat "$stats" 2>/dev/null)
-[ -n "$baseline" ] || { echo "FAIL: the fake driver wrote no counts to $stats"; show_log; exit 1; }
 
-CUMUX_TEST_DEVICE_COUNT=1 "$@"
+"$@"
 rc=$?
 [ $rc -eq 0 ] || echo "FAIL: $* exited $rc"
 
@@ -73,6 +87,7 @@ if ! running "$pid"; then
     echo "FAIL: cumuxd died during the test"
     rc=1
 else
+    # Every client of the command is gone, however it ended.
     i=0
     until "$cli" status 2>/dev/null | grep -q '^clients: 0$'; do
         i=$((i + 1))
@@ -86,7 +101,7 @@ else
     done
     # What the clients made is gone (the reaper unloads and unregisters a moment later: wait for it).
     i=0
-    until [ "$(cat "$stats" 2>/dev/null)" = "$baseline" ]; do
+    while [ -n "$baseline" ] && [ "$(cat "$stats" 2>/dev/null)" != "$baseline" ]; do
         i=$((i + 1))
         if [ $i -ge 100 ]; then
             echo "FAIL: the fake driver's counts did not come back to the server's baseline:"
@@ -117,6 +132,7 @@ if grep -q 'FAKECUDA ORACLE' "$log" 2>/dev/null; then
     echo "FAIL: the oracle caught the server touching memory outside any allocation"
     rc=1
 fi
+# A sanitizer's report in the server (it runs as a daemon: its stderr is the log).
 if grep -qE 'ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|SUMMARY: [A-Za-z]*Sanitizer' "$log" 2>/dev/null; then
     echo "FAIL: sanitizer report in the server's log"
     rc=1
