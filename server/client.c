@@ -23,9 +23,14 @@ struct op_profile {
 
 static void profile_log(const struct srv_client *c, const struct op_profile *p)
 {
+    static const char *const names[CUMUX_OP_COUNT] = {
+#define OP_NAME(name, body, direction) #name,
+        CUMUX_OPS(OP_NAME)
+#undef OP_NAME
+    };
     for (int op = 0; op < CUMUX_OP_COUNT; op++)
         if (p->n[op])
-            cumux_logf("client %u: profile: op %d: %llu commands, %.0f ns each in the worker", c->id, op,
+            cumux_logf("client %u: profile: %s: %llu commands, %.0f ns each in the worker", c->id, names[op],
                        (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op]);
 }
 

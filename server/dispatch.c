@@ -9,6 +9,8 @@
 #include "common/log.h"
 #include "server/dispatch.h"
 #include "server/server.h"
+#define SRV_ROUTES_IMPL
+#include "server/generated/routes.h"
 
 CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
 {
@@ -150,7 +152,7 @@ CUresult take_pending(struct srv_client *c, CUresult r)
 
 /* ---------------------------------------------------------------- init */
 
-static CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len)
+CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len)
 {
     struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
                                    .client_id = c->id};
@@ -167,110 +169,23 @@ _Static_assert(sizeof(struct cumux_init_reply) + CUMUX_MAX_DEVICES * sizeof(stru
 
 /* ---------------------------------------------------------------- dispatch */
 
-static const struct {
-    uint32_t body;
-    uint8_t oneway;
-} op_shape[CUMUX_OP_COUNT] = {
-#define CUMUX_OP_SHAPE(name, body_t, ow) [CUMUX_OP_##name] = {sizeof(struct body_t), ow},
-    CUMUX_OPS(CUMUX_OP_SHAPE)
-#undef CUMUX_OP_SHAPE
-};
-
-/* Which handler runs each command, and what it is given: one line per command. The commands' bodies and
- * one-way rules are CUMUX_OPS in common/proto.h; this list must name every one of them but PAD exactly
- * once (a missing one fails the assertion below, a repeated one the switch in srv_dispatch). */
-#define SRV_HANDLERS(X)                                                                                \
-    X(INIT, op_init, OUT)                                                                              \
-    X(CTX_CREATE, op_ctx_create, BODY_OUT)                                                             \
-    X(CTX_DESTROY, op_ctx_destroy, BODY)                                                               \
-    X(CTX_SYNC, op_ctx_sync, BODY)                                                                     \
-    X(CTX_LIMIT, op_ctx_limit, BODY_OUT)                                                               \
-    X(MEM_ALLOC, op_mem_alloc, BODY_OUT)                                                               \
-    X(MEM_FREE, op_mem_free, BODY)                                                                     \
-    X(MEM_INFO, op_mem_info, BODY_OUT)                                                                 \
-    X(HOST_ALLOC, op_host_alloc, BODY_OUT)                                                             \
-    X(HOST_FREE, op_host_free, BODY)                                                                   \
-    X(MODULE_LOAD, op_module_load, BODY_OUT)                                                           \
-    X(MODULE_UNLOAD, op_module_unload, BODY)                                                           \
-    X(MODULE_GET_FUNCTION, op_module_get_function, BODY_OUT)                                           \
-    X(MODULE_GET_GLOBAL, op_module_get_global, BODY_OUT)                                               \
-    X(LIBRARY_GET_MODULE, op_library_get_module, BODY_OUT)                                             \
-    X(MODULE_FUNCTION_NAMES, op_module_function_names, BODY_OUT)                                       \
-    X(ARCH_DATA, op_arch_data, BODY_OUT)                                                               \
-    X(FUNC_GET_ATTRIBUTE, op_func_get_attribute, BODY_OUT)                                             \
-    X(FUNC_SET_ATTRIBUTE, op_func_set_attribute, BODY_OUT)                                             \
-    X(FUNC_OCCUPANCY, op_func_occupancy, BODY_OUT)                                                     \
-    X(FUNC_CLUSTER_OCCUPANCY, op_cluster_occupancy, BODY_PAYLOAD_OUT)                                  \
-    X(STREAM_CREATE, op_stream_create, BODY_OUT)                                                       \
-    X(STREAM_DESTROY, op_stream_destroy, BODY)                                                         \
-    X(STREAM_SYNC, op_stream_sync, BODY)                                                               \
-    X(STREAM_QUERY, op_stream_query, BODY)                                                             \
-    X(STREAM_WAIT_EVENT, op_stream_wait_event, BODY)                                                   \
-    X(EVENT_CREATE, op_event_create, BODY_OUT)                                                         \
-    X(EVENT_DESTROY, op_event_destroy, BODY)                                                           \
-    X(EVENT_RECORD, op_event_record, BODY)                                                             \
-    X(EVENT_QUERY, op_event_query, BODY)                                                               \
-    X(EVENT_SYNC, op_event_sync, BODY)                                                                 \
-    X(EVENT_ELAPSED, op_event_elapsed, BODY_OUT)                                                       \
-    X(COPY, op_copy, BODY_ANSWERED)                                                                    \
-    X(COPY_2D, op_copy_2d, BODY_ANSWERED)                                                              \
-    X(COPY_HTOD_STAGED, op_copy_htod_staged, BODY)                                                     \
-    X(COPY_DTOH_STAGED, op_copy_dtoh_staged, BODY)                                                     \
-    X(MEMSET, op_memset, BODY)                                                                         \
-    X(LAUNCH, op_launch, BODY_PAYLOAD)                                                                 \
-    X(POOL_DEFAULT, op_pool, OP_BODY_OUT)                                                              \
-    X(POOL_CREATE, op_pool, OP_BODY_OUT)                                                               \
-    X(POOL_DESTROY, op_pool, OP_BODY_OUT)                                                              \
-    X(POOL_ATTRIBUTE, op_pool, OP_BODY_OUT)                                                            \
-    X(POOL_TRIM, op_pool, OP_BODY_OUT)                                                                 \
-    X(MEM_ALLOC_ASYNC, op_mem_alloc_async, BODY_OUT)                                                   \
-    X(MEM_FREE_ASYNC, op_mem_free_async, BODY)                                                         \
-    X(HOST_FUNC, op_host_func, BODY)                                                                   \
-    X(CAPTURE_BEGIN, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                \
-    X(CAPTURE_END, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                  \
-    X(CAPTURE_INFO, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
-    X(GRAPH_CREATE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
-    X(GRAPH_DESTROY, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                \
-    X(GRAPH_INSTANTIATE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                            \
-    X(GRAPH_EXEC_DESTROY, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                           \
-    X(GRAPH_LAUNCH, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
-    X(GRAPH_UPLOAD, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                                 \
-    X(GRAPH_EXEC_UPDATE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                            \
-    X(GRAPH_ADD_NODE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                               \
-    X(GRAPH_SET_NODE, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                               \
-    X(GRAPH_ADD_DEPS, srv_graph_op, OP_BODY_PAYLOAD_OUT)                                               \
-    X(GRAPH_QUERY, srv_graph_op, OP_BODY_PAYLOAD_OUT)
-
-/* The argument lists a handler takes (the shape column above). */
-#define SRV_CALL_OUT(fn) fn(c, out, &out_len)
-#define SRV_CALL_BODY(fn) fn(c, body)
-#define SRV_CALL_BODY_OUT(fn) fn(c, body, out, &out_len)
-#define SRV_CALL_BODY_ANSWERED(fn) fn(c, body, answered)
-#define SRV_CALL_BODY_PAYLOAD(fn) fn(c, body, payload, payload_len)
-#define SRV_CALL_BODY_PAYLOAD_OUT(fn) fn(c, body, payload, payload_len, out, &out_len)
-#define SRV_CALL_OP_BODY_OUT(fn) fn(c, hdr->op, body, out, &out_len)
-#define SRV_CALL_OP_BODY_PAYLOAD_OUT(fn) fn(c, hdr->op, body, payload, payload_len, out, &out_len)
-
-#define SRV_COUNT(name, fn, shape) +1
-_Static_assert(0 SRV_HANDLERS(SRV_COUNT) == CUMUX_OP_COUNT - 1, "every command but PAD needs a handler");
-#undef SRV_COUNT
-
 int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
 {
     const struct cumux_msg_hdr *hdr = msg;
     if (hdr->op == CUMUX_OP_PAD || hdr->op >= CUMUX_OP_COUNT)
         return -1;
     uint32_t body_len = size - (uint32_t)sizeof *hdr;
-    if (body_len < op_shape[hdr->op].body)
+    if (body_len < srv_op_shape[hdr->op].body)
         return -1;
     bool answered = hdr->reply != CUMUX_NO_REPLY;
     if (answered && hdr->reply >= CUMUX_REPLY_SLOTS)
         return -1;
-    if ((op_shape[hdr->op].oneway == 1 && answered) || (op_shape[hdr->op].oneway == 0 && !answered))
+    uint8_t direction = srv_op_shape[hdr->op].direction; /* 0 answered, 1 one-way, 2 either */
+    if ((direction == 1 && answered) || (direction == 0 && !answered))
         return -1;
     const void *body = hdr + 1;
-    const uint8_t *payload = (const uint8_t *)body + op_shape[hdr->op].body;
-    uint32_t payload_len = body_len - op_shape[hdr->op].body;
+    const uint8_t *payload = (const uint8_t *)body + srv_op_shape[hdr->op].body;
+    uint32_t payload_len = body_len - srv_op_shape[hdr->op].body;
 
     /* Handlers write their reply here, in server memory, never straight into the reply slot: the slot is
      * shared memory the client may rewrite while a handler runs, so nothing there may be read back. */
@@ -279,12 +194,8 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     uint8_t *out = scratch;
     uint32_t out_len = 0;
     CUresult r;
-    switch ((enum cumux_op)hdr->op) {
-#define SRV_CASE(name, fn, shape) case CUMUX_OP_##name: r = SRV_CALL_##shape(fn); break;
-        SRV_HANDLERS(SRV_CASE)
-#undef SRV_CASE
-    default: return -1;
-    }
+    if (srv_route(c, hdr->op, body, payload, payload_len, answered, out, &out_len, &r) < 0)
+        return -1;
     if (slot) {
         if (r != CUDA_SUCCESS)
             out_len = 0;

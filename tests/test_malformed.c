@@ -20,6 +20,7 @@
 #include "common/channel.h"
 #include "common/sock.h"
 #include "raw_client.h"
+#include "tests/generated/malformed_cases.h"
 #include "test_util.h"
 
 static const char *cli;
@@ -197,6 +198,34 @@ static void expect_error(struct conn *c, uint16_t op, const void *body, size_t l
         CHECK(r == want, "%s: result %d, expected %d", what, r, want);
     else
         CHECK(r > 0, "%s: result %d, expected a CUDA error", what, r);
+}
+
+/* The cases generated from common/protocol.spec for every op (tests/generated/malformed_cases.h). */
+static void cases_generated(void)
+{
+    static uint8_t zeros[CUMUX_MAX_MSG];
+    for (size_t i = 0; i < sizeof malformed_drops / sizeof malformed_drops[0]; i++) {
+        const struct malformed_drop *d = &malformed_drops[i];
+        struct conn c;
+        conn_open(&c);
+        uint32_t size = (uint32_t)sizeof(struct cumux_msg_hdr) + d->body_len;
+        put_raw(&c, d->op, d->reply, size, zeros, d->body_len, size);
+        expect_dropped(&c, d->what);
+    }
+    struct conn c;
+    conn_open(&c);
+    check_init(&c, "before the generated handle cases");
+    for (size_t i = 0; i < sizeof malformed_handles / sizeof malformed_handles[0]; i++) {
+        const struct malformed_handle *h = &malformed_handles[i];
+        uint8_t body[sizeof(struct cumux_module_symbol) + 64] = {0};
+        REQUIRE(h->body_len <= sizeof body, "%s: body of %u bytes", h->what, h->body_len);
+        uint32_t never = 0x7fffffffu;
+        memcpy(body + h->offset, &never, sizeof never);
+        expect_error(&c, h->op, body, h->body_len, 0, h->what);
+    }
+    check_init(&c, "after the generated handle cases");
+    conn_close(&c);
+    expect_clients_back("after the generated cases");
 }
 
 static void cases_bad_handles(void)
@@ -434,7 +463,7 @@ static const struct {
     const char *name;
     int known_bug; /* not run unless named */
 } case_names[] = {
-    {"dropped", 0}, {"bad-handles", 0}, {"descriptors", 0}, {"stuck-isolated", 0}, {"hang-up", 1},
+    {"dropped", 0}, {"generated", 0}, {"bad-handles", 0}, {"descriptors", 0}, {"stuck-isolated", 0}, {"hang-up", 1},
     {"missing-fd", 1},
 };
 
@@ -446,6 +475,8 @@ static void run_case(const char *name)
         cases_dropped();
     else if (!strcmp(name, "hang-up"))
         case_drop_and_hang_up(200);
+    else if (!strcmp(name, "generated"))
+        cases_generated();
     else if (!strcmp(name, "bad-handles"))
         cases_bad_handles();
     else if (!strcmp(name, "descriptors"))

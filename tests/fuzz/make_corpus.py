@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of fuzz_server (tests/fuzz/corpus/): a few inputs per command, well-formed and
 at the edges, in the record format fuzz_server.c describes. Op numbers come from CUMUX_OPS in
-common/proto.h, so the seeds follow the protocol as it changes.
+common/generated/protocol.h, so the seeds follow the protocol as it changes.
 usage: make_corpus.py [OUTDIR]"""
 import os
 import re
@@ -9,7 +9,7 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO = os.path.join(HERE, '..', '..', 'common', 'proto.h')
+PROTO = os.path.join(HERE, '..', '..', 'common', 'generated', 'protocol.h')
 
 
 def ops():

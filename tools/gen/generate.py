@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Generates the mechanical parts of the libcuda.so.1 shim from the CUDA toolkit and the probe data.
 
-Inputs:  $CUDA_ROOT/include/cuda.h (+ cudaProfiler.h), $CUDA_ROOT/lib64/stubs/libcuda.so (its exported
+Inputs:  common/protocol.spec (the protocol's ops: tools/gen/protocol.py), $CUDA_ROOT/include/cuda.h (+ cudaProfiler.h), $CUDA_ROOT/lib64/stubs/libcuda.so (its exported
          symbols, read with nm), data/procaddress.tsv (the real driver's cuGetProcAddress answers,
          recorded by tools/probe_procaddress.c), $CUDA_ROOT/lib64/libcudart.so (its error string
          table, read from the ELF file, never loaded).
 Outputs: data/stub-symbols.txt, shim/generated/{libcuda.map, stubs.c, procaddress_table.h,
          procaddress_table.c, errors_table.h, errors_table.c}, trace/generated/{trace_wrappers.h,
-         trace_wrappers.c} (the tracing libcuda.so.1, docs/trace.md).
+         trace_wrappers.c} (the tracing libcuda.so.1, docs/trace.md), common/generated/protocol.h,
+         server/generated/routes.h, tests/generated/malformed_cases.h, the op table of docs/protocol.md.
 
     python3 tools/gen/generate.py          # regenerate
     python3 tools/gen/generate.py --check  # exit 1 if any output differs (CI)
@@ -22,6 +23,9 @@ import re
 import struct
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import protocol  # noqa: E402  (tools/gen/protocol.py: the protocol's code, from common/protocol.spec)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CUDA_ROOT = os.environ.get("CUDA_ROOT", "/usr/local/cuda")
@@ -798,6 +802,11 @@ def main():
         "trace/generated/trace_wrappers.h": gen_trace_h(syms),
         "trace/generated/trace_wrappers.c": gen_trace_c(syms, protos, typedef_kinds(preprocessed_headers())),
     }
+    try:
+        proto_outputs, nops = protocol.outputs(ROOT)
+    except protocol.SpecError as e:
+        die("common/protocol.spec: %s" % e)
+    outputs.update(proto_outputs)
     error_note = "%d error codes (%d strings from libcudart, %d recorded, %d from cuda.h comments)" % (
         len(errors), sources["libcudart"], sources["recorded"], sources["cuda.h"])
     stale = []
@@ -820,11 +829,11 @@ def main():
             sys.stderr.write("generate.py --check: out of date (run python3 tools/gen/generate.py): %s\n"
                              % " ".join(stale))
             return 1
-        print("generate.py --check: %d files up to date (%d symbols, %d requestable names, %d hidden, %s)"
-              % (len(outputs), len(syms), len(table), len(hidden), error_note))
+        print("generate.py --check: %d files up to date (%d symbols, %d requestable names, %d hidden, %s, %d ops)"
+              % (len(outputs), len(syms), len(table), len(hidden), error_note, nops))
         return 0
-    print("generate.py: %d symbols, %d requestable names, %d hidden entry points, %s; wrote %s"
-          % (len(syms), len(table), len(hidden), error_note, " ".join(stale) or "nothing (up to date)"))
+    print("generate.py: %d symbols, %d requestable names, %d hidden entry points, %s, %d ops; wrote %s"
+          % (len(syms), len(table), len(hidden), error_note, nops, " ".join(stale) or "nothing (up to date)"))
     return 0
 
 
