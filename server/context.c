@@ -341,10 +341,10 @@ CUresult op_event_elapsed(struct srv_client *c, const struct cumux_event_elapsed
     struct srv_event *b = handle_get(c, m->end, OBJ_EVENT);
     if (!a || !b)
         return CUDA_ERROR_INVALID_HANDLE;
-    float ms = 0;
-    CHECK(cuEventElapsedTime(&ms, a->cu, b->cu));
-    memcpy(out, &ms, sizeof ms);
-    *out_len = sizeof ms;
+    struct cumux_elapsed_reply rep = {0};
+    CHECK(cuEventElapsedTime(&rep.ms, a->cu, b->cu));
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
     return CUDA_SUCCESS;
 }
 

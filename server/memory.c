@@ -73,50 +73,69 @@ void pool_free(struct srv_client *c, struct srv_pool *p)
     free(p);
 }
 
-CUresult op_pool(struct srv_client *c, uint16_t op, const struct cumux_pool_op *m, uint8_t *out, uint32_t *out_len)
+CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *m, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_pool *p = NULL;
-    switch (op) {
-    case CUMUX_OP_POOL_DEFAULT:
-    case CUMUX_OP_POOL_CREATE:
-        if (m->device < 0 || m->device >= srv_gpu_count)
-            return CUDA_ERROR_INVALID_DEVICE;
-        if (op == CUMUX_OP_POOL_DEFAULT)
-            CHECK(default_pool(c, m->device, &p));
-        else
-            CHECK(pool_new(c, m->device, m->value, false, &p));
-        return reply_u64(out, out_len, p->handle);
-    default:
-        break;
-    }
-    p = handle_get(c, m->pool, OBJ_POOL);
+    if (m->device < 0 || m->device >= srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct srv_pool *p;
+    CHECK(default_pool(c, m->device, &p));
+    return reply_u64(out, out_len, p->handle);
+}
+
+CUresult op_pool_create(struct srv_client *c, const struct cumux_pool_create *m, uint8_t *out, uint32_t *out_len)
+{
+    if (m->device < 0 || m->device >= srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct srv_pool *p;
+    CHECK(pool_new(c, m->device, m->max_size, false, &p));
+    return reply_u64(out, out_len, p->handle);
+}
+
+/* A pool handle of this client, its device made current; NULL when it is not one. */
+static struct srv_pool *pool_get(struct srv_client *c, uint32_t h)
+{
+    struct srv_pool *p = handle_get(c, h, OBJ_POOL);
+    if (p)
+        use_gpu(c, p->gpu);
+    return p;
+}
+
+CUresult op_pool_destroy(struct srv_client *c, const struct cumux_pool_destroy *m)
+{
+    struct srv_pool *p = pool_get(c, m->pool);
     if (!p)
         return CUDA_ERROR_INVALID_HANDLE;
-    use_gpu(c, p->gpu);
-    switch (op) {
-    case CUMUX_OP_POOL_DESTROY:
-        if (p->is_default)
-            return CUDA_ERROR_INVALID_VALUE; /* as the driver answers for a device's default pool */
-        pool_free(c, p);
-        return CUDA_SUCCESS;
-    case CUMUX_OP_POOL_TRIM:
-        return cuMemPoolTrimTo(p->pool, (size_t)m->value);
-    case CUMUX_OP_POOL_ATTRIBUTE: {
-        /* Three attributes are ints, the others 64-bit. */
-        bool is_int = m->attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
-                      m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
-                      m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
-        int iv = (int)m->value;
-        cuuint64_t uv = m->value;
-        void *v = is_int ? (void *)&iv : (void *)&uv;
-        if (m->set)
-            return cuMemPoolSetAttribute(p->pool, (CUmemPool_attribute)m->attr, v);
-        CHECK(cuMemPoolGetAttribute(p->pool, (CUmemPool_attribute)m->attr, v));
-        return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
-    }
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
+    if (p->is_default)
+        return CUDA_ERROR_INVALID_VALUE; /* as the driver answers for a device's default pool */
+    pool_free(c, p);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_pool_trim(struct srv_client *c, const struct cumux_pool_trim *m)
+{
+    struct srv_pool *p = pool_get(c, m->pool);
+    if (!p)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return cuMemPoolTrimTo(p->pool, (size_t)m->keep);
+}
+
+CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribute *m, uint8_t *out,
+                           uint32_t *out_len)
+{
+    struct srv_pool *p = pool_get(c, m->pool);
+    if (!p)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* Three attributes are ints, the others 64-bit. */
+    bool is_int = m->attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+                  m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+                  m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+    int iv = (int)m->value;
+    cuuint64_t uv = m->value;
+    void *v = is_int ? (void *)&iv : (void *)&uv;
+    if (m->set)
+        return cuMemPoolSetAttribute(p->pool, (CUmemPool_attribute)m->attr, v);
+    CHECK(cuMemPoolGetAttribute(p->pool, (CUmemPool_attribute)m->attr, v));
+    return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
 }
 
 CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m, uint8_t *out,

@@ -382,39 +382,41 @@ CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m
     return reply_u64(out, out_len, (uint64_t)v);
 }
 
-static CUresult op_func_attr(struct srv_client *c, const struct cumux_func_attr *m, bool set, uint8_t *out,
-                             uint32_t *out_len)
+/* A function handle of this client, its device made current; NULL when it is not one. */
+static struct srv_function *function_get(struct srv_client *c, uint32_t h, int *gpu)
 {
-    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
+    struct srv_function *f = handle_get(c, h, OBJ_FUNCTION);
     if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
     struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
-    int gpu = mod ? mod->gpu : 0;
-    use_gpu(c, gpu);
-    int v = 0;
-    if (set) {
-        if (f->is_kernel)
-            return cuKernelSetAttribute((CUfunction_attribute)m->attr, m->value, (CUkernel)f->fn, srv_gpus[gpu].dev);
-        return cuFuncSetAttribute(f->fn, (CUfunction_attribute)m->attr, m->value);
-    }
-    if (f->is_kernel)
-        CHECK(cuKernelGetAttribute(&v, (CUfunction_attribute)m->attr, (CUkernel)f->fn, srv_gpus[gpu].dev));
-    else
-        CHECK(cuFuncGetAttribute(&v, (CUfunction_attribute)m->attr, f->fn));
-    memcpy(out, &v, sizeof v);
-    *out_len = sizeof v;
-    return CUDA_SUCCESS;
+    *gpu = mod ? mod->gpu : 0;
+    use_gpu(c, *gpu);
+    return f;
 }
 
 CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
                                uint32_t *out_len)
 {
-    return op_func_attr(c, m, false, out, out_len);
+    int gpu;
+    struct srv_function *f = function_get(c, m->function, &gpu);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int v = 0;
+    if (f->is_kernel)
+        CHECK(cuKernelGetAttribute(&v, (CUfunction_attribute)m->attr, (CUkernel)f->fn, srv_gpus[gpu].dev));
+    else
+        CHECK(cuFuncGetAttribute(&v, (CUfunction_attribute)m->attr, f->fn));
+    return reply_u64(out, out_len, (uint64_t)(int64_t)v);
 }
 
-CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
-                               uint32_t *out_len)
+CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m)
 {
-    return op_func_attr(c, m, true, out, out_len);
+    int gpu;
+    struct srv_function *f = function_get(c, m->function, &gpu);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (f->is_kernel)
+        return cuKernelSetAttribute((CUfunction_attribute)m->attr, m->value, (CUkernel)f->fn, srv_gpus[gpu].dev);
+    return cuFuncSetAttribute(f->fn, (CUfunction_attribute)m->attr, m->value);
 }
 

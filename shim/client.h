@@ -112,6 +112,8 @@ CUresult shim_require_init(void);
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len);
 /* One-way: nothing comes back; an error surfaces at the next synchronizing call. */
 CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len);
+/* shim_op_<op>(): both, for every op whose marshalling needs no judgement (from common/protocol.spec). */
+#include "shim/generated/calls.h"
 /* Room for a message in the ring, waiting while it is full; NULL (and *err) when the server is gone.
  * The caller holds ring_lock. */
 void *shim_ring_reserve(uint32_t size, CUresult *err);

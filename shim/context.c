@@ -34,8 +34,7 @@ static void ptds_thread_exit(void *arg)
     (void)arg;
     for (int i = 0; i < 8; i++) {
         if (tls_ptds[i].ctx && shim.initialized && tls_ptds[i].ctx->magic == SHIM_MAGIC_CTX) {
-            struct cumux_handle_arg m = {.handle = tls_ptds[i].stream};
-            shim_send(CUMUX_OP_STREAM_DESTROY, &m, sizeof m, NULL, 0);
+            shim_op_stream_destroy(tls_ptds[i].stream, 0);
         }
         tls_ptds[i].ctx = NULL;
     }
@@ -79,15 +78,14 @@ static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_once(&ptds_once, ptds_init);
     /* A blocking stream of its own: it synchronizes with the legacy stream, as CUDA's does. */
-    struct cumux_stream_create m = {.ctx = ctx->handle, .flags = 0, .priority = 0};
-    struct cumux_u64_reply rep;
-    CUresult r = shim_call(CUMUX_OP_STREAM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    uint64_t stream;
+    CUresult r = shim_op_stream_create(ctx->handle, 0, 0, &stream);
     if (r != CUDA_SUCCESS)
         return r;
-    tls_ptds[free_i] = (struct ptds_entry){ctx, ctx->generation, (uint32_t)rep.value,
+    tls_ptds[free_i] = (struct ptds_entry){ctx, ctx->generation, (uint32_t)stream,
                                            atomic_fetch_add(&shim_next_stream_id, 1)};
     pthread_setspecific(ptds_key, (void *)1);
-    *out = (uint32_t)rep.value;
+    *out = (uint32_t)stream;
     return CUDA_SUCCESS;
 }
 
@@ -146,9 +144,8 @@ static CUresult ctx_new(int dev, unsigned flags, bool primary, struct CUctx_st *
     struct CUctx_st *c = calloc(1, sizeof *c);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct cumux_ctx_create m = {.device = dev, .flags = flags};
     struct cumux_ctx_reply rep;
-    CUresult r = shim_call(CUMUX_OP_CTX_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    CUresult r = shim_op_ctx_create(dev, flags, &rep);
     if (r != CUDA_SUCCESS) {
         free(c);
         return r;
@@ -177,8 +174,7 @@ static void ctx_forget_current(struct CUctx_st *c)
 static CUresult ctx_delete(struct CUctx_st *c)
 {
     shim_context_storage_release(c);
-    struct cumux_handle_arg m = {.handle = c->handle};
-    CUresult r = shim_call(CUMUX_OP_CTX_DESTROY, &m, sizeof m, NULL, 0, NULL);
+    CUresult r = shim_op_ctx_destroy(c->handle, 0);
     for (int i = 0; i < 8; i++)
         if (tls_ptds[i].ctx == c)
             tls_ptds[i].ctx = NULL;
@@ -245,8 +241,7 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
         /* The primary context keeps its handle across a reset (the runtime holds on to it): its state in
          * the server is destroyed and made anew under the same object. */
         shim_context_storage_release(c);
-        struct cumux_handle_arg m = {.handle = c->handle, .flags = CUMUX_CTX_DESTROY_RESET};
-        r = shim_call(CUMUX_OP_CTX_DESTROY, &m, sizeof m, NULL, 0, NULL);
+        r = shim_op_ctx_destroy(c->handle, CUMUX_CTX_DESTROY_RESET);
         struct CUctx_st *fresh;
         if (r == CUDA_SUCCESS && (r = ctx_new(dev, 0, true, &fresh)) == CUDA_SUCCESS) {
             c->handle = fresh->handle;
@@ -442,8 +437,7 @@ CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
 
 static CUresult ctx_sync(struct CUctx_st *c)
 {
-    struct cumux_handle_arg m = {.handle = c->handle};
-    return shim_call(CUMUX_OP_CTX_SYNC, &m, sizeof m, NULL, 0, NULL);
+    return shim_op_ctx_sync(c->handle, 0);
 }
 
 CUresult cuCtxSynchronize(void)
@@ -550,11 +544,10 @@ static CUresult ctx_limit(CUlimit limit, bool set, size_t *value)
     CUresult r = shim_need_ctx(&c);
     if (r != CUDA_SUCCESS)
         return r;
-    struct cumux_ctx_limit m = {.ctx = c->handle, .limit = (uint32_t)limit, .set = set, .value = set ? *value : 0};
-    struct cumux_u64_reply rep = {0};
-    r = shim_call(CUMUX_OP_CTX_LIMIT, &m, sizeof m, &rep, sizeof rep, NULL);
+    uint64_t answer = 0;
+    r = shim_op_ctx_limit(c->handle, (uint32_t)limit, set, set ? *value : 0, &answer);
     if (r == CUDA_SUCCESS && !set)
-        *value = (size_t)rep.value;
+        *value = (size_t)answer;
     return r;
 }
 

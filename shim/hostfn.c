@@ -115,8 +115,7 @@ static CUresult post(CUstream h, CUhostFn fn, CUstreamCallback cb, void *data)
         }
         pthread_mutex_unlock(&pending_lock);
     }
-    struct cumux_host_func m = {.stream = stream, .id = id};
-    r = shim_send(CUMUX_OP_HOST_FUNC, &m, sizeof m, NULL, 0);
+    r = shim_op_host_func(stream, id);
     if (r != CUDA_SUCCESS) {
         pthread_mutex_lock(&pending_lock);
         for (int k = 0; k < PENDING_MAX; k++)

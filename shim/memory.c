@@ -60,13 +60,12 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
         return r;
     if (!dptr || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_mem_alloc m = {.ctx = c->handle, .size = size};
-    struct cumux_u64_reply rep;
-    r = shim_call(CUMUX_OP_MEM_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
+    uint64_t ptr;
+    r = shim_op_mem_alloc(c->handle, size, &ptr);
     if (r != CUDA_SUCCESS)
         return r;
-    shim_add_device_range(rep.value, size, c, false);
-    *dptr = (CUdeviceptr)rep.value;
+    shim_add_device_range(ptr, size, c, false);
+    *dptr = (CUdeviceptr)ptr;
     return CUDA_SUCCESS;
 }
 
@@ -90,8 +89,7 @@ CUresult cuMemFree(CUdeviceptr p)
         return CUDA_SUCCESS;
     if (!shim_forget_device_range(p))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_mem_free m = {.ptr = p};
-    return shim_call(CUMUX_OP_MEM_FREE, &m, sizeof m, NULL, 0, NULL);
+    return shim_op_mem_free(p);
 }
 
 CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
@@ -100,9 +98,8 @@ CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
     CUresult r = shim_need_ctx(&c);
     if (r != CUDA_SUCCESS)
         return r;
-    struct cumux_handle_arg m = {.handle = c->handle};
     struct cumux_mem_info rep;
-    r = shim_call(CUMUX_OP_MEM_INFO, &m, sizeof m, &rep, sizeof rep, NULL);
+    r = shim_op_mem_info(c->handle, 0, &rep);
     if (r != CUDA_SUCCESS)
         return r;
     if (free_bytes)
@@ -214,8 +211,7 @@ CUresult cuMemFreeHost(void *p)
     pthread_rwlock_unlock(&shim.ranges_lock);
     if (found < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_mem_free m = {.ptr = r.extra};
-    CUresult res = shim_call(CUMUX_OP_HOST_FREE, &m, sizeof m, NULL, 0, NULL);
+    CUresult res = shim_op_host_free(r.extra);
     munmap(p, r.size);
     return res;
 }
@@ -313,8 +309,7 @@ CUresult cuMemHostUnregister(void *p)
     if (found < 0)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     /* The pages stay as they are (shared with nobody once the server lets go). */
-    struct cumux_mem_free m = {.ptr = r.extra};
-    return shim_call(CUMUX_OP_HOST_FREE, &m, sizeof m, NULL, 0, NULL);
+    return shim_op_host_free(r.extra);
 }
 
 /* ---- copies ---- */
@@ -326,8 +321,7 @@ static CUresult send_or_call(uint16_t op, const void *m, size_t len, bool sync)
 
 static CUresult copy_direct(uint32_t kind, uint32_t stream, uint64_t dst, uint64_t src, uint64_t n, bool sync)
 {
-    struct cumux_copy m = {.kind = kind, .stream = stream, .dst = dst, .src = src, .size = n};
-    return send_or_call(CUMUX_OP_COPY, &m, sizeof m, sync);
+    return shim_op_copy(kind, stream, dst, src, n, sync);
 }
 
 static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, uint32_t reply_before)
@@ -441,8 +435,7 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
 
 static CUresult sync_stream_handle(uint32_t stream)
 {
-    struct cumux_handle_arg m = {.handle = stream};
-    return shim_call(CUMUX_OP_STREAM_SYNC, &m, sizeof m, NULL, 0, NULL);
+    return shim_op_stream_sync(stream, 0);
 }
 
 enum { PTR_HOST = 0, PTR_DEVICE = 1 };
@@ -666,9 +659,7 @@ static CUresult memset_any(CUdeviceptr dst, size_t pitch, uint32_t value, uint32
     uint64_t span = height > 1 ? (uint64_t)pitch * (height - 1) + row : row;
     if (!shim_is_device_ptr(dst, span) || (dst % elem) != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_memset m = {.stream = stream, .elem_size = elem, .dst = dst, .pitch = pitch, .width = width,
-                             .height = height, .value = value};
-    return shim_send(CUMUX_OP_MEMSET, &m, sizeof m, NULL, 0);
+    return shim_op_memset(stream, elem, dst, pitch, width, height, value);
 }
 
 CUresult cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { return memset_any(d, 0, v, 1, n, 1, NULL); }

@@ -186,8 +186,7 @@ CUresult cuModuleLoad(CUmodule *module, const char *path)
 
 static CUresult unload(struct CUmod_st *m)
 {
-    struct cumux_handle_arg req = {.handle = m->handle};
-    CUresult r = shim_call(CUMUX_OP_MODULE_UNLOAD, &req, sizeof req, NULL, 0, NULL);
+    CUresult r = shim_op_module_unload(m->handle, 0);
     m->magic = SHIM_MAGIC_DEAD;
     for (struct CUfunc_st *f = m->functions; f; f = f->next)
         f->magic = SHIM_MAGIC_DEAD; /* kept allocated: stale handles fail their check */
@@ -489,12 +488,12 @@ static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, in
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_func_attr req = {.function = f->handle, .attr = attr, .value = value};
-    int v = 0;
-    CUresult r = shim_call(set ? CUMUX_OP_FUNC_SET_ATTRIBUTE : CUMUX_OP_FUNC_GET_ATTRIBUTE, &req, sizeof req, &v,
-                           sizeof v, NULL);
+    if (set)
+        return shim_op_func_set_attribute(f->handle, attr, value);
+    uint64_t v = 0;
+    CUresult r = shim_op_func_get_attribute(f->handle, attr, 0, &v);
     if (r == CUDA_SUCCESS && out)
-        *out = v;
+        *out = (int)(int64_t)v;
     return r;
 }
 
@@ -615,13 +614,7 @@ static CUresult occupancy(struct CUfunc_st *f, uint32_t query, int a, int b, siz
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_func_occupancy req = {.function = f->handle, .query = query, .a = a, .b = b, .dyn_smem = dyn,
-                                       .flags = flags};
-    struct cumux_u64_reply rep;
-    CUresult r = shim_call(CUMUX_OP_FUNC_OCCUPANCY, &req, sizeof req, &rep, sizeof rep, NULL);
-    if (r == CUDA_SUCCESS)
-        *out = rep.value;
-    return r;
+    return shim_op_func_occupancy(f->handle, query, a, b, dyn, flags, out);
 }
 
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfunction fn, int block_size, size_t dyn,

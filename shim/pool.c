@@ -4,16 +4,6 @@
 
 #include "shim/client.h"
 
-static CUresult pool_call(uint16_t op, uint32_t pool, int device, int attr, int set, uint64_t value, uint64_t *out)
-{
-    struct cumux_pool_op m = {.pool = pool, .device = device, .attr = attr, .set = (uint32_t)set, .value = value};
-    struct cumux_u64_reply rep = {0};
-    CUresult r = shim_call(op, &m, sizeof m, &rep, sizeof rep, NULL);
-    if (r == CUDA_SUCCESS && out)
-        *out = rep.value;
-    return r;
-}
-
 static CUresult pool_object(uint32_t handle, int device, bool is_default, CUmemoryPool *out)
 {
     struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
@@ -36,7 +26,7 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
     CUresult r = CUDA_SUCCESS;
     if (!shim.default_pool[dev]) {
         uint64_t h;
-        r = pool_call(CUMUX_OP_POOL_DEFAULT, 0, dev, 0, 0, 0, &h);
+        r = shim_op_pool_default(dev, &h);
         if (r == CUDA_SUCCESS)
             r = pool_object((uint32_t)h, dev, true, &shim.default_pool[dev]);
     }
@@ -80,7 +70,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
     if (dev < 0 || dev >= shim.device_count)
         return CUDA_ERROR_INVALID_DEVICE;
     uint64_t h;
-    CUresult r = pool_call(CUMUX_OP_POOL_CREATE, 0, dev, 0, 0, props->maxSize, &h);
+    CUresult r = shim_op_pool_create(dev, props->maxSize, &h);
     return r == CUDA_SUCCESS ? pool_object((uint32_t)h, dev, false, pool) : r;
 }
 
@@ -90,7 +80,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pool || pool->magic != SHIM_MAGIC_POOL || pool->is_default)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = pool_call(CUMUX_OP_POOL_DESTROY, pool->handle, 0, 0, 0, 0, NULL);
+    CUresult r = shim_op_pool_destroy(pool->handle);
     if (r == CUDA_SUCCESS) {
         if (shim.current_pool[pool->device] == pool)
             shim.current_pool[pool->device] = NULL;
@@ -103,7 +93,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 {
     if (!pool || pool->magic != SHIM_MAGIC_POOL)
         return CUDA_ERROR_INVALID_VALUE;
-    return pool_call(CUMUX_OP_POOL_TRIM, pool->handle, 0, 0, 0, keep, NULL);
+    return shim_op_pool_trim(pool->handle, keep);
 }
 
 static bool int_attribute(CUmemPool_attribute a)
@@ -117,7 +107,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     if (!pool || pool->magic != SHIM_MAGIC_POOL || !value)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t v = int_attribute(attr) ? (uint64_t)(int64_t) * (int *)value : *(cuuint64_t *)value;
-    return pool_call(CUMUX_OP_POOL_ATTRIBUTE, pool->handle, 0, (int)attr, 1, v, NULL);
+    return shim_op_pool_attribute(pool->handle, (int32_t)attr, 1, v, NULL);
 }
 
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
@@ -125,7 +115,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     if (!pool || pool->magic != SHIM_MAGIC_POOL || !value)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t v;
-    CUresult r = pool_call(CUMUX_OP_POOL_ATTRIBUTE, pool->handle, 0, (int)attr, 0, 0, &v);
+    CUresult r = shim_op_pool_attribute(pool->handle, (int32_t)attr, 0, 0, &v);
     if (r == CUDA_SUCCESS) {
         if (int_attribute(attr))
             *(int *)value = (int)v;
@@ -149,13 +139,12 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
         return r;
     if (pool->magic != SHIM_MAGIC_POOL)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_mem_alloc_async m = {.stream = stream, .pool = pool->handle, .size = size};
-    struct cumux_u64_reply rep;
-    r = shim_call(CUMUX_OP_MEM_ALLOC_ASYNC, &m, sizeof m, &rep, sizeof rep, NULL);
+    uint64_t ptr;
+    r = shim_op_mem_alloc_async(stream, pool->handle, size, &ptr);
     if (r != CUDA_SUCCESS)
         return r;
-    shim_add_device_range(rep.value, size, ctx, false);
-    *dptr = (CUdeviceptr)rep.value;
+    shim_add_device_range(ptr, size, ctx, false);
+    *dptr = (CUdeviceptr)ptr;
     return CUDA_SUCCESS;
 }
 
@@ -179,6 +168,5 @@ CUresult cuMemFreeAsync(CUdeviceptr p, CUstream hstream)
         return r;
     if (!shim_forget_device_range(p))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_mem_free_async m = {.stream = stream, .ptr = p};
-    return shim_send(CUMUX_OP_MEM_FREE_ASYNC, &m, sizeof m, NULL, 0);
+    return shim_op_mem_free_async(stream, p);
 }

@@ -22,15 +22,14 @@ static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
     struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct cumux_stream_create m = {.ctx = c->handle, .flags = flags, .priority = priority};
-    struct cumux_u64_reply rep;
-    r = shim_call(CUMUX_OP_STREAM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    uint64_t handle;
+    r = shim_op_stream_create(c->handle, flags, priority, &handle);
     if (r != CUDA_SUCCESS) {
         free(s);
         return r;
     }
     s->magic = SHIM_MAGIC_STREAM;
-    s->handle = (uint32_t)rep.value;
+    s->handle = (uint32_t)handle;
     s->ctx = c;
     s->flags = flags;
     s->priority = priority;
@@ -60,29 +59,22 @@ CUresult cuStreamDestroy(CUstream s)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!is_real_stream(s) || s->magic != SHIM_MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_handle_arg m = {.handle = s->handle};
     s->magic = SHIM_MAGIC_DEAD; /* the object stays allocated so that stale handles fail their check */
-    return shim_send(CUMUX_OP_STREAM_DESTROY, &m, sizeof m, NULL, 0);
-}
-
-static CUresult stream_op(uint16_t op, CUstream h)
-{
-    uint32_t s;
-    CUresult r = shim_resolve_stream(h, &s, NULL);
-    if (r != CUDA_SUCCESS)
-        return r;
-    struct cumux_handle_arg m = {.handle = s};
-    return shim_call(op, &m, sizeof m, NULL, 0, NULL);
+    return shim_op_stream_destroy(s->handle, 0);
 }
 
 CUresult cuStreamSynchronize(CUstream h)
 {
-    return stream_op(CUMUX_OP_STREAM_SYNC, h);
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    return r != CUDA_SUCCESS ? r : shim_op_stream_sync(s, 0);
 }
 
 CUresult cuStreamQuery(CUstream h)
 {
-    return stream_op(CUMUX_OP_STREAM_QUERY, h);
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    return r != CUDA_SUCCESS ? r : shim_op_stream_query(s, 0);
 }
 
 CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
@@ -95,8 +87,7 @@ CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_stream_wait_event m = {.stream = s, .event = e->handle, .flags = flags};
-    return shim_send(CUMUX_OP_STREAM_WAIT_EVENT, &m, sizeof m, NULL, 0);
+    return shim_op_stream_wait_event(s, e->handle, flags);
 }
 
 /* The stream object behind h, or NULL for the legacy and per-thread default streams (after checking
@@ -186,15 +177,14 @@ CUresult cuEventCreate(CUevent *ph, unsigned int flags)
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct cumux_event_create m = {.ctx = c->handle, .flags = flags};
-    struct cumux_u64_reply rep;
-    r = shim_call(CUMUX_OP_EVENT_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    uint64_t handle;
+    r = shim_op_event_create(c->handle, flags, &handle);
     if (r != CUDA_SUCCESS) {
         free(e);
         return r;
     }
     e->magic = SHIM_MAGIC_EVENT;
-    e->handle = (uint32_t)rep.value;
+    e->handle = (uint32_t)handle;
     e->ctx = c;
     e->flags = flags;
     *ph = e;
@@ -207,9 +197,8 @@ CUresult cuEventDestroy(CUevent e)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!e || e->magic != SHIM_MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_handle_arg m = {.handle = e->handle};
     e->magic = SHIM_MAGIC_DEAD;
-    return shim_send(CUMUX_OP_EVENT_DESTROY, &m, sizeof m, NULL, 0);
+    return shim_op_event_destroy(e->handle, 0);
 }
 
 static CUresult event_record(CUevent e, CUstream h, unsigned flags)
@@ -222,8 +211,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags)
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_event_record m = {.event = e->handle, .stream = s, .flags = flags};
-    return shim_send(CUMUX_OP_EVENT_RECORD, &m, sizeof m, NULL, 0);
+    return shim_op_event_record(e->handle, s, flags);
 }
 
 CUresult cuEventRecord(CUevent e, CUstream h)
@@ -236,24 +224,23 @@ CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags)
     return event_record(e, h, flags);
 }
 
-static CUresult event_op(uint16_t op, CUevent e)
+static CUresult event_check(CUevent e)
 {
     if (!shim.initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!e || e->magic != SHIM_MAGIC_EVENT)
-        return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_handle_arg m = {.handle = e->handle};
-    return shim_call(op, &m, sizeof m, NULL, 0, NULL);
+    return e && e->magic == SHIM_MAGIC_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult cuEventQuery(CUevent e)
 {
-    return event_op(CUMUX_OP_EVENT_QUERY, e);
+    CUresult r = event_check(e);
+    return r != CUDA_SUCCESS ? r : shim_op_event_query(e->handle, 0);
 }
 
 CUresult cuEventSynchronize(CUevent e)
 {
-    return event_op(CUMUX_OP_EVENT_SYNC, e);
+    CUresult r = event_check(e);
+    return r != CUDA_SUCCESS ? r : shim_op_event_sync(e->handle, 0);
 }
 
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
@@ -264,8 +251,11 @@ CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
         return CUDA_ERROR_INVALID_VALUE;
     if (!a || !b || a->magic != SHIM_MAGIC_EVENT || b->magic != SHIM_MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_event_elapsed m = {.start = a->handle, .end = b->handle};
-    return shim_call(CUMUX_OP_EVENT_ELAPSED, &m, sizeof m, ms, sizeof *ms, NULL);
+    struct cumux_elapsed_reply rep = {0};
+    CUresult r = shim_op_event_elapsed(a->handle, b->handle, &rep);
+    if (r == CUDA_SUCCESS)
+        *ms = rep.ms;
+    return r;
 }
 
 #undef cuEventElapsedTime

@@ -285,7 +285,7 @@ static void case_capture_free(void)
     CHECK(r == CUDA_SUCCESS, "cuMemFree while another stream captures: %d", r);
     struct cumux_mem_alloc_async aa = {.stream = stream, .pool = 0, .size = 4096};
     struct cumux_u64_reply rep;
-    struct cumux_pool_op po = {.device = 0};
+    struct cumux_pool_default po = {.device = 0};
     aa.pool = (uint32_t)call_u64(&s.c, CUMUX_OP_POOL_DEFAULT, &po, sizeof po, "POOL_DEFAULT");
     r = call_reply(&s.c, CUMUX_OP_MEM_ALLOC_ASYNC, &aa, sizeof aa, &rep, sizeof rep);
     CHECK(r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemAllocAsync on a capturing stream: %d", r);

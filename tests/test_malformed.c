@@ -300,12 +300,16 @@ static void cases_bad_handles(void)
     struct cumux_launch col = {.function = 1, .grid = {1, 1, 1}, .block = {1, 1, 1}};
     expect_error(&c, CUMUX_OP_FUNC_CLUSTER_OCCUPANCY, &col, sizeof col, CUDA_ERROR_INVALID_HANDLE,
                  "FUNC_CLUSTER_OCCUPANCY 1");
-    struct cumux_pool_op po = {.pool = 7, .device = 5};
-    expect_error(&c, CUMUX_OP_POOL_DEFAULT, &po, sizeof po, CUDA_ERROR_INVALID_DEVICE, "POOL_DEFAULT device 5");
-    expect_error(&c, CUMUX_OP_POOL_CREATE, &po, sizeof po, CUDA_ERROR_INVALID_DEVICE, "POOL_CREATE device 5");
-    expect_error(&c, CUMUX_OP_POOL_DESTROY, &po, sizeof po, CUDA_ERROR_INVALID_HANDLE, "POOL_DESTROY 7");
-    expect_error(&c, CUMUX_OP_POOL_ATTRIBUTE, &po, sizeof po, CUDA_ERROR_INVALID_HANDLE, "POOL_ATTRIBUTE 7");
-    expect_error(&c, CUMUX_OP_POOL_TRIM, &po, sizeof po, CUDA_ERROR_INVALID_HANDLE, "POOL_TRIM 7");
+    struct cumux_pool_default pd = {.device = 5};
+    expect_error(&c, CUMUX_OP_POOL_DEFAULT, &pd, sizeof pd, CUDA_ERROR_INVALID_DEVICE, "POOL_DEFAULT device 5");
+    struct cumux_pool_create pc = {.device = 5};
+    expect_error(&c, CUMUX_OP_POOL_CREATE, &pc, sizeof pc, CUDA_ERROR_INVALID_DEVICE, "POOL_CREATE device 5");
+    struct cumux_pool_destroy pdes = {.pool = 7};
+    expect_error(&c, CUMUX_OP_POOL_DESTROY, &pdes, sizeof pdes, CUDA_ERROR_INVALID_HANDLE, "POOL_DESTROY 7");
+    struct cumux_pool_attribute pa = {.pool = 7};
+    expect_error(&c, CUMUX_OP_POOL_ATTRIBUTE, &pa, sizeof pa, CUDA_ERROR_INVALID_HANDLE, "POOL_ATTRIBUTE 7");
+    struct cumux_pool_trim pt = {.pool = 7};
+    expect_error(&c, CUMUX_OP_POOL_TRIM, &pt, sizeof pt, CUDA_ERROR_INVALID_HANDLE, "POOL_TRIM 7");
     struct cumux_mem_alloc_async maa = {.stream = 1, .pool = 7, .size = 4096};
     expect_error(&c, CUMUX_OP_MEM_ALLOC_ASYNC, &maa, sizeof maa, CUDA_ERROR_INVALID_HANDLE, "MEM_ALLOC_ASYNC on stream 1");
     struct cumux_graph_op go = {.graph = 3, .exec = 4, .stream = 1};

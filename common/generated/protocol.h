@@ -73,12 +73,34 @@ struct cumux_mem_info {
 
 /* Memory pools: each client has its own default pool per device, so that its attributes (release
  * threshold...) and its memory are its own. */
-struct cumux_pool_op {
-    uint32_t pool;  /* handle; DEFAULT/CREATE: unused */
-    int32_t device; /* DEFAULT/CREATE */
-    int32_t attr;   /* ATTRIBUTE: CUmemPool_attribute */
-    uint32_t set;   /* ATTRIBUTE: 1 to set */
-    uint64_t value; /* ATTRIBUTE: the value; TRIM: bytes to keep; CREATE: maximum size (0: default) */
+struct cumux_pool_default {
+    int32_t device;
+    uint32_t pad;
+};
+
+struct cumux_pool_create {
+    int32_t device;
+    uint32_t pad;
+    uint64_t max_size; /* bytes; 0: the driver's default */
+};
+
+struct cumux_pool_destroy {
+    uint32_t pool; /* handle of a pool */
+    uint32_t pad;
+};
+
+struct cumux_pool_attribute {
+    uint32_t pool;  /* handle of a pool */
+    int32_t attr;   /* CUmemPool_attribute */
+    uint32_t set;   /* 1: set it to value; 0: answer it */
+    uint32_t pad;
+    uint64_t value;
+};
+
+struct cumux_pool_trim {
+    uint32_t pool; /* handle of a pool */
+    uint32_t pad;
+    uint64_t keep; /* bytes to keep */
 };
 
 struct cumux_mem_alloc_async {
@@ -191,6 +213,11 @@ struct cumux_event_record {
 struct cumux_event_elapsed {
     uint32_t start; /* handle of a event */
     uint32_t end;   /* handle of a event */
+};
+
+struct cumux_elapsed_reply {
+    float ms;
+    uint32_t pad;
 };
 
 /* A host function to run in the client when the stream reaches this point. */
@@ -308,8 +335,14 @@ _Static_assert(offsetof(struct cumux_mem_free, ptr) % 8 == 0, "mem_free.ptr: 8-a
 _Static_assert(sizeof(struct cumux_mem_info) % 8 == 0, "mem_info: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_info, free) % 8 == 0, "mem_info.free: 8-aligned");
 _Static_assert(offsetof(struct cumux_mem_info, total) % 8 == 0, "mem_info.total: 8-aligned");
-_Static_assert(sizeof(struct cumux_pool_op) % 8 == 0, "pool_op: a multiple of 8 bytes");
-_Static_assert(offsetof(struct cumux_pool_op, value) % 8 == 0, "pool_op.value: 8-aligned");
+_Static_assert(sizeof(struct cumux_pool_default) % 8 == 0, "pool_default: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_pool_create) % 8 == 0, "pool_create: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_pool_create, max_size) % 8 == 0, "pool_create.max_size: 8-aligned");
+_Static_assert(sizeof(struct cumux_pool_destroy) % 8 == 0, "pool_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_pool_attribute) % 8 == 0, "pool_attribute: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_pool_attribute, value) % 8 == 0, "pool_attribute.value: 8-aligned");
+_Static_assert(sizeof(struct cumux_pool_trim) % 8 == 0, "pool_trim: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_pool_trim, keep) % 8 == 0, "pool_trim.keep: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_alloc_async) % 8 == 0, "mem_alloc_async: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_alloc_async, size) % 8 == 0, "mem_alloc_async.size: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_free_async) % 8 == 0, "mem_free_async: a multiple of 8 bytes");
@@ -335,6 +368,7 @@ _Static_assert(sizeof(struct cumux_stream_wait_event) % 8 == 0, "stream_wait_eve
 _Static_assert(sizeof(struct cumux_event_create) % 8 == 0, "event_create: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_event_record) % 8 == 0, "event_record: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_event_elapsed) % 8 == 0, "event_elapsed: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_elapsed_reply) % 8 == 0, "elapsed_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_host_func) % 8 == 0, "host_func: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_host_func, id) % 8 == 0, "host_func.id: 8-aligned");
 _Static_assert(sizeof(struct cumux_copy) % 8 == 0, "copy: a multiple of 8 bytes");
@@ -408,11 +442,11 @@ _Static_assert(offsetof(struct cumux_graph_node, host_fn_id) % 8 == 0, "graph_no
     X(COPY_DTOH_STAGED, cumux_copy_staged, 0)        \
     X(MEMSET, cumux_memset, 1)                       \
     X(LAUNCH, cumux_launch, 1)                       \
-    X(POOL_DEFAULT, cumux_pool_op, 0)                \
-    X(POOL_CREATE, cumux_pool_op, 0)                 \
-    X(POOL_DESTROY, cumux_pool_op, 0)                \
-    X(POOL_ATTRIBUTE, cumux_pool_op, 0)              \
-    X(POOL_TRIM, cumux_pool_op, 0)                   \
+    X(POOL_DEFAULT, cumux_pool_default, 0)           \
+    X(POOL_CREATE, cumux_pool_create, 0)             \
+    X(POOL_DESTROY, cumux_pool_destroy, 0)           \
+    X(POOL_ATTRIBUTE, cumux_pool_attribute, 0)       \
+    X(POOL_TRIM, cumux_pool_trim, 0)                 \
     X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)     \
     X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)       \
     X(HOST_FUNC, cumux_host_func, 1)                 \

@@ -59,8 +59,14 @@ CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m);
 CUresult op_mem_info(struct srv_client *c, const struct cumux_handle_arg *m, uint8_t *out, uint32_t *out_len);
 CUresult op_host_alloc(struct srv_client *c, const struct cumux_host_alloc *m, uint8_t *out, uint32_t *out_len);
 CUresult op_host_free(struct srv_client *c, const struct cumux_mem_free *m);
-CUresult op_pool(struct srv_client *c, uint16_t op, const struct cumux_pool_op *m, uint8_t *out,
-                 uint32_t *out_len);
+CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *m, uint8_t *out,
+                         uint32_t *out_len);
+CUresult op_pool_create(struct srv_client *c, const struct cumux_pool_create *m, uint8_t *out,
+                        uint32_t *out_len);
+CUresult op_pool_destroy(struct srv_client *c, const struct cumux_pool_destroy *m);
+CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribute *m, uint8_t *out,
+                           uint32_t *out_len);
+CUresult op_pool_trim(struct srv_client *c, const struct cumux_pool_trim *m);
 CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m, uint8_t *out,
                             uint32_t *out_len);
 CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m);
@@ -80,8 +86,7 @@ CUresult op_module_function_names(struct srv_client *c, const struct cumux_handl
 CUresult op_arch_data(struct srv_client *c, const struct cumux_handle_arg *m, uint8_t *out, uint32_t *out_len);
 CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
                                uint32_t *out_len);
-CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
-                               uint32_t *out_len);
+CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m);
 CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupancy *m, uint8_t *out,
                            uint32_t *out_len);
 CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload,
@@ -134,11 +139,11 @@ static const struct {
     [CUMUX_OP_COPY_DTOH_STAGED] = {sizeof(struct cumux_copy_staged), 0},
     [CUMUX_OP_MEMSET] = {sizeof(struct cumux_memset), 1},
     [CUMUX_OP_LAUNCH] = {sizeof(struct cumux_launch), 1},
-    [CUMUX_OP_POOL_DEFAULT] = {sizeof(struct cumux_pool_op), 0},
-    [CUMUX_OP_POOL_CREATE] = {sizeof(struct cumux_pool_op), 0},
-    [CUMUX_OP_POOL_DESTROY] = {sizeof(struct cumux_pool_op), 0},
-    [CUMUX_OP_POOL_ATTRIBUTE] = {sizeof(struct cumux_pool_op), 0},
-    [CUMUX_OP_POOL_TRIM] = {sizeof(struct cumux_pool_op), 0},
+    [CUMUX_OP_POOL_DEFAULT] = {sizeof(struct cumux_pool_default), 0},
+    [CUMUX_OP_POOL_CREATE] = {sizeof(struct cumux_pool_create), 0},
+    [CUMUX_OP_POOL_DESTROY] = {sizeof(struct cumux_pool_destroy), 0},
+    [CUMUX_OP_POOL_ATTRIBUTE] = {sizeof(struct cumux_pool_attribute), 0},
+    [CUMUX_OP_POOL_TRIM] = {sizeof(struct cumux_pool_trim), 0},
     [CUMUX_OP_MEM_ALLOC_ASYNC] = {sizeof(struct cumux_mem_alloc_async), 0},
     [CUMUX_OP_MEM_FREE_ASYNC] = {sizeof(struct cumux_mem_free_async), 1},
     [CUMUX_OP_HOST_FUNC] = {sizeof(struct cumux_host_func), 1},
@@ -222,7 +227,7 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
         *result = op_func_get_attribute(c, body, out, out_len);
         return 0;
     case CUMUX_OP_FUNC_SET_ATTRIBUTE:
-        *result = op_func_set_attribute(c, body, out, out_len);
+        *result = op_func_set_attribute(c, body);
         return 0;
     case CUMUX_OP_FUNC_OCCUPANCY:
         *result = op_func_occupancy(c, body, out, out_len);
@@ -282,19 +287,19 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
         *result = op_launch(c, body, payload, payload_len);
         return 0;
     case CUMUX_OP_POOL_DEFAULT:
-        *result = op_pool(c, op, body, out, out_len);
+        *result = op_pool_default(c, body, out, out_len);
         return 0;
     case CUMUX_OP_POOL_CREATE:
-        *result = op_pool(c, op, body, out, out_len);
+        *result = op_pool_create(c, body, out, out_len);
         return 0;
     case CUMUX_OP_POOL_DESTROY:
-        *result = op_pool(c, op, body, out, out_len);
+        *result = op_pool_destroy(c, body);
         return 0;
     case CUMUX_OP_POOL_ATTRIBUTE:
-        *result = op_pool(c, op, body, out, out_len);
+        *result = op_pool_attribute(c, body, out, out_len);
         return 0;
     case CUMUX_OP_POOL_TRIM:
-        *result = op_pool(c, op, body, out, out_len);
+        *result = op_pool_trim(c, body);
         return 0;
     case CUMUX_OP_MEM_ALLOC_ASYNC:
         *result = op_mem_alloc_async(c, body, out, out_len);

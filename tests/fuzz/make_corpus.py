@@ -147,10 +147,10 @@ attr = struct.pack('<II', 4, 0) + struct.pack('<III', 2, 1, 1).ljust(64, b'\0')
 seeds['launch_attrs'] = msg('LAUNCH', launch(VEC_ADD, STREAM, (4, 1, 1), (256, 1, 1),
                                              vec_add_params(addr(BUF4K), addr(BUF4K), addr(BUF4K), 1024), 1, attr), False) + \
     msg('STREAM_SYNC', h(STREAM))
-seeds['pools'] = msg('POOL_DEFAULT', struct.pack('<IiiIQ', 0, 0, 0, 0, 0)) + msg('POOL_CREATE', struct.pack('<IiiIQ', 0, 0, 0, 0, 0)) + \
-    msg('POOL_ATTRIBUTE', struct.pack('<IiiIQ', 6, 0, 1, 1, 1 << 20)) + \
+seeds['pools'] = msg('POOL_DEFAULT', struct.pack('<iI', 0, 0)) + msg('POOL_CREATE', struct.pack('<iIQ', 0, 0, 0)) + \
+    msg('POOL_ATTRIBUTE', struct.pack('<IiIIQ', 6, 1, 1, 0, 1 << 20)) + \
     msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, 6, 65536)) + msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, 0, 4096)) + \
-    msg('POOL_TRIM', struct.pack('<IiiIQ', 6, 0, 0, 0, 0)) + msg('POOL_DESTROY', struct.pack('<IiiIQ', 6, 0, 0, 0, 0))
+    msg('POOL_TRIM', struct.pack('<IIQ', 6, 0, 0)) + msg('POOL_DESTROY', struct.pack('<II', 6, 0))
 seeds['free_async'] = msg('MEM_FREE_ASYNC', struct.pack('<IIQ', STREAM, 0, addr(BUF1M)), False) + \
     msg('MEM_FREE_ASYNC', struct.pack('<IIQ', STREAM, 0, addr(BUF1M)), False) + msg('STREAM_SYNC', h(STREAM))
 seeds['hostfn'] = msg('HOST_FUNC', struct.pack('<IIQ', STREAM, 0, 42), False) + msg('LAUNCH', va, False) + \
