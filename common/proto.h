@@ -108,14 +108,6 @@ struct cumux_msg_hdr {
 /* CTX_DESTROY flags: a reset of a primary context (its libraries are loaded afresh). */
 #define CUMUX_CTX_DESTROY_RESET 1u
 
-enum cumux_node_kind {
-    CUMUX_NODE_EMPTY = 0,
-    CUMUX_NODE_KERNEL = 1, /* payload: struct cumux_launch (stream unused) and the packed arguments */
-    CUMUX_NODE_MEMSET = 2, /* payload: struct cumux_memset (stream unused) */
-    CUMUX_NODE_MEMCPY = 3, /* payload: struct cumux_copy_2d (stream unused), pinned host by server address */
-    CUMUX_NODE_HOST = 4,   /* host_fn_id */
-};
-
 enum cumux_image_kind { CUMUX_IMAGE_MODULE = 1, CUMUX_IMAGE_LIBRARY = 2 };
 
 enum cumux_occupancy_query {

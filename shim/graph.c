@@ -66,19 +66,6 @@ static bool graph_ok(CUgraph g) { return g && g->magic == SHIM_MAGIC_GRAPH; }
 static bool exec_ok(CUgraphExec e) { return e && e->magic == SHIM_MAGIC_GRAPH_EXEC; }
 static bool node_ok(CUgraphNode n) { return n && n->magic == SHIM_MAGIC_GRAPH_NODE; }
 
-static CUresult graph_call(uint16_t op, uint32_t graph, uint32_t exec, uint32_t stream, uint32_t mode, uint64_t flags,
-                           void *reply, uint32_t cap)
-{
-    struct cumux_graph_op m = {.graph = graph, .exec = exec, .stream = stream, .mode = mode, .flags = flags};
-    return shim_call(op, &m, sizeof m, reply, cap, NULL);
-}
-
-static CUresult graph_send(uint16_t op, uint32_t graph, uint32_t exec, uint32_t stream)
-{
-    struct cumux_graph_op m = {.graph = graph, .exec = exec, .stream = stream};
-    return shim_send(op, &m, sizeof m, NULL, 0);
-}
-
 static CUresult new_graph(uint32_t handle, CUgraph *out)
 {
     struct CUgraph_st *g = calloc(1, sizeof *g);
@@ -98,7 +85,7 @@ CUresult cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
     if (r != CUDA_SUCCESS)
         return r;
     atomic_store(&shim_ever_captured, true);
-    return graph_call(CUMUX_OP_CAPTURE_BEGIN, 0, 0, s, (uint32_t)mode, 0, NULL, 0);
+    return shim_op_capture_begin(s, (uint32_t)mode);
 }
 
 #undef cuStreamBeginCapture
@@ -116,11 +103,11 @@ CUresult cuStreamEndCapture(CUstream h, CUgraph *graph)
         return r;
     if (!graph)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_u64_reply rep;
-    r = graph_call(CUMUX_OP_CAPTURE_END, 0, 0, s, 0, 0, &rep, sizeof rep);
+    uint64_t handle;
+    r = shim_op_capture_end(s, &handle);
     if (r != CUDA_SUCCESS)
         return r;
-    return new_graph((uint32_t)rep.value, graph);
+    return new_graph((uint32_t)handle, graph);
 }
 
 CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id)
@@ -133,7 +120,7 @@ CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuu
         return CUDA_SUCCESS;
     }
     struct cumux_capture_info rep;
-    CUresult r = graph_call(CUMUX_OP_CAPTURE_INFO, 0, 0, stream, 0, 0, &rep, sizeof rep);
+    CUresult r = shim_op_capture_info(stream, &rep);
     if (r == CUDA_SUCCESS) {
         *status = (CUstreamCaptureStatus)rep.status;
         if (id)
@@ -159,9 +146,9 @@ CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!graph || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_u64_reply rep;
-    CUresult r = graph_call(CUMUX_OP_GRAPH_CREATE, 0, 0, 0, 0, 0, &rep, sizeof rep);
-    return r == CUDA_SUCCESS ? new_graph((uint32_t)rep.value, graph) : r;
+    uint64_t handle;
+    CUresult r = shim_op_graph_create(flags, &handle);
+    return r == CUDA_SUCCESS ? new_graph((uint32_t)handle, graph) : r;
 }
 
 CUresult cuGraphDestroy(CUgraph g)
@@ -169,7 +156,7 @@ CUresult cuGraphDestroy(CUgraph g)
     if (!graph_ok(g))
         return CUDA_ERROR_INVALID_VALUE;
     g->magic = SHIM_MAGIC_DEAD;
-    return graph_send(CUMUX_OP_GRAPH_DESTROY, g->handle, 0, 0);
+    return shim_op_graph_destroy(g->handle);
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags)
@@ -179,14 +166,14 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long
     struct CUgraphExec_st *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct cumux_u64_reply rep;
-    CUresult r = graph_call(CUMUX_OP_GRAPH_INSTANTIATE, g->handle, 0, 0, 0, flags, &rep, sizeof rep);
+    uint64_t handle;
+    CUresult r = shim_op_graph_instantiate(g->handle, flags, &handle);
     if (r != CUDA_SUCCESS) {
         free(e);
         return r;
     }
     e->magic = SHIM_MAGIC_GRAPH_EXEC;
-    e->handle = (uint32_t)rep.value;
+    e->handle = (uint32_t)handle;
     *exec = e;
     return CUDA_SUCCESS;
 }
@@ -208,37 +195,36 @@ CUresult cuGraphExecDestroy(CUgraphExec e)
     if (!exec_ok(e))
         return CUDA_ERROR_INVALID_VALUE;
     e->magic = SHIM_MAGIC_DEAD;
-    return graph_send(CUMUX_OP_GRAPH_EXEC_DESTROY, 0, e->handle, 0);
+    return shim_op_graph_exec_destroy(e->handle);
 }
 
-static CUresult exec_on_stream(uint16_t op, CUgraphExec e, CUstream h)
+CUresult cuGraphLaunch(CUgraphExec e, CUstream h)
 {
     if (!exec_ok(e))
         return CUDA_ERROR_INVALID_VALUE;
     uint32_t s;
     CUresult r = shim_resolve_stream(h, &s, NULL);
-    return r == CUDA_SUCCESS ? graph_send(op, 0, e->handle, s) : r;
-}
-
-CUresult cuGraphLaunch(CUgraphExec e, CUstream h)
-{
-    return exec_on_stream(CUMUX_OP_GRAPH_LAUNCH, e, h);
+    return r == CUDA_SUCCESS ? shim_op_graph_launch(e->handle, s) : r;
 }
 
 CUresult cuGraphUpload(CUgraphExec e, CUstream h)
 {
-    return exec_on_stream(CUMUX_OP_GRAPH_UPLOAD, e, h);
+    if (!exec_ok(e))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    return r == CUDA_SUCCESS ? shim_op_graph_upload(e->handle, s) : r;
 }
 
 CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
 {
     if (!exec_ok(e) || !graph_ok(g))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_capture_info rep = {0};
-    CUresult r = graph_call(CUMUX_OP_GRAPH_EXEC_UPDATE, g->handle, e->handle, 0, 0, 0, &rep, sizeof rep);
+    struct cumux_exec_update_reply rep = {0};
+    CUresult r = shim_op_graph_exec_update(e->handle, g->handle, &rep);
     if (info) {
         memset(info, 0, sizeof *info);
-        info->result = (CUgraphExecUpdateResult)rep.status;
+        info->result = (CUgraphExecUpdateResult)rep.result;
     }
     return r;
 }
@@ -267,13 +253,13 @@ static int msg_put(struct node_msg *m, const void *p, size_t n)
     return 0;
 }
 
-/* Header, dependency handles (padded to 8). */
-static CUresult msg_begin(struct node_msg *m, const struct cumux_graph_node *h, const CUgraphNode *deps, size_t n,
+/* The body (h, h_len bytes), then the dependency handles (padded to 8). */
+static CUresult msg_begin(struct node_msg *m, const void *h, size_t h_len, const CUgraphNode *deps, size_t n,
                           struct CUgraph_st *g)
 {
     if (n > 1024 || (n && !deps))
         return CUDA_ERROR_INVALID_VALUE;
-    if (msg_put(m, h, sizeof *h) < 0)
+    if (msg_put(m, h, h_len) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t i = 0; i < n; i++) {
         if (!node_ok(deps[i]) || (g && deps[i]->graph != g))
@@ -338,15 +324,20 @@ static CUresult msg_send_node(uint16_t op, struct node_msg *m, CUgraph g, CUgrap
     return CUDA_SUCCESS;
 }
 
-static CUresult add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, uint32_t kind,
+/* op's body (the graph, ndeps and, for a host node, its function), the dependencies, then the node's
+ * parameters: a kernel's (kp) or others (payload). */
+static CUresult add_node(uint16_t op, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
                          uint64_t host_fn_id, const void *payload, size_t payload_len,
                          const CUDA_KERNEL_NODE_PARAMS *kp)
 {
     if (!node || !graph_ok(g))
         return CUDA_ERROR_INVALID_VALUE;
     struct node_msg m = {0};
-    struct cumux_graph_node h = {.graph = g->handle, .kind = kind, .ndeps = (uint32_t)n, .host_fn_id = host_fn_id};
-    CUresult r = msg_begin(&m, &h, deps, n, g);
+    struct cumux_graph_add_host_node h = {.graph = g->handle, .ndeps = (uint32_t)n, .host_fn_id = host_fn_id};
+    _Static_assert(offsetof(struct cumux_graph_add_host_node, ndeps) == offsetof(struct cumux_graph_add_node, ndeps),
+                   "a host node's body begins as every node's");
+    size_t h_len = op == CUMUX_OP_GRAPH_ADD_HOST_NODE ? sizeof h : sizeof(struct cumux_graph_add_node);
+    CUresult r = msg_begin(&m, &h, h_len, deps, n, g);
     if (r == CUDA_SUCCESS && kp)
         r = msg_kernel(&m, kp);
     if (r == CUDA_SUCCESS && payload && msg_put(&m, payload, payload_len) < 0)
@@ -355,7 +346,7 @@ static CUresult add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, 
         free(m.buf);
         return r;
     }
-    return msg_send_node(CUMUX_OP_GRAPH_ADD_NODE, &m, g, node);
+    return msg_send_node(op, &m, g, node);
 }
 
 CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
@@ -363,12 +354,12 @@ CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *d
 {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
-    return add_node(node, g, deps, n, CUMUX_NODE_KERNEL, 0, NULL, 0, p);
+    return add_node(CUMUX_OP_GRAPH_ADD_KERNEL_NODE, node, g, deps, n, 0, NULL, 0, p);
 }
 
 CUresult cuGraphAddEmptyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n)
 {
-    return add_node(node, g, deps, n, CUMUX_NODE_EMPTY, 0, NULL, 0, NULL);
+    return add_node(CUMUX_OP_GRAPH_ADD_EMPTY_NODE, node, g, deps, n, 0, NULL, 0, NULL);
 }
 
 CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
@@ -379,7 +370,7 @@ CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *d
         return CUDA_ERROR_INVALID_VALUE;
     struct cumux_memset ms = {.elem_size = p->elementSize, .dst = p->dst, .pitch = p->height > 1 ? p->pitch : 0,
                               .width = p->width, .height = p->height, .value = p->value};
-    return add_node(node, g, deps, n, CUMUX_NODE_MEMSET, 0, &ms, sizeof ms, NULL);
+    return add_node(CUMUX_OP_GRAPH_ADD_MEMSET_NODE, node, g, deps, n, 0, &ms, sizeof ms, NULL);
 }
 
 /* One end of a copy node: device memory, or pinned host memory by the server's address. */
@@ -430,7 +421,7 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *d
         return cumux_unsupported("graph memcpy node from host to host");
     struct cumux_copy_2d c = {.kind = sd && dd ? CUMUX_COPY_DTOD : dd ? CUMUX_COPY_HTOD : CUMUX_COPY_DTOH,
                               .dst = dst, .dst_pitch = dp, .src = src, .src_pitch = sp, .width = w, .height = h};
-    return add_node(node, g, deps, n, CUMUX_NODE_MEMCPY, 0, &c, sizeof c, NULL);
+    return add_node(CUMUX_OP_GRAPH_ADD_MEMCPY_NODE, node, g, deps, n, 0, &c, sizeof c, NULL);
 }
 
 CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_HOST_NODE_PARAMS *p)
@@ -440,7 +431,7 @@ CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgraphNode *dep
     uint64_t id = shim_hostfn_register(p->fn, p->userData, true);
     if (!id)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    return add_node(node, g, deps, n, CUMUX_NODE_HOST, id, NULL, 0, NULL);
+    return add_node(CUMUX_OP_GRAPH_ADD_HOST_NODE, node, g, deps, n, id, NULL, 0, NULL);
 }
 
 CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edges,
@@ -451,7 +442,7 @@ CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgrap
     if (edges)
         return cumux_unsupported("cuGraphAddDependencies with edge data");
     struct node_msg m = {0};
-    struct cumux_graph_node h = {.graph = g->handle, .ndeps = (uint32_t)n};
+    struct cumux_graph_add_deps h = {.graph = g->handle, .ndeps = (uint32_t)n};
     CUresult r = msg_put(&m, &h, sizeof h) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
     for (size_t i = 0; r == CUDA_SUCCESS && i < 2 * n; i++) {
         CUgraphNode x = i < n ? from[i] : to[i - n];
@@ -474,15 +465,15 @@ static CUresult set_kernel(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NO
     if (!node_ok(node) || !p || (e && !exec_ok(e)))
         return CUDA_ERROR_INVALID_VALUE;
     struct node_msg m = {0};
-    struct cumux_graph_node h = {.exec = e ? e->handle : 0, .node = node->handle, .kind = CUMUX_NODE_KERNEL};
-    CUresult r = msg_begin(&m, &h, NULL, 0, NULL);
+    struct cumux_graph_set_kernel_node h = {.node = node->handle, .exec = e ? e->handle : 0};
+    CUresult r = msg_begin(&m, &h, sizeof h, NULL, 0, NULL);
     if (r == CUDA_SUCCESS)
         r = msg_kernel(&m, p);
     if (r != CUDA_SUCCESS) {
         free(m.buf);
         return r;
     }
-    return msg_send_node(CUMUX_OP_GRAPH_SET_NODE, &m, NULL, NULL);
+    return msg_send_node(CUMUX_OP_GRAPH_SET_KERNEL_NODE, &m, NULL, NULL);
 }
 
 CUresult cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
@@ -498,15 +489,15 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode node, const C
 }
 
 /* ---- queries ---- */
-static CUresult query_nodes(uint32_t kind, struct CUgraph_st *g, uint32_t graph, uint32_t node, CUgraphNode *nodes,
+/* GRAPH_GET_NODES or NODE_GET_DEPS (body m): the nodes of graph g it answers. */
+static CUresult query_nodes(uint16_t op, const void *m, size_t m_len, struct CUgraph_st *g, CUgraphNode *nodes,
                             size_t *num)
 {
     if (!num)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_graph_node m = {.graph = graph, .node = node, .kind = kind};
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
     uint32_t len = 0;
-    CUresult r = shim_call(CUMUX_OP_GRAPH_QUERY, &m, sizeof m, buf, sizeof buf, &len);
+    CUresult r = shim_call(op, m, m_len, buf, sizeof buf, &len);
     if (r != CUDA_SUCCESS)
         return r;
     uint64_t count;
@@ -533,7 +524,8 @@ CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *num)
 {
     if (!graph_ok(g))
         return CUDA_ERROR_INVALID_VALUE;
-    return query_nodes(0, g, g->handle, 0, nodes, num);
+    struct cumux_graph_get_nodes m = {.graph = g->handle};
+    return query_nodes(CUMUX_OP_GRAPH_GET_NODES, &m, sizeof m, g, nodes, num);
 }
 
 CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, CUgraphEdgeData *edges, size_t *num)
@@ -542,5 +534,6 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, CUgraph
         return CUDA_ERROR_INVALID_VALUE;
     if (edges && num && deps)
         memset(edges, 0, *num * sizeof *edges); /* default edges: the only kind cumux builds */
-    return query_nodes(1, node->graph, node->graph ? node->graph->handle : 0, node->handle, deps, num);
+    struct cumux_node_get_deps m = {.node = node->handle};
+    return query_nodes(CUMUX_OP_NODE_GET_DEPS, &m, sizeof m, node->graph, deps, num);
 }

@@ -193,15 +193,16 @@ static void expect_refused_at_sync(struct session *s, const char *what)
           CUDA_ERROR_INVALID_VALUE);
 }
 
-static int graph_add(struct session *s, uint32_t graph, uint32_t kind, const void *payload, size_t len)
+/* A node added to graph by op (GRAPH_ADD_MEMSET_NODE or GRAPH_ADD_MEMCPY_NODE), with no dependencies. */
+static int graph_add(struct session *s, uint32_t graph, uint16_t op, const void *payload, size_t len)
 {
     struct {
-        struct cumux_graph_node n;
+        struct cumux_graph_add_node n;
         uint8_t payload[sizeof(struct cumux_copy_2d) + sizeof(struct cumux_memset)];
-    } msg = {.n = {.graph = graph, .kind = kind}};
+    } msg = {.n = {.graph = graph}};
     memcpy(msg.payload, payload, len);
     struct cumux_u64_reply rep;
-    return call_reply(&s->c, CUMUX_OP_GRAPH_ADD_NODE, &msg, sizeof msg.n + len, &rep, sizeof rep);
+    return call_reply(&s->c, op, &msg, sizeof msg.n + len, &rep, sizeof rep);
 }
 
 static void case_span_wrap(void)
@@ -227,21 +228,21 @@ static void case_span_wrap(void)
     put_msg(&s.c, CUMUX_OP_COPY_2D, CUMUX_NO_REPLY, &cp, sizeof cp);
     expect_refused_at_sync(&s, "one-way 2-D copy, pitches 2^33, 2^31+1 rows");
 
-    struct cumux_graph_op go = {0};
-    uint64_t graph = call_u64(&s.c, CUMUX_OP_GRAPH_CREATE, &go, sizeof go, "GRAPH_CREATE");
+    struct cumux_graph_create gc = {0};
+    uint64_t graph = call_u64(&s.c, CUMUX_OP_GRAPH_CREATE, &gc, sizeof gc, "GRAPH_CREATE");
     struct cumux_memset node_ms = {.elem_size = 4, .dst = s.buf, .pitch = pitch, .width = 1, .height = rows};
-    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMSET, &node_ms, sizeof node_ms);
+    r = graph_add(&s, (uint32_t)graph, CUMUX_OP_GRAPH_ADD_MEMSET_NODE, &node_ms, sizeof node_ms);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "memset node, pitch 2^33, 2^31+1 rows: %d", r);
     node_ms = (struct cumux_memset){.elem_size = 4, .dst = s.buf, .width = 1ull << 62, .height = 1};
-    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMSET, &node_ms, sizeof node_ms);
+    r = graph_add(&s, (uint32_t)graph, CUMUX_OP_GRAPH_ADD_MEMSET_NODE, &node_ms, sizeof node_ms);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "memset node of 2^62 4-byte elements: %d", r);
     struct cumux_copy_2d node_cp = {.kind = CUMUX_COPY_DTOD, .dst = s.buf, .dst_pitch = pitch, .src = s.buf + 2048,
                                     .src_pitch = pitch, .width = 4, .height = rows};
-    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMCPY, &node_cp, sizeof node_cp);
+    r = graph_add(&s, (uint32_t)graph, CUMUX_OP_GRAPH_ADD_MEMCPY_NODE, &node_cp, sizeof node_cp);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "memcpy node, pitches 2^33, 2^31+1 rows: %d", r);
     /* A well-formed memset node on the same buffer is still accepted. */
     node_ms = (struct cumux_memset){.elem_size = 4, .dst = s.buf, .pitch = 1024, .width = 256, .height = 4};
-    r = graph_add(&s, (uint32_t)graph, CUMUX_NODE_MEMSET, &node_ms, sizeof node_ms);
+    r = graph_add(&s, (uint32_t)graph, CUMUX_OP_GRAPH_ADD_MEMSET_NODE, &node_ms, sizeof node_ms);
     CHECK(r == CUDA_SUCCESS, "a memset node of the whole 4 KiB buffer: %d", r);
     CHECK(sync_stream(&s) == CUDA_SUCCESS, "span-wrap: the client's stream is not usable afterwards");
     session_close(&s);
@@ -276,8 +277,8 @@ static void case_capture_free(void)
     struct cumux_mem_alloc ma = {.ctx = s.ctx, .size = 1 << 20};
     uint64_t a = call_u64(&s.c, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma, "MEM_ALLOC 1 MiB");
     uint64_t b = call_u64(&s.c, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma, "MEM_ALLOC 1 MiB");
-    struct cumux_graph_op go = {.stream = stream, .mode = CU_STREAM_CAPTURE_MODE_RELAXED};
-    REQUIRE(call(&s.c, CUMUX_OP_CAPTURE_BEGIN, &go, sizeof go) == CUDA_SUCCESS, "CAPTURE_BEGIN");
+    struct cumux_capture_begin cb = {.stream = stream, .mode = CU_STREAM_CAPTURE_MODE_RELAXED};
+    REQUIRE(call(&s.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN");
     struct cumux_mem_free_async fa = {.stream = stream, .ptr = a};
     put_msg(&s.c, CUMUX_OP_MEM_FREE_ASYNC, CUMUX_NO_REPLY, &fa, sizeof fa);
     struct cumux_mem_free mf = {.ptr = b};
@@ -290,7 +291,8 @@ static void case_capture_free(void)
     r = call_reply(&s.c, CUMUX_OP_MEM_ALLOC_ASYNC, &aa, sizeof aa, &rep, sizeof rep);
     CHECK(r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemAllocAsync on a capturing stream: %d", r);
     struct cumux_u64_reply g;
-    r = call_reply(&s.c, CUMUX_OP_CAPTURE_END, &go, sizeof go, &g, sizeof g);
+    struct cumux_capture_end ce = {.stream = stream};
+    r = call_reply(&s.c, CUMUX_OP_CAPTURE_END, &ce, sizeof ce, &g, sizeof g);
     /* The captured free was refused: the capture may end in error, as CUDA's does after a failed call. */
     CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
           "CAPTURE_END: %d", r);

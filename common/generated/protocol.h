@@ -287,12 +287,19 @@ struct cumux_launch_attr {
 };
 
 /* CUDA graphs: built and run in the server (stream capture happens there, on the client's real stream). */
-struct cumux_graph_op {
-    uint32_t graph;
-    uint32_t exec;
-    uint32_t stream;
-    uint32_t mode;   /* CAPTURE_BEGIN: CUstreamCaptureMode */
-    uint64_t flags;
+struct cumux_capture_begin {
+    uint32_t stream; /* handle of a stream */
+    uint32_t mode;   /* CUstreamCaptureMode */
+};
+
+struct cumux_capture_end {
+    uint32_t stream; /* handle of a stream */
+    uint32_t pad;
+};
+
+struct cumux_capture_query {
+    uint32_t stream; /* handle of a stream */
+    uint32_t pad;
 };
 
 struct cumux_capture_info {
@@ -301,19 +308,82 @@ struct cumux_capture_info {
     uint64_t id;
 };
 
-/* GRAPH_QUERY: kind 0, the nodes of graph; kind 1, the dependencies of node. The reply is a count (u64)
- * followed by that many u32 node handles (as many as fit).
- * ADD_NODE: ndeps dependency handles follow, then the kind's payload. SET_NODE: a kernel node's new
- * parameters, in its graph (exec 0) or in an instantiated graph. ADD_DEPS: ndeps "from" handles, then
- * ndeps "to" handles. Handle lists are padded to 8 bytes. */
-struct cumux_graph_node {
-    uint32_t graph;
-    uint32_t exec;
-    uint32_t node;
-    uint32_t kind;       /* cumux_node_kind */
-    uint32_t ndeps;
+struct cumux_graph_create {
+    uint32_t flags;
     uint32_t pad;
-    uint64_t host_fn_id;
+};
+
+struct cumux_graph_destroy {
+    uint32_t graph; /* handle of a graph */
+    uint32_t pad;
+};
+
+struct cumux_graph_instantiate {
+    uint32_t graph; /* handle of a graph */
+    uint32_t pad;
+    uint64_t flags; /* CUgraphInstantiate_flags */
+};
+
+struct cumux_graph_exec_destroy {
+    uint32_t exec; /* handle of a exec */
+    uint32_t pad;
+};
+
+struct cumux_graph_launch {
+    uint32_t exec;   /* handle of a exec */
+    uint32_t stream; /* handle of a stream */
+};
+
+struct cumux_graph_upload {
+    uint32_t exec;   /* handle of a exec */
+    uint32_t stream; /* handle of a stream */
+};
+
+struct cumux_graph_exec_update {
+    uint32_t exec;  /* handle of a exec */
+    uint32_t graph; /* handle of a graph */
+};
+
+struct cumux_exec_update_reply {
+    uint32_t result; /* CUgraphExecUpdateResult */
+    uint32_t pad;
+};
+
+/* Adding a node: ndeps dependency handles (u32, the list padded to 8 bytes) follow the body, then the
+ * node's parameters: for a kernel struct cumux_launch (stream unused, no attributes) and the packed
+ * arguments, for a memset struct cumux_memset (stream unused), for a copy struct cumux_copy_2d (stream
+ * unused; pinned host memory by its server address). */
+struct cumux_graph_add_node {
+    uint32_t graph; /* handle of a graph */
+    uint32_t ndeps;
+};
+
+struct cumux_graph_add_host_node {
+    uint32_t graph;      /* handle of a graph */
+    uint32_t ndeps;
+    uint64_t host_fn_id; /* the client's own number for the function and its argument */
+};
+
+/* A kernel node's new parameters (struct cumux_launch and the packed arguments follow). */
+struct cumux_graph_set_kernel_node {
+    uint32_t node; /* handle of a node */
+    uint32_t exec; /* an instantiated graph's handle, or 0: the node's own graph */
+};
+
+/* ndeps "from" handles, then ndeps "to" handles follow (u32, padded to 8 bytes). */
+struct cumux_graph_add_deps {
+    uint32_t graph; /* handle of a graph */
+    uint32_t ndeps;
+};
+
+struct cumux_graph_get_nodes {
+    uint32_t graph; /* handle of a graph */
+    uint32_t pad;
+};
+
+struct cumux_node_get_deps {
+    uint32_t node; /* handle of a node */
+    uint32_t pad;
 };
 
 _Static_assert(sizeof(struct cumux_none) % 8 == 0, "none: a multiple of 8 bytes");
@@ -394,76 +464,96 @@ _Static_assert(offsetof(struct cumux_memset, width) % 8 == 0, "memset.width: 8-a
 _Static_assert(offsetof(struct cumux_memset, height) % 8 == 0, "memset.height: 8-aligned");
 _Static_assert(sizeof(struct cumux_launch) % 8 == 0, "launch: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_launch_attr) % 8 == 0, "launch_attr: a multiple of 8 bytes");
-_Static_assert(sizeof(struct cumux_graph_op) % 8 == 0, "graph_op: a multiple of 8 bytes");
-_Static_assert(offsetof(struct cumux_graph_op, flags) % 8 == 0, "graph_op.flags: 8-aligned");
+_Static_assert(sizeof(struct cumux_capture_begin) % 8 == 0, "capture_begin: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_capture_end) % 8 == 0, "capture_end: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_capture_query) % 8 == 0, "capture_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_info) % 8 == 0, "capture_info: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_capture_info, id) % 8 == 0, "capture_info.id: 8-aligned");
-_Static_assert(sizeof(struct cumux_graph_node) % 8 == 0, "graph_node: a multiple of 8 bytes");
-_Static_assert(offsetof(struct cumux_graph_node, host_fn_id) % 8 == 0, "graph_node.host_fn_id: 8-aligned");
+_Static_assert(sizeof(struct cumux_graph_create) % 8 == 0, "graph_create: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_destroy) % 8 == 0, "graph_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_instantiate) % 8 == 0, "graph_instantiate: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_graph_instantiate, flags) % 8 == 0, "graph_instantiate.flags: 8-aligned");
+_Static_assert(sizeof(struct cumux_graph_exec_destroy) % 8 == 0, "graph_exec_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_launch) % 8 == 0, "graph_launch: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_upload) % 8 == 0, "graph_upload: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_exec_update) % 8 == 0, "graph_exec_update: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_exec_update_reply) % 8 == 0, "exec_update_reply: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_add_node) % 8 == 0, "graph_add_node: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_add_host_node) % 8 == 0, "graph_add_host_node: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_graph_add_host_node, host_fn_id) % 8 == 0, "graph_add_host_node.host_fn_id: 8-aligned");
+_Static_assert(sizeof(struct cumux_graph_set_kernel_node) % 8 == 0, "graph_set_kernel_node: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_add_deps) % 8 == 0, "graph_add_deps: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_get_nodes) % 8 == 0, "graph_get_nodes: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_node_get_deps) % 8 == 0, "node_get_deps: a multiple of 8 bytes");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
-#define CUMUX_OPS(X)                                 \
-    X(PAD, cumux_none, 1)                            \
-    X(INIT, cumux_none, 0)                           \
-    X(CTX_CREATE, cumux_ctx_create, 0)               \
-    X(CTX_DESTROY, cumux_handle_arg, 0)              \
-    X(CTX_SYNC, cumux_handle_arg, 0)                 \
-    X(CTX_LIMIT, cumux_ctx_limit, 0)                 \
-    X(MEM_ALLOC, cumux_mem_alloc, 0)                 \
-    X(MEM_FREE, cumux_mem_free, 0)                   \
-    X(MEM_INFO, cumux_handle_arg, 0)                 \
-    X(HOST_ALLOC, cumux_host_alloc, 0)               \
-    X(HOST_FREE, cumux_mem_free, 0)                  \
-    X(MODULE_LOAD, cumux_module_load, 0)             \
-    X(MODULE_UNLOAD, cumux_handle_arg, 0)            \
-    X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)   \
-    X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)     \
-    X(LIBRARY_GET_MODULE, cumux_module_symbol, 0)    \
-    X(MODULE_FUNCTION_NAMES, cumux_handle_arg, 0)    \
-    X(ARCH_DATA, cumux_handle_arg, 0)                \
-    X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)        \
-    X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)        \
-    X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)       \
-    X(FUNC_CLUSTER_OCCUPANCY, cumux_launch, 0)       \
-    X(STREAM_CREATE, cumux_stream_create, 0)         \
-    X(STREAM_DESTROY, cumux_handle_arg, 1)           \
-    X(STREAM_SYNC, cumux_handle_arg, 0)              \
-    X(STREAM_QUERY, cumux_handle_arg, 0)             \
-    X(STREAM_WAIT_EVENT, cumux_stream_wait_event, 1) \
-    X(EVENT_CREATE, cumux_event_create, 0)           \
-    X(EVENT_DESTROY, cumux_handle_arg, 1)            \
-    X(EVENT_RECORD, cumux_event_record, 1)           \
-    X(EVENT_QUERY, cumux_handle_arg, 0)              \
-    X(EVENT_SYNC, cumux_handle_arg, 0)               \
-    X(EVENT_ELAPSED, cumux_event_elapsed, 0)         \
-    X(COPY, cumux_copy, 2)                           \
-    X(COPY_2D, cumux_copy_2d, 2)                     \
-    X(COPY_HTOD_STAGED, cumux_copy_staged, 1)        \
-    X(COPY_DTOH_STAGED, cumux_copy_staged, 0)        \
-    X(MEMSET, cumux_memset, 1)                       \
-    X(LAUNCH, cumux_launch, 1)                       \
-    X(POOL_DEFAULT, cumux_pool_default, 0)           \
-    X(POOL_CREATE, cumux_pool_create, 0)             \
-    X(POOL_DESTROY, cumux_pool_destroy, 0)           \
-    X(POOL_ATTRIBUTE, cumux_pool_attribute, 0)       \
-    X(POOL_TRIM, cumux_pool_trim, 0)                 \
-    X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)     \
-    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)       \
-    X(HOST_FUNC, cumux_host_func, 1)                 \
-    X(CAPTURE_BEGIN, cumux_graph_op, 0)              \
-    X(CAPTURE_END, cumux_graph_op, 0)                \
-    X(CAPTURE_INFO, cumux_graph_op, 0)               \
-    X(GRAPH_CREATE, cumux_graph_op, 0)               \
-    X(GRAPH_DESTROY, cumux_graph_op, 1)              \
-    X(GRAPH_INSTANTIATE, cumux_graph_op, 0)          \
-    X(GRAPH_EXEC_DESTROY, cumux_graph_op, 1)         \
-    X(GRAPH_LAUNCH, cumux_graph_op, 1)               \
-    X(GRAPH_UPLOAD, cumux_graph_op, 1)               \
-    X(GRAPH_EXEC_UPDATE, cumux_graph_op, 0)          \
-    X(GRAPH_ADD_NODE, cumux_graph_node, 0)           \
-    X(GRAPH_SET_NODE, cumux_graph_node, 0)           \
-    X(GRAPH_ADD_DEPS, cumux_graph_node, 0)           \
-    X(GRAPH_QUERY, cumux_graph_node, 0)
+#define CUMUX_OPS(X)                                         \
+    X(PAD, cumux_none, 1)                                    \
+    X(INIT, cumux_none, 0)                                   \
+    X(CTX_CREATE, cumux_ctx_create, 0)                       \
+    X(CTX_DESTROY, cumux_handle_arg, 0)                      \
+    X(CTX_SYNC, cumux_handle_arg, 0)                         \
+    X(CTX_LIMIT, cumux_ctx_limit, 0)                         \
+    X(MEM_ALLOC, cumux_mem_alloc, 0)                         \
+    X(MEM_FREE, cumux_mem_free, 0)                           \
+    X(MEM_INFO, cumux_handle_arg, 0)                         \
+    X(HOST_ALLOC, cumux_host_alloc, 0)                       \
+    X(HOST_FREE, cumux_mem_free, 0)                          \
+    X(MODULE_LOAD, cumux_module_load, 0)                     \
+    X(MODULE_UNLOAD, cumux_handle_arg, 0)                    \
+    X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)           \
+    X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)             \
+    X(LIBRARY_GET_MODULE, cumux_module_symbol, 0)            \
+    X(MODULE_FUNCTION_NAMES, cumux_handle_arg, 0)            \
+    X(ARCH_DATA, cumux_handle_arg, 0)                        \
+    X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                \
+    X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                \
+    X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)               \
+    X(FUNC_CLUSTER_OCCUPANCY, cumux_launch, 0)               \
+    X(STREAM_CREATE, cumux_stream_create, 0)                 \
+    X(STREAM_DESTROY, cumux_handle_arg, 1)                   \
+    X(STREAM_SYNC, cumux_handle_arg, 0)                      \
+    X(STREAM_QUERY, cumux_handle_arg, 0)                     \
+    X(STREAM_WAIT_EVENT, cumux_stream_wait_event, 1)         \
+    X(EVENT_CREATE, cumux_event_create, 0)                   \
+    X(EVENT_DESTROY, cumux_handle_arg, 1)                    \
+    X(EVENT_RECORD, cumux_event_record, 1)                   \
+    X(EVENT_QUERY, cumux_handle_arg, 0)                      \
+    X(EVENT_SYNC, cumux_handle_arg, 0)                       \
+    X(EVENT_ELAPSED, cumux_event_elapsed, 0)                 \
+    X(COPY, cumux_copy, 2)                                   \
+    X(COPY_2D, cumux_copy_2d, 2)                             \
+    X(COPY_HTOD_STAGED, cumux_copy_staged, 1)                \
+    X(COPY_DTOH_STAGED, cumux_copy_staged, 0)                \
+    X(MEMSET, cumux_memset, 1)                               \
+    X(LAUNCH, cumux_launch, 1)                               \
+    X(POOL_DEFAULT, cumux_pool_default, 0)                   \
+    X(POOL_CREATE, cumux_pool_create, 0)                     \
+    X(POOL_DESTROY, cumux_pool_destroy, 0)                   \
+    X(POOL_ATTRIBUTE, cumux_pool_attribute, 0)               \
+    X(POOL_TRIM, cumux_pool_trim, 0)                         \
+    X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)             \
+    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)               \
+    X(HOST_FUNC, cumux_host_func, 1)                         \
+    X(CAPTURE_BEGIN, cumux_capture_begin, 0)                 \
+    X(CAPTURE_END, cumux_capture_end, 0)                     \
+    X(CAPTURE_INFO, cumux_capture_query, 0)                  \
+    X(GRAPH_CREATE, cumux_graph_create, 0)                   \
+    X(GRAPH_DESTROY, cumux_graph_destroy, 1)                 \
+    X(GRAPH_INSTANTIATE, cumux_graph_instantiate, 0)         \
+    X(GRAPH_EXEC_DESTROY, cumux_graph_exec_destroy, 1)       \
+    X(GRAPH_LAUNCH, cumux_graph_launch, 1)                   \
+    X(GRAPH_UPLOAD, cumux_graph_upload, 1)                   \
+    X(GRAPH_EXEC_UPDATE, cumux_graph_exec_update, 0)         \
+    X(GRAPH_ADD_EMPTY_NODE, cumux_graph_add_node, 0)         \
+    X(GRAPH_ADD_KERNEL_NODE, cumux_graph_add_node, 0)        \
+    X(GRAPH_ADD_MEMSET_NODE, cumux_graph_add_node, 0)        \
+    X(GRAPH_ADD_MEMCPY_NODE, cumux_graph_add_node, 0)        \
+    X(GRAPH_ADD_HOST_NODE, cumux_graph_add_host_node, 0)     \
+    X(GRAPH_SET_KERNEL_NODE, cumux_graph_set_kernel_node, 0) \
+    X(GRAPH_ADD_DEPS, cumux_graph_add_deps, 0)               \
+    X(GRAPH_GET_NODES, cumux_graph_get_nodes, 0)             \
+    X(NODE_GET_DEPS, cumux_node_get_deps, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -523,10 +613,15 @@ enum cumux_op {
     CUMUX_OP_GRAPH_LAUNCH,
     CUMUX_OP_GRAPH_UPLOAD,
     CUMUX_OP_GRAPH_EXEC_UPDATE,
-    CUMUX_OP_GRAPH_ADD_NODE,
-    CUMUX_OP_GRAPH_SET_NODE,
+    CUMUX_OP_GRAPH_ADD_EMPTY_NODE,
+    CUMUX_OP_GRAPH_ADD_KERNEL_NODE,
+    CUMUX_OP_GRAPH_ADD_MEMSET_NODE,
+    CUMUX_OP_GRAPH_ADD_MEMCPY_NODE,
+    CUMUX_OP_GRAPH_ADD_HOST_NODE,
+    CUMUX_OP_GRAPH_SET_KERNEL_NODE,
     CUMUX_OP_GRAPH_ADD_DEPS,
-    CUMUX_OP_GRAPH_QUERY,
+    CUMUX_OP_GRAPH_GET_NODES,
+    CUMUX_OP_NODE_GET_DEPS,
     CUMUX_OP_COUNT
 };
 

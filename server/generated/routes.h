@@ -45,8 +45,42 @@ CUresult op_memset(struct srv_client *c, const struct cumux_memset *m);
 CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len);
 
 /* server/graph.c */
-CUresult srv_graph_op(struct srv_client *c, uint16_t op, const void *body, const uint8_t *payload,
-                      uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin *m);
+CUresult op_capture_end(struct srv_client *c, const struct cumux_capture_end *m, uint8_t *out,
+                        uint32_t *out_len);
+CUresult op_capture_info(struct srv_client *c, const struct cumux_capture_query *m, uint8_t *out,
+                         uint32_t *out_len);
+CUresult op_graph_create(struct srv_client *c, const struct cumux_graph_create *m, uint8_t *out,
+                         uint32_t *out_len);
+CUresult op_graph_destroy(struct srv_client *c, const struct cumux_graph_destroy *m);
+CUresult op_graph_instantiate(struct srv_client *c, const struct cumux_graph_instantiate *m, uint8_t *out,
+                              uint32_t *out_len);
+CUresult op_graph_exec_destroy(struct srv_client *c, const struct cumux_graph_exec_destroy *m);
+CUresult op_graph_launch(struct srv_client *c, const struct cumux_graph_launch *m);
+CUresult op_graph_upload(struct srv_client *c, const struct cumux_graph_upload *m);
+CUresult op_graph_exec_update(struct srv_client *c, const struct cumux_graph_exec_update *m, uint8_t *out,
+                              uint32_t *out_len);
+CUresult op_graph_add_empty_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                 const uint8_t *payload, uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+CUresult op_graph_add_kernel_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                  const uint8_t *payload, uint32_t payload_len, uint8_t *out,
+                                  uint32_t *out_len);
+CUresult op_graph_add_memset_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                  const uint8_t *payload, uint32_t payload_len, uint8_t *out,
+                                  uint32_t *out_len);
+CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                  const uint8_t *payload, uint32_t payload_len, uint8_t *out,
+                                  uint32_t *out_len);
+CUresult op_graph_add_host_node(struct srv_client *c, const struct cumux_graph_add_host_node *m,
+                                const uint8_t *payload, uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+CUresult op_graph_set_kernel_node(struct srv_client *c, const struct cumux_graph_set_kernel_node *m,
+                                  const uint8_t *payload, uint32_t payload_len);
+CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, const uint8_t *payload,
+                           uint32_t payload_len);
+CUresult op_graph_get_nodes(struct srv_client *c, const struct cumux_graph_get_nodes *m, uint8_t *out,
+                            uint32_t *out_len);
+CUresult op_node_get_deps(struct srv_client *c, const struct cumux_node_get_deps *m, uint8_t *out,
+                          uint32_t *out_len);
 
 /* server/launch.c */
 CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload,
@@ -147,20 +181,25 @@ static const struct {
     [CUMUX_OP_MEM_ALLOC_ASYNC] = {sizeof(struct cumux_mem_alloc_async), 0},
     [CUMUX_OP_MEM_FREE_ASYNC] = {sizeof(struct cumux_mem_free_async), 1},
     [CUMUX_OP_HOST_FUNC] = {sizeof(struct cumux_host_func), 1},
-    [CUMUX_OP_CAPTURE_BEGIN] = {sizeof(struct cumux_graph_op), 0},
-    [CUMUX_OP_CAPTURE_END] = {sizeof(struct cumux_graph_op), 0},
-    [CUMUX_OP_CAPTURE_INFO] = {sizeof(struct cumux_graph_op), 0},
-    [CUMUX_OP_GRAPH_CREATE] = {sizeof(struct cumux_graph_op), 0},
-    [CUMUX_OP_GRAPH_DESTROY] = {sizeof(struct cumux_graph_op), 1},
-    [CUMUX_OP_GRAPH_INSTANTIATE] = {sizeof(struct cumux_graph_op), 0},
-    [CUMUX_OP_GRAPH_EXEC_DESTROY] = {sizeof(struct cumux_graph_op), 1},
-    [CUMUX_OP_GRAPH_LAUNCH] = {sizeof(struct cumux_graph_op), 1},
-    [CUMUX_OP_GRAPH_UPLOAD] = {sizeof(struct cumux_graph_op), 1},
-    [CUMUX_OP_GRAPH_EXEC_UPDATE] = {sizeof(struct cumux_graph_op), 0},
-    [CUMUX_OP_GRAPH_ADD_NODE] = {sizeof(struct cumux_graph_node), 0},
-    [CUMUX_OP_GRAPH_SET_NODE] = {sizeof(struct cumux_graph_node), 0},
-    [CUMUX_OP_GRAPH_ADD_DEPS] = {sizeof(struct cumux_graph_node), 0},
-    [CUMUX_OP_GRAPH_QUERY] = {sizeof(struct cumux_graph_node), 0},
+    [CUMUX_OP_CAPTURE_BEGIN] = {sizeof(struct cumux_capture_begin), 0},
+    [CUMUX_OP_CAPTURE_END] = {sizeof(struct cumux_capture_end), 0},
+    [CUMUX_OP_CAPTURE_INFO] = {sizeof(struct cumux_capture_query), 0},
+    [CUMUX_OP_GRAPH_CREATE] = {sizeof(struct cumux_graph_create), 0},
+    [CUMUX_OP_GRAPH_DESTROY] = {sizeof(struct cumux_graph_destroy), 1},
+    [CUMUX_OP_GRAPH_INSTANTIATE] = {sizeof(struct cumux_graph_instantiate), 0},
+    [CUMUX_OP_GRAPH_EXEC_DESTROY] = {sizeof(struct cumux_graph_exec_destroy), 1},
+    [CUMUX_OP_GRAPH_LAUNCH] = {sizeof(struct cumux_graph_launch), 1},
+    [CUMUX_OP_GRAPH_UPLOAD] = {sizeof(struct cumux_graph_upload), 1},
+    [CUMUX_OP_GRAPH_EXEC_UPDATE] = {sizeof(struct cumux_graph_exec_update), 0},
+    [CUMUX_OP_GRAPH_ADD_EMPTY_NODE] = {sizeof(struct cumux_graph_add_node), 0},
+    [CUMUX_OP_GRAPH_ADD_KERNEL_NODE] = {sizeof(struct cumux_graph_add_node), 0},
+    [CUMUX_OP_GRAPH_ADD_MEMSET_NODE] = {sizeof(struct cumux_graph_add_node), 0},
+    [CUMUX_OP_GRAPH_ADD_MEMCPY_NODE] = {sizeof(struct cumux_graph_add_node), 0},
+    [CUMUX_OP_GRAPH_ADD_HOST_NODE] = {sizeof(struct cumux_graph_add_host_node), 0},
+    [CUMUX_OP_GRAPH_SET_KERNEL_NODE] = {sizeof(struct cumux_graph_set_kernel_node), 0},
+    [CUMUX_OP_GRAPH_ADD_DEPS] = {sizeof(struct cumux_graph_add_deps), 0},
+    [CUMUX_OP_GRAPH_GET_NODES] = {sizeof(struct cumux_graph_get_nodes), 0},
+    [CUMUX_OP_NODE_GET_DEPS] = {sizeof(struct cumux_node_get_deps), 0},
 };
 
 /* Runs op's handler; -1 for an op that has none (PAD, or past the last). */
@@ -311,46 +350,61 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
         *result = op_host_func(c, body);
         return 0;
     case CUMUX_OP_CAPTURE_BEGIN:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_capture_begin(c, body);
         return 0;
     case CUMUX_OP_CAPTURE_END:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_capture_end(c, body, out, out_len);
         return 0;
     case CUMUX_OP_CAPTURE_INFO:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_capture_info(c, body, out, out_len);
         return 0;
     case CUMUX_OP_GRAPH_CREATE:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_create(c, body, out, out_len);
         return 0;
     case CUMUX_OP_GRAPH_DESTROY:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_destroy(c, body);
         return 0;
     case CUMUX_OP_GRAPH_INSTANTIATE:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_instantiate(c, body, out, out_len);
         return 0;
     case CUMUX_OP_GRAPH_EXEC_DESTROY:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_exec_destroy(c, body);
         return 0;
     case CUMUX_OP_GRAPH_LAUNCH:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_launch(c, body);
         return 0;
     case CUMUX_OP_GRAPH_UPLOAD:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_upload(c, body);
         return 0;
     case CUMUX_OP_GRAPH_EXEC_UPDATE:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_exec_update(c, body, out, out_len);
         return 0;
-    case CUMUX_OP_GRAPH_ADD_NODE:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+    case CUMUX_OP_GRAPH_ADD_EMPTY_NODE:
+        *result = op_graph_add_empty_node(c, body, payload, payload_len, out, out_len);
         return 0;
-    case CUMUX_OP_GRAPH_SET_NODE:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+    case CUMUX_OP_GRAPH_ADD_KERNEL_NODE:
+        *result = op_graph_add_kernel_node(c, body, payload, payload_len, out, out_len);
+        return 0;
+    case CUMUX_OP_GRAPH_ADD_MEMSET_NODE:
+        *result = op_graph_add_memset_node(c, body, payload, payload_len, out, out_len);
+        return 0;
+    case CUMUX_OP_GRAPH_ADD_MEMCPY_NODE:
+        *result = op_graph_add_memcpy_node(c, body, payload, payload_len, out, out_len);
+        return 0;
+    case CUMUX_OP_GRAPH_ADD_HOST_NODE:
+        *result = op_graph_add_host_node(c, body, payload, payload_len, out, out_len);
+        return 0;
+    case CUMUX_OP_GRAPH_SET_KERNEL_NODE:
+        *result = op_graph_set_kernel_node(c, body, payload, payload_len);
         return 0;
     case CUMUX_OP_GRAPH_ADD_DEPS:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+        *result = op_graph_add_deps(c, body, payload, payload_len);
         return 0;
-    case CUMUX_OP_GRAPH_QUERY:
-        *result = srv_graph_op(c, op, body, payload, payload_len, out, out_len);
+    case CUMUX_OP_GRAPH_GET_NODES:
+        *result = op_graph_get_nodes(c, body, out, out_len);
+        return 0;
+    case CUMUX_OP_NODE_GET_DEPS:
+        *result = op_node_get_deps(c, body, out, out_len);
         return 0;
     default:
         return -1;

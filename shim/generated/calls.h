@@ -315,4 +315,87 @@ static inline CUresult shim_op_host_func(uint32_t stream, uint64_t id)
     return shim_send(CUMUX_OP_HOST_FUNC, &m, sizeof m, NULL, 0);
 }
 
+/* CAPTURE_BEGIN: answered */
+static inline CUresult shim_op_capture_begin(uint32_t stream, uint32_t mode)
+{
+    struct cumux_capture_begin m = {.stream = stream, .mode = mode};
+    return shim_call(CUMUX_OP_CAPTURE_BEGIN, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* CAPTURE_END: answered */
+static inline CUresult shim_op_capture_end(uint32_t stream, uint64_t *answer)
+{
+    struct cumux_capture_end m = {.stream = stream};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_CAPTURE_END, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* CAPTURE_INFO: answered */
+static inline CUresult shim_op_capture_info(uint32_t stream, struct cumux_capture_info *reply)
+{
+    struct cumux_capture_query m = {.stream = stream};
+    return shim_call(CUMUX_OP_CAPTURE_INFO, &m, sizeof m, reply, sizeof *reply, NULL);
+}
+
+/* GRAPH_CREATE: answered */
+static inline CUresult shim_op_graph_create(uint32_t flags, uint64_t *answer)
+{
+    struct cumux_graph_create m = {.flags = flags};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_GRAPH_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* GRAPH_DESTROY: one-way */
+static inline CUresult shim_op_graph_destroy(uint32_t graph)
+{
+    struct cumux_graph_destroy m = {.graph = graph};
+    return shim_send(CUMUX_OP_GRAPH_DESTROY, &m, sizeof m, NULL, 0);
+}
+
+/* GRAPH_INSTANTIATE: answered */
+static inline CUresult shim_op_graph_instantiate(uint32_t graph, uint64_t flags, uint64_t *answer)
+{
+    struct cumux_graph_instantiate m = {.graph = graph, .flags = flags};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_GRAPH_INSTANTIATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* GRAPH_EXEC_DESTROY: one-way */
+static inline CUresult shim_op_graph_exec_destroy(uint32_t exec)
+{
+    struct cumux_graph_exec_destroy m = {.exec = exec};
+    return shim_send(CUMUX_OP_GRAPH_EXEC_DESTROY, &m, sizeof m, NULL, 0);
+}
+
+/* GRAPH_LAUNCH: one-way */
+static inline CUresult shim_op_graph_launch(uint32_t exec, uint32_t stream)
+{
+    struct cumux_graph_launch m = {.exec = exec, .stream = stream};
+    return shim_send(CUMUX_OP_GRAPH_LAUNCH, &m, sizeof m, NULL, 0);
+}
+
+/* GRAPH_UPLOAD: one-way */
+static inline CUresult shim_op_graph_upload(uint32_t exec, uint32_t stream)
+{
+    struct cumux_graph_upload m = {.exec = exec, .stream = stream};
+    return shim_send(CUMUX_OP_GRAPH_UPLOAD, &m, sizeof m, NULL, 0);
+}
+
+/* GRAPH_EXEC_UPDATE: answered */
+static inline CUresult shim_op_graph_exec_update(uint32_t exec, uint32_t graph,
+                                                 struct cumux_exec_update_reply *reply)
+{
+    struct cumux_graph_exec_update m = {.exec = exec, .graph = graph};
+    return shim_call(CUMUX_OP_GRAPH_EXEC_UPDATE, &m, sizeof m, reply, sizeof *reply, NULL);
+}
+
 #endif

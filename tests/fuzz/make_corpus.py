@@ -74,15 +74,18 @@ def vec_add_params(a, b, c, n):
     return struct.pack('<QQQii', a, b, c, n, 0)[:28]
 
 
-def graph_op(graph=0, exe=0, stream=0, mode=0, flags=0):
-    return struct.pack('<IIIIQ', graph, exe, stream, mode, flags)
+def two(a, b=0):
+    """The 8-byte bodies of most graph ops: two u32 (a handle and a handle, flags or a mode)."""
+    return struct.pack('<II', a, b)
 
 
-def node(graph, kind, payload=b'', deps=(), exe=0, nodeh=0, hostfn=0):
+def add_node(graph, payload=b'', deps=(), hostfn=None):
+    """A GRAPH_ADD_*_NODE body (with host_fn_id for a host node), its dependencies, its parameters."""
     d = b''.join(struct.pack('<I', x) for x in deps)
     if len(d) % 8:
         d += b'\0' * (8 - len(d) % 8)
-    return struct.pack('<IIIIIIQ', graph, exe, nodeh, kind, len(deps), 0, hostfn) + d + payload
+    body = struct.pack('<II', graph, len(deps)) + (struct.pack('<Q', hostfn) if hostfn is not None else b'')
+    return body + d + payload
 
 
 def symbol(module, ctx, name):
@@ -158,22 +161,23 @@ seeds['hostfn'] = msg('HOST_FUNC', struct.pack('<IIQ', STREAM, 0, 42), False) + 
 ms_payload = memset(0, 4, addr(BUF4K), 1024, 256, 4)
 cp_payload = copy2d(DTOD, 0, addr(BUF1M), 4096, addr(BUF4K), 1024, 1024, 4)
 kn_payload = launch(VEC_ADD, 0, (4, 1, 1), (256, 1, 1), vec_add_params(addr(BUF4K), addr(BUF4K), addr(BUF4K), 1024))
-seeds['graph'] = msg('GRAPH_CREATE', graph_op()) + msg('GRAPH_ADD_NODE', node(6, 2, ms_payload)) + \
-    msg('GRAPH_ADD_NODE', node(6, 1, kn_payload, deps=(7,))) + msg('GRAPH_ADD_NODE', node(6, 3, cp_payload, deps=(8,))) + \
-    msg('GRAPH_ADD_NODE', node(6, 4, hostfn=9)) + msg('GRAPH_ADD_NODE', node(6, 0)) + \
-    msg('GRAPH_ADD_DEPS', node(6, 0, deps=(9, 10, 11, 11))[:32] + struct.pack('<IIII', 9, 10, 11, 11)) + \
-    msg('GRAPH_QUERY', node(6, 0)) + msg('GRAPH_QUERY', node(6, 1, nodeh=8)) + \
-    msg('GRAPH_INSTANTIATE', graph_op(6)) + msg('GRAPH_LAUNCH', graph_op(0, 12, STREAM), False) + \
-    msg('GRAPH_SET_NODE', node(6, 1, kn_payload, exe=12, nodeh=8)) + msg('GRAPH_UPLOAD', graph_op(0, 12, STREAM), False) + \
-    msg('GRAPH_EXEC_UPDATE', graph_op(6, 12)) + msg('GRAPH_LAUNCH', graph_op(0, 12, LEGACY), False) + \
-    msg('STREAM_SYNC', h(STREAM)) + msg('GRAPH_DESTROY', graph_op(6), False) + msg('CTX_SYNC', h(CTX))
-seeds['graph_wrap'] = msg('GRAPH_CREATE', graph_op()) + \
-    msg('GRAPH_ADD_NODE', node(6, 2, memset(0, 4, addr(BUF4K), 1 << 33, 1, (1 << 31) + 1))) + \
-    msg('GRAPH_ADD_NODE', node(6, 2, memset(0, 4, addr(BUF4K), 0, 1 << 62, 1)))
-seeds['capture'] = msg('CAPTURE_BEGIN', graph_op(0, 0, STREAM, 0)) + msg('LAUNCH', va, False) + \
-    msg('MEMSET', memset(STREAM, 4, addr(BUF4K), 0, 1024, 1), False) + msg('CAPTURE_INFO', graph_op(0, 0, STREAM)) + \
-    msg('CAPTURE_END', graph_op(0, 0, STREAM)) + msg('GRAPH_INSTANTIATE', graph_op(6)) + \
-    msg('GRAPH_LAUNCH', graph_op(0, 7, STREAM), False) + msg('STREAM_SYNC', h(STREAM))
+seeds['graph'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_ADD_MEMSET_NODE', add_node(6, ms_payload)) + \
+    msg('GRAPH_ADD_KERNEL_NODE', add_node(6, kn_payload, deps=(7,))) + \
+    msg('GRAPH_ADD_MEMCPY_NODE', add_node(6, cp_payload, deps=(8,))) + \
+    msg('GRAPH_ADD_HOST_NODE', add_node(6, hostfn=9)) + msg('GRAPH_ADD_EMPTY_NODE', add_node(6)) + \
+    msg('GRAPH_ADD_DEPS', two(6, 2) + struct.pack('<IIII', 9, 10, 11, 11)) + \
+    msg('GRAPH_GET_NODES', two(6)) + msg('NODE_GET_DEPS', two(8)) + \
+    msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', 6, 0, 0)) + msg('GRAPH_LAUNCH', two(12, STREAM), False) + \
+    msg('GRAPH_SET_KERNEL_NODE', two(8, 12) + kn_payload) + msg('GRAPH_UPLOAD', two(12, STREAM), False) + \
+    msg('GRAPH_EXEC_UPDATE', two(12, 6)) + msg('GRAPH_LAUNCH', two(12, LEGACY), False) + \
+    msg('STREAM_SYNC', h(STREAM)) + msg('GRAPH_DESTROY', two(6), False) + msg('CTX_SYNC', h(CTX))
+seeds['graph_wrap'] = msg('GRAPH_CREATE', two(0)) + \
+    msg('GRAPH_ADD_MEMSET_NODE', add_node(6, memset(0, 4, addr(BUF4K), 1 << 33, 1, (1 << 31) + 1))) + \
+    msg('GRAPH_ADD_MEMSET_NODE', add_node(6, memset(0, 4, addr(BUF4K), 0, 1 << 62, 1)))
+seeds['capture'] = msg('CAPTURE_BEGIN', two(STREAM, 0)) + msg('LAUNCH', va, False) + \
+    msg('MEMSET', memset(STREAM, 4, addr(BUF4K), 0, 1024, 1), False) + msg('CAPTURE_INFO', two(STREAM)) + \
+    msg('CAPTURE_END', two(STREAM)) + msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', 6, 0, 0)) + \
+    msg('GRAPH_LAUNCH', two(7, STREAM), False) + msg('STREAM_SYNC', h(STREAM))
 seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
 seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
     msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)
