@@ -2,20 +2,9 @@
  * the channel's staging slots. */
 
 #include "common/channel.h"
-#include "server/dispatch.h"
-#include "server/server.h"
+#include "server/handlers.h"
 
 /* ---------------------------------------------------------------- copies and memset */
-
-bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
-{
-    return cumux_ranges_covers(&c->dev_ranges, p, n) != NULL;
-}
-
-bool host_ok(struct srv_client *c, uint64_t p, uint64_t n)
-{
-    return cumux_ranges_covers(&c->host_ranges, p, n) != NULL;
-}
 
 CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool sync)
 {
@@ -53,19 +42,6 @@ CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool sync)
     if (r == CUDA_SUCCESS && sync)
         r = take_pending(c, cuStreamSynchronize(s->cu));
     return r;
-}
-
-bool memset_span(const struct cumux_memset *m, uint64_t *span)
-{
-    uint64_t row;
-    if ((m->elem_size != 1 && m->elem_size != 2 && m->elem_size != 4) || !cumux_mul_u64(m->width, m->elem_size, &row))
-        return false;
-    if (m->width == 0 || m->height == 0) {
-        *span = 0;
-        return true;
-    }
-    /* One row may name any pitch (the driver reads none); several rows need pitch >= the row. */
-    return cumux_span_2d(m->height > 1 ? m->pitch : row, row, m->height, span);
 }
 
 static CUresult copy_2d_async(CUmemorytype dt, uint64_t dst, uint64_t dpitch, CUmemorytype st, uint64_t src,

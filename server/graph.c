@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "server/dispatch.h"
+#include "server/handlers.h"
 
 struct srv_graph {
     CUgraph g;
@@ -19,25 +19,6 @@ struct srv_graph_node {
     CUgraphNode n;
     uint32_t graph;
 };
-
-bool srv_stream_capturing(struct srv_client *c, struct srv_stream *s)
-{
-    if (s->capturing)
-        return true;
-    if (!c->ever_captured)
-        return false;
-    /* Other streams join a capture through events: ask the driver. */
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    return cuStreamIsCapturing(s->cu, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-void srv_keep_hostfn_job(struct srv_client *c, struct hostfn_job *j)
-{
-    pthread_mutex_lock(&c->hostfn_lock);
-    j->next = c->graph_hostfns;
-    c->graph_hostfns = j;
-    pthread_mutex_unlock(&c->hostfn_lock);
-}
 
 static CUresult new_handle(struct srv_client *c, enum srv_obj_type t, void *obj, uint8_t *out, uint32_t *out_len)
 {

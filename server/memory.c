@@ -1,4 +1,4 @@
-/* Device memory (stream-ordered, from pools), memory pools, pinned host memory. */
+/* Device memory (stream-ordered, from the client's pools: pool.c) and pinned host memory. */
 
 #include <fcntl.h>
 #include <poll.h>
@@ -9,8 +9,7 @@
 #include <unistd.h>
 
 #include "common/sock.h"
-#include "server/dispatch.h"
-#include "server/server.h"
+#include "server/handlers.h"
 
 /* ---------------------------------------------------------------- memory */
 
@@ -24,118 +23,6 @@ CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
         CHECK(cuStreamCreate(&c->mem_stream[gpu], CU_STREAM_NON_BLOCKING));
     *out = c->mem_stream[gpu];
     return CUDA_SUCCESS;
-}
-
-/* ---------------------------------------------------------------- memory pools */
-
-static CUresult pool_new(struct srv_client *c, int gpu, uint64_t max_size, bool is_default, struct srv_pool **out)
-{
-    use_gpu(c, gpu);
-    struct srv_pool *p = calloc(1, sizeof *p);
-    if (!p)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUmemPoolProps props = {0};
-    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    props.location.id = srv_gpus[gpu].dev;
-    props.maxSize = (size_t)max_size;
-    CUresult r = cuMemPoolCreate(&p->pool, &props);
-    if (r == CUDA_SUCCESS && !(p->handle = handle_new(c, OBJ_POOL, p))) {
-        cuMemPoolDestroy(p->pool);
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (r != CUDA_SUCCESS) {
-        free(p);
-        return r;
-    }
-    p->gpu = gpu;
-    p->is_default = is_default;
-    *out = p;
-    return CUDA_SUCCESS;
-}
-
-/* The client's own default pool of a GPU: its memory and attributes are nobody else's. */
-CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out)
-{
-    if (!c->default_pool[gpu])
-        CHECK(pool_new(c, gpu, 0, true, &c->default_pool[gpu]));
-    *out = c->default_pool[gpu];
-    return CUDA_SUCCESS;
-}
-
-void pool_free(struct srv_client *c, struct srv_pool *p)
-{
-    handle_drop(c, p->handle);
-    if (c->default_pool[p->gpu] == p)
-        c->default_pool[p->gpu] = NULL;
-    srv_reap(REAP_POOL, p->gpu, NULL, 0, p->pool); /* may wait for the context: not on this worker */
-    free(p);
-}
-
-CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *m, uint8_t *out, uint32_t *out_len)
-{
-    if (m->device < 0 || m->device >= srv_gpu_count)
-        return CUDA_ERROR_INVALID_DEVICE;
-    struct srv_pool *p;
-    CHECK(default_pool(c, m->device, &p));
-    return reply_u64(out, out_len, p->handle);
-}
-
-CUresult op_pool_create(struct srv_client *c, const struct cumux_pool_create *m, uint8_t *out, uint32_t *out_len)
-{
-    if (m->device < 0 || m->device >= srv_gpu_count)
-        return CUDA_ERROR_INVALID_DEVICE;
-    struct srv_pool *p;
-    CHECK(pool_new(c, m->device, m->max_size, false, &p));
-    return reply_u64(out, out_len, p->handle);
-}
-
-/* A pool handle of this client, its device made current; NULL when it is not one. */
-static struct srv_pool *pool_get(struct srv_client *c, uint32_t h)
-{
-    struct srv_pool *p = handle_get(c, h, OBJ_POOL);
-    if (p)
-        use_gpu(c, p->gpu);
-    return p;
-}
-
-CUresult op_pool_destroy(struct srv_client *c, const struct cumux_pool_destroy *m)
-{
-    struct srv_pool *p = pool_get(c, m->pool);
-    if (!p)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (p->is_default)
-        return CUDA_ERROR_INVALID_VALUE; /* as the driver answers for a device's default pool */
-    pool_free(c, p);
-    return CUDA_SUCCESS;
-}
-
-CUresult op_pool_trim(struct srv_client *c, const struct cumux_pool_trim *m)
-{
-    struct srv_pool *p = pool_get(c, m->pool);
-    if (!p)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return cuMemPoolTrimTo(p->pool, (size_t)m->keep);
-}
-
-CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribute *m, uint8_t *out,
-                           uint32_t *out_len)
-{
-    struct srv_pool *p = pool_get(c, m->pool);
-    if (!p)
-        return CUDA_ERROR_INVALID_HANDLE;
-    /* Three attributes are ints, the others 64-bit. */
-    bool is_int = m->attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
-                  m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
-                  m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
-    int iv = (int)m->value;
-    cuuint64_t uv = m->value;
-    void *v = is_int ? (void *)&iv : (void *)&uv;
-    if (m->set)
-        return cuMemPoolSetAttribute(p->pool, (CUmemPool_attribute)m->attr, v);
-    CHECK(cuMemPoolGetAttribute(p->pool, (CUmemPool_attribute)m->attr, v));
-    return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
 }
 
 CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m, uint8_t *out,
@@ -263,29 +150,6 @@ CUresult op_mem_info(struct srv_client *c, const struct cumux_handle_arg *m, uin
     memcpy(out, &rep, sizeof rep);
     *out_len = sizeof rep;
     return CUDA_SUCCESS;
-}
-
-/* A descriptor the client sent over the socket just before the command that needs it. */
-int recv_client_fd(struct srv_client *c, uint64_t min_size)
-{
-    uint64_t tag;
-    int fd;
-    /* The shim sends the descriptor before the command: if it is not there now, it never comes. */
-    struct pollfd p = {.fd = c->sock, .events = POLLIN};
-    if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
-        return -1;
-    if (cumux_sock_recv(c->sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < min_size) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 CUresult op_host_alloc(struct srv_client *c, const struct cumux_host_alloc *m, uint8_t *out, uint32_t *out_len)

@@ -7,8 +7,7 @@
 #include <unistd.h>
 
 #include "common/launch_attrs.h"
-#include "server/dispatch.h"
-#include "server/server.h"
+#include "server/handlers.h"
 
 /* ---------------------------------------------------------------- modules and functions */
 

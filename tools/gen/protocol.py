@@ -14,7 +14,7 @@ SCALARS = {  # spec type: (C type, size)
 }
 HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE"}
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
-SERVER_FILES = {"dispatch", "context", "memory", "copy", "module", "launch", "graph"}
+SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "copy", "module", "launch", "hostfn", "graph"}
 
 
 class SpecError(Exception):
@@ -276,7 +276,7 @@ def gen_routes_h(ops):
     out = ["/* %s */" % NOTE,
            "/* The server's side of every op: its size and direction, the prototype of the handler that runs it",
            " * (a handler defined otherwise does not compile), and the routing from op to handler.",
-           " * Included by server/dispatch.h (the prototypes) and server/dispatch.c (SRV_ROUTES_IMPL). */",
+           " * Included by server/handlers.h (the prototypes) and server/dispatch.c (SRV_ROUTES_IMPL). */",
            "#ifndef CUMUX_GENERATED_ROUTES_H", "#define CUMUX_GENERATED_ROUTES_H", "",
            "#include <stdbool.h>", "#include <stdint.h>", "",
            "#include <cuda.h>", "", "#include \"common/proto.h\"", "",

@@ -1,0 +1,44 @@
+/* The command handlers, one file per concern (context.c, stream.c, memory.c, pool.c, copy.c, module.c,
+ * launch.c, hostfn.c, graph.c). Their prototypes and the routing from op to handler are generated from
+ * common/protocol.spec (server/generated/routes.h); what they share is objects.c. Below: what dispatch.c
+ * needs of them to clean up after a client, and the few things one handler file needs of another. */
+#ifndef CUMUX_SERVER_HANDLERS_H
+#define CUMUX_SERVER_HANDLERS_H
+
+#include "server/generated/routes.h"
+#include "server/objects.h"
+
+/* context.c */
+void ctx_free(struct srv_client *c, struct srv_ctx *x);
+
+/* stream.c: the context's streams */
+struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_stream_kind kind, int priority,
+                              CUresult *res);
+void stream_free(struct srv_client *c, struct srv_stream *s);
+
+/* memory.c */
+CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out);
+void host_release(struct srv_client *c, uint64_t base);
+
+/* pool.c */
+CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out);
+void pool_free(struct srv_client *c, struct srv_pool *p);
+
+/* module.c */
+void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod);
+
+/* hostfn.c: the job the driver's host-function thread runs for a client's host function */
+struct hostfn_job {
+    struct srv_client *c;
+    uint64_t id;
+    bool persistent; /* in a graph: run at every launch, freed with the client */
+    struct hostfn_job *next;
+};
+void CUDA_CB hostfn_trampoline(void *arg);
+/* A graph's host function job lives as long as the client. */
+void srv_keep_hostfn_job(struct srv_client *c, struct hostfn_job *j);
+
+/* graph.c */
+void srv_graph_release_all(struct srv_client *c);
+
+#endif

@@ -1,0 +1,210 @@
+/* The client's objects as every handler sees them: the handle table, the current GPU, the legacy-stream
+ * rule, the pending error of one-way commands, and the checks of what a client names (address ranges,
+ * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, copy.c, module.c,
+ * launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sock.h"
+#include "server/objects.h"
+
+CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
+{
+    struct cumux_u64_reply rep = {v};
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- handles */
+
+/* Handles one client may hold at once (CUMUX_MAX_HANDLES, cumuxd --max-handles): without a bound, one
+ * client could grow the server's memory without end. Past it, handle_new returns 0, which every caller
+ * answers with CUDA_ERROR_OUT_OF_MEMORY. */
+uint32_t srv_max_handles = 1u << 20;
+
+uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
+{
+    for (uint32_t i = c->free_hint; i < c->nhandles; i++) {
+        if (c->handles[i].type == OBJ_NONE) {
+            c->handles[i] = (struct srv_handle){type, obj};
+            c->free_hint = i + 1;
+            return i + 1;
+        }
+    }
+    /* No free slot: the table holds as many live handles as it has entries. */
+    if (c->nhandles >= srv_max_handles)
+        return 0;
+    if (c->nhandles == c->caphandles) {
+        uint32_t cap = c->caphandles ? c->caphandles * 2 : 64;
+        if (cap > (1u << 24))
+            return 0;
+        struct srv_handle *h = realloc(c->handles, cap * sizeof *h);
+        if (!h)
+            return 0;
+        c->handles = h;
+        c->caphandles = cap;
+    }
+    c->handles[c->nhandles] = (struct srv_handle){type, obj};
+    c->free_hint = c->nhandles + 1;
+    return ++c->nhandles;
+}
+
+/* The object behind a handle of this client, if it has that type; otherwise NULL. */
+void *handle_get(struct srv_client *c, uint32_t h, enum srv_obj_type type)
+{
+    if (h == 0 || h > c->nhandles || c->handles[h - 1].type != type)
+        return NULL;
+    return c->handles[h - 1].obj;
+}
+
+void handle_drop(struct srv_client *c, uint32_t h)
+{
+    c->handles[h - 1] = (struct srv_handle){OBJ_NONE, NULL};
+    if (h - 1 < c->free_hint)
+        c->free_hint = h - 1;
+}
+
+void use_gpu(struct srv_client *c, int gpu)
+{
+    if (c->current_gpu != gpu && gpu < srv_gpu_count) {
+        cuCtxSetCurrent(srv_gpus[gpu].ctx);
+        c->current_gpu = gpu;
+    }
+}
+
+/* ---------------------------------------------------------------- legacy-stream emulation
+ * Every real stream is non-blocking, so clients never meet on the real NULL stream. Within a client
+ * context, an operation on the legacy stream first waits for the work of each blocking stream that has
+ * had any since it last did, and a blocking stream first waits for the legacy stream's last operation
+ * (CUDA's "legacy default stream" rule). Costs nothing while a client uses a single stream. */
+
+CUresult before_op(struct srv_stream *s)
+{
+    struct srv_ctx *x = s->ctx;
+    if (s->capturing)
+        return CUDA_SUCCESS; /* captured work is not run now: it takes no part in the legacy rule */
+    if (s->kind == STREAM_LEGACY) {
+        for (size_t i = 0; i < x->ndirty; i++) {
+            struct srv_stream *b = x->dirty[i];
+            CHECK(cuEventRecord(x->join_event, b->cu));
+            CHECK(cuStreamWaitEvent(x->legacy->cu, x->join_event, 0));
+            b->dirty = false;
+        }
+        x->ndirty = 0;
+    } else if (s->kind == STREAM_BLOCKING && s->seen_epoch != x->epoch) {
+        if (x->epoch_event_epoch != x->epoch) {
+            CHECK(cuEventRecord(x->epoch_event, x->legacy->cu));
+            x->epoch_event_epoch = x->epoch;
+        }
+        CHECK(cuStreamWaitEvent(s->cu, x->epoch_event, 0));
+        s->seen_epoch = x->epoch;
+    }
+    return CUDA_SUCCESS;
+}
+
+void after_op(struct srv_stream *s)
+{
+    struct srv_ctx *x = s->ctx;
+    if (s->capturing)
+        return;
+    if (s->kind == STREAM_LEGACY) {
+        x->epoch++;
+    } else if (s->kind == STREAM_BLOCKING && !s->dirty) {
+        if (x->ndirty == x->capdirty) {
+            size_t cap = x->capdirty ? x->capdirty * 2 : 8;
+            struct srv_stream **d = realloc(x->dirty, cap * sizeof *d);
+            if (!d) {
+                /* Without room to remember it, make the stream safe now: the legacy stream waits. */
+                cuEventRecord(x->join_event, s->cu);
+                cuStreamWaitEvent(x->legacy->cu, x->join_event, 0);
+                return;
+            }
+            x->dirty = d;
+            x->capdirty = cap;
+        }
+        x->dirty[x->ndirty++] = s;
+        s->dirty = true;
+    }
+}
+
+/* Look up a stream handle and make its context current. */
+struct srv_stream *stream_get(struct srv_client *c, uint32_t h)
+{
+    struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
+    if (s)
+        use_gpu(c, s->ctx->gpu);
+    return s;
+}
+
+CUresult take_pending(struct srv_client *c, CUresult r)
+{
+    if (r == CUDA_SUCCESS && c->pending_error != CUDA_SUCCESS) {
+        r = c->pending_error;
+        c->pending_error = CUDA_SUCCESS;
+    }
+    return r;
+}
+
+/* ---------------------------------------------------------------- what a client names */
+
+bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
+{
+    return cumux_ranges_covers(&c->dev_ranges, p, n) != NULL;
+}
+
+bool host_ok(struct srv_client *c, uint64_t p, uint64_t n)
+{
+    return cumux_ranges_covers(&c->host_ranges, p, n) != NULL;
+}
+
+bool memset_span(const struct cumux_memset *m, uint64_t *span)
+{
+    uint64_t row;
+    if ((m->elem_size != 1 && m->elem_size != 2 && m->elem_size != 4) || !cumux_mul_u64(m->width, m->elem_size, &row))
+        return false;
+    if (m->width == 0 || m->height == 0) {
+        *span = 0;
+        return true;
+    }
+    /* One row may name any pitch (the driver reads none); several rows need pitch >= the row. */
+    return cumux_span_2d(m->height > 1 ? m->pitch : row, row, m->height, span);
+}
+
+bool srv_stream_capturing(struct srv_client *c, struct srv_stream *s)
+{
+    if (s->capturing)
+        return true;
+    if (!c->ever_captured)
+        return false;
+    /* Other streams join a capture through events: ask the driver. */
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return cuStreamIsCapturing(s->cu, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* A descriptor the client sent over the socket just before the command that needs it. */
+int recv_client_fd(struct srv_client *c, uint64_t min_size)
+{
+    uint64_t tag;
+    int fd;
+    /* The shim sends the descriptor before the command: if it is not there now, it never comes. */
+    struct pollfd p = {.fd = c->sock, .events = POLLIN};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
+        return -1;
+    if (cumux_sock_recv(c->sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < min_size) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+

@@ -1,0 +1,206 @@
+/* Streams and events of a client. Every real stream is a non-blocking stream of the server's context;
+ * the legacy stream's rule is kept by before_op/after_op (objects.c). */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/handlers.h"
+
+/* ---------------------------------------------------------------- streams */
+
+struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_stream_kind kind, int priority,
+                              CUresult *res)
+{
+    struct srv_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        *res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    use_gpu(c, x->gpu);
+    *res = cuStreamCreateWithPriority(&s->cu, CU_STREAM_NON_BLOCKING, priority);
+    if (*res != CUDA_SUCCESS) {
+        free(s);
+        return NULL;
+    }
+    s->ctx = x;
+    s->kind = kind;
+    s->seen_epoch = x->epoch;
+    s->handle = handle_new(c, OBJ_STREAM, s);
+    if (!s->handle) {
+        cuStreamDestroy(s->cu);
+        free(s);
+        *res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    s->next_in_ctx = x->streams;
+    x->streams = s;
+    atomic_fetch_add(&c->nstreams, 1);
+    return s;
+}
+
+void stream_free(struct srv_client *c, struct srv_stream *s)
+{
+    struct srv_ctx *x = s->ctx;
+    use_gpu(c, x->gpu);
+    if (s->dirty) {
+        /* Its work still orders later legacy-stream work: hand that over before it goes. */
+        for (size_t i = 0; i < x->ndirty; i++) {
+            if (x->dirty[i] == s) {
+                x->dirty[i] = x->dirty[--x->ndirty];
+                break;
+            }
+        }
+        if (x->legacy && x->legacy != s) {
+            cuEventRecord(x->join_event, s->cu);
+            cuStreamWaitEvent(x->legacy->cu, x->join_event, 0);
+        }
+    }
+    for (struct srv_stream **p = &x->streams; *p; p = &(*p)->next_in_ctx) {
+        if (*p == s) {
+            *p = s->next_in_ctx;
+            break;
+        }
+    }
+    cuStreamDestroy(s->cu);
+    handle_drop(c, s->handle);
+    atomic_fetch_sub(&c->nstreams, 1);
+    free(s);
+}
+
+CUresult op_stream_create(struct srv_client *c, const struct cumux_stream_create *m, uint8_t *out,
+                          uint32_t *out_len)
+{
+    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
+    if (!x)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (m->flags & ~(uint32_t)CU_STREAM_NON_BLOCKING)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r;
+    struct srv_stream *s = stream_new(c, x, (m->flags & CU_STREAM_NON_BLOCKING) ? STREAM_NONBLOCKING : STREAM_BLOCKING,
+                                      m->priority, &r);
+    if (!s)
+        return r;
+    return reply_u64(out, out_len, s->handle);
+}
+
+CUresult op_stream_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
+{
+    struct srv_stream *s = stream_get(c, m->handle);
+    if (!s || s->kind == STREAM_LEGACY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    stream_free(c, s);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_stream_sync(struct srv_client *c, const struct cumux_handle_arg *m)
+{
+    struct srv_stream *s = stream_get(c, m->handle);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CHECK(before_op(s)); /* the legacy stream also waits for blocking streams' earlier work */
+    return take_pending(c, cuStreamSynchronize(s->cu));
+}
+
+CUresult op_stream_query(struct srv_client *c, const struct cumux_handle_arg *m)
+{
+    struct srv_stream *s = stream_get(c, m->handle);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CHECK(before_op(s));
+    return cuStreamQuery(s->cu);
+}
+
+CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wait_event *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    struct srv_event *e = handle_get(c, m->event, OBJ_EVENT);
+    if (!s || !e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CHECK(before_op(s));
+    CUresult r = cuStreamWaitEvent(s->cu, e->cu, m->flags);
+    after_op(s);
+    return r;
+}
+
+/* ---------------------------------------------------------------- events */
+
+CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *m, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
+    if (!x)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* Interprocess events would hand out a handle that other processes could use: not yet. */
+    if (m->flags & ~(uint32_t)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    use_gpu(c, x->gpu);
+    CUresult r = cuEventCreate(&e->cu, m->flags);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return r;
+    }
+    e->ctx = x;
+    uint32_t h = handle_new(c, OBJ_EVENT, e);
+    if (!h) {
+        cuEventDestroy(e->cu);
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return reply_u64(out, out_len, h);
+}
+
+CUresult op_event_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
+{
+    struct srv_event *e = handle_get(c, m->handle, OBJ_EVENT);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    cuEventDestroy(e->cu);
+    handle_drop(c, m->handle);
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *m)
+{
+    struct srv_stream *s = stream_get(c, m->stream);
+    struct srv_event *e = handle_get(c, m->event, OBJ_EVENT);
+    if (!s || !e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CHECK(before_op(s));
+    CUresult r = m->flags ? cuEventRecordWithFlags(e->cu, s->cu, m->flags) : cuEventRecord(e->cu, s->cu);
+    after_op(s);
+    return r;
+}
+
+CUresult op_event_query(struct srv_client *c, const struct cumux_handle_arg *m)
+{
+    struct srv_event *e = handle_get(c, m->handle, OBJ_EVENT);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return cuEventQuery(e->cu);
+}
+
+CUresult op_event_sync(struct srv_client *c, const struct cumux_handle_arg *m)
+{
+    struct srv_event *e = handle_get(c, m->handle, OBJ_EVENT);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return take_pending(c, cuEventSynchronize(e->cu));
+}
+
+CUresult op_event_elapsed(struct srv_client *c, const struct cumux_event_elapsed *m, uint8_t *out,
+                          uint32_t *out_len)
+{
+    struct srv_event *a = handle_get(c, m->start, OBJ_EVENT);
+    struct srv_event *b = handle_get(c, m->end, OBJ_EVENT);
+    if (!a || !b)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct cumux_elapsed_reply rep = {0};
+    CHECK(cuEventElapsedTime(&rep.ms, a->cu, b->cu));
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
+}
+
