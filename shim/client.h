@@ -139,19 +139,23 @@ extern _Atomic uint64_t shim_next_stream_id;
 /* pcopy.c: memcpy of large blocks spread over helper threads */
 void shim_memcpy(void *dst, const void *src, size_t len);
 
-/* export_tables.c: the runtime's per-context storage goes when its context goes */
-void shim_context_storage_release(CUcontext ctx);
+/* context.c: storage that lives as long as a context (export table CONTEXT_LOCAL_STORAGE) */
+typedef void (*cls_dtor)(CUcontext ctx, void *key, void *value);
+CUresult shim_cls_put(CUcontext ctx, void *key, void *value, cls_dtor dtor);
+CUresult shim_cls_delete(CUcontext ctx, void *key);
+CUresult shim_cls_get(void **value, CUcontext ctx, void *key);
 
 /* hostfn.c */
-void shim_hostfn_after_fork(void);
 uint64_t shim_hostfn_register(CUhostFn fn, void *data, bool persistent);
 
-/* graph.c: set once a stream capture has begun; until then no stream can be capturing */
+/* stream.c: set by graph.c once a stream capture has begun; until then no stream can be capturing */
 extern _Atomic bool shim_ever_captured;
 CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id);
 
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
+/* The server's address of [p, p+len) when it lies in pinned memory from the server; 0 otherwise. */
+uint64_t shim_pinned_server_addr(const void *p, uint64_t len);
 /* Take an allocation (not a module global) out of the shim's table; false when p starts none. */
 bool shim_forget_device_range(uint64_t p);
 #define SHIM_RANGE_GLOBAL (1ull << 32) /* a module global: not freed by cuMemFree */

@@ -200,7 +200,6 @@ static void after_fork_child(void)
     pthread_mutex_init(&init_lock, NULL);
     memset(shim.primary, 0, sizeof shim.primary);
     memset(shim.default_pool, 0, sizeof shim.default_pool);
-    shim_hostfn_after_fork();
     memset(shim.current_pool, 0, sizeof shim.current_pool);
     memset(shim.primary_refs, 0, sizeof shim.primary_refs);
 }

@@ -1,10 +1,14 @@
 /* Contexts as the program sees them. Each maps onto the server's one real context of its device; the
  * server gives each its own legacy default stream, so a client's NULL stream and cuCtxSynchronize
  * concern only that client's work (invariant 1). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shim/client.h"
+
+/* cuStreamGetId of every stream of the process, its contexts' legacy and per-thread streams included. */
+_Atomic uint64_t shim_next_stream_id = 1000;
 
 /* The plain names are the legacy entry points (cuda.h maps them to _v2): define both. */
 #undef cuDevicePrimaryCtxRelease
@@ -136,6 +140,117 @@ CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_ou
     return CUDA_SUCCESS;
 }
 
+/* ---- storage that lives as long as a context (the runtime's per-context state: export table
+ * CONTEXT_LOCAL_STORAGE) ---- */
+struct cls_entry {
+    CUcontext ctx;
+    void *key;
+    void *value;
+    cls_dtor dtor;
+    struct cls_entry *next;
+};
+
+static struct cls_entry *cls_head;
+static pthread_mutex_t cls_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult cls_context(CUcontext *ctx)
+{
+    if (*ctx)
+        return (*ctx)->magic == SHIM_MAGIC_CTX ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    *ctx = c;
+    return r;
+}
+
+CUresult shim_cls_put(CUcontext ctx, void *key, void *value, cls_dtor dtor)
+{
+    CUresult r = cls_context(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&cls_lock);
+    struct cls_entry *e = cls_head;
+    while (e && !(e->ctx == ctx && e->key == key))
+        e = e->next;
+    if (!e && (e = calloc(1, sizeof *e))) {
+        e->ctx = ctx;
+        e->key = key;
+        e->next = cls_head;
+        cls_head = e;
+    }
+    if (e) {
+        e->value = value;
+        e->dtor = dtor;
+    }
+    pthread_mutex_unlock(&cls_lock);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult shim_cls_delete(CUcontext ctx, void *key)
+{
+    CUresult r = cls_context(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&cls_lock);
+    r = CUDA_ERROR_INVALID_HANDLE;
+    for (struct cls_entry **p = &cls_head; *p; p = &(*p)->next) {
+        if ((*p)->ctx == ctx && (*p)->key == key) {
+            struct cls_entry *e = *p;
+            *p = e->next;
+            free(e);
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cls_lock);
+    return r;
+}
+
+CUresult shim_cls_get(void **value, CUcontext ctx, void *key)
+{
+    CUresult r = cls_context(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cls_lock);
+    r = CUDA_ERROR_INVALID_HANDLE;
+    for (struct cls_entry *e = cls_head; e; e = e->next) {
+        if (e->ctx == ctx && e->key == key) {
+            *value = e->value;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cls_lock);
+    return r;
+}
+
+static void context_storage_release(CUcontext ctx)
+{
+    /* Taken out under the lock, destroyed outside it: a destructor may call back into the driver. */
+    pthread_mutex_lock(&cls_lock);
+    struct cls_entry *mine = NULL;
+    for (struct cls_entry **p = &cls_head; *p;) {
+        struct cls_entry *e = *p;
+        if (e->ctx == ctx) {
+            *p = e->next;
+            e->next = mine;
+            mine = e;
+        } else {
+            p = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&cls_lock);
+    while (mine) {
+        struct cls_entry *e = mine;
+        mine = e->next;
+        if (e->dtor)
+            e->dtor(ctx, e->key, e->value);
+        free(e);
+    }
+}
+
 /* ---- creation and destruction ---- */
 static CUresult ctx_new(int dev, unsigned flags, bool primary, struct CUctx_st **out)
 {
@@ -173,7 +288,7 @@ static void ctx_forget_current(struct CUctx_st *c)
 
 static CUresult ctx_delete(struct CUctx_st *c)
 {
-    shim_context_storage_release(c);
+    context_storage_release(c);
     CUresult r = shim_op_ctx_destroy(c->handle, 0);
     for (int i = 0; i < 8; i++)
         if (tls_ptds[i].ctx == c)
@@ -240,7 +355,7 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
     if (c) {
         /* The primary context keeps its handle across a reset (the runtime holds on to it): its state in
          * the server is destroyed and made anew under the same object. */
-        shim_context_storage_release(c);
+        context_storage_release(c);
         r = shim_op_ctx_destroy(c->handle, CUMUX_CTX_DESTROY_RESET);
         struct CUctx_st *fresh;
         if (r == CUDA_SUCCESS && (r = ctx_new(dev, 0, true, &fresh)) == CUDA_SUCCESS) {

@@ -26,7 +26,6 @@ struct CUgraphNode_st {
     struct CUgraph_st *graph;
 };
 
-_Atomic bool shim_ever_captured;
 static __thread CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 /* One object per server node handle, so that the same node is always the same CUgraphNode. */
@@ -108,25 +107,6 @@ CUresult cuStreamEndCapture(CUstream h, CUgraph *graph)
     if (r != CUDA_SUCCESS)
         return r;
     return new_graph((uint32_t)handle, graph);
-}
-
-CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id)
-{
-    if (!atomic_load(&shim_ever_captured)) {
-        /* Nothing was ever captured by this process: no stream can be capturing (no round trip). */
-        *status = CU_STREAM_CAPTURE_STATUS_NONE;
-        if (id)
-            *id = 0;
-        return CUDA_SUCCESS;
-    }
-    struct cumux_capture_info rep;
-    CUresult r = shim_op_capture_info(stream, &rep);
-    if (r == CUDA_SUCCESS) {
-        *status = (CUstreamCaptureStatus)rep.status;
-        if (id)
-            *id = rep.id;
-    }
-    return r;
 }
 
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)

@@ -60,8 +60,25 @@ static void *callback_thread(void *arg)
     }
 }
 
+static void after_fork_child(void)
+{
+    /* The callback thread does not exist in a child; its channel is a new one. */
+    thread_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    thread_running = false;
+    pthread_mutex_init(&pending_lock, NULL);
+    for (int k = 0; k < PENDING_MAX; k++)
+        pending[k].id = 0;
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
 static void start_thread(void)
 {
+    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT; /* not reset in a child: one handler for good */
+    pthread_once(&atfork_once, register_atfork);
     pthread_t t;
     pthread_attr_t a;
     pthread_attr_init(&a);
@@ -140,12 +157,3 @@ CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void *data, unsign
     return post(h, NULL, cb, data);
 }
 
-void shim_hostfn_after_fork(void)
-{
-    /* The callback thread does not exist in a child; its channel is a new one. */
-    thread_once = (pthread_once_t)PTHREAD_ONCE_INIT;
-    thread_running = false;
-    pthread_mutex_init(&pending_lock, NULL);
-    for (int k = 0; k < PENDING_MAX; k++)
-        pending[k].id = 0;
-}

@@ -3,7 +3,27 @@
 
 #include "shim/client.h"
 
-_Atomic uint64_t shim_next_stream_id = 1000;
+/* Set once a stream capture has begun (graph.c): until then no stream can be capturing. */
+_Atomic bool shim_ever_captured;
+
+CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id)
+{
+    if (!atomic_load(&shim_ever_captured)) {
+        /* Nothing was ever captured by this process: no stream can be capturing (no round trip). */
+        *status = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (id)
+            *id = 0;
+        return CUDA_SUCCESS;
+    }
+    struct cumux_capture_info rep;
+    CUresult r = shim_op_capture_info(stream, &rep);
+    if (r == CUDA_SUCCESS) {
+        *status = (CUstreamCaptureStatus)rep.status;
+        if (id)
+            *id = rep.id;
+    }
+    return r;
+}
 
 static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
 {

@@ -1,0 +1,392 @@
+/* Copies and memsets. Device memory and pinned memory from the server are copied by the GPU directly;
+ * ordinary pageable memory is staged through the channel's pinned buffers, as the driver stages it
+ * through its own. Synchronous calls wait for the answer; asynchronous ones go one way. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/channel.h"
+#include "shim/client.h"
+
+/* ---- copies ---- */
+/* Synchronous calls wait for the answer; asynchronous ones go one way. */
+static CUresult send_or_call(uint16_t op, const void *m, size_t len, bool sync)
+{
+    return sync ? shim_call(op, m, len, NULL, 0, NULL) : shim_send(op, m, len, NULL, 0);
+}
+
+static CUresult copy_direct(uint32_t kind, uint32_t stream, uint64_t dst, uint64_t src, uint64_t n, bool sync)
+{
+    return shim_op_copy(kind, stream, dst, src, n, sync);
+}
+
+static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, uint32_t reply_before)
+{
+    unsigned n = 0;
+    for (;;) {
+        uint32_t seq = atomic_load(&shim.shm->stage_seq[slot]);
+        if (atomic_load(&shim.shm->stage_state[slot]) == want)
+            return true;
+        if (reply && atomic_load(&reply->seq) != reply_before)
+            return false; /* the server answered early: an error */
+        if (++n < 2000) {
+            sched_yield();
+            continue;
+        }
+        if (cumux_futex_wait(&shim.shm->stage_seq[slot], seq, 20000000) < 0 && !shim_server_alive())
+            return false;
+    }
+}
+
+/* Pageable to device: through the staging slots, one way; returns once the data is staged, as CUDA does.
+ * width 0: n contiguous bytes. Otherwise rows of width bytes, spitch apart in the program's memory and
+ * dpitch apart on the device, n = width * rows; whole rows are packed into each slot. */
+static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                                 uint64_t width, uint64_t n)
+{
+    uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
+    pthread_mutex_lock(&shim.stage_lock);
+    CUresult r = CUDA_SUCCESS;
+    for (uint64_t off = 0; off < n && r == CUDA_SUCCESS;) {
+        uint64_t len = n - off < chunk ? n - off : chunk;
+        int slot = (int)(shim.stage_next++ % CUMUX_STAGING_SLOTS);
+        if (!stage_wait(slot, CUMUX_STAGE_FREE, NULL, 0)) {
+            r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+            break;
+        }
+        uint8_t *buf = shim.shm->staging[slot];
+        struct cumux_copy_staged m = {.stream = stream, .slot = (uint32_t)slot, .size = len, .width = width, .pitch = dpitch};
+        if (width) {
+            uint64_t row0 = off / width;
+            for (uint64_t i = 0; i < len / width; i++)
+                memcpy(buf + i * width, (const char *)src + (row0 + i) * spitch, width);
+            m.dev = dst + row0 * dpitch;
+        } else {
+            shim_memcpy(buf, (const char *)src + off, len);
+            m.dev = dst + off;
+        }
+        atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FULL);
+        r = shim_send(CUMUX_OP_COPY_HTOD_STAGED, &m, sizeof m, NULL, 0);
+        off += len;
+    }
+    pthread_mutex_unlock(&shim.stage_lock);
+    return r;
+}
+
+/* Device to pageable: the server fills the slots in turn while we empty them. Same layout rules. */
+static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, uint64_t src, uint64_t spitch,
+                                 uint64_t width, uint64_t n)
+{
+    uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
+    pthread_mutex_lock(&shim.stage_lock);
+    int s = shim_reply_slot();
+    struct cumux_reply_slot *reply = &shim.shm->replies[s];
+    uint32_t before = atomic_load(&reply->seq);
+    struct cumux_copy_staged m = {.stream = stream, .dev = src, .size = n, .width = width, .pitch = spitch};
+    CUresult r = CUDA_SUCCESS;
+    /* Sent with a reply slot by hand: the answer comes after all the chunks. */
+    struct {
+        struct cumux_msg_hdr h;
+        struct cumux_copy_staged b;
+    } msg = {{CUMUX_OP_COPY_DTOH_STAGED, (uint16_t)s, cumux_msg_size(sizeof m)}, m};
+    pthread_mutex_lock(&shim.ring_lock);
+    void *p = shim_ring_reserve(msg.h.size, &r);
+    if (!p) {
+        pthread_mutex_unlock(&shim.ring_lock);
+        pthread_mutex_unlock(&shim.stage_lock);
+        return r;
+    }
+    memcpy(p, &msg, sizeof msg);
+    cumux_ring_commit(shim.shm, msg.h.size);
+    pthread_mutex_unlock(&shim.ring_lock);
+    uint64_t nchunks = (n + chunk - 1) / chunk;
+    for (uint64_t i = 0; i < nchunks; i++) {
+        int slot = (int)(i % CUMUX_STAGING_SLOTS);
+        if (!stage_wait(slot, CUMUX_STAGE_READY, reply, before))
+            break;
+        uint64_t off = i * chunk;
+        uint64_t len = n - off < chunk ? n - off : chunk;
+        const uint8_t *buf = shim.shm->staging[slot];
+        if (width) {
+            uint64_t row0 = off / width;
+            for (uint64_t k = 0; k < len / width; k++)
+                memcpy((char *)dst + (row0 + k) * dpitch, buf + k * width, width);
+        } else {
+            shim_memcpy((char *)dst + off, buf, len);
+        }
+        atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FREE);
+        atomic_fetch_add(&shim.shm->stage_seq[slot], 1);
+        cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
+    }
+    if (cumux_reply_wait(reply, before, shim_server_alive) < 0)
+        r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+    else
+        r = (CUresult)reply->result;
+    /* After an error some slots may still say READY: the server's next staged copy starts from FREE. */
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
+        atomic_store(&shim.shm->stage_state[i], CUMUX_STAGE_FREE);
+    pthread_mutex_unlock(&shim.stage_lock);
+    return r;
+}
+
+static CUresult sync_stream_handle(uint32_t stream)
+{
+    return shim_op_stream_sync(stream, 0);
+}
+
+enum { PTR_HOST = 0, PTR_DEVICE = 1 };
+
+/* One copy of n bytes in any direction; `sync` for the calls that CUDA makes synchronous. */
+static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstream, bool sync, int dst_kind, int src_kind)
+{
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if ((dst_kind == PTR_DEVICE && !shim_is_device_ptr(dst, n)) || (src_kind == PTR_DEVICE && !shim_is_device_ptr(src, n)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dst_kind == PTR_DEVICE && src_kind == PTR_DEVICE)
+        return copy_direct(CUMUX_COPY_DTOD, stream, dst, src, n, false);
+    if (dst_kind == PTR_DEVICE) {
+        uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)src, n);
+        if (a)
+            return copy_direct(CUMUX_COPY_HTOD, stream, dst, a, n, sync);
+        r = copy_htod_staged(stream, dst, 0, (const void *)(uintptr_t)src, 0, 0, n);
+        /* A synchronous copy is complete when it returns, whichever stream comes next. */
+        return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
+    }
+    if (src_kind == PTR_DEVICE) {
+        uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)dst, n);
+        if (a)
+            return copy_direct(CUMUX_COPY_DTOH, stream, a, src, n, sync);
+        return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, 0, src, 0, 0, n);
+    }
+    /* Host to host: ordered after the stream's earlier work, as the driver orders it. */
+    r = sync_stream_handle(stream);
+    if (r == CUDA_SUCCESS)
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return r;
+}
+
+static int classify(uint64_t p)
+{
+    return shim_is_device_ptr(p, 1) ? PTR_DEVICE : PTR_HOST;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+    return copy_any(dst, (uint64_t)(uintptr_t)src, n, NULL, true, PTR_DEVICE, PTR_HOST);
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return copy_any(dst, (uint64_t)(uintptr_t)src, n, s, false, PTR_DEVICE, PTR_HOST);
+}
+
+CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    return copy_any((uint64_t)(uintptr_t)dst, src, n, NULL, true, PTR_HOST, PTR_DEVICE);
+}
+
+CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_any((uint64_t)(uintptr_t)dst, src, n, s, false, PTR_HOST, PTR_DEVICE);
+}
+
+CUresult cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_any(dst, src, n, NULL, true, PTR_DEVICE, PTR_DEVICE);
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_any(dst, src, n, s, false, PTR_DEVICE, PTR_DEVICE);
+}
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return copy_any(dst, src, n, NULL, true, classify(dst), classify(src));
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy_any(dst, src, n, s, false, classify(dst), classify(src));
+}
+
+CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n)
+{
+    if (!dctx || !sctx || dctx->magic != SHIM_MAGIC_CTX || sctx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (dctx->device != sctx->device)
+        return cumux_unsupported("cuMemcpyPeer between devices");
+    return copy_any(dst, src, n, NULL, true, PTR_DEVICE, PTR_DEVICE);
+}
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s)
+{
+    if (!dctx || !sctx || dctx->magic != SHIM_MAGIC_CTX || sctx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (dctx->device != sctx->device)
+        return cumux_unsupported("cuMemcpyPeerAsync between devices");
+    return copy_any(dst, src, n, s, false, PTR_DEVICE, PTR_DEVICE);
+}
+
+/* ---- 2-D copies ---- */
+static CUresult endpoint(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch,
+                         uint64_t *addr, int *kind)
+{
+    uint64_t base;
+    switch (t) {
+    case CU_MEMORYTYPE_HOST:
+        base = (uint64_t)(uintptr_t)host;
+        *kind = PTR_HOST;
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+        base = dev;
+        *kind = PTR_DEVICE;
+        break;
+    case CU_MEMORYTYPE_UNIFIED:
+        base = dev;
+        *kind = classify(dev);
+        break;
+    case CU_MEMORYTYPE_ARRAY:
+        return cumux_unsupported("cuMemcpy2D with a CUDA array");
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *addr = base + (uint64_t)y * pitch + x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t src = 0, dst = 0;
+    int sk = PTR_HOST, dk = PTR_HOST;
+    if ((r = endpoint(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcPitch, &src, &sk)) ||
+        (r = endpoint(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch, &dst, &dk)))
+        return r;
+    uint64_t w = p->WidthInBytes, h = p->Height, sp = p->srcPitch, dp = p->dstPitch;
+    if (w == 0 || h == 0)
+        return CUDA_SUCCESS;
+    if (h > 1 && (sp < w || dp < w))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (h == 1 || (sp == w && dp == w))
+        return copy_any(dst, src, w * h, hstream, sync, dk, sk);
+    uint64_t sspan = sp * (h - 1) + w, dspan = dp * (h - 1) + w;
+    if ((dk == PTR_DEVICE && !shim_is_device_ptr(dst, dspan)) || (sk == PTR_DEVICE && !shim_is_device_ptr(src, sspan)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_copy_2d m = {.stream = stream, .dst = dst, .dst_pitch = dp, .src = src, .src_pitch = sp, .width = w,
+                              .height = h};
+    if (sk == PTR_HOST && dk == PTR_HOST) {
+        r = sync_stream_handle(stream);
+        for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
+            memmove((char *)(uintptr_t)dst + i * dp, (const char *)(uintptr_t)src + i * sp, w);
+        return r;
+    }
+    if (sk == PTR_DEVICE && dk == PTR_DEVICE) {
+        m.kind = CUMUX_COPY_DTOD;
+        return shim_send(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0);
+    }
+    if (dk == PTR_DEVICE) {
+        uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)src, sspan);
+        if (a) {
+            m.kind = CUMUX_COPY_HTOD;
+            m.src = a;
+            return send_or_call(CUMUX_OP_COPY_2D, &m, sizeof m, sync);
+        }
+        if (w > CUMUX_STAGING_BYTES) {
+            for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
+                r = copy_any(dst + i * dp, src + i * sp, w, hstream, false, PTR_DEVICE, PTR_HOST);
+        } else {
+            r = copy_htod_staged(stream, dst, dp, (const void *)(uintptr_t)src, sp, w, w * h);
+        }
+        return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
+    }
+    uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)dst, dspan);
+    if (a) {
+        m.kind = CUMUX_COPY_DTOH;
+        m.dst = a;
+        return send_or_call(CUMUX_OP_COPY_2D, &m, sizeof m, sync);
+    }
+    if (w > CUMUX_STAGING_BYTES) {
+        for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
+            r = copy_any(dst + i * dp, src + i * sp, w, hstream, true, PTR_HOST, PTR_DEVICE);
+        return r;
+    }
+    return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, dp, src, sp, w, w * h);
+}
+
+CUresult cuMemcpy2D(const CUDA_MEMCPY2D *p)
+{
+    return copy_2d(p, NULL, true);
+}
+
+CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *p)
+{
+    return copy_2d(p, NULL, true);
+}
+
+CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s)
+{
+    return copy_2d(p, s, false);
+}
+
+/* ---- memset ---- */
+static CUresult memset_any(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem, size_t width, size_t height,
+                           CUstream hstream)
+{
+    uint32_t stream;
+    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;
+    uint64_t row = (uint64_t)width * elem;
+    if (height > 1 && pitch < row)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t span = height > 1 ? (uint64_t)pitch * (height - 1) + row : row;
+    if (!shim_is_device_ptr(dst, span) || (dst % elem) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return shim_op_memset(stream, elem, dst, pitch, width, height, value);
+}
+
+CUresult cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { return memset_any(d, 0, v, 1, n, 1, NULL); }
+CUresult cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n) { return memset_any(d, 0, v, 2, n, 1, NULL); }
+CUresult cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) { return memset_any(d, 0, v, 4, n, 1, NULL); }
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return memset_any(d, 0, v, 1, n, 1, s); }
+CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return memset_any(d, 0, v, 2, n, 1, s); }
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return memset_any(d, 0, v, 4, n, 1, s); }
+
+CUresult cuMemsetD2D8(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h)
+{
+    return memset_any(d, pitch, v, 1, w, h, NULL);
+}
+CUresult cuMemsetD2D16(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h)
+{
+    return memset_any(d, pitch, v, 2, w, h, NULL);
+}
+CUresult cuMemsetD2D32(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h)
+{
+    return memset_any(d, pitch, v, 4, w, h, NULL);
+}
+CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s)
+{
+    return memset_any(d, pitch, v, 1, w, h, s);
+}
+CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s)
+{
+    return memset_any(d, pitch, v, 2, w, h, s);
+}
+CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s)
+{
+    return memset_any(d, pitch, v, 4, w, h, s);
+}
+
