@@ -488,6 +488,16 @@ CUresult op_node_get_deps(struct srv_client *c, const struct cumux_node_get_deps
     return reply_nodes(c, nd->graph, nodes, n, out, out_len);
 }
 
+CUresult op_node_get_type(struct srv_client *c, const struct cumux_node_get_type *m, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_graph_node *nd = handle_get(c, m->node, OBJ_GRAPH_NODE);
+    if (!nd)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUgraphNodeType type;
+    CHECK(cuGraphNodeGetType(nd->n, &type));
+    return reply_u64(out, out_len, (uint64_t)type);
+}
+
 void srv_graph_release_all(struct srv_client *c)
 {
     for (uint32_t h = 1; h <= c->nhandles; h++) {

@@ -517,3 +517,14 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, CUgraph
     struct cumux_node_get_deps m = {.node = node->handle};
     return query_nodes(CUMUX_OP_NODE_GET_DEPS, &m, sizeof m, node->graph, deps, num);
 }
+
+CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+{
+    if (!node_ok(node) || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t t;
+    CUresult r = shim_op_node_get_type(node->handle, &t);
+    if (r == CUDA_SUCCESS)
+        *type = (CUgraphNodeType)t;
+    return r;
+}

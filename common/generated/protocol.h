@@ -386,6 +386,11 @@ struct cumux_node_get_deps {
     uint32_t pad;
 };
 
+struct cumux_node_get_type {
+    uint32_t node; /* handle of a node */
+    uint32_t pad;
+};
+
 _Static_assert(sizeof(struct cumux_none) % 8 == 0, "none: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_none, unused_) % 8 == 0, "none.unused_: 8-aligned");
 _Static_assert(sizeof(struct cumux_handle_arg) % 8 == 0, "handle_arg: a multiple of 8 bytes");
@@ -485,6 +490,7 @@ _Static_assert(sizeof(struct cumux_graph_set_kernel_node) % 8 == 0, "graph_set_k
 _Static_assert(sizeof(struct cumux_graph_add_deps) % 8 == 0, "graph_add_deps: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_get_nodes) % 8 == 0, "graph_get_nodes: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_deps) % 8 == 0, "node_get_deps: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a multiple of 8 bytes");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
 #define CUMUX_OPS(X)                                         \
@@ -553,7 +559,8 @@ _Static_assert(sizeof(struct cumux_node_get_deps) % 8 == 0, "node_get_deps: a mu
     X(GRAPH_SET_KERNEL_NODE, cumux_graph_set_kernel_node, 0) \
     X(GRAPH_ADD_DEPS, cumux_graph_add_deps, 0)               \
     X(GRAPH_GET_NODES, cumux_graph_get_nodes, 0)             \
-    X(NODE_GET_DEPS, cumux_node_get_deps, 0)
+    X(NODE_GET_DEPS, cumux_node_get_deps, 0)                 \
+    X(NODE_GET_TYPE, cumux_node_get_type, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -622,6 +629,7 @@ enum cumux_op {
     CUMUX_OP_GRAPH_ADD_DEPS,
     CUMUX_OP_GRAPH_GET_NODES,
     CUMUX_OP_NODE_GET_DEPS,
+    CUMUX_OP_NODE_GET_TYPE,
     CUMUX_OP_COUNT
 };
 

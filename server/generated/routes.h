@@ -67,6 +67,8 @@ CUresult op_graph_get_nodes(struct srv_client *c, const struct cumux_graph_get_n
                             uint32_t *out_len);
 CUresult op_node_get_deps(struct srv_client *c, const struct cumux_node_get_deps *m, uint8_t *out,
                           uint32_t *out_len);
+CUresult op_node_get_type(struct srv_client *c, const struct cumux_node_get_type *m, uint8_t *out,
+                          uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m);
@@ -206,6 +208,7 @@ static const struct {
     [CUMUX_OP_GRAPH_ADD_DEPS] = {sizeof(struct cumux_graph_add_deps), 0},
     [CUMUX_OP_GRAPH_GET_NODES] = {sizeof(struct cumux_graph_get_nodes), 0},
     [CUMUX_OP_NODE_GET_DEPS] = {sizeof(struct cumux_node_get_deps), 0},
+    [CUMUX_OP_NODE_GET_TYPE] = {sizeof(struct cumux_node_get_type), 0},
 };
 
 /* Runs op's handler; -1 for an op that has none (PAD, or past the last). */
@@ -411,6 +414,9 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
         return 0;
     case CUMUX_OP_NODE_GET_DEPS:
         *result = op_node_get_deps(c, body, out, out_len);
+        return 0;
+    case CUMUX_OP_NODE_GET_TYPE:
+        *result = op_node_get_type(c, body, out, out_len);
         return 0;
     default:
         return -1;

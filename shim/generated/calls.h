@@ -398,4 +398,15 @@ static inline CUresult shim_op_graph_exec_update(uint32_t exec, uint32_t graph,
     return shim_call(CUMUX_OP_GRAPH_EXEC_UPDATE, &m, sizeof m, reply, sizeof *reply, NULL);
 }
 
+/* NODE_GET_TYPE: answered */
+static inline CUresult shim_op_node_get_type(uint32_t node, uint64_t *answer)
+{
+    struct cumux_node_get_type m = {.node = node};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_NODE_GET_TYPE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
 #endif

@@ -322,6 +322,26 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode hn, CUgraphNode *deps, CUgraphEd
     return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *type)
+{
+    CHECK_RET(fc_check_init());
+    if (!type)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *nd = node_get(hn);
+    if (nd) {
+        switch (nd->op ? nd->op->kind : OP_EMPTY) {
+        case OP_KERNEL: *type = CU_GRAPH_NODE_TYPE_KERNEL; break;
+        case OP_MEMSET: *type = CU_GRAPH_NODE_TYPE_MEMSET; break;
+        case OP_COPY: *type = CU_GRAPH_NODE_TYPE_MEMCPY; break;
+        case OP_HOSTFN: *type = CU_GRAPH_NODE_TYPE_HOST; break;
+        default: *type = CU_GRAPH_NODE_TYPE_EMPTY; break;
+        }
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult cuGraphKernelNodeSetParams(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p)
 {
     CHECK_RET(fc_check_init());

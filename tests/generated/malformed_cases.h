@@ -148,6 +148,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_GET_NODES, CUMUX_NO_REPLY, sizeof(struct cumux_graph_get_nodes), "GRAPH_GET_NODES (answered) one-way"},
     {CUMUX_OP_NODE_GET_DEPS, 1, sizeof(struct cumux_node_get_deps) - 8, "NODE_GET_DEPS with a body 8 bytes short"},
     {CUMUX_OP_NODE_GET_DEPS, CUMUX_NO_REPLY, sizeof(struct cumux_node_get_deps), "NODE_GET_DEPS (answered) one-way"},
+    {CUMUX_OP_NODE_GET_TYPE, 1, sizeof(struct cumux_node_get_type) - 8, "NODE_GET_TYPE with a body 8 bytes short"},
+    {CUMUX_OP_NODE_GET_TYPE, CUMUX_NO_REPLY, sizeof(struct cumux_node_get_type), "NODE_GET_TYPE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -194,6 +196,7 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_ADD_DEPS, sizeof(struct cumux_graph_add_deps), offsetof(struct cumux_graph_add_deps, graph), "GRAPH_ADD_DEPS.graph: a graph never given"},
     {CUMUX_OP_GRAPH_GET_NODES, sizeof(struct cumux_graph_get_nodes), offsetof(struct cumux_graph_get_nodes, graph), "GRAPH_GET_NODES.graph: a graph never given"},
     {CUMUX_OP_NODE_GET_DEPS, sizeof(struct cumux_node_get_deps), offsetof(struct cumux_node_get_deps, node), "NODE_GET_DEPS.node: a node never given"},
+    {CUMUX_OP_NODE_GET_TYPE, sizeof(struct cumux_node_get_type), offsetof(struct cumux_node_get_type, node), "NODE_GET_TYPE.node: a node never given"},
 };
 
 #endif

@@ -114,6 +114,18 @@ int main(void)
     CK(cuGraphAddHostNode(&nhost, eg, &ncpy, 1, &hp));
     CUgraphNode both[] = {nhost, nk1};
     CK(cuGraphAddEmptyNode(&nempty, eg, both, 2));
+    /* Each node is of the kind it was added as. */
+    const struct {
+        CUgraphNode node;
+        CUgraphNodeType type;
+    } kinds[] = {{nset, CU_GRAPH_NODE_TYPE_MEMSET}, {nk1, CU_GRAPH_NODE_TYPE_KERNEL}, {ncpy, CU_GRAPH_NODE_TYPE_MEMCPY},
+                 {nhost, CU_GRAPH_NODE_TYPE_HOST}, {nempty, CU_GRAPH_NODE_TYPE_EMPTY}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        CUgraphNodeType t = (CUgraphNodeType)-1;
+        CK(cuGraphNodeGetType(kinds[i].node, &t));
+        if (t != kinds[i].type)
+            gt_fail("cuGraphNodeGetType of node %zu: %d, expected %d", i, (int)t, (int)kinds[i].type);
+    }
     CUgraphExec gexec;
     CK(cuGraphInstantiateWithFlags(&gexec, eg, 0));
     host_calls = 0;
