@@ -109,32 +109,24 @@ static void libraries_reload(struct srv_client *c, int gpu)
     }
 }
 
-CUresult op_ctx_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_ctx_destroy(struct srv_client *c, const struct cumux_ctx_destroy *m, struct srv_ctx *ctx)
 {
-    struct srv_ctx *x = handle_get(c, m->handle, OBJ_CTX);
-    if (!x)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    int gpu = x->gpu;
-    ctx_free(c, x);
+    int gpu = ctx->gpu;
+    ctx_free(c, ctx);
     if (m->flags & CUMUX_CTX_DESTROY_RESET)
         libraries_reload(c, gpu);
     return CUDA_SUCCESS;
 }
 
-CUresult op_ctx_sync(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_ctx_sync(struct srv_client *c, struct srv_ctx *ctx)
 {
-    struct srv_ctx *x = handle_get(c, m->handle, OBJ_CTX);
-    if (!x)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    return take_pending(c, ctx_sync(c, x));
+    return take_pending(c, ctx_sync(c, ctx));
 }
 
-CUresult op_ctx_limit(struct srv_client *c, const struct cumux_ctx_limit *m, uint8_t *out, uint32_t *out_len)
+CUresult op_ctx_limit(struct srv_client *c, const struct cumux_ctx_limit *m, struct srv_ctx *ctx, uint8_t *out,
+                      uint32_t *out_len)
 {
-    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
-    if (!x)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    use_gpu(c, x->gpu);
+    use_gpu(c, ctx->gpu);
     /* Limits are properties of the one shared context: a client may raise them, never lower them under
      * what another client relies on. */
     size_t v = 0;

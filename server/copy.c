@@ -6,11 +6,8 @@
 
 /* ---------------------------------------------------------------- copies and memset */
 
-CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool sync)
+CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, struct srv_stream *stream, bool answered)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     bool ok = false;
     switch (m->kind) {
     case CUMUX_COPY_HTOD:
@@ -25,22 +22,22 @@ CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, bool sync)
     }
     if (!ok)
         return CUDA_ERROR_INVALID_VALUE;
-    CHECK(before_op(s));
+    CHECK(before_op(stream));
     CUresult r;
     switch (m->kind) {
     case CUMUX_COPY_HTOD:
-        r = cuMemcpyHtoDAsync(m->dst, (const void *)(uintptr_t)m->src, m->size, s->cu);
+        r = cuMemcpyHtoDAsync(m->dst, (const void *)(uintptr_t)m->src, m->size, stream->cu);
         break;
     case CUMUX_COPY_DTOH:
-        r = cuMemcpyDtoHAsync((void *)(uintptr_t)m->dst, m->src, m->size, s->cu);
+        r = cuMemcpyDtoHAsync((void *)(uintptr_t)m->dst, m->src, m->size, stream->cu);
         break;
     default:
-        r = cuMemcpyDtoDAsync(m->dst, m->src, m->size, s->cu);
+        r = cuMemcpyDtoDAsync(m->dst, m->src, m->size, stream->cu);
         break;
     }
-    after_op(s);
-    if (r == CUDA_SUCCESS && sync)
-        r = take_pending(c, cuStreamSynchronize(s->cu));
+    after_op(stream);
+    if (r == CUDA_SUCCESS && answered)
+        r = take_pending(c, cuStreamSynchronize(stream->cu));
     return r;
 }
 
@@ -65,11 +62,9 @@ static CUresult copy_2d_async(CUmemorytype dt, uint64_t dst, uint64_t dpitch, CU
     return cuMemcpy2DAsync(&p, s);
 }
 
-CUresult op_copy_2d(struct srv_client *c, const struct cumux_copy_2d *m, bool sync)
+CUresult op_copy_2d(struct srv_client *c, const struct cumux_copy_2d *m, struct srv_stream *stream,
+                    bool answered)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     uint64_t dspan, sspan;
     if (!cumux_span_2d(m->dst_pitch, m->width, m->height, &dspan) ||
         !cumux_span_2d(m->src_pitch, m->width, m->height, &sspan))
@@ -91,11 +86,11 @@ CUresult op_copy_2d(struct srv_client *c, const struct cumux_copy_2d *m, bool sy
     }
     if (!ok)
         return CUDA_ERROR_INVALID_VALUE;
-    CHECK(before_op(s));
-    CUresult r = copy_2d_async(dt, m->dst, m->dst_pitch, st, m->src, m->src_pitch, m->width, m->height, s->cu);
-    after_op(s);
-    if (r == CUDA_SUCCESS && sync)
-        r = take_pending(c, cuStreamSynchronize(s->cu));
+    CHECK(before_op(stream));
+    CUresult r = copy_2d_async(dt, m->dst, m->dst_pitch, st, m->src, m->src_pitch, m->width, m->height, stream->cu);
+    after_op(stream);
+    if (r == CUDA_SUCCESS && answered)
+        r = take_pending(c, cuStreamSynchronize(stream->cu));
     return r;
 }
 
@@ -117,15 +112,13 @@ void srv_staging_flush(struct srv_client *c)
     }
 }
 
-CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_staged *m)
+CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_staged *m,
+                             struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     if (m->slot >= CUMUX_STAGING_SLOTS || m->size == 0 || m->size > CUMUX_STAGING_BYTES || c->stage_pending[m->slot] ||
         atomic_load(&c->shm->stage_state[m->slot]) != CUMUX_STAGE_FULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (srv_stream_capturing(c, s)) { /* the slot is reused at once: a graph would copy stale data */
+    if (srv_stream_capturing(c, stream)) { /* the slot is reused at once: a graph would copy stale data */
         stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
@@ -136,22 +129,22 @@ CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_stage
         stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    CUresult r = before_op(s);
+    CUresult r = before_op(stream);
     if (r == CUDA_SUCCESS && m->width)
         r = copy_2d_async(CU_MEMORYTYPE_DEVICE, m->dev, m->pitch, CU_MEMORYTYPE_HOST,
-                          (uint64_t)(uintptr_t)c->shm->staging[m->slot], m->width, m->width, rows, s->cu);
+                          (uint64_t)(uintptr_t)c->shm->staging[m->slot], m->width, m->width, rows, stream->cu);
     else if (r == CUDA_SUCCESS)
-        r = cuMemcpyHtoDAsync(m->dev, c->shm->staging[m->slot], m->size, s->cu);
+        r = cuMemcpyHtoDAsync(m->dev, c->shm->staging[m->slot], m->size, stream->cu);
     if (r == CUDA_SUCCESS)
-        r = cuEventRecord(c->stage_event[m->slot], s->cu);
-    after_op(s);
+        r = cuEventRecord(c->stage_event[m->slot], stream->cu);
+    after_op(stream);
     if (r != CUDA_SUCCESS) {
-        cuStreamSynchronize(s->cu);
+        cuStreamSynchronize(stream->cu);
         stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
         return r;
     }
     c->stage_pending[m->slot] = true;
-    /* Give back the slots of earlier chunks as their copies finish; this chunk's copy runs meanwhile. */
+    /* Give back the slots of earlier chunks as their copies finish; this chunk'stream copy runs meanwhile. */
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
         if (i != (int)m->slot && c->stage_pending[i]) {
             cuEventSynchronize(c->stage_event[i]);
@@ -175,12 +168,10 @@ static bool stage_wait_free(struct srv_client *c, int slot)
     }
 }
 
-CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_staged *m)
+CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_staged *m,
+                             struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (srv_stream_capturing(c, s))
+    if (srv_stream_capturing(c, stream))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* pageable memory cannot be in a graph */
     /* 2-D: whole rows per chunk, packed; the client unpacks them. */
     uint64_t width = m->width, rows = width ? m->size / width : 0;
@@ -190,7 +181,7 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
         (width && (m->size % width || !cumux_span_2d(m->pitch, width, rows, &span))) || !dev_ok(c, m->dev, span))
         return CUDA_ERROR_INVALID_VALUE;
     srv_staging_flush(c);
-    CHECK(before_op(s));
+    CHECK(before_op(stream));
     /* Chunk i is copied into slot i % N while the client copies chunk i-1 out of its slot. */
     uint64_t nchunks = (m->size + chunk - 1) / chunk;
     CUresult r = CUDA_SUCCESS;
@@ -206,11 +197,11 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
             if (width)
                 r = copy_2d_async(CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)c->shm->staging[slot], width,
                                   CU_MEMORYTYPE_DEVICE, m->dev + (off / width) * m->pitch, m->pitch, width,
-                                  len / width, s->cu);
+                                  len / width, stream->cu);
             else
-                r = cuMemcpyDtoHAsync(c->shm->staging[slot], m->dev + off, len, s->cu);
+                r = cuMemcpyDtoHAsync(c->shm->staging[slot], m->dev + off, len, stream->cu);
             if (r == CUDA_SUCCESS)
-                r = cuEventRecord(c->stage_event[slot], s->cu);
+                r = cuEventRecord(c->stage_event[slot], stream->cu);
             if (r != CUDA_SUCCESS)
                 break;
         }
@@ -222,17 +213,14 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
             stage_set(c, prev, CUMUX_STAGE_READY);
         }
     }
-    after_op(s);
+    after_op(stream);
     if (r != CUDA_SUCCESS)
-        cuStreamSynchronize(s->cu); /* no copy may still be writing into a slot the client reuses */
+        cuStreamSynchronize(stream->cu); /* no copy may still be writing into a slot the client reuses */
     return take_pending(c, r);
 }
 
-CUresult op_memset(struct srv_client *c, const struct cumux_memset *m)
+CUresult op_memset(struct srv_client *c, const struct cumux_memset *m, struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     uint64_t span;
     if (!memset_span(m, &span))
         return CUDA_ERROR_INVALID_VALUE;
@@ -241,25 +229,25 @@ CUresult op_memset(struct srv_client *c, const struct cumux_memset *m)
     if (!dev_ok(c, m->dst, span))
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t row = m->width * m->elem_size; /* no overflow: memset_span checked it */
-    CHECK(before_op(s));
+    CHECK(before_op(stream));
     CUresult r;
     bool twod = m->height > 1 || m->pitch != 0;
     size_t pitch = (size_t)(m->pitch ? m->pitch : row);
     switch (m->elem_size) {
     case 1:
-        r = twod ? cuMemsetD2D8Async(m->dst, pitch, (unsigned char)m->value, m->width, m->height, s->cu)
-                 : cuMemsetD8Async(m->dst, (unsigned char)m->value, m->width, s->cu);
+        r = twod ? cuMemsetD2D8Async(m->dst, pitch, (unsigned char)m->value, m->width, m->height, stream->cu)
+                 : cuMemsetD8Async(m->dst, (unsigned char)m->value, m->width, stream->cu);
         break;
     case 2:
-        r = twod ? cuMemsetD2D16Async(m->dst, pitch, (unsigned short)m->value, m->width, m->height, s->cu)
-                 : cuMemsetD16Async(m->dst, (unsigned short)m->value, m->width, s->cu);
+        r = twod ? cuMemsetD2D16Async(m->dst, pitch, (unsigned short)m->value, m->width, m->height, stream->cu)
+                 : cuMemsetD16Async(m->dst, (unsigned short)m->value, m->width, stream->cu);
         break;
     default:
-        r = twod ? cuMemsetD2D32Async(m->dst, pitch, m->value, m->width, m->height, s->cu)
-                 : cuMemsetD32Async(m->dst, m->value, m->width, s->cu);
+        r = twod ? cuMemsetD2D32Async(m->dst, pitch, m->value, m->width, m->height, stream->cu)
+                 : cuMemsetD32Async(m->dst, m->value, m->width, stream->cu);
         break;
     }
-    after_op(s);
+    after_op(stream);
     return r;
 }
 

@@ -9,10 +9,12 @@
 
 struct srv_graph {
     CUgraph g;
+    uint32_t handle;
 };
 
 struct srv_graph_exec {
     CUgraphExec e;
+    uint32_t handle;
 };
 
 struct srv_graph_node {
@@ -20,13 +22,17 @@ struct srv_graph_node {
     uint32_t graph;
 };
 
-static CUresult new_handle(struct srv_client *c, enum srv_obj_type t, void *obj, uint8_t *out, uint32_t *out_len)
+/* A handle for obj (into *handle, when the object keeps its own), which is the reply. */
+static CUresult new_handle(struct srv_client *c, enum srv_obj_type t, void *obj, uint32_t *handle, uint8_t *out,
+                           uint32_t *out_len)
 {
     uint32_t h = handle_new(c, t, obj);
     if (!h) {
         free(obj);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (handle)
+        *handle = h;
     return reply_u64(out, out_len, h);
 }
 
@@ -38,62 +44,54 @@ static CUresult graph_new(struct srv_client *c, CUgraph g, uint8_t *out, uint32_
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     sg->g = g;
-    CUresult r = new_handle(c, OBJ_GRAPH, sg, out, out_len);
+    CUresult r = new_handle(c, OBJ_GRAPH, sg, &sg->handle, out, out_len);
     if (r != CUDA_SUCCESS)
         cuGraphDestroy(g);
     return r;
 }
 
-static void graph_free(struct srv_client *c, uint32_t h, struct srv_graph *g)
+static void graph_free(struct srv_client *c, struct srv_graph *g)
 {
     /* Its nodes go with it. */
     for (uint32_t i = 1; i <= c->nhandles; i++) {
         struct srv_graph_node *n = handle_get(c, i, OBJ_GRAPH_NODE);
-        if (n && n->graph == h) {
+        if (n && n->graph == g->handle) {
             handle_drop(c, i);
             free(n);
         }
     }
     cuGraphDestroy(g->g);
-    handle_drop(c, h);
+    handle_drop(c, g->handle);
     free(g);
 }
 
 /* ---- stream capture ---- */
-CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin *m)
+CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin *m, struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (s->kind == STREAM_LEGACY)
+    if (stream->kind == STREAM_LEGACY)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* as the driver answers for the NULL stream */
-    CHECK(cuStreamBeginCapture(s->cu, (CUstreamCaptureMode)m->mode));
-    s->capturing = true;
+    CHECK(cuStreamBeginCapture(stream->cu, (CUstreamCaptureMode)m->mode));
+    stream->capturing = true;
     c->ever_captured = true;
     return CUDA_SUCCESS;
 }
 
-CUresult op_capture_end(struct srv_client *c, const struct cumux_capture_end *m, uint8_t *out, uint32_t *out_len)
+CUresult op_capture_end(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     CUgraph graph = NULL;
-    CUresult r = cuStreamEndCapture(s->cu, &graph);
-    s->capturing = false;
+    CUresult r = cuStreamEndCapture(stream->cu, &graph);
+    stream->capturing = false;
     if (r != CUDA_SUCCESS)
         return r;
     return graph_new(c, graph, out, out_len);
 }
 
-CUresult op_capture_info(struct srv_client *c, const struct cumux_capture_query *m, uint8_t *out, uint32_t *out_len)
+CUresult op_capture_info(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
+    (void)c;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t id = 0;
-    CHECK(cuStreamGetCaptureInfo(s->cu, &st, &id, NULL, NULL, NULL, NULL));
+    CHECK(cuStreamGetCaptureInfo(stream->cu, &st, &id, NULL, NULL, NULL, NULL));
     struct cumux_capture_info rep = {.status = (uint32_t)st, .id = id};
     memcpy(out, &rep, sizeof rep);
     *out_len = sizeof rep;
@@ -101,87 +99,70 @@ CUresult op_capture_info(struct srv_client *c, const struct cumux_capture_query 
 }
 
 /* ---- whole graphs ---- */
-CUresult op_graph_create(struct srv_client *c, const struct cumux_graph_create *m, uint8_t *out, uint32_t *out_len)
+CUresult op_graph_create(struct srv_client *c, const struct cumux_graph_create *m, uint8_t *out,
+                         uint32_t *out_len)
 {
     CUgraph graph;
     CHECK(cuGraphCreate(&graph, m->flags));
     return graph_new(c, graph, out, out_len);
 }
 
-CUresult op_graph_destroy(struct srv_client *c, const struct cumux_graph_destroy *m)
+CUresult op_graph_destroy(struct srv_client *c, struct srv_graph *graph)
 {
-    struct srv_graph *g = handle_get(c, m->graph, OBJ_GRAPH);
-    if (!g)
-        return CUDA_ERROR_INVALID_HANDLE;
-    graph_free(c, m->graph, g);
+    graph_free(c, graph);
     return CUDA_SUCCESS;
 }
 
-CUresult op_graph_instantiate(struct srv_client *c, const struct cumux_graph_instantiate *m, uint8_t *out,
-                              uint32_t *out_len)
+CUresult op_graph_instantiate(struct srv_client *c, const struct cumux_graph_instantiate *m,
+                              struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_graph *g = handle_get(c, m->graph, OBJ_GRAPH);
-    if (!g)
-        return CUDA_ERROR_INVALID_HANDLE;
     /* Graphs that allocate memory on device launch are not offered yet. */
     if (m->flags & ~(uint64_t)(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY))
         return CUDA_ERROR_NOT_SUPPORTED;
     struct srv_graph_exec *e = malloc(sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = cuGraphInstantiateWithFlags(&e->e, g->g, m->flags);
+    CUresult r = cuGraphInstantiateWithFlags(&e->e, graph->g, m->flags);
     if (r != CUDA_SUCCESS) {
         free(e);
         return r;
     }
-    return new_handle(c, OBJ_GRAPH_EXEC, e, out, out_len);
+    return new_handle(c, OBJ_GRAPH_EXEC, e, &e->handle, out, out_len);
 }
 
-CUresult op_graph_exec_destroy(struct srv_client *c, const struct cumux_graph_exec_destroy *m)
+CUresult op_graph_exec_destroy(struct srv_client *c, struct srv_graph_exec *exec)
 {
-    struct srv_graph_exec *e = handle_get(c, m->exec, OBJ_GRAPH_EXEC);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    cuGraphExecDestroy(e->e);
-    handle_drop(c, m->exec);
-    free(e);
+    cuGraphExecDestroy(exec->e);
+    handle_drop(c, exec->handle);
+    free(exec);
     return CUDA_SUCCESS;
 }
 
-CUresult op_graph_launch(struct srv_client *c, const struct cumux_graph_launch *m)
+CUresult op_graph_launch(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream)
 {
-    struct srv_graph_exec *e = handle_get(c, m->exec, OBJ_GRAPH_EXEC);
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!e || !s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CHECK(before_op(s));
-    CUresult r = cuGraphLaunch(e->e, s->cu);
-    after_op(s);
+    (void)c;
+    CHECK(before_op(stream));
+    CUresult r = cuGraphLaunch(exec->e, stream->cu);
+    after_op(stream);
     return r;
 }
 
-CUresult op_graph_upload(struct srv_client *c, const struct cumux_graph_upload *m)
+CUresult op_graph_upload(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream)
 {
-    struct srv_graph_exec *e = handle_get(c, m->exec, OBJ_GRAPH_EXEC);
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!e || !s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CHECK(before_op(s));
-    CUresult r = cuGraphUpload(e->e, s->cu);
-    after_op(s);
+    (void)c;
+    CHECK(before_op(stream));
+    CUresult r = cuGraphUpload(exec->e, stream->cu);
+    after_op(stream);
     return r;
 }
 
-CUresult op_graph_exec_update(struct srv_client *c, const struct cumux_graph_exec_update *m, uint8_t *out,
-                              uint32_t *out_len)
+CUresult op_graph_exec_update(struct srv_client *c, struct srv_graph_exec *exec, struct srv_graph *graph,
+                              uint8_t *out, uint32_t *out_len)
 {
-    struct srv_graph_exec *e = handle_get(c, m->exec, OBJ_GRAPH_EXEC);
-    struct srv_graph *g = handle_get(c, m->graph, OBJ_GRAPH);
-    if (!e || !g)
-        return CUDA_ERROR_INVALID_HANDLE;
+    (void)c;
     CUgraphExecUpdateResultInfo info;
     memset(&info, 0, sizeof info);
-    CUresult r = cuGraphExecUpdate(e->e, g->g, &info);
+    CUresult r = cuGraphExecUpdate(exec->e, graph->g, &info);
     struct cumux_exec_update_reply rep = {.result = (uint32_t)info.result};
     memcpy(out, &rep, sizeof rep);
     *out_len = sizeof rep;
@@ -236,14 +217,13 @@ static CUresult node_list(struct srv_client *c, const uint32_t *h, uint32_t n, u
  * Every addition: the graph, ndeps dependency handles at the payload's start (padded to 8 bytes), then
  * the node's own parameters; the new node gets a handle. */
 struct node_add {
-    struct srv_graph *g;
     CUgraphNode deps[MAX_DEPS];
     uint32_t ndeps;
     const uint8_t *params; /* what follows the dependencies */
     uint32_t params_len;
 };
 
-static CUresult node_add_begin(struct srv_client *c, uint32_t graph, uint32_t ndeps, const uint8_t *payload,
+static CUresult node_add_begin(struct srv_client *c, struct srv_graph *graph, uint32_t ndeps, const uint8_t *payload,
                                uint32_t len, struct node_add *a)
 {
     if (ndeps > MAX_DEPS)
@@ -251,13 +231,11 @@ static CUresult node_add_begin(struct srv_client *c, uint32_t graph, uint32_t nd
     uint32_t list_bytes = (ndeps * 4 + 7) & ~7u;
     if (list_bytes > len)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!(a->g = handle_get(c, graph, OBJ_GRAPH)))
-        return CUDA_ERROR_INVALID_HANDLE;
     use_gpu(c, c->current_gpu);
     a->ndeps = ndeps;
     a->params = payload + list_bytes;
     a->params_len = len - list_bytes;
-    return node_list(c, (const uint32_t *)(const void *)payload, ndeps, graph, a->deps);
+    return node_list(c, (const uint32_t *)(const void *)payload, ndeps, graph->handle, a->deps);
 }
 
 /* The node the driver added (when r is success) gets a handle, which is the reply. */
@@ -271,37 +249,40 @@ static CUresult node_add_end(struct srv_client *c, uint32_t graph, CUresult r, C
         return CUDA_ERROR_OUT_OF_MEMORY;
     nd->n = node;
     nd->graph = graph;
-    return new_handle(c, OBJ_GRAPH_NODE, nd, out, out_len);
+    return new_handle(c, OBJ_GRAPH_NODE, nd, NULL, out, out_len);
 }
 
-CUresult op_graph_add_empty_node(struct srv_client *c, const struct cumux_graph_add_node *m, const uint8_t *payload,
-                                 uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+CUresult op_graph_add_empty_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                 struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                 uint8_t *out, uint32_t *out_len)
 {
     struct node_add a;
-    CHECK(node_add_begin(c, m->graph, m->ndeps, payload, payload_len, &a));
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
     CUgraphNode node;
-    CUresult r = cuGraphAddEmptyNode(&node, a.g->g, a.deps, a.ndeps);
-    return node_add_end(c, m->graph, r, node, out, out_len);
+    CUresult r = cuGraphAddEmptyNode(&node, graph->g, a.deps, a.ndeps);
+    return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
-CUresult op_graph_add_kernel_node(struct srv_client *c, const struct cumux_graph_add_node *m, const uint8_t *payload,
-                                  uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+CUresult op_graph_add_kernel_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                  struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                  uint8_t *out, uint32_t *out_len)
 {
     struct node_add a;
-    CHECK(node_add_begin(c, m->graph, m->ndeps, payload, payload_len, &a));
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
     CUDA_KERNEL_NODE_PARAMS kp;
     void *argv[CUMUX_MAX_PARAMS];
     CHECK(kernel_params(c, a.params, a.params_len, &kp, argv));
     CUgraphNode node;
-    CUresult r = cuGraphAddKernelNode(&node, a.g->g, a.deps, a.ndeps, &kp);
-    return node_add_end(c, m->graph, r, node, out, out_len);
+    CUresult r = cuGraphAddKernelNode(&node, graph->g, a.deps, a.ndeps, &kp);
+    return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
-CUresult op_graph_add_memset_node(struct srv_client *c, const struct cumux_graph_add_node *m, const uint8_t *payload,
-                                  uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+CUresult op_graph_add_memset_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                  struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                  uint8_t *out, uint32_t *out_len)
 {
     struct node_add a;
-    CHECK(node_add_begin(c, m->graph, m->ndeps, payload, payload_len, &a));
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
     const struct cumux_memset *ms = (const void *)a.params;
     uint64_t span;
     if (a.params_len < sizeof *ms || !memset_span(ms, &span) || span == 0 || !dev_ok(c, ms->dst, span))
@@ -310,15 +291,16 @@ CUresult op_graph_add_memset_node(struct srv_client *c, const struct cumux_graph
     CUDA_MEMSET_NODE_PARAMS p = {.dst = ms->dst, .pitch = (size_t)(ms->pitch ? ms->pitch : row), .value = ms->value,
                                  .elementSize = ms->elem_size, .width = (size_t)ms->width, .height = (size_t)ms->height};
     CUgraphNode node;
-    CUresult r = cuGraphAddMemsetNode(&node, a.g->g, a.deps, a.ndeps, &p, srv_gpus[c->current_gpu].ctx);
-    return node_add_end(c, m->graph, r, node, out, out_len);
+    CUresult r = cuGraphAddMemsetNode(&node, graph->g, a.deps, a.ndeps, &p, srv_gpus[c->current_gpu].ctx);
+    return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
-CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph_add_node *m, const uint8_t *payload,
-                                  uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                  struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                  uint8_t *out, uint32_t *out_len)
 {
     struct node_add a;
-    CHECK(node_add_begin(c, m->graph, m->ndeps, payload, payload_len, &a));
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
     const struct cumux_copy_2d *cp = (const void *)a.params;
     if (a.params_len < sizeof *cp)
         return CUDA_ERROR_INVALID_VALUE;
@@ -350,15 +332,16 @@ CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph
     p.srcPitch = cp->src_pitch, p.dstPitch = cp->dst_pitch;
     p.WidthInBytes = cp->width, p.Height = cp->height, p.Depth = 1;
     CUgraphNode node;
-    CUresult r = cuGraphAddMemcpyNode(&node, a.g->g, a.deps, a.ndeps, &p, srv_gpus[c->current_gpu].ctx);
-    return node_add_end(c, m->graph, r, node, out, out_len);
+    CUresult r = cuGraphAddMemcpyNode(&node, graph->g, a.deps, a.ndeps, &p, srv_gpus[c->current_gpu].ctx);
+    return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
 CUresult op_graph_add_host_node(struct srv_client *c, const struct cumux_graph_add_host_node *m,
-                                const uint8_t *payload, uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+                                struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                uint8_t *out, uint32_t *out_len)
 {
     struct node_add a;
-    CHECK(node_add_begin(c, m->graph, m->ndeps, payload, payload_len, &a));
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
     struct hostfn_job *j = malloc(sizeof *j);
     if (!j)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -366,46 +349,37 @@ CUresult op_graph_add_host_node(struct srv_client *c, const struct cumux_graph_a
     srv_keep_hostfn_job(c, j);
     CUDA_HOST_NODE_PARAMS hp = {.fn = hostfn_trampoline, .userData = j};
     CUgraphNode node;
-    CUresult r = cuGraphAddHostNode(&node, a.g->g, a.deps, a.ndeps, &hp);
-    return node_add_end(c, m->graph, r, node, out, out_len);
+    CUresult r = cuGraphAddHostNode(&node, graph->g, a.deps, a.ndeps, &hp);
+    return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
-CUresult op_graph_set_kernel_node(struct srv_client *c, const struct cumux_graph_set_kernel_node *m,
-                                  const uint8_t *payload, uint32_t payload_len)
+CUresult op_graph_set_kernel_node(struct srv_client *c, struct srv_graph_node *node,
+                                  struct srv_graph_exec *exec, const uint8_t *payload, uint32_t payload_len)
 {
-    struct srv_graph_node *nd = handle_get(c, m->node, OBJ_GRAPH_NODE);
-    if (!nd)
-        return CUDA_ERROR_INVALID_VALUE;
     use_gpu(c, c->current_gpu);
     CUDA_KERNEL_NODE_PARAMS kp;
     void *argv[CUMUX_MAX_PARAMS];
     CHECK(kernel_params(c, payload, payload_len, &kp, argv));
-    if (!m->exec)
-        return cuGraphKernelNodeSetParams(nd->n, &kp);
-    struct srv_graph_exec *e = handle_get(c, m->exec, OBJ_GRAPH_EXEC);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return cuGraphExecKernelNodeSetParams(e->e, nd->n, &kp);
+    if (!exec)
+        return cuGraphKernelNodeSetParams(node->n, &kp);
+    return cuGraphExecKernelNodeSetParams(exec->e, node->n, &kp);
 }
 
-CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, const uint8_t *payload,
-                           uint32_t payload_len)
+CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, struct srv_graph *graph,
+                           const uint8_t *payload, uint32_t payload_len)
 {
     if (m->ndeps > MAX_DEPS)
         return CUDA_ERROR_INVALID_VALUE;
     uint32_t list_bytes = (m->ndeps * 8 + 7) & ~7u;
     if (list_bytes > payload_len)
         return CUDA_ERROR_INVALID_VALUE;
-    struct srv_graph *g = handle_get(c, m->graph, OBJ_GRAPH);
-    if (!g)
-        return CUDA_ERROR_INVALID_HANDLE;
     use_gpu(c, c->current_gpu);
     CUgraphNode *ends = malloc(((size_t)m->ndeps * 2 + 1) * sizeof *ends);
     if (!ends)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = node_list(c, (const uint32_t *)(const void *)payload, m->ndeps * 2, m->graph, ends);
+    CUresult r = node_list(c, (const uint32_t *)(const void *)payload, m->ndeps * 2, graph->handle, ends);
     if (r == CUDA_SUCCESS)
-        r = cuGraphAddDependencies(g->g, ends, ends + m->ndeps, NULL, m->ndeps);
+        r = cuGraphAddDependencies(graph->g, ends, ends + m->ndeps, NULL, m->ndeps);
     free(ends);
     return r;
 }
@@ -451,50 +425,41 @@ static CUresult reply_nodes(struct srv_client *c, uint32_t graph, CUgraphNode *n
     return r;
 }
 
-CUresult op_graph_get_nodes(struct srv_client *c, const struct cumux_graph_get_nodes *m, uint8_t *out,
-                            uint32_t *out_len)
+CUresult op_graph_get_nodes(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_graph *g = handle_get(c, m->graph, OBJ_GRAPH);
-    if (!g)
-        return CUDA_ERROR_INVALID_HANDLE;
     size_t n = 0;
-    CHECK(cuGraphGetNodes(g->g, NULL, &n));
+    CHECK(cuGraphGetNodes(graph->g, NULL, &n));
     CUgraphNode *nodes = NULL;
     if (n && !(nodes = malloc(n * sizeof *nodes)))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = n ? cuGraphGetNodes(g->g, nodes, &n) : CUDA_SUCCESS;
+    CUresult r = n ? cuGraphGetNodes(graph->g, nodes, &n) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
         free(nodes);
         return r;
     }
-    return reply_nodes(c, m->graph, nodes, n, out, out_len);
+    return reply_nodes(c, graph->handle, nodes, n, out, out_len);
 }
 
-CUresult op_node_get_deps(struct srv_client *c, const struct cumux_node_get_deps *m, uint8_t *out, uint32_t *out_len)
+CUresult op_node_get_deps(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_graph_node *nd = handle_get(c, m->node, OBJ_GRAPH_NODE);
-    if (!nd)
-        return CUDA_ERROR_INVALID_HANDLE;
     size_t n = 0;
-    CHECK(cuGraphNodeGetDependencies(nd->n, NULL, NULL, &n));
+    CHECK(cuGraphNodeGetDependencies(node->n, NULL, NULL, &n));
     CUgraphNode *nodes = NULL;
     if (n && !(nodes = malloc(n * sizeof *nodes)))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = n ? cuGraphNodeGetDependencies(nd->n, nodes, NULL, &n) : CUDA_SUCCESS;
+    CUresult r = n ? cuGraphNodeGetDependencies(node->n, nodes, NULL, &n) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
         free(nodes);
         return r;
     }
-    return reply_nodes(c, nd->graph, nodes, n, out, out_len);
+    return reply_nodes(c, node->graph, nodes, n, out, out_len);
 }
 
-CUresult op_node_get_type(struct srv_client *c, const struct cumux_node_get_type *m, uint8_t *out, uint32_t *out_len)
+CUresult op_node_get_type(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_graph_node *nd = handle_get(c, m->node, OBJ_GRAPH_NODE);
-    if (!nd)
-        return CUDA_ERROR_INVALID_HANDLE;
+    (void)c;
     CUgraphNodeType type;
-    CHECK(cuGraphNodeGetType(nd->n, &type));
+    CHECK(cuGraphNodeGetType(node->n, &type));
     return reply_u64(out, out_len, (uint64_t)type);
 }
 
@@ -511,7 +476,7 @@ void srv_graph_release_all(struct srv_client *c)
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_graph *g = handle_get(c, h, OBJ_GRAPH);
         if (g)
-            graph_free(c, h, g);
+            graph_free(c, g);
     }
     while (c->graph_hostfns) {
         struct hostfn_job *j = c->graph_hostfns;

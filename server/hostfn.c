@@ -29,24 +29,21 @@ void CUDA_CB hostfn_trampoline(void *arg)
         free(j);
 }
 
-CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m)
+CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     struct hostfn_job *j = malloc(sizeof *j);
     if (!j)
         return CUDA_ERROR_OUT_OF_MEMORY;
     j->c = c;
     j->id = m->id;
     /* Captured into a graph, it runs at every launch of the graph: it lives as long as the client. */
-    j->persistent = srv_stream_capturing(c, s);
+    j->persistent = srv_stream_capturing(c, stream);
     if (j->persistent)
         srv_keep_hostfn_job(c, j);
-    CUresult r = before_op(s);
+    CUresult r = before_op(stream);
     if (r == CUDA_SUCCESS)
-        r = cuLaunchHostFunc(s->cu, hostfn_trampoline, j);
-    after_op(s);
+        r = cuLaunchHostFunc(stream->cu, hostfn_trampoline, j);
+    after_op(stream);
     if (r != CUDA_SUCCESS && !j->persistent)
         free(j);
     return r;

@@ -7,28 +7,25 @@
 #include "common/launch_attrs.h"
 #include "server/handlers.h"
 
-CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload, uint32_t payload_len)
+CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct srv_function *function,
+                   struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len)
 {
-    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!f || !s)
-        return CUDA_ERROR_INVALID_HANDLE;
     if (m->nattrs > 16 || (uint64_t)m->nattrs * sizeof(struct cumux_launch_attr) + m->param_bytes > payload_len ||
-        m->param_bytes != f->param_bytes)
+        m->param_bytes != function->param_bytes)
         return CUDA_ERROR_INVALID_VALUE;
     const uint8_t *params = payload + m->nattrs * sizeof(struct cumux_launch_attr);
     size_t psize = m->param_bytes;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)params, CU_LAUNCH_PARAM_BUFFER_SIZE, &psize,
                      CU_LAUNCH_PARAM_END};
-    /* kernelParams: pointers to each argument in the message (the driver's usual, fastest path). */
+    /* kernelParams: pointers to each argument in the message (the driver'stream usual, fastest path). */
     void *kp[CUMUX_MAX_PARAMS];
-    for (uint32_t i = 0; i < f->nparams; i++)
-        kp[i] = (void *)(params + f->param_offsets[i]);
-    CHECK(before_op(s));
+    for (uint32_t i = 0; i < function->nparams; i++)
+        kp[i] = (void *)(params + function->param_offsets[i]);
+    CHECK(before_op(stream));
     CUresult r;
     if (m->nattrs == 0) {
-        r = cuLaunchKernel(f->fn, m->grid[0], m->grid[1], m->grid[2], m->block[0], m->block[1], m->block[2],
-                           m->shared_bytes, s->cu, f->nparams ? kp : NULL, NULL);
+        r = cuLaunchKernel(function->fn, m->grid[0], m->grid[1], m->grid[2], m->block[0], m->block[1], m->block[2],
+                           m->shared_bytes, stream->cu, function->nparams ? kp : NULL, NULL);
     } else {
         CUlaunchAttribute attrs[16];
         const struct cumux_launch_attr *a = (const struct cumux_launch_attr *)payload;
@@ -36,17 +33,17 @@ CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, const uin
             memcpy(&attrs[i].value, a[i].value, sizeof attrs[i].value);
             attrs[i].id = (CUlaunchAttributeID)a[i].id;
             if (!cumux_launch_attr_plain(a[i].id)) {
-                after_op(s);
+                after_op(stream);
                 return CUDA_ERROR_NOT_SUPPORTED;
             }
         }
         CUlaunchConfig cfg = {.gridDimX = m->grid[0], .gridDimY = m->grid[1], .gridDimZ = m->grid[2],
                               .blockDimX = m->block[0], .blockDimY = m->block[1], .blockDimZ = m->block[2],
-                              .sharedMemBytes = m->shared_bytes, .hStream = s->cu, .attrs = attrs,
+                              .sharedMemBytes = m->shared_bytes, .hStream = stream->cu, .attrs = attrs,
                               .numAttrs = m->nattrs};
-        r = cuLaunchKernelEx(&cfg, f->fn, NULL, psize ? extra : NULL);
+        r = cuLaunchKernelEx(&cfg, function->fn, NULL, psize ? extra : NULL);
     }
-    after_op(s);
+    after_op(stream);
     atomic_fetch_add_explicit(&c->launches, 1, memory_order_relaxed);
     return r;
 }

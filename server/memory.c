@@ -25,27 +25,23 @@ CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
     return CUDA_SUCCESS;
 }
 
-CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m, uint8_t *out,
-                            uint32_t *out_len)
+CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m,
+                            struct srv_stream *stream, struct srv_pool *pool, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    struct srv_pool *p = handle_get(c, m->pool, OBJ_POOL);
-    if (!s || !p)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (m->size == 0 || p->gpu != s->ctx->gpu)
+    if (m->size == 0 || pool->gpu != stream->ctx->gpu)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Captured, it would be a graph's allocation: memory that exists only while the graph runs, which the
-     * client's table of what it owns cannot describe. Not supported (docs/compatibility.md). */
-    if (srv_stream_capturing(c, s))
+    /* Captured, it would be a graph'stream allocation: memory that exists only while the graph runs, which the
+     * client'stream table of what it owns cannot describe. Not supported (docs/compatibility.md). */
+    if (srv_stream_capturing(c, stream))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    CHECK(before_op(s));
+    CHECK(before_op(stream));
     CUdeviceptr ptr;
-    CUresult r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, p->pool, s->cu);
-    after_op(s);
+    CUresult r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, pool->pool, stream->cu);
+    after_op(stream);
     if (r != CUDA_SUCCESS)
         return r;
-    if (cumux_ranges_add(&c->dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)p->gpu) < 0) {
-        cuMemFreeAsync(ptr, s->cu);
+    if (cumux_ranges_add(&c->dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)pool->gpu) < 0) {
+        cuMemFreeAsync(ptr, stream->cu);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     atomic_fetch_add(&c->mem_bytes, m->size);
@@ -68,42 +64,38 @@ static void take_allocation(struct srv_client *c, uint64_t ptr)
         atomic_fetch_sub(&c->mem_bytes, gone.size);
 }
 
-CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m)
+CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m,
+                           struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     if (!allocation_at(c, m->ptr))
         return CUDA_ERROR_INVALID_VALUE;
     /* Captured, the free would happen only if and when the graph runs, while the table already says the
      * memory is gone (and never freed if the graph never runs). Not supported, like allocations. */
-    if (srv_stream_capturing(c, s))
+    if (srv_stream_capturing(c, stream))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    CHECK(before_op(s));
-    CUresult res = cuMemFreeAsync(m->ptr, s->cu);
-    after_op(s);
+    CHECK(before_op(stream));
+    CUresult res = cuMemFreeAsync(m->ptr, stream->cu);
+    after_op(stream);
     if (res == CUDA_SUCCESS)
         take_allocation(c, m->ptr);
     return res;
 }
 
-CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, uint8_t *out, uint32_t *out_len)
+CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, struct srv_ctx *ctx, uint8_t *out,
+                      uint32_t *out_len)
 {
-    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
-    if (!x)
-        return CUDA_ERROR_INVALID_CONTEXT;
     if (m->size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     CUstream ms;
-    CHECK(mem_stream(c, x->gpu, &ms));
+    CHECK(mem_stream(c, ctx->gpu, &ms));
     /* From the device's pool, on the client's own memory stream: cuMemFree of ordinary allocations waits
      * for every kernel in the context, that is for every client; a stream-ordered free waits for none. */
     struct srv_pool *pool;
-    CHECK(default_pool(c, x->gpu, &pool));
+    CHECK(default_pool(c, ctx->gpu, &pool));
     CUdeviceptr p;
     CHECK(cuMemAllocFromPoolAsync(&p, (size_t)m->size, pool->pool, ms));
     CUresult r = cuStreamSynchronize(ms); /* usable on any stream once this returns, as cuMemAlloc's */
-    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)x->gpu) < 0) {
+    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)ctx->gpu) < 0) {
         cuMemFreeAsync(p, ms);
         return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -138,12 +130,9 @@ CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
     return res;
 }
 
-CUresult op_mem_info(struct srv_client *c, const struct cumux_handle_arg *m, uint8_t *out, uint32_t *out_len)
+CUresult op_mem_info(struct srv_client *c, struct srv_ctx *ctx, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_ctx *x = handle_get(c, m->handle, OBJ_CTX);
-    if (!x)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    use_gpu(c, x->gpu);
+    use_gpu(c, ctx->gpu);
     size_t f, t;
     CHECK(cuMemGetInfo(&f, &t));
     struct cumux_mem_info rep = {f, t};

@@ -62,7 +62,8 @@ static void *map_image(int fd, size_t size, size_t *map_len)
     return base;
 }
 
-CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, uint8_t *out, uint32_t *out_len)
+CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, uint8_t *out,
+                        uint32_t *out_len)
 {
     int fd = recv_client_fd(c, m->size);
     if (fd < 0)
@@ -99,7 +100,7 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
                      : cuModuleLoadData(&mod->mod, mod->image);
     uint32_t h = 0;
     if (r == CUDA_SUCCESS) {
-        h = handle_new(c, OBJ_MODULE, mod);
+        mod->handle = h = handle_new(c, OBJ_MODULE, mod);
         if (!h) {
             if (m->kind == CUMUX_IMAGE_LIBRARY)
                 cuLibraryUnload(mod->lib);
@@ -121,12 +122,9 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
     return reply_u64(out, out_len, h);
 }
 
-CUresult op_module_unload(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_module_unload(struct srv_client *c, struct srv_module *module)
 {
-    struct srv_module *mod = handle_get(c, m->handle, OBJ_MODULE);
-    if (!mod)
-        return CUDA_ERROR_INVALID_HANDLE;
-    module_free(c, m->handle, mod);
+    module_free(c, module->handle, module);
     return CUDA_SUCCESS;
 }
 
@@ -135,25 +133,14 @@ static bool name_ok(const struct cumux_module_symbol *m)
     return memchr(m->name, 0, sizeof m->name) != NULL && m->name[0] != 0;
 }
 
-/* The module a symbol request names, its GPU made current; NULL, with the error in *bad, for a handle
- * that is not one of the client's modules or a name that is empty or unterminated. */
-static struct srv_module *named_module(struct srv_client *c, const struct cumux_module_symbol *m, CUresult *bad)
-{
-    struct srv_module *mod = handle_get(c, m->module, OBJ_MODULE);
-    *bad = !mod ? CUDA_ERROR_INVALID_HANDLE : !name_ok(m) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-    if (*bad != CUDA_SUCCESS)
-        return NULL;
-    use_gpu(c, mod->gpu);
-    return mod;
-}
 
-CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
-                                uint32_t *out_len)
+
+CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m,
+                                struct srv_module *mod, uint8_t *out, uint32_t *out_len)
 {
-    CUresult bad;
-    struct srv_module *mod = named_module(c, m, &bad);
-    if (!mod)
-        return bad;
+    if (!name_ok(m))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, mod->gpu);
     struct srv_function *f = calloc(1, sizeof *f);
     if (!f)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -216,13 +203,12 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
     return CUDA_SUCCESS;
 }
 
-CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
-                              uint32_t *out_len)
+CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_symbol *m,
+                              struct srv_module *mod, uint8_t *out, uint32_t *out_len)
 {
-    CUresult bad;
-    struct srv_module *mod = named_module(c, m, &bad);
-    if (!mod)
-        return bad;
+    if (!name_ok(m))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, mod->gpu);
     CUdeviceptr p;
     size_t sz;
     if (mod->kind == CUMUX_IMAGE_LIBRARY)
@@ -246,30 +232,27 @@ CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_sy
     return CUDA_SUCCESS;
 }
 
-CUresult op_module_function_names(struct srv_client *c, const struct cumux_handle_arg *a, uint8_t *out,
-                                  uint32_t *out_len)
+CUresult op_module_function_names(struct srv_client *c, const struct cumux_function_names_query *m,
+                                  struct srv_module *module, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_module *mod = handle_get(c, a->handle, OBJ_MODULE);
-    if (!mod)
-        return CUDA_ERROR_INVALID_HANDLE;
-    use_gpu(c, mod->gpu);
+    use_gpu(c, module->gpu);
     unsigned int total = 0;
-    CUresult r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryGetKernelCount(&total, mod->lib)
-                                                  : cuModuleGetFunctionCount(&total, mod->mod);
+    CUresult r = module->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryGetKernelCount(&total, module->lib)
+                                                  : cuModuleGetFunctionCount(&total, module->mod);
     if (r != CUDA_SUCCESS)
         return r;
     void **fns = calloc(total ? total : 1, sizeof *fns);
     if (!fns)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (total)
-        r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryEnumerateKernels((CUkernel *)fns, total, mod->lib)
-                                             : cuModuleEnumerateFunctions((CUfunction *)fns, total, mod->mod);
+        r = module->kind == CUMUX_IMAGE_LIBRARY ? cuLibraryEnumerateKernels((CUkernel *)fns, total, module->lib)
+                                             : cuModuleEnumerateFunctions((CUfunction *)fns, total, module->mod);
     struct cumux_function_names *h = (struct cumux_function_names *)out;
     size_t used = sizeof *h;
     uint32_t count = 0;
-    for (uint32_t i = a->flags; r == CUDA_SUCCESS && i < total; i++) {
+    for (uint32_t i = m->first; r == CUDA_SUCCESS && i < total; i++) {
         const char *name = NULL;
-        r = mod->kind == CUMUX_IMAGE_LIBRARY ? cuKernelGetName(&name, (CUkernel)fns[i])
+        r = module->kind == CUMUX_IMAGE_LIBRARY ? cuKernelGetName(&name, (CUkernel)fns[i])
                                              : cuFuncGetName(&name, (CUfunction)fns[i]);
         if (r != CUDA_SUCCESS)
             break;
@@ -289,32 +272,32 @@ CUresult op_module_function_names(struct srv_client *c, const struct cumux_handl
     return CUDA_SUCCESS;
 }
 
-CUresult op_arch_data(struct srv_client *c, const struct cumux_handle_arg *a, uint8_t *out, uint32_t *out_len)
+CUresult op_arch_data(struct srv_client *c, const struct cumux_arch_data_query *m, uint8_t *out,
+                      uint32_t *out_len)
 {
-    if (a->handle >= (uint32_t)srv_gpu_count)
+    if (m->device < 0 || m->device >= srv_gpu_count)
         return CUDA_ERROR_INVALID_DEVICE;
-    use_gpu(c, (int)a->handle);
-    return srv_arch_data((int)a->handle, out, CUMUX_REPLY_DATA, out_len);
+    use_gpu(c, m->device);
+    return srv_arch_data(m->device, out, CUMUX_REPLY_DATA, out_len);
 }
 
-CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_symbol *m, uint8_t *out,
-                               uint32_t *out_len)
+CUresult op_library_get_module(struct srv_client *c, struct srv_module *library, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_module *lib = handle_get(c, m->module, OBJ_MODULE);
-    if (!lib || lib->kind != CUMUX_IMAGE_LIBRARY)
+    struct srv_module *module = library;
+    if (module->kind != CUMUX_IMAGE_LIBRARY)
         return CUDA_ERROR_INVALID_HANDLE;
-    use_gpu(c, lib->gpu);
+    use_gpu(c, module->gpu);
     struct srv_module *mod = calloc(1, sizeof *mod);
     if (!mod)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = cuLibraryGetModule(&mod->mod, lib->lib);
+    CUresult r = cuLibraryGetModule(&mod->mod, module->lib);
     uint32_t h = 0;
     if (r == CUDA_SUCCESS) {
         mod->kind = CUMUX_IMAGE_MODULE;
         mod->borrowed = true;
-        mod->gpu = lib->gpu;
-        mod->ctx = lib->ctx;
-        h = handle_new(c, OBJ_MODULE, mod);
+        mod->gpu = module->gpu;
+        mod->ctx = module->ctx;
+        mod->handle = h = handle_new(c, OBJ_MODULE, mod);
         if (!h)
             r = CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -325,17 +308,14 @@ CUresult op_library_get_module(struct srv_client *c, const struct cumux_module_s
     return reply_u64(out, out_len, h);
 }
 
-CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupancy *m, uint8_t *out,
-                           uint32_t *out_len)
+CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupancy *m,
+                           struct srv_function *function, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
-    struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
+    struct srv_module *mod = handle_get(c, function->module, OBJ_MODULE);
     use_gpu(c, mod ? mod->gpu : 0);
-    CUfunction fn = f->fn;
-    if (f->is_kernel) /* occupancy queries want the kernel's function in this context */
-        CHECK(cuKernelGetFunction(&fn, (CUkernel)f->fn));
+    CUfunction fn = function->fn;
+    if (function->is_kernel) /* occupancy queries want the kernel's function in this context */
+        CHECK(cuKernelGetFunction(&fn, (CUkernel)function->fn));
     if (m->query == CUMUX_OCC_MAX_ACTIVE_BLOCKS) {
         int blocks = 0;
         CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, fn, m->a, (size_t)m->dyn_smem, m->flags));
@@ -349,19 +329,17 @@ CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupan
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m, const uint8_t *payload,
-                              uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_cluster_occupancy *m,
+                              struct srv_function *function, const uint8_t *payload, uint32_t payload_len,
+                              uint8_t *out, uint32_t *out_len)
 {
-    struct srv_function *f = handle_get(c, m->function, OBJ_FUNCTION);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
     if (m->nattrs > 16 || (uint64_t)m->nattrs * sizeof(struct cumux_launch_attr) > payload_len || m->query > 1)
         return CUDA_ERROR_INVALID_VALUE;
-    struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
+    struct srv_module *mod = handle_get(c, function->module, OBJ_MODULE);
     use_gpu(c, mod ? mod->gpu : 0);
-    CUfunction fn = f->fn;
-    if (f->is_kernel)
-        CHECK(cuKernelGetFunction(&fn, (CUkernel)f->fn));
+    CUfunction fn = function->fn;
+    if (function->is_kernel)
+        CHECK(cuKernelGetFunction(&fn, (CUkernel)function->fn));
     CUlaunchAttribute attrs[16];
     const struct cumux_launch_attr *a = (const void *)payload;
     for (uint32_t i = 0; i < m->nattrs; i++) {
@@ -381,25 +359,20 @@ CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_launch *m
     return reply_u64(out, out_len, (uint64_t)v);
 }
 
-/* A function handle of this client, its device made current; NULL when it is not one. */
-static struct srv_function *function_get(struct srv_client *c, uint32_t h, int *gpu)
+/* The GPU of a function's module, made current. */
+static int function_gpu(struct srv_client *c, const struct srv_function *f)
 {
-    struct srv_function *f = handle_get(c, h, OBJ_FUNCTION);
-    if (!f)
-        return NULL;
     struct srv_module *mod = handle_get(c, f->module, OBJ_MODULE);
-    *gpu = mod ? mod->gpu : 0;
-    use_gpu(c, *gpu);
-    return f;
+    int gpu = mod ? mod->gpu : 0;
+    use_gpu(c, gpu);
+    return gpu;
 }
 
-CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_attr *m, uint8_t *out,
-                               uint32_t *out_len)
+CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_attr *m,
+                               struct srv_function *function, uint8_t *out, uint32_t *out_len)
 {
-    int gpu;
-    struct srv_function *f = function_get(c, m->function, &gpu);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct srv_function *f = function;
+    int gpu = function_gpu(c, f);
     int v = 0;
     if (f->is_kernel)
         CHECK(cuKernelGetAttribute(&v, (CUfunction_attribute)m->attr, (CUkernel)f->fn, srv_gpus[gpu].dev));
@@ -408,12 +381,11 @@ CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_att
     return reply_u64(out, out_len, (uint64_t)(int64_t)v);
 }
 
-CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m)
+CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_attr *m,
+                               struct srv_function *function)
 {
-    int gpu;
-    struct srv_function *f = function_get(c, m->function, &gpu);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
+    struct srv_function *f = function;
+    int gpu = function_gpu(c, f);
     if (f->is_kernel)
         return cuKernelSetAttribute((CUfunction_attribute)m->attr, m->value, (CUkernel)f->fn, srv_gpus[gpu].dev);
     return cuFuncSetAttribute(f->fn, (CUfunction_attribute)m->attr, m->value);

@@ -50,7 +50,8 @@ void pool_free(struct srv_client *c, struct srv_pool *p)
     free(p);
 }
 
-CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *m, uint8_t *out, uint32_t *out_len)
+CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *m, uint8_t *out,
+                         uint32_t *out_len)
 {
     if (m->device < 0 || m->device >= srv_gpu_count)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -59,7 +60,8 @@ CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *
     return reply_u64(out, out_len, p->handle);
 }
 
-CUresult op_pool_create(struct srv_client *c, const struct cumux_pool_create *m, uint8_t *out, uint32_t *out_len)
+CUresult op_pool_create(struct srv_client *c, const struct cumux_pool_create *m, uint8_t *out,
+                        uint32_t *out_len)
 {
     if (m->device < 0 || m->device >= srv_gpu_count)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -68,40 +70,25 @@ CUresult op_pool_create(struct srv_client *c, const struct cumux_pool_create *m,
     return reply_u64(out, out_len, p->handle);
 }
 
-/* A pool handle of this client, its device made current; NULL when it is not one. */
-static struct srv_pool *pool_get(struct srv_client *c, uint32_t h)
+CUresult op_pool_destroy(struct srv_client *c, struct srv_pool *pool)
 {
-    struct srv_pool *p = handle_get(c, h, OBJ_POOL);
-    if (p)
-        use_gpu(c, p->gpu);
-    return p;
-}
-
-CUresult op_pool_destroy(struct srv_client *c, const struct cumux_pool_destroy *m)
-{
-    struct srv_pool *p = pool_get(c, m->pool);
-    if (!p)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (p->is_default)
+    use_gpu(c, pool->gpu);
+    if (pool->is_default)
         return CUDA_ERROR_INVALID_VALUE; /* as the driver answers for a device's default pool */
-    pool_free(c, p);
+    pool_free(c, pool);
     return CUDA_SUCCESS;
 }
 
-CUresult op_pool_trim(struct srv_client *c, const struct cumux_pool_trim *m)
+CUresult op_pool_trim(struct srv_client *c, const struct cumux_pool_trim *m, struct srv_pool *pool)
 {
-    struct srv_pool *p = pool_get(c, m->pool);
-    if (!p)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return cuMemPoolTrimTo(p->pool, (size_t)m->keep);
+    use_gpu(c, pool->gpu);
+    return cuMemPoolTrimTo(pool->pool, (size_t)m->keep);
 }
 
-CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribute *m, uint8_t *out,
-                           uint32_t *out_len)
+CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribute *m, struct srv_pool *pool,
+                           uint8_t *out, uint32_t *out_len)
 {
-    struct srv_pool *p = pool_get(c, m->pool);
-    if (!p)
-        return CUDA_ERROR_INVALID_HANDLE;
+    use_gpu(c, pool->gpu);
     /* Three attributes are ints, the others 64-bit. */
     bool is_int = m->attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
                   m->attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
@@ -110,8 +97,8 @@ CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribu
     cuuint64_t uv = m->value;
     void *v = is_int ? (void *)&iv : (void *)&uv;
     if (m->set)
-        return cuMemPoolSetAttribute(p->pool, (CUmemPool_attribute)m->attr, v);
-    CHECK(cuMemPoolGetAttribute(p->pool, (CUmemPool_attribute)m->attr, v));
+        return cuMemPoolSetAttribute(pool->pool, (CUmemPool_attribute)m->attr, v);
+    CHECK(cuMemPoolGetAttribute(pool->pool, (CUmemPool_attribute)m->attr, v));
     return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
 }
 

@@ -74,9 +74,11 @@ struct srv_ctx {
 struct srv_event {
     CUevent cu;
     struct srv_ctx *ctx;
+    uint32_t handle;
 };
 
 struct srv_module {
+    uint32_t handle;
     uint32_t kind; /* cumux_image_kind */
     bool borrowed; /* a library's module (cuLibraryGetModule): the library unloads it */
     CUmodule mod;

@@ -67,138 +67,112 @@ void stream_free(struct srv_client *c, struct srv_stream *s)
     free(s);
 }
 
-CUresult op_stream_create(struct srv_client *c, const struct cumux_stream_create *m, uint8_t *out,
-                          uint32_t *out_len)
+CUresult op_stream_create(struct srv_client *c, const struct cumux_stream_create *m, struct srv_ctx *ctx,
+                          uint8_t *out, uint32_t *out_len)
 {
-    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
-    if (!x)
-        return CUDA_ERROR_INVALID_CONTEXT;
     if (m->flags & ~(uint32_t)CU_STREAM_NON_BLOCKING)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r;
-    struct srv_stream *s = stream_new(c, x, (m->flags & CU_STREAM_NON_BLOCKING) ? STREAM_NONBLOCKING : STREAM_BLOCKING,
+    struct srv_stream *s = stream_new(c, ctx, (m->flags & CU_STREAM_NON_BLOCKING) ? STREAM_NONBLOCKING : STREAM_BLOCKING,
                                       m->priority, &r);
     if (!s)
         return r;
     return reply_u64(out, out_len, s->handle);
 }
 
-CUresult op_stream_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_stream_destroy(struct srv_client *c, struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->handle);
-    if (!s || s->kind == STREAM_LEGACY)
+    if (stream->kind == STREAM_LEGACY)
         return CUDA_ERROR_INVALID_HANDLE;
-    stream_free(c, s);
+    stream_free(c, stream);
     return CUDA_SUCCESS;
 }
 
-CUresult op_stream_sync(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_stream_sync(struct srv_client *c, struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->handle);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CHECK(before_op(s)); /* the legacy stream also waits for blocking streams' earlier work */
-    return take_pending(c, cuStreamSynchronize(s->cu));
+    CHECK(before_op(stream)); /* the legacy stream also waits for blocking streams' earlier work */
+    return take_pending(c, cuStreamSynchronize(stream->cu));
 }
 
-CUresult op_stream_query(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->handle);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CHECK(before_op(s));
-    return cuStreamQuery(s->cu);
+    (void)c;
+    CHECK(before_op(stream));
+    return cuStreamQuery(stream->cu);
 }
 
-CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wait_event *m)
+CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wait_event *m,
+                              struct srv_stream *stream, struct srv_event *event)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    struct srv_event *e = handle_get(c, m->event, OBJ_EVENT);
-    if (!s || !e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CHECK(before_op(s));
-    CUresult r = cuStreamWaitEvent(s->cu, e->cu, m->flags);
-    after_op(s);
+    (void)c;
+    CHECK(before_op(stream));
+    CUresult r = cuStreamWaitEvent(stream->cu, event->cu, m->flags);
+    after_op(stream);
     return r;
 }
 
 /* ---------------------------------------------------------------- events */
 
-CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *m, uint8_t *out, uint32_t *out_len)
+CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *m, struct srv_ctx *ctx,
+                         uint8_t *out, uint32_t *out_len)
 {
-    struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
-    if (!x)
-        return CUDA_ERROR_INVALID_CONTEXT;
     /* Interprocess events would hand out a handle that other processes could use: not yet. */
     if (m->flags & ~(uint32_t)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_VALUE;
     struct srv_event *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    use_gpu(c, x->gpu);
+    use_gpu(c, ctx->gpu);
     CUresult r = cuEventCreate(&e->cu, m->flags);
     if (r != CUDA_SUCCESS) {
         free(e);
         return r;
     }
-    e->ctx = x;
-    uint32_t h = handle_new(c, OBJ_EVENT, e);
-    if (!h) {
+    e->ctx = ctx;
+    e->handle = handle_new(c, OBJ_EVENT, e);
+    if (!e->handle) {
         cuEventDestroy(e->cu);
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    return reply_u64(out, out_len, h);
+    return reply_u64(out, out_len, e->handle);
 }
 
-CUresult op_event_destroy(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_event_destroy(struct srv_client *c, struct srv_event *event)
 {
-    struct srv_event *e = handle_get(c, m->handle, OBJ_EVENT);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    cuEventDestroy(e->cu);
-    handle_drop(c, m->handle);
-    free(e);
+    cuEventDestroy(event->cu);
+    handle_drop(c, event->handle);
+    free(event);
     return CUDA_SUCCESS;
 }
 
-CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *m)
+CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *m, struct srv_event *event,
+                         struct srv_stream *stream)
 {
-    struct srv_stream *s = stream_get(c, m->stream);
-    struct srv_event *e = handle_get(c, m->event, OBJ_EVENT);
-    if (!s || !e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CHECK(before_op(s));
-    CUresult r = m->flags ? cuEventRecordWithFlags(e->cu, s->cu, m->flags) : cuEventRecord(e->cu, s->cu);
-    after_op(s);
+    (void)c;
+    CHECK(before_op(stream));
+    CUresult r = m->flags ? cuEventRecordWithFlags(event->cu, stream->cu, m->flags) : cuEventRecord(event->cu, stream->cu);
+    after_op(stream);
     return r;
 }
 
-CUresult op_event_query(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_event_query(struct srv_client *c, struct srv_event *event)
 {
-    struct srv_event *e = handle_get(c, m->handle, OBJ_EVENT);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return cuEventQuery(e->cu);
+    (void)c;
+    return cuEventQuery(event->cu);
 }
 
-CUresult op_event_sync(struct srv_client *c, const struct cumux_handle_arg *m)
+CUresult op_event_sync(struct srv_client *c, struct srv_event *event)
 {
-    struct srv_event *e = handle_get(c, m->handle, OBJ_EVENT);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return take_pending(c, cuEventSynchronize(e->cu));
+    return take_pending(c, cuEventSynchronize(event->cu));
 }
 
-CUresult op_event_elapsed(struct srv_client *c, const struct cumux_event_elapsed *m, uint8_t *out,
+CUresult op_event_elapsed(struct srv_client *c, struct srv_event *start, struct srv_event *end, uint8_t *out,
                           uint32_t *out_len)
 {
-    struct srv_event *a = handle_get(c, m->start, OBJ_EVENT);
-    struct srv_event *b = handle_get(c, m->end, OBJ_EVENT);
-    if (!a || !b)
-        return CUDA_ERROR_INVALID_HANDLE;
+    (void)c;
     struct cumux_elapsed_reply rep = {0};
-    CHECK(cuEventElapsedTime(&rep.ms, a->cu, b->cu));
+    CHECK(cuEventElapsedTime(&rep.ms, start->cu, end->cu));
     memcpy(out, &rep, sizeof rep);
     *out_len = sizeof rep;
     return CUDA_SUCCESS;

@@ -38,7 +38,7 @@ static void ptds_thread_exit(void *arg)
     (void)arg;
     for (int i = 0; i < 8; i++) {
         if (tls_ptds[i].ctx && shim.initialized && tls_ptds[i].ctx->magic == SHIM_MAGIC_CTX) {
-            shim_op_stream_destroy(tls_ptds[i].stream, 0);
+            shim_op_stream_destroy(tls_ptds[i].stream);
         }
         tls_ptds[i].ctx = NULL;
     }
@@ -552,7 +552,7 @@ CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
 
 static CUresult ctx_sync(struct CUctx_st *c)
 {
-    return shim_op_ctx_sync(c->handle, 0);
+    return shim_op_ctx_sync(c->handle);
 }
 
 CUresult cuCtxSynchronize(void)

@@ -131,7 +131,7 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
 
 static CUresult sync_stream_handle(uint32_t stream)
 {
-    return shim_op_stream_sync(stream, 0);
+    return shim_op_stream_sync(stream);
 }
 
 enum { PTR_HOST = 0, PTR_DEVICE = 1 };

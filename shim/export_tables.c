@@ -340,7 +340,7 @@ static pthread_mutex_t arch_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult arch_fetch(int dev)
 {
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
-    struct cumux_handle_arg req = {.handle = (uint32_t)dev};
+    struct cumux_arch_data_query req = {.device = dev};
     uint32_t len = 0;
     CUresult r = shim_call(CUMUX_OP_ARCH_DATA, &req, sizeof req, buf, sizeof buf, &len);
     struct cumux_arch_data h = {{0, 0}};

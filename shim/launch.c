@@ -80,7 +80,7 @@ static CUresult launch(struct CUfunc_st *f, const unsigned grid[3], const unsign
     m->shared_bytes = shmem;
     m->param_bytes = f->param_bytes;
     m->nattrs = nattrs;
-    m->query = 0;
+    m->pad = 0;
     struct cumux_launch_attr *la = (struct cumux_launch_attr *)(m + 1);
     for (unsigned i = 0; i < nattrs; i++) {
         la[i].id = (uint32_t)attrs[i].id;
@@ -122,7 +122,7 @@ static CUresult cluster_query(uint32_t query, int *out, CUfunction f, const CUla
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
     struct {
-        struct cumux_launch l;
+        struct cumux_cluster_occupancy l;
         struct cumux_launch_attr a[16];
     } m;
     memset(&m, 0, sizeof m);

@@ -96,7 +96,7 @@ CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
     if (r != CUDA_SUCCESS)
         return r;
     struct cumux_mem_info rep;
-    r = shim_op_mem_info(c->handle, 0, &rep);
+    r = shim_op_mem_info(c->handle, &rep);
     if (r != CUDA_SUCCESS)
         return r;
     if (free_bytes)

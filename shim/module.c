@@ -186,7 +186,7 @@ CUresult cuModuleLoad(CUmodule *module, const char *path)
 
 static CUresult unload(struct CUmod_st *m)
 {
-    CUresult r = shim_op_module_unload(m->handle, 0);
+    CUresult r = shim_op_module_unload(m->handle);
     m->magic = SHIM_MAGIC_DEAD;
     for (struct CUfunc_st *f = m->functions; f; f = f->next)
         f->magic = SHIM_MAGIC_DEAD; /* kept allocated: stale handles fail their check */
@@ -267,7 +267,7 @@ static CUresult list_functions(struct CUmod_st *m, unsigned int *total, struct C
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
     uint32_t got = 0;
     for (;;) {
-        struct cumux_handle_arg req = {.handle = m->handle, .flags = fns ? got : UINT32_MAX};
+        struct cumux_function_names_query req = {.module = m->handle, .first = fns ? got : UINT32_MAX};
         uint32_t len = 0;
         CUresult r = shim_call(CUMUX_OP_MODULE_FUNCTION_NAMES, &req, sizeof req, buf, sizeof buf, &len);
         if (r != CUDA_SUCCESS)
@@ -582,15 +582,14 @@ CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary lib)
     struct CUmod_st *m = calloc(1, sizeof *m);
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct cumux_module_symbol req = {.module = l->handle};
-    struct cumux_u64_reply rep;
-    CUresult r = shim_call(CUMUX_OP_LIBRARY_GET_MODULE, &req, sizeof req, &rep, sizeof rep, NULL);
+    uint64_t handle;
+    CUresult r = shim_op_library_get_module(l->handle, &handle);
     if (r != CUDA_SUCCESS) {
         free(m);
         return r;
     }
     m->magic = SHIM_MAGIC_MODULE;
-    m->handle = (uint32_t)rep.value;
+    m->handle = (uint32_t)handle;
     m->ctx = l->ctx;
     pthread_mutex_init(&m->lock, NULL);
     *pmod = m;

@@ -80,21 +80,21 @@ CUresult cuStreamDestroy(CUstream s)
     if (!is_real_stream(s) || s->magic != SHIM_MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
     s->magic = SHIM_MAGIC_DEAD; /* the object stays allocated so that stale handles fail their check */
-    return shim_op_stream_destroy(s->handle, 0);
+    return shim_op_stream_destroy(s->handle);
 }
 
 CUresult cuStreamSynchronize(CUstream h)
 {
     uint32_t s;
     CUresult r = shim_resolve_stream(h, &s, NULL);
-    return r != CUDA_SUCCESS ? r : shim_op_stream_sync(s, 0);
+    return r != CUDA_SUCCESS ? r : shim_op_stream_sync(s);
 }
 
 CUresult cuStreamQuery(CUstream h)
 {
     uint32_t s;
     CUresult r = shim_resolve_stream(h, &s, NULL);
-    return r != CUDA_SUCCESS ? r : shim_op_stream_query(s, 0);
+    return r != CUDA_SUCCESS ? r : shim_op_stream_query(s);
 }
 
 CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
@@ -218,7 +218,7 @@ CUresult cuEventDestroy(CUevent e)
     if (!e || e->magic != SHIM_MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
     e->magic = SHIM_MAGIC_DEAD;
-    return shim_op_event_destroy(e->handle, 0);
+    return shim_op_event_destroy(e->handle);
 }
 
 static CUresult event_record(CUevent e, CUstream h, unsigned flags)
@@ -254,13 +254,13 @@ static CUresult event_check(CUevent e)
 CUresult cuEventQuery(CUevent e)
 {
     CUresult r = event_check(e);
-    return r != CUDA_SUCCESS ? r : shim_op_event_query(e->handle, 0);
+    return r != CUDA_SUCCESS ? r : shim_op_event_query(e->handle);
 }
 
 CUresult cuEventSynchronize(CUevent e)
 {
     CUresult r = event_check(e);
-    return r != CUDA_SUCCESS ? r : shim_op_event_sync(e->handle, 0);
+    return r != CUDA_SUCCESS ? r : shim_op_event_sync(e->handle);
 }
 
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)

@@ -27,6 +27,17 @@
 #include "raw_client.h"
 #include "test_util.h"
 
+/* The 8-byte body of the ops that name one handle (STREAM_SYNC, EVENT_QUERY, CTX_DESTROY...) or a device
+ * (ARCH_DATA): the handle, then flags, an index or padding. */
+struct handle_body {
+    uint32_t handle;
+    uint32_t flags;
+};
+_Static_assert(sizeof(struct handle_body) == sizeof(struct cumux_stream_sync) &&
+                   sizeof(struct handle_body) == sizeof(struct cumux_function_names_query) &&
+                   sizeof(struct handle_body) == sizeof(struct cumux_arch_data_query),
+               "the one-handle bodies");
+
 static const char *cli, *fatbin;
 static char **bystander; /* NULL-terminated argv, or NULL */
 
@@ -91,7 +102,7 @@ static void session_open(struct session *s)
 
 static int sync_stream(struct session *s)
 {
-    struct cumux_handle_arg h = {.handle = s->stream};
+    struct handle_body h = {.handle = s->stream};
     return call(&s->c, CUMUX_OP_STREAM_SYNC, &h, sizeof h);
 }
 
@@ -120,7 +131,7 @@ static void check_server_ok(const char *when)
     CHECK(test_cumux_status(cli, &n) == 0 && n >= 0, "%s: cumux status fails", when);
     struct session s;
     session_open(&s);
-    struct cumux_module_symbol sym = {.module = s.module, .ctx = s.ctx, .name = "vec_add"};
+    struct cumux_module_symbol sym = {.module = s.module, .name = "vec_add"};
     uint8_t rep[sizeof(struct cumux_function_info)];
     CHECK(call_reply(&s.c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS,
           "%s: a new client cannot look up vec_add", when);
@@ -164,7 +175,7 @@ static void case_param_scribble(void)
                            .nwords = 8, .seed = 0x9e3779b97f4a7c15ull};
     pthread_t t;
     REQUIRE(pthread_create(&t, NULL, scribble, &sc) == 0, "scribbler thread");
-    struct cumux_module_symbol sym = {.module = s.module, .ctx = s.ctx, .name = "vec_add"};
+    struct cumux_module_symbol sym = {.module = s.module, .name = "vec_add"};
     int ok = 0;
     for (int i = 0; i < 2000 && sock_open(s.c.sock); i++) {
         uint8_t rep[sizeof(struct cumux_function_info)];
@@ -244,6 +255,13 @@ static void case_span_wrap(void)
     node_ms = (struct cumux_memset){.elem_size = 4, .dst = s.buf, .pitch = 1024, .width = 256, .height = 4};
     r = graph_add(&s, (uint32_t)graph, CUMUX_OP_GRAPH_ADD_MEMSET_NODE, &node_ms, sizeof node_ms);
     CHECK(r == CUDA_SUCCESS, "a memset node of the whole 4 KiB buffer: %d", r);
+    /* Dependency lists longer than the message holds, or absent. */
+    struct cumux_graph_add_node many = {.graph = (uint32_t)graph, .ndeps = 100000};
+    r = call(&s.c, CUMUX_OP_GRAPH_ADD_EMPTY_NODE, &many, sizeof many);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "an empty node with 100000 dependencies and none sent: %d", r);
+    struct cumux_graph_add_deps deps = {.graph = (uint32_t)graph, .ndeps = 2};
+    r = call(&s.c, CUMUX_OP_GRAPH_ADD_DEPS, &deps, sizeof deps);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_DEPS of 2 edges without their lists: %d", r);
     CHECK(sync_stream(&s) == CUDA_SUCCESS, "span-wrap: the client's stream is not usable afterwards");
     session_close(&s);
     check_server_ok("after span-wrap");
@@ -330,7 +348,7 @@ static void case_scribble_all(void)
                                .seed = cumux_now_ns()};
         pthread_t t;
         REQUIRE(pthread_create(&t, NULL, scribble, &sc) == 0, "scribbler thread");
-        struct cumux_module_symbol sym = {.module = s.module, .ctx = s.ctx, .name = "vec_add"};
+        struct cumux_module_symbol sym = {.module = s.module, .name = "vec_add"};
         for (int i = 0; i < 200 && sock_open(s.c.sock) && cumux_now_ns() < end; i++) {
             uint8_t rep[sizeof(struct cumux_function_info)];
             if (call_reply(&s.c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS) {

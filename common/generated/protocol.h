@@ -11,12 +11,6 @@ struct cumux_none {
     uint64_t unused_;
 };
 
-/* Handles are small integers, per client, chosen by the server; 0 is never valid. */
-struct cumux_handle_arg {
-    uint32_t handle;
-    uint32_t flags;
-};
-
 struct cumux_u64_reply {
     uint64_t value;
 };
@@ -48,6 +42,16 @@ struct cumux_ctx_reply {
     uint32_t legacy_stream; /* handle of a stream */
 };
 
+struct cumux_ctx_destroy {
+    uint32_t ctx;   /* handle of a ctx */
+    uint32_t flags; /* CUMUX_CTX_DESTROY_RESET: a reset of a primary context (its libraries are loaded afresh) */
+};
+
+struct cumux_ctx_sync {
+    uint32_t ctx; /* handle of a ctx */
+    uint32_t pad;
+};
+
 struct cumux_ctx_limit {
     uint32_t ctx;   /* handle of a ctx */
     uint32_t limit; /* CUlimit */
@@ -64,6 +68,11 @@ struct cumux_mem_alloc {
 
 struct cumux_mem_free {
     uint64_t ptr;
+};
+
+struct cumux_mem_info_query {
+    uint32_t ctx; /* handle of a ctx */
+    uint32_t pad;
 };
 
 struct cumux_mem_info {
@@ -105,7 +114,7 @@ struct cumux_pool_trim {
 
 struct cumux_mem_alloc_async {
     uint32_t stream; /* handle of a stream */
-    uint32_t pool;
+    uint32_t pool;   /* handle of a pool */
     uint64_t size;
 };
 
@@ -128,14 +137,24 @@ struct cumux_module_load {
     uint64_t size; /* the image's memfd comes over the socket just before this command */
 };
 
+struct cumux_module_unload {
+    uint32_t module; /* handle of a module */
+    uint32_t pad;
+};
+
 struct cumux_module_symbol {
-    uint32_t module;
-    uint32_t ctx;              /* handle of a ctx */
+    uint32_t module;           /* handle of a module; a module or a library */
+    uint32_t pad;
     char name[CUMUX_NAME_MAX]; /* NUL-terminated */
 };
 
 /* Reply to MODULE_GET_FUNCTION: the kernel's handle and its parameter layout, so launches need no
  * further round trip. Followed by nparams (offset, size) pairs. */
+struct cumux_library_get_module {
+    uint32_t library; /* handle of a module */
+    uint32_t pad;
+};
+
 struct cumux_function_info {
     uint32_t function;    /* handle of a function */
     uint32_t nparams;
@@ -148,16 +167,25 @@ struct cumux_param_layout {
     uint32_t size;
 };
 
-/* Reply to MODULE_FUNCTION_NAMES (handle: the module, flags: the index of the first name wanted): how
- * many functions (kernels, for a library) the module has, then `count` NUL-terminated names from that
- * index on, as many as fit. */
+struct cumux_function_names_query {
+    uint32_t module; /* handle of a module */
+    uint32_t first;  /* the index of the first name wanted */
+};
+
+/* Reply to MODULE_FUNCTION_NAMES: how many functions (kernels, for a library) the module has, then `count`
+ * NUL-terminated names from the index asked for on, as many as fit. */
 struct cumux_function_names {
     uint32_t total;
     uint32_t count;
 };
 
-/* Reply to ARCH_DATA (handle: a device ordinal): the lengths of the device's two architecture tables
- * (export table 1734dc26..., server/arch_data.c), then their bytes. */
+struct cumux_arch_data_query {
+    int32_t device;
+    uint32_t pad;
+};
+
+/* Reply to ARCH_DATA: the lengths of the device's two architecture tables (export table 1734dc26...,
+ * server/arch_data.c), then their bytes. */
 struct cumux_arch_data {
     uint32_t len[2];
 };
@@ -191,6 +219,21 @@ struct cumux_stream_create {
     uint32_t pad;
 };
 
+struct cumux_stream_destroy {
+    uint32_t stream; /* handle of a stream */
+    uint32_t pad;
+};
+
+struct cumux_stream_sync {
+    uint32_t stream; /* handle of a stream */
+    uint32_t pad;
+};
+
+struct cumux_stream_query {
+    uint32_t stream; /* handle of a stream */
+    uint32_t pad;
+};
+
 struct cumux_stream_wait_event {
     uint32_t stream; /* handle of a stream */
     uint32_t event;  /* handle of a event */
@@ -201,6 +244,21 @@ struct cumux_stream_wait_event {
 struct cumux_event_create {
     uint32_t ctx;   /* handle of a ctx */
     uint32_t flags;
+};
+
+struct cumux_event_destroy {
+    uint32_t event; /* handle of a event */
+    uint32_t pad;
+};
+
+struct cumux_event_query {
+    uint32_t event; /* handle of a event */
+    uint32_t pad;
+};
+
+struct cumux_event_sync {
+    uint32_t event; /* handle of a event */
+    uint32_t pad;
 };
 
 struct cumux_event_record {
@@ -277,7 +335,17 @@ struct cumux_launch {
     uint32_t shared_bytes;
     uint32_t param_bytes;
     uint32_t nattrs;       /* cuLaunchKernelEx attributes that carry plain values */
-    uint32_t query;        /* FUNC_CLUSTER_OCCUPANCY: 0 max active clusters, 1 max potential cluster size */
+    uint32_t pad;
+};
+
+/* FUNC_CLUSTER_OCCUPANCY: a launch configuration; cumux_launch_attr[nattrs] follow. */
+struct cumux_cluster_occupancy {
+    uint32_t function;     /* handle of a function */
+    uint32_t query;        /* 0: max active clusters, 1: max potential cluster size */
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_bytes;
+    uint32_t nattrs;
 };
 
 struct cumux_launch_attr {
@@ -367,7 +435,7 @@ struct cumux_graph_add_host_node {
 /* A kernel node's new parameters (struct cumux_launch and the packed arguments follow). */
 struct cumux_graph_set_kernel_node {
     uint32_t node; /* handle of a node */
-    uint32_t exec; /* an instantiated graph's handle, or 0: the node's own graph */
+    uint32_t exec; /* handle of a exec or 0; 0: the node's own graph */
 };
 
 /* ndeps "from" handles, then ndeps "to" handles follow (u32, padded to 8 bytes). */
@@ -393,7 +461,6 @@ struct cumux_node_get_type {
 
 _Static_assert(sizeof(struct cumux_none) % 8 == 0, "none: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_none, unused_) % 8 == 0, "none.unused_: 8-aligned");
-_Static_assert(sizeof(struct cumux_handle_arg) % 8 == 0, "handle_arg: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_u64_reply) % 8 == 0, "u64_reply: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_u64_reply, value) % 8 == 0, "u64_reply.value: 8-aligned");
 _Static_assert(sizeof(struct cumux_init_reply) % 8 == 0, "init_reply: a multiple of 8 bytes");
@@ -401,12 +468,15 @@ _Static_assert(sizeof(struct cumux_device_info) % 8 == 0, "device_info: a multip
 _Static_assert(offsetof(struct cumux_device_info, total_mem) % 8 == 0, "device_info.total_mem: 8-aligned");
 _Static_assert(sizeof(struct cumux_ctx_create) % 8 == 0, "ctx_create: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_ctx_reply) % 8 == 0, "ctx_reply: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_ctx_destroy) % 8 == 0, "ctx_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_ctx_sync) % 8 == 0, "ctx_sync: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_ctx_limit) % 8 == 0, "ctx_limit: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_ctx_limit, value) % 8 == 0, "ctx_limit.value: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_alloc) % 8 == 0, "mem_alloc: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_alloc, size) % 8 == 0, "mem_alloc.size: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_free) % 8 == 0, "mem_free: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_free, ptr) % 8 == 0, "mem_free.ptr: 8-aligned");
+_Static_assert(sizeof(struct cumux_mem_info_query) % 8 == 0, "mem_info_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_mem_info) % 8 == 0, "mem_info: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_info, free) % 8 == 0, "mem_info.free: 8-aligned");
 _Static_assert(offsetof(struct cumux_mem_info, total) % 8 == 0, "mem_info.total: 8-aligned");
@@ -427,10 +497,14 @@ _Static_assert(offsetof(struct cumux_host_alloc, size) % 8 == 0, "host_alloc.siz
 _Static_assert(offsetof(struct cumux_host_alloc, client_addr) % 8 == 0, "host_alloc.client_addr: 8-aligned");
 _Static_assert(sizeof(struct cumux_module_load) % 8 == 0, "module_load: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_module_load, size) % 8 == 0, "module_load.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_module_unload) % 8 == 0, "module_unload: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_module_symbol) % 8 == 0, "module_symbol: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_library_get_module) % 8 == 0, "library_get_module: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_function_info) % 8 == 0, "function_info: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_param_layout) % 8 == 0, "param_layout: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_function_names_query) % 8 == 0, "function_names_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_function_names) % 8 == 0, "function_names: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_arch_data_query) % 8 == 0, "arch_data_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_arch_data) % 8 == 0, "arch_data: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_global_info) % 8 == 0, "global_info: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_global_info, ptr) % 8 == 0, "global_info.ptr: 8-aligned");
@@ -439,8 +513,14 @@ _Static_assert(sizeof(struct cumux_func_attr) % 8 == 0, "func_attr: a multiple o
 _Static_assert(sizeof(struct cumux_func_occupancy) % 8 == 0, "func_occupancy: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_func_occupancy, dyn_smem) % 8 == 0, "func_occupancy.dyn_smem: 8-aligned");
 _Static_assert(sizeof(struct cumux_stream_create) % 8 == 0, "stream_create: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_stream_destroy) % 8 == 0, "stream_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_stream_sync) % 8 == 0, "stream_sync: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_stream_query) % 8 == 0, "stream_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_stream_wait_event) % 8 == 0, "stream_wait_event: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_event_create) % 8 == 0, "event_create: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_event_destroy) % 8 == 0, "event_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_event_query) % 8 == 0, "event_query: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_event_sync) % 8 == 0, "event_sync: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_event_record) % 8 == 0, "event_record: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_event_elapsed) % 8 == 0, "event_elapsed: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_elapsed_reply) % 8 == 0, "elapsed_reply: a multiple of 8 bytes");
@@ -468,6 +548,7 @@ _Static_assert(offsetof(struct cumux_memset, pitch) % 8 == 0, "memset.pitch: 8-a
 _Static_assert(offsetof(struct cumux_memset, width) % 8 == 0, "memset.width: 8-aligned");
 _Static_assert(offsetof(struct cumux_memset, height) % 8 == 0, "memset.height: 8-aligned");
 _Static_assert(sizeof(struct cumux_launch) % 8 == 0, "launch: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_cluster_occupancy) % 8 == 0, "cluster_occupancy: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_launch_attr) % 8 == 0, "launch_attr: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_begin) % 8 == 0, "capture_begin: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_end) % 8 == 0, "capture_end: a multiple of 8 bytes");
@@ -497,35 +578,35 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(PAD, cumux_none, 1)                                    \
     X(INIT, cumux_none, 0)                                   \
     X(CTX_CREATE, cumux_ctx_create, 0)                       \
-    X(CTX_DESTROY, cumux_handle_arg, 0)                      \
-    X(CTX_SYNC, cumux_handle_arg, 0)                         \
+    X(CTX_DESTROY, cumux_ctx_destroy, 0)                     \
+    X(CTX_SYNC, cumux_ctx_sync, 0)                           \
     X(CTX_LIMIT, cumux_ctx_limit, 0)                         \
     X(MEM_ALLOC, cumux_mem_alloc, 0)                         \
     X(MEM_FREE, cumux_mem_free, 0)                           \
-    X(MEM_INFO, cumux_handle_arg, 0)                         \
+    X(MEM_INFO, cumux_mem_info_query, 0)                     \
     X(HOST_ALLOC, cumux_host_alloc, 0)                       \
     X(HOST_FREE, cumux_mem_free, 0)                          \
     X(MODULE_LOAD, cumux_module_load, 0)                     \
-    X(MODULE_UNLOAD, cumux_handle_arg, 0)                    \
+    X(MODULE_UNLOAD, cumux_module_unload, 0)                 \
     X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)           \
     X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)             \
-    X(LIBRARY_GET_MODULE, cumux_module_symbol, 0)            \
-    X(MODULE_FUNCTION_NAMES, cumux_handle_arg, 0)            \
-    X(ARCH_DATA, cumux_handle_arg, 0)                        \
+    X(LIBRARY_GET_MODULE, cumux_library_get_module, 0)       \
+    X(MODULE_FUNCTION_NAMES, cumux_function_names_query, 0)  \
+    X(ARCH_DATA, cumux_arch_data_query, 0)                   \
     X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                \
     X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                \
     X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)               \
-    X(FUNC_CLUSTER_OCCUPANCY, cumux_launch, 0)               \
+    X(FUNC_CLUSTER_OCCUPANCY, cumux_cluster_occupancy, 0)    \
     X(STREAM_CREATE, cumux_stream_create, 0)                 \
-    X(STREAM_DESTROY, cumux_handle_arg, 1)                   \
-    X(STREAM_SYNC, cumux_handle_arg, 0)                      \
-    X(STREAM_QUERY, cumux_handle_arg, 0)                     \
+    X(STREAM_DESTROY, cumux_stream_destroy, 1)               \
+    X(STREAM_SYNC, cumux_stream_sync, 0)                     \
+    X(STREAM_QUERY, cumux_stream_query, 0)                   \
     X(STREAM_WAIT_EVENT, cumux_stream_wait_event, 1)         \
     X(EVENT_CREATE, cumux_event_create, 0)                   \
-    X(EVENT_DESTROY, cumux_handle_arg, 1)                    \
+    X(EVENT_DESTROY, cumux_event_destroy, 1)                 \
     X(EVENT_RECORD, cumux_event_record, 1)                   \
-    X(EVENT_QUERY, cumux_handle_arg, 0)                      \
-    X(EVENT_SYNC, cumux_handle_arg, 0)                       \
+    X(EVENT_QUERY, cumux_event_query, 0)                     \
+    X(EVENT_SYNC, cumux_event_sync, 0)                       \
     X(EVENT_ELAPSED, cumux_event_elapsed, 0)                 \
     X(COPY, cumux_copy, 2)                                   \
     X(COPY_2D, cumux_copy_2d, 2)                             \

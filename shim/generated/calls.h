@@ -21,16 +21,16 @@ static inline CUresult shim_op_ctx_create(int32_t device, uint32_t flags, struct
 }
 
 /* CTX_DESTROY: answered */
-static inline CUresult shim_op_ctx_destroy(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_ctx_destroy(uint32_t ctx, uint32_t flags)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_ctx_destroy m = {.ctx = ctx, .flags = flags};
     return shim_call(CUMUX_OP_CTX_DESTROY, &m, sizeof m, NULL, 0, NULL);
 }
 
 /* CTX_SYNC: answered */
-static inline CUresult shim_op_ctx_sync(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_ctx_sync(uint32_t ctx)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_ctx_sync m = {.ctx = ctx};
     return shim_call(CUMUX_OP_CTX_SYNC, &m, sizeof m, NULL, 0, NULL);
 }
 
@@ -65,9 +65,9 @@ static inline CUresult shim_op_mem_free(uint64_t ptr)
 }
 
 /* MEM_INFO: answered */
-static inline CUresult shim_op_mem_info(uint32_t handle, uint32_t flags, struct cumux_mem_info *reply)
+static inline CUresult shim_op_mem_info(uint32_t ctx, struct cumux_mem_info *reply)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_mem_info_query m = {.ctx = ctx};
     return shim_call(CUMUX_OP_MEM_INFO, &m, sizeof m, reply, sizeof *reply, NULL);
 }
 
@@ -79,10 +79,21 @@ static inline CUresult shim_op_host_free(uint64_t ptr)
 }
 
 /* MODULE_UNLOAD: answered */
-static inline CUresult shim_op_module_unload(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_module_unload(uint32_t module)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_module_unload m = {.module = module};
     return shim_call(CUMUX_OP_MODULE_UNLOAD, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* LIBRARY_GET_MODULE: answered */
+static inline CUresult shim_op_library_get_module(uint32_t library, uint64_t *answer)
+{
+    struct cumux_library_get_module m = {.library = library};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_LIBRARY_GET_MODULE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
 }
 
 /* FUNC_GET_ATTRIBUTE: answered */
@@ -128,23 +139,23 @@ static inline CUresult shim_op_stream_create(uint32_t ctx, uint32_t flags, int32
 }
 
 /* STREAM_DESTROY: one-way */
-static inline CUresult shim_op_stream_destroy(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_stream_destroy(uint32_t stream)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_stream_destroy m = {.stream = stream};
     return shim_send(CUMUX_OP_STREAM_DESTROY, &m, sizeof m, NULL, 0);
 }
 
 /* STREAM_SYNC: answered */
-static inline CUresult shim_op_stream_sync(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_stream_sync(uint32_t stream)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_stream_sync m = {.stream = stream};
     return shim_call(CUMUX_OP_STREAM_SYNC, &m, sizeof m, NULL, 0, NULL);
 }
 
 /* STREAM_QUERY: answered */
-static inline CUresult shim_op_stream_query(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_stream_query(uint32_t stream)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_stream_query m = {.stream = stream};
     return shim_call(CUMUX_OP_STREAM_QUERY, &m, sizeof m, NULL, 0, NULL);
 }
 
@@ -167,9 +178,9 @@ static inline CUresult shim_op_event_create(uint32_t ctx, uint32_t flags, uint64
 }
 
 /* EVENT_DESTROY: one-way */
-static inline CUresult shim_op_event_destroy(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_event_destroy(uint32_t event)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_event_destroy m = {.event = event};
     return shim_send(CUMUX_OP_EVENT_DESTROY, &m, sizeof m, NULL, 0);
 }
 
@@ -181,16 +192,16 @@ static inline CUresult shim_op_event_record(uint32_t event, uint32_t stream, uin
 }
 
 /* EVENT_QUERY: answered */
-static inline CUresult shim_op_event_query(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_event_query(uint32_t event)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_event_query m = {.event = event};
     return shim_call(CUMUX_OP_EVENT_QUERY, &m, sizeof m, NULL, 0, NULL);
 }
 
 /* EVENT_SYNC: answered */
-static inline CUresult shim_op_event_sync(uint32_t handle, uint32_t flags)
+static inline CUresult shim_op_event_sync(uint32_t event)
 {
-    struct cumux_handle_arg m = {.handle = handle, .flags = flags};
+    struct cumux_event_sync m = {.event = event};
     return shim_call(CUMUX_OP_EVENT_SYNC, &m, sizeof m, NULL, 0, NULL);
 }
 

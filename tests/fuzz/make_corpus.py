@@ -88,8 +88,8 @@ def add_node(graph, payload=b'', deps=(), hostfn=None):
     return body + d + payload
 
 
-def symbol(module, ctx, name):
-    return struct.pack('<II', module, ctx) + name.encode().ljust(1024, b'\0')
+def symbol(module, name):
+    return struct.pack('<II', module, 0) + name.encode().ljust(1024, b'\0')
 
 
 HTOD, DTOH, DTOD = 1, 2, 3
@@ -134,10 +134,10 @@ seeds['mem'] = msg('MEM_ALLOC', struct.pack('<IIQ', CTX, 0, 12345)) + msg('MEM_F
 seeds['host'] = fd(1, 8192) + msg('HOST_ALLOC', struct.pack('<QIIQ', 8192, 0, 0, 0)) + msg('HOST_FREE', struct.pack('<Q', addr(HOST))) + \
     fd(1, 100) + msg('HOST_ALLOC', struct.pack('<QIIQ', 4096, 0, 0, 0))
 seeds['module'] = fd(0) + msg('MODULE_LOAD', struct.pack('<IIQ', CTX, 1, 0)) + \
-    msg('MODULE_GET_FUNCTION', symbol(6, CTX, 'scale_add')) + msg('MODULE_GET_GLOBAL', symbol(MODULE, CTX, 'g_table')) + \
+    msg('MODULE_GET_FUNCTION', symbol(6, 'scale_add')) + msg('MODULE_GET_GLOBAL', symbol(MODULE, 'g_table')) + \
     msg('MODULE_FUNCTION_NAMES', h(MODULE)) + msg('MODULE_UNLOAD', h(MODULE)) + msg('LAUNCH', va, False)
-seeds['library'] = fd(0) + msg('MODULE_LOAD', struct.pack('<IIQ', CTX, 2, 0)) + msg('MODULE_GET_FUNCTION', symbol(6, CTX, 'vec_add')) + \
-    msg('LIBRARY_GET_MODULE', symbol(6, CTX, '')) + msg('MODULE_FUNCTION_NAMES', h(6, 2)) + \
+seeds['library'] = fd(0) + msg('MODULE_LOAD', struct.pack('<IIQ', CTX, 2, 0)) + msg('MODULE_GET_FUNCTION', symbol(6, 'vec_add')) + \
+    msg('LIBRARY_GET_MODULE', h(6)) + msg('MODULE_FUNCTION_NAMES', h(6, 2)) + \
     msg('LAUNCH', launch(7, STREAM, (4, 1, 1), (256, 1, 1), vec_add_params(addr(BUF4K), addr(BUF4K), addr(BUF4K), 1024)), False) + \
     msg('CTX_DESTROY', h(CTX, 1)) + msg('STREAM_SYNC', h(STREAM))
 seeds['ptx_no_nul'] = fd(1, 4096) + msg('MODULE_LOAD', struct.pack('<IIQ', CTX, 1, 4096))

@@ -14,6 +14,19 @@ SCALARS = {  # spec type: (C type, size)
 }
 HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE"}
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
+# How the server's routing resolves a handle of each kind: the object's type, its lookup, the answer when
+# the handle is not one of the client's objects of that kind.
+HANDLE_LOOKUP = {
+    "CTX": ("srv_ctx", "handle_get(c, %s, OBJ_CTX)", "CUDA_ERROR_INVALID_CONTEXT"),
+    "STREAM": ("srv_stream", "stream_get(c, %s)", "CUDA_ERROR_INVALID_HANDLE"),
+    "EVENT": ("srv_event", "handle_get(c, %s, OBJ_EVENT)", "CUDA_ERROR_INVALID_HANDLE"),
+    "MODULE": ("srv_module", "handle_get(c, %s, OBJ_MODULE)", "CUDA_ERROR_INVALID_HANDLE"),
+    "FUNCTION": ("srv_function", "handle_get(c, %s, OBJ_FUNCTION)", "CUDA_ERROR_INVALID_HANDLE"),
+    "POOL": ("srv_pool", "handle_get(c, %s, OBJ_POOL)", "CUDA_ERROR_INVALID_HANDLE"),
+    "GRAPH": ("srv_graph", "handle_get(c, %s, OBJ_GRAPH)", "CUDA_ERROR_INVALID_HANDLE"),
+    "EXEC": ("srv_graph_exec", "handle_get(c, %s, OBJ_GRAPH_EXEC)", "CUDA_ERROR_INVALID_HANDLE"),
+    "NODE": ("srv_graph_node", "handle_get(c, %s, OBJ_GRAPH_NODE)", "CUDA_ERROR_INVALID_HANDLE"),
+}
 SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "copy", "module", "launch", "hostfn", "graph"}
 
 
@@ -22,8 +35,9 @@ class SpecError(Exception):
 
 
 class Field:
-    def __init__(self, kind, name, count, comment, handle=None):
+    def __init__(self, kind, name, count, comment, handle=None, optional=False):
         self.kind, self.name, self.count, self.comment, self.handle = kind, name, count, comment, handle
+        self.optional = optional
 
     def c_decl(self):
         ctype = SCALARS[self.kind][0]
@@ -84,8 +98,9 @@ def parse(path):
             if not m:
                 raise SpecError("%s: bad field name %r" % (where, name))
             name, count = m.group(1), m.group(2)
-            handle = None
-            if kind.startswith("handle:"):
+            handle, optional = None, False
+            if kind.startswith("handle:") or kind.startswith("handle?:"):
+                optional = kind.startswith("handle?:")
                 handle = kind.split(":", 1)[1]
                 if handle not in HANDLE_KINDS:
                     raise SpecError("%s: unknown handle kind %s" % (where, handle))
@@ -94,7 +109,7 @@ def parse(path):
                 raise SpecError("%s: unknown type %s" % (where, kind))
             if any(f.name == name for f in current.fields):
                 raise SpecError("%s: field %s twice" % (where, name))
-            current.fields.append(Field(kind, name, count, comment, handle))
+            current.fields.append(Field(kind, name, count, comment, handle, optional))
             continue
         if words[0] == "struct":
             if len(words) != 2:
@@ -188,7 +203,7 @@ def gen_protocol_h(structs, ops):
             decl = "    " + f.c_decl()
             extra = []
             if f.handle:
-                extra.append("handle of a %s" % f.handle.lower())
+                extra.append("handle of a %s%s" % (f.handle.lower(), " or 0" if f.optional else ""))
             if f.kind == "devptr":
                 extra.append("device address")
             if f.comment:
@@ -231,62 +246,58 @@ def gen_protocol_h(structs, ops):
 # ---------------------------------------------------------------------------------------------------
 # server/generated/routes.h
 
-def handler_signatures(ops):
-    """Each handler's parameters: the union of what its ops need. A handler that serves several ops gets
-    the op number; one that serves several bodies gets the body untyped."""
-    handlers = {}
-    for o in ops[1:]:
-        h = handlers.setdefault(o.handler, {"ops": [], "bodies": set(), "payload": False, "answered": False,
-                                            "out": False, "file": o.file})
-        h["ops"].append(o)
-        h["bodies"].add(o.body)
-        h["payload"] |= o.payload
-        h["answered"] |= o.direction == "either"
-        h["out"] |= o.reply != "none"
-        if h["file"] != o.file:
-            raise SpecError("%s: handler %s is in %s.c, not %s.c" % (o.line, o.handler, h["file"], o.file))
+def handler_signatures(structs, ops):
+    """Each op's handler: its parameters, the arguments the routing passes, and the handles the routing
+    resolves first (fields of kind handle:KIND of the body). One handler per op."""
     sigs = {}
-    for name, h in handlers.items():
-        params = ["struct srv_client *c"]
-        args = ["c"]
-        if len(h["ops"]) > 1:
-            params.append("uint16_t op")
-            args.append("op")
-        if len(h["bodies"]) > 1:
-            params.append("const void *body")
-            args.append("body")
-        elif h["bodies"] != {"none"}:
-            params.append("const struct cumux_%s *m" % next(iter(h["bodies"])))
-            args.append("body")
-        if h["payload"]:
+    for o in ops[1:]:
+        if o.handler in sigs:
+            raise SpecError("%s: handler %s already runs %s: one handler per op" % (o.line, o.handler,
+                                                                                  sigs[o.handler][0].name))
+        params, args = ["struct srv_client *c"], ["c"]
+        # An op with a descriptor takes it first, whatever else is wrong: its handles are its handler's.
+        handles = [f for f in structs[o.body].fields if f.handle] if o.body != "none" and not o.fd else []
+        # The body itself only when it holds more than the handles looked up for the handler (and padding).
+        if o.body != "none" and any(not f.kind.startswith("pad") and f not in handles
+                                    for f in structs[o.body].fields):
+            params.append("const struct cumux_%s *m" % o.body)
+            args.append("m")
+        for f in handles:
+            params.append("struct %s *%s" % (HANDLE_LOOKUP[f.handle][0], f.name))
+            args.append(f.name)
+        if o.payload:
             params += ["const uint8_t *payload", "uint32_t payload_len"]
             args += ["payload", "payload_len"]
-        if h["answered"]:
+        if o.direction == "either":
             params.append("bool answered")
             args.append("answered")
-        if h["out"]:
+        if o.reply != "none":
             params += ["uint8_t *out", "uint32_t *out_len"]
             args += ["out", "out_len"]
-        sigs[name] = (h, params, args)
+        sigs[o.handler] = (o, params, args, handles)
     return sigs
 
 
-def gen_routes_h(ops):
-    sigs = handler_signatures(ops)
+def gen_routes_h(structs, ops):
+    sigs = handler_signatures(structs, ops)
     out = ["/* %s */" % NOTE,
            "/* The server's side of every op: its size and direction, the prototype of the handler that runs it",
-           " * (a handler defined otherwise does not compile), and the routing from op to handler.",
+           " * (a handler defined otherwise does not compile), and the routing from op to handler, which looks",
+           " * up every handle the body names first: a handler gets the client's objects, never a bare handle.",
            " * Included by server/handlers.h (the prototypes) and server/dispatch.c (SRV_ROUTES_IMPL). */",
            "#ifndef CUMUX_GENERATED_ROUTES_H", "#define CUMUX_GENERATED_ROUTES_H", "",
            "#include <stdbool.h>", "#include <stdint.h>", "",
            "#include <cuda.h>", "", "#include \"common/proto.h\"", "",
-           "struct srv_client;", ""]
+           "struct srv_client;"]
+    for t in sorted({v[0] for v in HANDLE_LOOKUP.values()}):
+        out.append("struct %s;" % t)
+    out.append("")
     by_file = {}
-    for name, (h, params, args) in sigs.items():
-        by_file.setdefault(h["file"], []).append((name, h, params))
+    for name, (o, params, args, handles) in sigs.items():
+        by_file.setdefault(o.file, []).append((name, params))
     for file in sorted(by_file):
         out.append("/* server/%s.c */" % file)
-        for name, h, params in by_file[file]:
+        for name, params in by_file[file]:
             out.extend(prototype(params, name))
         out.append("")
     out.append("#endif")
@@ -301,7 +312,8 @@ def gen_routes_h(ops):
         out.append("    [CUMUX_OP_%s] = {sizeof(struct cumux_%s), %d}," % (o.name, o.body, DIRECTIONS[o.direction]))
     out.append("};")
     out.append("")
-    out.append("/* Runs op's handler; -1 for an op that has none (PAD, or past the last). */")
+    out.append("/* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the")
+    out.append(" * last). */")
     out.append("static int srv_route(struct srv_client *c, uint16_t op, const void *body, const uint8_t *payload,")
     out.append("                     uint32_t payload_len, bool answered, uint8_t *out, uint32_t *out_len,")
     out.append("                     CUresult *result)")
@@ -310,11 +322,30 @@ def gen_routes_h(ops):
     out.append("    (void)payload_len;")
     out.append("    (void)answered;")
     out.append("    switch (op) {")
-    for o in ops[1:]:
-        h, params, args = sigs[o.handler]
-        out.append("    case CUMUX_OP_%s:" % o.name)
-        out.append("        *result = %s(%s);" % (o.handler, ", ".join(args)))
+    for name, (o, params, args, handles) in sigs.items():
+        out.append("    case CUMUX_OP_%s: {" % o.name)
+        if o.body != "none":
+            out.append("        const struct cumux_%s *m = body;" % o.body)
+        for f in handles:
+            t, lookup, err = HANDLE_LOOKUP[f.handle]
+            get = lookup % ("m->" + f.name)
+            if f.optional:
+                out.append("        struct %s *%s = m->%s ? %s : NULL;" % (t, f.name, f.name, get))
+                out.append("        if (m->%s && !%s) {" % (f.name, f.name))
+            else:
+                out.append("        struct %s *%s = %s;" % (t, f.name, get))
+                out.append("        if (!%s) {" % f.name)
+            out.append("            *result = %s;" % err)
+            out.append("            return 0;")
+            out.append("        }")
+        call = "        *result = %s(%s);" % (name, ", ".join(args))
+        if len(call) > 112:
+            call = "\n".join(prototype(args, name)).replace("CUresult ", "        *result = ", 1)
+            call = "\n".join(("" if i == 0 else "    ") + l for i, l in enumerate(call.split("\n")))
+            call = call.replace(");", ");")
+        out.append(call)
         out.append("        return 0;")
+        out.append("    }")
     out.append("    default:")
     out.append("        return -1;")
     out.append("    }")
@@ -507,7 +538,7 @@ def outputs(root):
     structs, ops = parse(os.path.join(root, "common", "protocol.spec"))
     return {
         "common/generated/protocol.h": gen_protocol_h(structs, ops),
-        "server/generated/routes.h": gen_routes_h(ops),
+        "server/generated/routes.h": gen_routes_h(structs, ops),
         "shim/generated/calls.h": gen_shim_calls_h(structs, ops),
         "tests/generated/malformed_cases.h": gen_malformed_h(structs, ops),
         "docs/protocol.md": splice_docs(os.path.join(root, "docs", "protocol.md"), docs_ops_table(structs, ops)),
