@@ -27,17 +27,6 @@
 #include "raw_client.h"
 #include "test_util.h"
 
-/* The 8-byte body of the ops that name one handle (STREAM_SYNC, EVENT_QUERY, CTX_DESTROY...) or a device
- * (ARCH_DATA): the handle, then flags, an index or padding. */
-struct handle_body {
-    uint32_t handle;
-    uint32_t flags;
-};
-_Static_assert(sizeof(struct handle_body) == sizeof(struct cumux_stream_sync) &&
-                   sizeof(struct handle_body) == sizeof(struct cumux_function_names_query) &&
-                   sizeof(struct handle_body) == sizeof(struct cumux_arch_data_query),
-               "the one-handle bodies");
-
 static const char *cli, *fatbin;
 static char **bystander; /* NULL-terminated argv, or NULL */
 

@@ -338,12 +338,7 @@ def gen_routes_h(structs, ops):
             out.append("            *result = %s;" % err)
             out.append("            return 0;")
             out.append("        }")
-        call = "        *result = %s(%s);" % (name, ", ".join(args))
-        if len(call) > 112:
-            call = "\n".join(prototype(args, name)).replace("CUresult ", "        *result = ", 1)
-            call = "\n".join(("" if i == 0 else "    ") + l for i, l in enumerate(call.split("\n")))
-            call = call.replace(");", ");")
-        out.append(call)
+        out.extend(wrapped("        *result = %s(" % name, args, ");"))
         out.append("        return 0;")
         out.append("    }")
     out.append("    default:")
@@ -354,14 +349,13 @@ def gen_routes_h(structs, ops):
     return "\n".join(out) + "\n"
 
 
-def prototype(params, name):
-    """A prototype laid out one parameter after another, broken before a parameter when a line would pass
-    112 characters."""
-    head = "CUresult %s(" % name
+def wrapped(head, items, end):
+    """head, then items separated by ", ", then end; broken before an item when a line would pass 112
+    characters, the next lines aligned after head."""
     indent = " " * len(head)
     out, cur = [], head
-    for i, p in enumerate(params):
-        piece = p + (");" if i == len(params) - 1 else ",")
+    for i, item in enumerate(items):
+        piece = item + (end if i == len(items) - 1 else ",")
         if cur not in (head, indent) and len(cur) + 1 + len(piece) > 112:
             out.append(cur)
             cur = indent + piece
@@ -369,6 +363,10 @@ def prototype(params, name):
             cur += ("" if cur in (head, indent) else " ") + piece
     out.append(cur)
     return out
+
+
+def prototype(params, name):
+    return wrapped("CUresult %s(" % name, params, ");")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -407,20 +405,9 @@ def gen_shim_calls_h(structs, ops):
             continue
         fields, params = got
         name = "shim_op_" + o.name.lower()
-        head = "static inline CUresult %s(" % name
         out.append("/* %s: %s */" % (o.name, {"oneway": "one-way", "answered": "answered",
                                                "either": "answered or one-way"}[o.direction]))
-        lines, cur = [], head
-        plist = params or ["void"]
-        for i, p in enumerate(plist):
-            piece = p + (")" if i == len(plist) - 1 else ",")
-            if cur != head and len(cur) + 1 + len(piece) > 112:
-                lines.append(cur)
-                cur = " " * len(head) + piece
-            else:
-                cur += ("" if cur == head else " ") + piece
-        lines.append(cur)
-        out.extend(lines)
+        out.extend(wrapped("static inline CUresult %s(" % name, params or ["void"], ")"))
         out.append("{")
         init = ", ".join(".%s = %s" % (f.name, f.name) for f in fields)
         out.append("    struct cumux_%s m = {%s};" % (o.body, init))
