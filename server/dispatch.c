@@ -81,6 +81,7 @@ void srv_client_release_all(struct srv_client *c)
         }
     }
     srv_graph_release_all(c); /* graphs name the client's kernels and memory: before those go */
+    srv_vmm_release_all(c);
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (mod)

@@ -1,5 +1,5 @@
-/* The command handlers, one file per concern (context.c, stream.c, memory.c, pool.c, copy.c, module.c,
- * launch.c, hostfn.c, graph.c). Their prototypes and the routing from op to handler are generated from
+/* The command handlers, one file per concern (context.c, stream.c, memory.c, pool.c, vmm.c, copy.c,
+ * module.c, launch.c, hostfn.c, graph.c). Their prototypes and the routing from op to handler are generated from
  * common/protocol.spec (server/generated/routes.h); what they share is objects.c. Below: what dispatch.c
  * needs of them to clean up after a client, and the few things one handler file needs of another. */
 #ifndef CUMUX_SERVER_HANDLERS_H
@@ -23,6 +23,9 @@ void host_release(struct srv_client *c, uint64_t base);
 /* pool.c */
 CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out);
 void pool_free(struct srv_client *c, struct srv_pool *p);
+
+/* vmm.c */
+void srv_vmm_release_all(struct srv_client *c);
 
 /* module.c */
 void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod);

@@ -1,7 +1,7 @@
 /* The client's objects as every handler sees them: the handle table, the current GPU, the legacy-stream
  * rule, the pending error of one-way commands, and the checks of what a client names (address ranges,
- * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, copy.c, module.c,
- * launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
+ * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, vmm.c, copy.c,
+ * module.c, launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,7 +153,20 @@ CUresult take_pending(struct srv_client *c, CUresult r)
 
 bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
 {
-    return cumux_ranges_covers(&c->dev_ranges, p, n) != NULL;
+    if (cumux_ranges_covers(&c->dev_ranges, p, n))
+        return true;
+    /* Mappings of one reservation that lie back to back are one span, as in CUDA. */
+    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, p);
+    uint64_t end;
+    if (!r || r->tag != RANGE_VMM || !cumux_add_u64(p, n, &end))
+        return false;
+    while (end - r->base > r->size) {
+        uint64_t next = r->base + r->size;
+        r = cumux_ranges_find(&c->dev_ranges, next);
+        if (!r || r->base != next || r->tag != RANGE_VMM)
+            return false;
+    }
+    return true;
 }
 
 bool host_ok(struct srv_client *c, uint64_t p, uint64_t n)

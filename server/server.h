@@ -33,7 +33,7 @@ void srv_gpus_fini(void);
 /* ---- per-client objects, named to the client by small integer handles ---- */
 enum srv_obj_type {
     OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION, OBJ_POOL,
-    OBJ_GRAPH, OBJ_GRAPH_EXEC, OBJ_GRAPH_NODE,
+    OBJ_GRAPH, OBJ_GRAPH_EXEC, OBJ_GRAPH_NODE, OBJ_VMM_ALLOC,
 };
 
 struct srv_pool {
@@ -108,7 +108,7 @@ struct srv_handle {
 
 extern uint32_t srv_max_handles; /* per client (dispatch.c) */
 
-enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3 };
+enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3, RANGE_VMM = 4 };
 
 struct srv_client {
     uint32_t id;
@@ -129,6 +129,9 @@ struct srv_client {
     uint32_t free_hint;
     struct cumux_ranges dev_ranges;  /* device memory the client may name: its allocations and globals */
     struct cumux_ranges host_ranges; /* its pinned host memory, by server address; extra = mapping size */
+    /* Virtual memory management (vmm.c): its reservations (extra: the GPU) and the mappings in them
+     * (tag: accessible or not, extra: the allocation's handle). */
+    struct cumux_ranges vmm_reserved, vmm_mapped;
     CUresult pending_error;          /* first error of a one-way command, reported at the next sync */
     int current_gpu;
     bool staging_registered;

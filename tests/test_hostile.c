@@ -308,6 +308,51 @@ static void case_capture_free(void)
     check_server_ok("after capture-free");
 }
 
+/* ---- vmm-foreign: one client's VMM objects are out of another's reach ---- */
+static void case_vmm_foreign(void)
+{
+    struct session a, b;
+    session_open(&a);
+    session_open(&b);
+    struct cumux_vmm_granularity vg = {.device = 0, .option = CU_MEM_ALLOC_GRANULARITY_MINIMUM};
+    uint64_t gran = call_u64(&a.c, CUMUX_OP_VMM_GRANULARITY, &vg, sizeof vg, "VMM_GRANULARITY");
+    struct cumux_vmm_reserve vr = {.size = 2 * gran};
+    uint64_t ra = call_u64(&a.c, CUMUX_OP_VMM_RESERVE, &vr, sizeof vr, "A: VMM_RESERVE");
+    struct cumux_vmm_create vc = {.device = 0, .size = gran};
+    uint64_t ha = call_u64(&a.c, CUMUX_OP_VMM_CREATE, &vc, sizeof vc, "A: VMM_CREATE");
+    uint64_t hb = call_u64(&b.c, CUMUX_OP_VMM_CREATE, &vc, sizeof vc, "B: VMM_CREATE");
+    struct cumux_vmm_map vm = {.ptr = ra, .size = gran, .alloc = (uint32_t)ha};
+    REQUIRE(call(&a.c, CUMUX_OP_VMM_MAP, &vm, sizeof vm) == CUDA_SUCCESS, "A: VMM_MAP");
+    struct cumux_vmm_set_access va = {.ptr = ra, .size = gran, .device = 0, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    REQUIRE(call(&a.c, CUMUX_OP_VMM_SET_ACCESS, &va, sizeof va) == CUDA_SUCCESS, "A: VMM_SET_ACCESS");
+    /* B: its own allocation into A's reservation (free and mapped parts), A's allocation into anything. */
+    struct cumux_vmm_map bm = {.ptr = ra + gran, .size = gran, .alloc = (uint32_t)hb};
+    CHECK(call(&b.c, CUMUX_OP_VMM_MAP, &bm, sizeof bm) == CUDA_ERROR_INVALID_VALUE, "B mapped into A's reservation");
+    bm.ptr = ra;
+    CHECK(call(&b.c, CUMUX_OP_VMM_MAP, &bm, sizeof bm) == CUDA_ERROR_INVALID_VALUE, "B mapped over A's mapping");
+    bm.alloc = (uint32_t)ha;
+    CHECK(call(&b.c, CUMUX_OP_VMM_MAP, &bm, sizeof bm) != CUDA_SUCCESS, "B used A's allocation handle");
+    /* B: A's mapping is not B's to unmap, grant access to, free, write or release. */
+    struct cumux_vmm_unmap vu = {.ptr = ra, .size = gran};
+    CHECK(call(&b.c, CUMUX_OP_VMM_UNMAP, &vu, sizeof vu) == CUDA_ERROR_INVALID_VALUE, "B unmapped A's mapping");
+    CHECK(call(&b.c, CUMUX_OP_VMM_SET_ACCESS, &va, sizeof va) == CUDA_ERROR_INVALID_VALUE, "B set access on A's");
+    struct cumux_vmm_address_free vf = {.ptr = ra, .size = 2 * gran};
+    CHECK(call(&b.c, CUMUX_OP_VMM_ADDRESS_FREE, &vf, sizeof vf) == CUDA_ERROR_INVALID_VALUE, "B freed A's reservation");
+    struct cumux_memset ms = {.stream = b.stream, .elem_size = 4, .dst = ra, .width = 16, .height = 1, .value = 1};
+    put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
+    expect_refused_at_sync(&b, "B's memset of A's mapped memory");
+    /* A's own: a reservation with a mapping in it cannot be freed, a mapping past the allocation's end
+     * cannot be made, an offset that wraps is refused. */
+    CHECK(call(&a.c, CUMUX_OP_VMM_ADDRESS_FREE, &vf, sizeof vf) == CUDA_ERROR_INVALID_VALUE,
+          "A freed its reservation with a mapping in it");
+    struct cumux_vmm_map wrap = {.ptr = ra + gran, .size = gran, .offset = UINT64_MAX - gran + 2, .alloc = (uint32_t)ha};
+    CHECK(call(&a.c, CUMUX_OP_VMM_MAP, &wrap, sizeof wrap) == CUDA_ERROR_INVALID_VALUE, "A mapped with a wrapping offset");
+    /* Both go with everything mapped: the server frees it all (with_server.sh --fake checks the counts). */
+    session_close(&b);
+    session_close(&a);
+    check_server_ok("after vmm-foreign");
+}
+
 /* ---- scribble-all ---- */
 static pid_t bystander_start(void)
 {
@@ -406,6 +451,8 @@ int main(int argc, char **argv)
             case_ptx_no_nul();
         else if (!strcmp(name, "capture-free"))
             case_capture_free();
+        else if (!strcmp(name, "vmm-foreign"))
+            case_vmm_foreign();
         else if (!strcmp(name, "scribble-all"))
             case_scribble_all();
         else {

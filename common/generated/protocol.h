@@ -124,6 +124,57 @@ struct cumux_mem_free_async {
     uint64_t ptr;
 };
 
+/* Virtual memory management (cuMemCreate, cuMemAddressReserve, cuMemMap...): the server owns every
+ * reservation, physical allocation and mapping, and a client maps only its own allocations into its own
+ * reservations (server/vmm.c). */
+struct cumux_vmm_granularity {
+    int32_t device;
+    uint32_t option; /* CUmemAllocationGranularity_flags */
+};
+
+struct cumux_vmm_create {
+    int32_t device;
+    uint32_t pad;
+    uint64_t size;  /* a multiple of the granularity */
+};
+
+struct cumux_vmm_release {
+    uint32_t alloc; /* handle of a alloc */
+    uint32_t pad;
+};
+
+struct cumux_vmm_reserve {
+    uint64_t size;
+    uint64_t alignment;
+    uint64_t addr;      /* a hint; 0: anywhere */
+    uint64_t flags;
+};
+
+struct cumux_vmm_address_free {
+    uint64_t ptr;
+    uint64_t size;
+};
+
+struct cumux_vmm_map {
+    uint64_t ptr;
+    uint64_t size;
+    uint64_t offset; /* into the allocation */
+    uint32_t alloc;  /* handle of a alloc */
+    uint32_t pad;
+};
+
+struct cumux_vmm_unmap {
+    uint64_t ptr;
+    uint64_t size;
+};
+
+struct cumux_vmm_set_access {
+    uint64_t ptr;
+    uint64_t size;
+    int32_t device;
+    uint32_t flags; /* CUmemAccess_flags */
+};
+
 struct cumux_host_alloc {
     uint64_t size;        /* the memfd comes over the socket just before this command */
     uint32_t flags;       /* CU_MEMHOSTALLOC_* */
@@ -492,6 +543,28 @@ _Static_assert(sizeof(struct cumux_mem_alloc_async) % 8 == 0, "mem_alloc_async: 
 _Static_assert(offsetof(struct cumux_mem_alloc_async, size) % 8 == 0, "mem_alloc_async.size: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_free_async) % 8 == 0, "mem_free_async: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_free_async, ptr) % 8 == 0, "mem_free_async.ptr: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_granularity) % 8 == 0, "vmm_granularity: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_vmm_create) % 8 == 0, "vmm_create: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_create, size) % 8 == 0, "vmm_create.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_release) % 8 == 0, "vmm_release: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_vmm_reserve) % 8 == 0, "vmm_reserve: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_reserve, size) % 8 == 0, "vmm_reserve.size: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_reserve, alignment) % 8 == 0, "vmm_reserve.alignment: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_reserve, addr) % 8 == 0, "vmm_reserve.addr: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_reserve, flags) % 8 == 0, "vmm_reserve.flags: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_address_free) % 8 == 0, "vmm_address_free: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_address_free, ptr) % 8 == 0, "vmm_address_free.ptr: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_address_free, size) % 8 == 0, "vmm_address_free.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_map) % 8 == 0, "vmm_map: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_map, ptr) % 8 == 0, "vmm_map.ptr: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_map, size) % 8 == 0, "vmm_map.size: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_map, offset) % 8 == 0, "vmm_map.offset: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_unmap) % 8 == 0, "vmm_unmap: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_unmap, ptr) % 8 == 0, "vmm_unmap.ptr: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_unmap, size) % 8 == 0, "vmm_unmap.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_set_access) % 8 == 0, "vmm_set_access: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_set_access, ptr) % 8 == 0, "vmm_set_access.ptr: 8-aligned");
+_Static_assert(offsetof(struct cumux_vmm_set_access, size) % 8 == 0, "vmm_set_access.size: 8-aligned");
 _Static_assert(sizeof(struct cumux_host_alloc) % 8 == 0, "host_alloc: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_host_alloc, size) % 8 == 0, "host_alloc.size: 8-aligned");
 _Static_assert(offsetof(struct cumux_host_alloc, client_addr) % 8 == 0, "host_alloc.client_addr: 8-aligned");
@@ -641,7 +714,15 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(GRAPH_ADD_DEPS, cumux_graph_add_deps, 0)               \
     X(GRAPH_GET_NODES, cumux_graph_get_nodes, 0)             \
     X(NODE_GET_DEPS, cumux_node_get_deps, 0)                 \
-    X(NODE_GET_TYPE, cumux_node_get_type, 0)
+    X(NODE_GET_TYPE, cumux_node_get_type, 0)                 \
+    X(VMM_GRANULARITY, cumux_vmm_granularity, 0)             \
+    X(VMM_CREATE, cumux_vmm_create, 0)                       \
+    X(VMM_RELEASE, cumux_vmm_release, 0)                     \
+    X(VMM_RESERVE, cumux_vmm_reserve, 0)                     \
+    X(VMM_ADDRESS_FREE, cumux_vmm_address_free, 0)           \
+    X(VMM_MAP, cumux_vmm_map, 0)                             \
+    X(VMM_UNMAP, cumux_vmm_unmap, 0)                         \
+    X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -711,6 +792,14 @@ enum cumux_op {
     CUMUX_OP_GRAPH_GET_NODES,
     CUMUX_OP_NODE_GET_DEPS,
     CUMUX_OP_NODE_GET_TYPE,
+    CUMUX_OP_VMM_GRANULARITY,
+    CUMUX_OP_VMM_CREATE,
+    CUMUX_OP_VMM_RELEASE,
+    CUMUX_OP_VMM_RESERVE,
+    CUMUX_OP_VMM_ADDRESS_FREE,
+    CUMUX_OP_VMM_MAP,
+    CUMUX_OP_VMM_UNMAP,
+    CUMUX_OP_VMM_SET_ACCESS,
     CUMUX_OP_COUNT
 };
 

@@ -23,6 +23,7 @@ struct srv_graph_node;
 struct srv_module;
 struct srv_pool;
 struct srv_stream;
+struct srv_vmm_alloc;
 
 /* server/context.c */
 CUresult op_ctx_create(struct srv_client *c, const struct cumux_ctx_create *m, uint8_t *out, uint32_t *out_len);
@@ -152,6 +153,18 @@ CUresult op_event_sync(struct srv_client *c, struct srv_event *event);
 CUresult op_event_elapsed(struct srv_client *c, struct srv_event *start, struct srv_event *end, uint8_t *out,
                           uint32_t *out_len);
 
+/* server/vmm.c */
+CUresult op_vmm_granularity(struct srv_client *c, const struct cumux_vmm_granularity *m, uint8_t *out,
+                            uint32_t *out_len);
+CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, uint8_t *out, uint32_t *out_len);
+CUresult op_vmm_release(struct srv_client *c, struct srv_vmm_alloc *alloc);
+CUresult op_vmm_reserve(struct srv_client *c, const struct cumux_vmm_reserve *m, uint8_t *out,
+                        uint32_t *out_len);
+CUresult op_vmm_address_free(struct srv_client *c, const struct cumux_vmm_address_free *m);
+CUresult op_vmm_map(struct srv_client *c, const struct cumux_vmm_map *m, struct srv_vmm_alloc *alloc);
+CUresult op_vmm_unmap(struct srv_client *c, const struct cumux_vmm_unmap *m);
+CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_access *m);
+
 #endif
 
 #ifdef SRV_ROUTES_IMPL
@@ -227,6 +240,14 @@ static const struct {
     [CUMUX_OP_GRAPH_GET_NODES] = {sizeof(struct cumux_graph_get_nodes), 0},
     [CUMUX_OP_NODE_GET_DEPS] = {sizeof(struct cumux_node_get_deps), 0},
     [CUMUX_OP_NODE_GET_TYPE] = {sizeof(struct cumux_node_get_type), 0},
+    [CUMUX_OP_VMM_GRANULARITY] = {sizeof(struct cumux_vmm_granularity), 0},
+    [CUMUX_OP_VMM_CREATE] = {sizeof(struct cumux_vmm_create), 0},
+    [CUMUX_OP_VMM_RELEASE] = {sizeof(struct cumux_vmm_release), 0},
+    [CUMUX_OP_VMM_RESERVE] = {sizeof(struct cumux_vmm_reserve), 0},
+    [CUMUX_OP_VMM_ADDRESS_FREE] = {sizeof(struct cumux_vmm_address_free), 0},
+    [CUMUX_OP_VMM_MAP] = {sizeof(struct cumux_vmm_map), 0},
+    [CUMUX_OP_VMM_UNMAP] = {sizeof(struct cumux_vmm_unmap), 0},
+    [CUMUX_OP_VMM_SET_ACCESS] = {sizeof(struct cumux_vmm_set_access), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -891,6 +912,56 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_node_get_type(c, node, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_VMM_GRANULARITY: {
+        const struct cumux_vmm_granularity *m = body;
+        *result = op_vmm_granularity(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_VMM_CREATE: {
+        const struct cumux_vmm_create *m = body;
+        *result = op_vmm_create(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_VMM_RELEASE: {
+        const struct cumux_vmm_release *m = body;
+        struct srv_vmm_alloc *alloc = handle_get(c, m->alloc, OBJ_VMM_ALLOC);
+        if (!alloc) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_vmm_release(c, alloc);
+        return 0;
+    }
+    case CUMUX_OP_VMM_RESERVE: {
+        const struct cumux_vmm_reserve *m = body;
+        *result = op_vmm_reserve(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_VMM_ADDRESS_FREE: {
+        const struct cumux_vmm_address_free *m = body;
+        *result = op_vmm_address_free(c, m);
+        return 0;
+    }
+    case CUMUX_OP_VMM_MAP: {
+        const struct cumux_vmm_map *m = body;
+        struct srv_vmm_alloc *alloc = handle_get(c, m->alloc, OBJ_VMM_ALLOC);
+        if (!alloc) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_vmm_map(c, m, alloc);
+        return 0;
+    }
+    case CUMUX_OP_VMM_UNMAP: {
+        const struct cumux_vmm_unmap *m = body;
+        *result = op_vmm_unmap(c, m);
+        return 0;
+    }
+    case CUMUX_OP_VMM_SET_ACCESS: {
+        const struct cumux_vmm_set_access *m = body;
+        *result = op_vmm_set_access(c, m);
         return 0;
     }
     default:

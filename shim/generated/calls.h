@@ -420,4 +420,73 @@ static inline CUresult shim_op_node_get_type(uint32_t node, uint64_t *answer)
     return r;
 }
 
+/* VMM_GRANULARITY: answered */
+static inline CUresult shim_op_vmm_granularity(int32_t device, uint32_t option, uint64_t *answer)
+{
+    struct cumux_vmm_granularity m = {.device = device, .option = option};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_VMM_GRANULARITY, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* VMM_CREATE: answered */
+static inline CUresult shim_op_vmm_create(int32_t device, uint64_t size, uint64_t *answer)
+{
+    struct cumux_vmm_create m = {.device = device, .size = size};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_VMM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* VMM_RELEASE: answered */
+static inline CUresult shim_op_vmm_release(uint32_t alloc)
+{
+    struct cumux_vmm_release m = {.alloc = alloc};
+    return shim_call(CUMUX_OP_VMM_RELEASE, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* VMM_RESERVE: answered */
+static inline CUresult shim_op_vmm_reserve(uint64_t size, uint64_t alignment, uint64_t addr, uint64_t flags,
+                                           uint64_t *answer)
+{
+    struct cumux_vmm_reserve m = {.size = size, .alignment = alignment, .addr = addr, .flags = flags};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_VMM_RESERVE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* VMM_ADDRESS_FREE: answered */
+static inline CUresult shim_op_vmm_address_free(uint64_t ptr, uint64_t size)
+{
+    struct cumux_vmm_address_free m = {.ptr = ptr, .size = size};
+    return shim_call(CUMUX_OP_VMM_ADDRESS_FREE, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* VMM_MAP: answered */
+static inline CUresult shim_op_vmm_map(uint64_t ptr, uint64_t size, uint64_t offset, uint32_t alloc)
+{
+    struct cumux_vmm_map m = {.ptr = ptr, .size = size, .offset = offset, .alloc = alloc};
+    return shim_call(CUMUX_OP_VMM_MAP, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* VMM_UNMAP: answered */
+static inline CUresult shim_op_vmm_unmap(uint64_t ptr, uint64_t size)
+{
+    struct cumux_vmm_unmap m = {.ptr = ptr, .size = size};
+    return shim_call(CUMUX_OP_VMM_UNMAP, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* VMM_SET_ACCESS: answered */
+static inline CUresult shim_op_vmm_set_access(uint64_t ptr, uint64_t size, int32_t device, uint32_t flags)
+{
+    struct cumux_vmm_set_access m = {.ptr = ptr, .size = size, .device = device, .flags = flags};
+    return shim_call(CUMUX_OP_VMM_SET_ACCESS, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

@@ -54,16 +54,20 @@ uint64_t fc_add_sat(uint64_t a, uint64_t b);
 /* ---- device state (fake_core.c) ---- */
 CUresult fc_check_init(void);
 bool fc_is_device_ptr(uint64_t p);
-enum fc_alloc_kind { FC_ALLOC = 1, FC_GLOBAL = 2 };
+enum fc_alloc_kind { FC_ALLOC = 1, FC_GLOBAL = 2, FC_VMM = 3 };
 struct fc_pool;
 CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *pool, uint64_t *out);
 void fc_mem_release(uint64_t base); /* the stream reached the free: unmapped now */
 CUresult fc_mem_free_begin(uint64_t base); /* a free is queued: a second one is an error */
+/* VMM (fake_vmm.c): device memory taken (+) or given back (-), and mapped ranges the oracle accepts. */
+CUresult fc_mem_account(int64_t bytes);
+int fc_dev_range_add(uint64_t base, uint64_t size);
+void fc_dev_range_remove(uint64_t base);
 
 /* ---- live counts, written to $CUMUX_FAKE_STATS ---- */
 struct fc_stats {
     _Atomic long allocations, alloc_bytes, streams, events, modules, libraries, graphs, graph_execs,
-        host_registered, pools;
+        host_registered, pools, vmm_allocations, vmm_reservations, vmm_mappings;
 };
 extern struct fc_stats fc_stats;
 void fc_stats_start(void);

@@ -137,12 +137,31 @@ static void table_remove(struct table *t, size_t i)
     t->n--;
 }
 
+/* Device memory: one allocation, or VMM mappings that lie back to back (one span, as in CUDA). Caller
+ * holds dev_lock. */
+static bool dev_covers(uint64_t p, uint64_t n)
+{
+    if (table_covers(&dev_tab, p, n))
+        return true;
+    ptrdiff_t i = table_find(&dev_tab, p);
+    uint64_t end = fc_add_sat(p, n);
+    if (i < 0 || dev_tab.v[i].kind != FC_VMM || end == UINT64_MAX)
+        return false;
+    while (end - dev_tab.v[i].base > dev_tab.v[i].size) {
+        uint64_t next = dev_tab.v[i].base + dev_tab.v[i].size;
+        if ((size_t)i + 1 >= dev_tab.n || dev_tab.v[i + 1].base != next || dev_tab.v[i + 1].kind != FC_VMM)
+            return false;
+        i++;
+    }
+    return true;
+}
+
 void fc_oracle_dev(const char *call, uint64_t p, uint64_t n)
 {
     if (n == 0)
         return;
     pthread_rwlock_rdlock(&dev_lock);
-    bool ok = table_covers(&dev_tab, p, n);
+    bool ok = dev_covers(p, n);
     pthread_rwlock_unlock(&dev_lock);
     if (!ok)
         fc_oracle_fail(call, p, n);
@@ -164,7 +183,7 @@ void fc_oracle_any(const char *call, uint64_t p, uint64_t n)
     if (n == 0)
         return;
     pthread_rwlock_rdlock(&dev_lock);
-    bool ok = table_covers(&dev_tab, p, n);
+    bool ok = dev_covers(p, n);
     pthread_rwlock_unlock(&dev_lock);
     if (!ok) {
         pthread_rwlock_rdlock(&host_lock);
@@ -350,6 +369,34 @@ void fc_mem_release(uint64_t base)
     pthread_rwlock_unlock(&dev_lock);
     atomic_fetch_sub(&fc_stats.allocations, 1);
     atomic_fetch_sub(&fc_stats.alloc_bytes, (long)r.size);
+}
+
+/* VMM (fake_vmm.c): memory taken and given back, and mapped ranges made accessible or not. */
+CUresult fc_mem_account(int64_t bytes)
+{
+    pthread_rwlock_wrlock(&dev_lock);
+    bool ok = bytes < 0 || used_mem + (uint64_t)bytes <= total_mem;
+    if (ok)
+        used_mem += (uint64_t)bytes;
+    pthread_rwlock_unlock(&dev_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+int fc_dev_range_add(uint64_t base, uint64_t size)
+{
+    pthread_rwlock_wrlock(&dev_lock);
+    int r = table_insert(&dev_tab, (struct range){.base = base, .size = size, .mapped = size, .kind = FC_VMM});
+    pthread_rwlock_unlock(&dev_lock);
+    return r;
+}
+
+void fc_dev_range_remove(uint64_t base)
+{
+    pthread_rwlock_wrlock(&dev_lock);
+    ptrdiff_t i = table_find(&dev_tab, base);
+    if (i >= 0 && dev_tab.v[i].base == base && dev_tab.v[i].kind == FC_VMM)
+        table_remove(&dev_tab, (size_t)i);
+    pthread_rwlock_unlock(&dev_lock);
 }
 
 CUresult cuMemGetInfo(size_t *free_out, size_t *total_out)
@@ -1027,11 +1074,14 @@ static void stats_write(void)
         return;
     fprintf(f,
             "allocations %ld\nalloc_bytes %ld\nstreams %ld\nevents %ld\nmodules %ld\nlibraries %ld\n"
-            "graphs %ld\ngraph_execs %ld\nhost_registered %ld\npools %ld\n",
+            "graphs %ld\ngraph_execs %ld\nhost_registered %ld\npools %ld\nvmm_allocations %ld\n"
+            "vmm_reservations %ld\nvmm_mappings %ld\n",
             atomic_load(&fc_stats.allocations), atomic_load(&fc_stats.alloc_bytes), atomic_load(&fc_stats.streams),
             atomic_load(&fc_stats.events), atomic_load(&fc_stats.modules), atomic_load(&fc_stats.libraries),
             atomic_load(&fc_stats.graphs), atomic_load(&fc_stats.graph_execs),
-            atomic_load(&fc_stats.host_registered), atomic_load(&fc_stats.pools));
+            atomic_load(&fc_stats.host_registered), atomic_load(&fc_stats.pools),
+            atomic_load(&fc_stats.vmm_allocations), atomic_load(&fc_stats.vmm_reservations),
+            atomic_load(&fc_stats.vmm_mappings));
     if (fclose(f) == 0)
         rename(tmp, stats_path); /* readers see the old file or the new one, never half of one */
     else

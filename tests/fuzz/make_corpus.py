@@ -178,6 +178,13 @@ seeds['capture'] = msg('CAPTURE_BEGIN', two(STREAM, 0)) + msg('LAUNCH', va, Fals
     msg('MEMSET', memset(STREAM, 4, addr(BUF4K), 0, 1024, 1), False) + msg('CAPTURE_INFO', two(STREAM)) + \
     msg('CAPTURE_END', two(STREAM)) + msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', 6, 0, 0)) + \
     msg('GRAPH_LAUNCH', two(7, STREAM), False) + msg('STREAM_SYNC', h(STREAM))
+# VMM (handle 6: the allocation). The reservation's address is not known here: maps name a buffer (refused).
+seeds['vmm'] = msg('VMM_GRANULARITY', struct.pack('<iI', 0, 0)) + msg('VMM_GRANULARITY', struct.pack('<iI', 0, 1)) + \
+    msg('VMM_CREATE', struct.pack('<iIQ', 0, 0, 2 << 20)) + msg('VMM_RESERVE', struct.pack('<QQQQ', 4 << 20, 0, 0, 0)) + \
+    msg('VMM_MAP', struct.pack('<QQQII', addr(BUF1M), 2 << 20, 0, 6, 0)) + \
+    msg('VMM_SET_ACCESS', struct.pack('<QQiI', addr(BUF1M), 2 << 20, 0, 3)) + \
+    msg('VMM_UNMAP', struct.pack('<QQ', addr(BUF1M), 2 << 20)) + msg('VMM_RELEASE', h(6)) + \
+    msg('VMM_ADDRESS_FREE', struct.pack('<QQ', addr(BUF1M), 4 << 20))
 seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
 seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
     msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)

@@ -150,6 +150,22 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_NODE_GET_DEPS, CUMUX_NO_REPLY, sizeof(struct cumux_node_get_deps), "NODE_GET_DEPS (answered) one-way"},
     {CUMUX_OP_NODE_GET_TYPE, 1, sizeof(struct cumux_node_get_type) - 8, "NODE_GET_TYPE with a body 8 bytes short"},
     {CUMUX_OP_NODE_GET_TYPE, CUMUX_NO_REPLY, sizeof(struct cumux_node_get_type), "NODE_GET_TYPE (answered) one-way"},
+    {CUMUX_OP_VMM_GRANULARITY, 1, sizeof(struct cumux_vmm_granularity) - 8, "VMM_GRANULARITY with a body 8 bytes short"},
+    {CUMUX_OP_VMM_GRANULARITY, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_granularity), "VMM_GRANULARITY (answered) one-way"},
+    {CUMUX_OP_VMM_CREATE, 1, sizeof(struct cumux_vmm_create) - 8, "VMM_CREATE with a body 8 bytes short"},
+    {CUMUX_OP_VMM_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_create), "VMM_CREATE (answered) one-way"},
+    {CUMUX_OP_VMM_RELEASE, 1, sizeof(struct cumux_vmm_release) - 8, "VMM_RELEASE with a body 8 bytes short"},
+    {CUMUX_OP_VMM_RELEASE, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_release), "VMM_RELEASE (answered) one-way"},
+    {CUMUX_OP_VMM_RESERVE, 1, sizeof(struct cumux_vmm_reserve) - 8, "VMM_RESERVE with a body 8 bytes short"},
+    {CUMUX_OP_VMM_RESERVE, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_reserve), "VMM_RESERVE (answered) one-way"},
+    {CUMUX_OP_VMM_ADDRESS_FREE, 1, sizeof(struct cumux_vmm_address_free) - 8, "VMM_ADDRESS_FREE with a body 8 bytes short"},
+    {CUMUX_OP_VMM_ADDRESS_FREE, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_address_free), "VMM_ADDRESS_FREE (answered) one-way"},
+    {CUMUX_OP_VMM_MAP, 1, sizeof(struct cumux_vmm_map) - 8, "VMM_MAP with a body 8 bytes short"},
+    {CUMUX_OP_VMM_MAP, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_map), "VMM_MAP (answered) one-way"},
+    {CUMUX_OP_VMM_UNMAP, 1, sizeof(struct cumux_vmm_unmap) - 8, "VMM_UNMAP with a body 8 bytes short"},
+    {CUMUX_OP_VMM_UNMAP, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_unmap), "VMM_UNMAP (answered) one-way"},
+    {CUMUX_OP_VMM_SET_ACCESS, 1, sizeof(struct cumux_vmm_set_access) - 8, "VMM_SET_ACCESS with a body 8 bytes short"},
+    {CUMUX_OP_VMM_SET_ACCESS, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_set_access), "VMM_SET_ACCESS (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -207,6 +223,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_GET_NODES, sizeof(struct cumux_graph_get_nodes), offsetof(struct cumux_graph_get_nodes, graph), "GRAPH_GET_NODES.graph: a graph never given"},
     {CUMUX_OP_NODE_GET_DEPS, sizeof(struct cumux_node_get_deps), offsetof(struct cumux_node_get_deps, node), "NODE_GET_DEPS.node: a node never given"},
     {CUMUX_OP_NODE_GET_TYPE, sizeof(struct cumux_node_get_type), offsetof(struct cumux_node_get_type, node), "NODE_GET_TYPE.node: a node never given"},
+    {CUMUX_OP_VMM_RELEASE, sizeof(struct cumux_vmm_release), offsetof(struct cumux_vmm_release, alloc), "VMM_RELEASE.alloc: a alloc never given"},
+    {CUMUX_OP_VMM_MAP, sizeof(struct cumux_vmm_map), offsetof(struct cumux_vmm_map, alloc), "VMM_MAP.alloc: a alloc never given"},
 };
 
 #endif

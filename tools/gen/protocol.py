@@ -12,7 +12,7 @@ SCALARS = {  # spec type: (C type, size)
     "u64": ("uint64_t", 8), "f32": ("float", 4), "char": ("char", 1), "devptr": ("uint64_t", 8),
     "pad32": ("uint32_t", 4), "pad64": ("uint64_t", 8),
 }
-HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE"}
+HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE", "ALLOC"}
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
 # How the server's routing resolves a handle of each kind: the object's type, its lookup, the answer when
 # the handle is not one of the client's objects of that kind.
@@ -26,8 +26,10 @@ HANDLE_LOOKUP = {
     "GRAPH": ("srv_graph", "handle_get(c, %s, OBJ_GRAPH)", "CUDA_ERROR_INVALID_HANDLE"),
     "EXEC": ("srv_graph_exec", "handle_get(c, %s, OBJ_GRAPH_EXEC)", "CUDA_ERROR_INVALID_HANDLE"),
     "NODE": ("srv_graph_node", "handle_get(c, %s, OBJ_GRAPH_NODE)", "CUDA_ERROR_INVALID_HANDLE"),
+    "ALLOC": ("srv_vmm_alloc", "handle_get(c, %s, OBJ_VMM_ALLOC)", "CUDA_ERROR_INVALID_HANDLE"),
 }
-SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "copy", "module", "launch", "hostfn", "graph"}
+SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "copy", "module", "launch", "hostfn",
+                "graph"}
 
 
 class SpecError(Exception):

@@ -1,0 +1,236 @@
+/* Virtual memory management: physical allocations (cuMemCreate), address reservations and the mappings
+ * of one into the other. The server owns all three in the shared context; a client maps only its own
+ * allocations into its own reservations, and only ranges that are mapped and made accessible join the
+ * device memory it may name (dev_ranges). All of it goes with the client. */
+
+#include <stdlib.h>
+
+#include "server/handlers.h"
+
+struct srv_vmm_alloc {
+    CUmemGenericAllocationHandle h;
+    uint64_t size;
+    int gpu;
+    uint32_t handle;  /* the client's, until it releases the allocation */
+    uint32_t maps;    /* mappings of it that remain */
+    bool released;    /* by the client: the memory goes with the last mapping */
+};
+
+enum { MAPPED = 1, MAPPED_ACCESSIBLE = 2 }; /* tags of vmm_mapped */
+
+static CUmemAllocationProp device_prop(int gpu)
+{
+    CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = gpu}};
+    return p;
+}
+
+static void alloc_free(struct srv_client *c, struct srv_vmm_alloc *a)
+{
+    cuMemRelease(a->h);
+    atomic_fetch_sub(&c->mem_bytes, a->size);
+    free(a);
+}
+
+CUresult op_vmm_granularity(struct srv_client *c, const struct cumux_vmm_granularity *m, uint8_t *out,
+                            uint32_t *out_len)
+{
+    if (m->device < 0 || m->device >= srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (m->option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && m->option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, m->device);
+    CUmemAllocationProp p = device_prop(m->device);
+    size_t g = 0;
+    CHECK(cuMemGetAllocationGranularity(&g, &p, (CUmemAllocationGranularity_flags)m->option));
+    return reply_u64(out, out_len, g);
+}
+
+CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, uint8_t *out, uint32_t *out_len)
+{
+    if (m->device < 0 || m->device >= srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (m->size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_vmm_alloc *a = calloc(1, sizeof *a);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    use_gpu(c, m->device);
+    CUmemAllocationProp p = device_prop(m->device);
+    CUresult r = cuMemCreate(&a->h, (size_t)m->size, &p, 0);
+    if (r != CUDA_SUCCESS) {
+        free(a);
+        return r;
+    }
+    a->size = m->size;
+    a->gpu = m->device;
+    atomic_fetch_add(&c->mem_bytes, a->size);
+    a->handle = handle_new(c, OBJ_VMM_ALLOC, a);
+    if (!a->handle) {
+        alloc_free(c, a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return reply_u64(out, out_len, a->handle);
+}
+
+CUresult op_vmm_release(struct srv_client *c, struct srv_vmm_alloc *alloc)
+{
+    handle_drop(c, alloc->handle);
+    alloc->handle = 0;
+    alloc->released = true;
+    if (alloc->maps == 0)
+        alloc_free(c, alloc);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_vmm_reserve(struct srv_client *c, const struct cumux_vmm_reserve *m, uint8_t *out, uint32_t *out_len)
+{
+    uint64_t end;
+    if (m->size == 0 || !cumux_add_u64(m->addr, m->size, &end) || (m->alignment & (m->alignment - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, c->current_gpu);
+    CUdeviceptr p = 0;
+    CHECK(cuMemAddressReserve(&p, (size_t)m->size, (size_t)m->alignment, (CUdeviceptr)m->addr, m->flags));
+    if (cumux_ranges_add(&c->vmm_reserved, p, m->size, 0, (uint64_t)c->current_gpu) < 0) {
+        cuMemAddressFree(p, (size_t)m->size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return reply_u64(out, out_len, p);
+}
+
+/* Whether any mapping lies in [p, p+n). */
+static bool any_mapping_in(struct srv_client *c, uint64_t p, uint64_t n)
+{
+    for (size_t i = 0; i < c->vmm_mapped.n; i++) {
+        const struct cumux_range *r = &c->vmm_mapped.v[i];
+        if (r->base < p + n && p < r->base + r->size)
+            return true;
+    }
+    return false;
+}
+
+CUresult op_vmm_address_free(struct srv_client *c, const struct cumux_vmm_address_free *m)
+{
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm_reserved, m->ptr);
+    if (!r || r->base != m->ptr || r->size != m->size || any_mapping_in(c, r->base, r->size))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, (int)r->extra);
+    CHECK(cuMemAddressFree((CUdeviceptr)m->ptr, (size_t)m->size));
+    cumux_ranges_remove(&c->vmm_reserved, m->ptr, NULL);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_vmm_map(struct srv_client *c, const struct cumux_vmm_map *m, struct srv_vmm_alloc *alloc)
+{
+    uint64_t end;
+    if (m->size == 0 || !cumux_add_u64(m->offset, m->size, &end) || end > alloc->size ||
+        !cumux_ranges_covers(&c->vmm_reserved, m->ptr, m->size) || any_mapping_in(c, m->ptr, m->size))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, alloc->gpu);
+    /* The mapping names its allocation by the server's pointer: the client's handle may be released first. */
+    if (cumux_ranges_add(&c->vmm_mapped, m->ptr, m->size, MAPPED, (uint64_t)(uintptr_t)alloc) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = cuMemMap((CUdeviceptr)m->ptr, (size_t)m->size, (size_t)m->offset, alloc->h, 0);
+    if (r != CUDA_SUCCESS) {
+        cumux_ranges_remove(&c->vmm_mapped, m->ptr, NULL);
+        return r;
+    }
+    alloc->maps++;
+    return CUDA_SUCCESS;
+}
+
+/* The mappings that exactly tile [p, p+n): indices first..first+*count-1 of vmm_mapped. */
+static bool whole_mappings(struct srv_client *c, uint64_t p, uint64_t n, size_t *first, size_t *count)
+{
+    uint64_t end;
+    if (n == 0 || !cumux_add_u64(p, n, &end))
+        return false;
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm_mapped, p);
+    if (!r || r->base != p)
+        return false;
+    size_t i = (size_t)(r - c->vmm_mapped.v);
+    *first = i;
+    uint64_t at = p;
+    while (at < end) {
+        if (i >= c->vmm_mapped.n || c->vmm_mapped.v[i].base != at)
+            return false;
+        at += c->vmm_mapped.v[i].size; /* no overflow: each mapping lies in a reservation */
+        i++;
+    }
+    *count = i - *first;
+    return at == end;
+}
+
+/* Unmap mapping i; its allocation goes if the client released it and this was its last mapping. */
+static void mapping_unmap(struct srv_client *c, size_t i)
+{
+    struct cumux_range r = c->vmm_mapped.v[i];
+    struct srv_vmm_alloc *a = (struct srv_vmm_alloc *)(uintptr_t)r.extra;
+    use_gpu(c, a->gpu);
+    cuMemUnmap((CUdeviceptr)r.base, (size_t)r.size);
+    if (r.tag == MAPPED_ACCESSIBLE)
+        cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
+    cumux_ranges_remove(&c->vmm_mapped, r.base, NULL);
+    if (--a->maps == 0 && a->released)
+        alloc_free(c, a);
+}
+
+CUresult op_vmm_unmap(struct srv_client *c, const struct cumux_vmm_unmap *m)
+{
+    size_t first, count;
+    if (!whole_mappings(c, m->ptr, m->size, &first, &count))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t k = count; k-- > 0;)
+        mapping_unmap(c, first + k);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_access *m)
+{
+    size_t first, count;
+    if (m->device < 0 || m->device >= srv_gpu_count || !whole_mappings(c, m->ptr, m->size, &first, &count))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m->flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && m->flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        m->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, m->device);
+    CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = m->device},
+                         .flags = (CUmemAccess_flags)m->flags};
+    CHECK(cuMemSetAccess((CUdeviceptr)m->ptr, (size_t)m->size, &d, 1));
+    /* Only memory the GPU may write joins what copies and memsets may name: a copy into read-only
+     * mappings would fault the shared context. */
+    bool writable = m->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (size_t i = first; i < first + count; i++) {
+        struct cumux_range *r = &c->vmm_mapped.v[i];
+        if (writable && r->tag == MAPPED) {
+            if (cumux_ranges_add(&c->dev_ranges, r->base, r->size, RANGE_VMM, (uint64_t)m->device) < 0)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            r->tag = MAPPED_ACCESSIBLE;
+        } else if (!writable && r->tag == MAPPED_ACCESSIBLE) {
+            cumux_ranges_remove(&c->dev_ranges, r->base, NULL);
+            r->tag = MAPPED;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+void srv_vmm_release_all(struct srv_client *c)
+{
+    while (c->vmm_mapped.n)
+        mapping_unmap(c, c->vmm_mapped.n - 1);
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_vmm_alloc *a = handle_get(c, h, OBJ_VMM_ALLOC);
+        if (a) {
+            handle_drop(c, h);
+            alloc_free(c, a);
+        }
+    }
+    while (c->vmm_reserved.n) {
+        struct cumux_range r = c->vmm_reserved.v[c->vmm_reserved.n - 1];
+        use_gpu(c, (int)r.extra);
+        cuMemAddressFree((CUdeviceptr)r.base, (size_t)r.size);
+        cumux_ranges_remove(&c->vmm_reserved, r.base, NULL);
+    }
+    cumux_ranges_free(&c->vmm_mapped);
+    cumux_ranges_free(&c->vmm_reserved);
+}

@@ -1,0 +1,243 @@
+/* Virtual memory management in the fake: a physical allocation is a memfd, a reservation is address space
+ * of its own (PROT_NONE), a mapping maps the memfd there, still inaccessible, and cuMemSetAccess makes it
+ * readable and writable and known to the oracle as device memory. As the real driver: an allocation
+ * released while mapped lives until its last mapping goes; a reservation is freed whole, unmapped. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+#define FC_GRANULARITY (2ull << 20)
+#define MAX_VMM 4096
+
+struct vmm_alloc {
+    int fd;
+    uint64_t size;
+    unsigned maps;
+    bool released;
+};
+
+struct vmm_range {
+    uint64_t base, size;
+    struct vmm_alloc *alloc; /* a mapping's; NULL: a reservation */
+    bool accessible;
+};
+
+static pthread_mutex_t vmm_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct vmm_range reservations[MAX_VMM], mappings[MAX_VMM];
+static size_t nres, nmap;
+
+static bool prop_ok(const CUmemAllocationProp *p)
+{
+    return p && p->type == CU_MEM_ALLOCATION_TYPE_PINNED && p->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+           p->location.id == 0;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags o)
+{
+    CHECK_RET(fc_check_init());
+    if (!g || !prop_ok(prop) || (o != CU_MEM_ALLOC_GRANULARITY_MINIMUM && o != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        return CUDA_ERROR_INVALID_VALUE;
+    *g = FC_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags)
+{
+    CHECK_RET(fc_check_init());
+    if (!h || !prop_ok(prop) || flags || size == 0 || size % FC_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_RET(fc_mem_account((int64_t)size));
+    struct vmm_alloc *a = calloc(1, sizeof *a);
+    int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+    if (!a || fd < 0 || ftruncate(fd, (off_t)size) < 0) {
+        if (fd >= 0)
+            close(fd);
+        free(a);
+        fc_mem_account(-(int64_t)size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->fd = fd;
+    a->size = size;
+    atomic_fetch_add(&fc_stats.vmm_allocations, 1);
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
+    return CUDA_SUCCESS;
+}
+
+static void alloc_free(struct vmm_alloc *a)
+{
+    close(a->fd);
+    fc_mem_account(-(int64_t)a->size);
+    free(a);
+    atomic_fetch_sub(&fc_stats.vmm_allocations, 1);
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    CHECK_RET(fc_check_init());
+    struct vmm_alloc *a = (struct vmm_alloc *)(uintptr_t)h;
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_mu);
+    a->released = true;
+    bool now = a->maps == 0;
+    pthread_mutex_unlock(&vmm_mu);
+    if (now)
+        alloc_free(a);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
+{
+    CHECK_RET(fc_check_init());
+    (void)addr; /* a hint */
+    if (!ptr || flags || size == 0 || size % FC_GRANULARITY || (align & (align - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t a = align > FC_GRANULARITY ? align : FC_GRANULARITY;
+    /* Over-reserve to align, then give the slack back. */
+    uint8_t *p = mmap(NULL, size + a, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t base = ((uint64_t)(uintptr_t)p + a - 1) & ~(a - 1);
+    if (base > (uint64_t)(uintptr_t)p)
+        munmap(p, base - (uint64_t)(uintptr_t)p);
+    uint64_t tail = (uint64_t)(uintptr_t)p + size + a - (base + size);
+    if (tail)
+        munmap((void *)(uintptr_t)(base + size), tail);
+    pthread_mutex_lock(&vmm_mu);
+    if (nres == MAX_VMM) {
+        pthread_mutex_unlock(&vmm_mu);
+        munmap((void *)(uintptr_t)base, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    reservations[nres++] = (struct vmm_range){.base = base, .size = size};
+    pthread_mutex_unlock(&vmm_mu);
+    atomic_fetch_add(&fc_stats.vmm_reservations, 1);
+    *ptr = base;
+    return CUDA_SUCCESS;
+}
+
+/* Index of the range of v holding [p, p+n) whole; -1 if none. Caller holds vmm_mu. */
+static ptrdiff_t holding(const struct vmm_range *v, size_t count, uint64_t p, uint64_t n)
+{
+    for (size_t i = 0; i < count; i++)
+        if (p >= v[i].base && n <= v[i].size && p - v[i].base <= v[i].size - n)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
+static bool overlaps_mapping(uint64_t p, uint64_t n)
+{
+    for (size_t i = 0; i < nmap; i++)
+        if (mappings[i].base < p + n && p < mappings[i].base + mappings[i].size)
+            return true;
+    return false;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    CHECK_RET(fc_check_init());
+    pthread_mutex_lock(&vmm_mu);
+    ptrdiff_t i = holding(reservations, nres, ptr, size);
+    if (i < 0 || reservations[i].base != ptr || reservations[i].size != size || overlaps_mapping(ptr, size)) {
+        pthread_mutex_unlock(&vmm_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    reservations[i] = reservations[--nres];
+    pthread_mutex_unlock(&vmm_mu);
+    munmap((void *)(uintptr_t)ptr, size);
+    atomic_fetch_sub(&fc_stats.vmm_reservations, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+    CHECK_RET(fc_check_init());
+    struct vmm_alloc *a = (struct vmm_alloc *)(uintptr_t)h;
+    if (!a || flags || size == 0 || size % FC_GRANULARITY || offset % FC_GRANULARITY || offset > a->size ||
+        size > a->size - offset)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_mu);
+    if (a->released || holding(reservations, nres, ptr, size) < 0 || overlaps_mapping(ptr, size) || nmap == MAX_VMM) {
+        pthread_mutex_unlock(&vmm_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
+    if (p == MAP_FAILED) {
+        pthread_mutex_unlock(&vmm_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    mappings[nmap++] = (struct vmm_range){.base = ptr, .size = size, .alloc = a};
+    a->maps++;
+    pthread_mutex_unlock(&vmm_mu);
+    atomic_fetch_add(&fc_stats.vmm_mappings, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    CHECK_RET(fc_check_init());
+    pthread_mutex_lock(&vmm_mu);
+    ptrdiff_t i = holding(mappings, nmap, ptr, size);
+    if (i < 0 || mappings[i].base != ptr || mappings[i].size != size) {
+        pthread_mutex_unlock(&vmm_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct vmm_range m = mappings[i];
+    mappings[i] = mappings[--nmap];
+    if (m.accessible)
+        fc_dev_range_remove(ptr);
+    /* Back to reserved address space, inaccessible. */
+    mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    bool last = --m.alloc->maps == 0 && m.alloc->released;
+    pthread_mutex_unlock(&vmm_mu);
+    if (last)
+        alloc_free(m.alloc);
+    atomic_fetch_sub(&fc_stats.vmm_mappings, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    CHECK_RET(fc_check_init());
+    if (!desc || count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc->location.id != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int prot = desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
+               : desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
+               : desc->flags == CU_MEM_ACCESS_FLAGS_PROT_NONE    ? PROT_NONE
+                                                                 : -1;
+    if (prot < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_mu);
+    /* [ptr, ptr+size) must be tiled by whole mappings. */
+    uint64_t at = ptr, end = ptr + size;
+    while (at < end) {
+        ptrdiff_t i = holding(mappings, nmap, at, 1);
+        if (i < 0 || mappings[i].base != at) {
+            pthread_mutex_unlock(&vmm_mu);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        at += mappings[i].size;
+    }
+    if (at != end || size == 0) {
+        pthread_mutex_unlock(&vmm_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (at = ptr; at < end;) {
+        struct vmm_range *m = &mappings[holding(mappings, nmap, at, 1)];
+        mprotect((void *)(uintptr_t)m->base, m->size, prot);
+        bool accessible = prot != PROT_NONE;
+        if (accessible && !m->accessible)
+            fc_dev_range_add(m->base, m->size);
+        else if (!accessible && m->accessible)
+            fc_dev_range_remove(m->base);
+        m->accessible = accessible;
+        at += m->size;
+    }
+    pthread_mutex_unlock(&vmm_mu);
+    return CUDA_SUCCESS;
+}
