@@ -1,4 +1,4 @@
-/* The command handlers, one file per concern (context.c, stream.c, memory.c, pool.c, vmm.c, copy.c,
+/* The command handlers, one file per concern (context.c, stream.c, memory.c, pool.c, vmm.c, ipc.c, copy.c,
  * module.c, launch.c, hostfn.c, graph.c). Their prototypes and the routing from op to handler are generated from
  * common/protocol.spec (server/generated/routes.h); what they share is objects.c. Below: what dispatch.c
  * needs of them to clean up after a client, and the few things one handler file needs of another. */
@@ -17,8 +17,14 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
 void stream_free(struct srv_client *c, struct srv_stream *s);
 
 /* memory.c */
-CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out);
 void host_release(struct srv_client *c, uint64_t base);
+
+/* ipc.c: before an allocation's owner frees it (stream: the free's, or NULL for a synchronous free).
+ * True when others still have it open: the memory then stays until the last of them closes it, and the
+ * owner only forgets it. */
+bool srv_ipc_defer_free(struct srv_client *c, uint64_t base, int gpu, CUstream stream);
+/* A client that goes: what it opened is closed, what it exported and others hold is left to them. */
+void srv_ipc_release_all(struct srv_client *c);
 
 /* pool.c */
 CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out);

@@ -13,17 +13,6 @@
 
 /* ---------------------------------------------------------------- memory */
 
-/* The stream a client's allocations and frees are ordered on, for one GPU. */
-CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
-{
-    use_gpu(c, gpu);
-    if (!c->mem_event)
-        CHECK(cuEventCreate(&c->mem_event, CU_EVENT_DISABLE_TIMING));
-    if (!c->mem_stream[gpu])
-        CHECK(cuStreamCreate(&c->mem_stream[gpu], CU_STREAM_NON_BLOCKING));
-    *out = c->mem_stream[gpu];
-    return CUDA_SUCCESS;
-}
 
 CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m,
                             struct srv_stream *stream, struct srv_pool *pool, uint8_t *out, uint32_t *out_len)
@@ -67,13 +56,19 @@ static void take_allocation(struct srv_client *c, uint64_t ptr)
 CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m,
                            struct srv_stream *stream)
 {
-    if (!allocation_at(c, m->ptr))
+    const struct cumux_range *r = allocation_at(c, m->ptr);
+    if (!r)
         return CUDA_ERROR_INVALID_VALUE;
     /* Captured, the free would happen only if and when the graph runs, while the table already says the
      * memory is gone (and never freed if the graph never runs). Not supported, like allocations. */
     if (srv_stream_capturing(c, stream))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     CHECK(before_op(stream));
+    if (srv_ipc_defer_free(c, m->ptr, (int)r->extra, stream->cu)) {
+        after_op(stream);
+        take_allocation(c, m->ptr);
+        return CUDA_SUCCESS;
+    }
     CUresult res = cuMemFreeAsync(m->ptr, stream->cu);
     after_op(stream);
     if (res == CUDA_SUCCESS)
@@ -107,15 +102,7 @@ CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, str
 static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
 {
     CUstream ms;
-    CHECK(mem_stream(c, gpu, &ms));
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-        /* A capturing stream's work is not running: nothing of it to wait for. */
-        if (s && s->ctx->gpu == gpu && !srv_stream_capturing(c, s)) {
-            CHECK(cuEventRecord(c->mem_event, s->cu));
-            CHECK(cuStreamWaitEvent(ms, c->mem_event, 0));
-        }
-    }
+    CHECK(after_client_work(c, gpu, &ms));
     return cuMemFreeAsync(ptr, ms);
 }
 
@@ -124,6 +111,10 @@ CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
     const struct cumux_range *r = allocation_at(c, m->ptr);
     if (!r)
         return CUDA_ERROR_INVALID_VALUE;
+    if (srv_ipc_defer_free(c, m->ptr, (int)r->extra, NULL)) {
+        take_allocation(c, m->ptr); /* others opened it: the last of them frees it */
+        return CUDA_SUCCESS;
+    }
     CUresult res = mem_release(c, m->ptr, (int)r->extra);
     if (res == CUDA_SUCCESS)
         take_allocation(c, m->ptr);

@@ -1,6 +1,6 @@
 /* The client's objects as every handler sees them: the handle table, the current GPU, the legacy-stream
  * rule, the pending error of one-way commands, and the checks of what a client names (address ranges,
- * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, vmm.c, copy.c,
+ * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, vmm.c, ipc.c, copy.c,
  * module.c, launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
 #include <poll.h>
 #include <stdlib.h>
@@ -147,6 +147,34 @@ CUresult take_pending(struct srv_client *c, CUresult r)
         c->pending_error = CUDA_SUCCESS;
     }
     return r;
+}
+
+/* The stream a client's allocations and frees are ordered on, for one GPU. */
+CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
+{
+    use_gpu(c, gpu);
+    if (!c->mem_event)
+        CHECK(cuEventCreate(&c->mem_event, CU_EVENT_DISABLE_TIMING));
+    if (!c->mem_stream[gpu])
+        CHECK(cuStreamCreate(&c->mem_stream[gpu], CU_STREAM_NON_BLOCKING));
+    *out = c->mem_stream[gpu];
+    return CUDA_SUCCESS;
+}
+
+CUresult after_client_work(struct srv_client *c, int gpu, CUstream *out)
+{
+    CUstream ms;
+    CHECK(mem_stream(c, gpu, &ms));
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
+        /* A capturing stream's work is not running: nothing of it to wait for. */
+        if (s && s->ctx->gpu == gpu && !srv_stream_capturing(c, s)) {
+            CHECK(cuEventRecord(c->mem_event, s->cu));
+            CHECK(cuStreamWaitEvent(ms, c->mem_event, 0));
+        }
+    }
+    *out = ms;
+    return CUDA_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- what a client names */

@@ -108,7 +108,7 @@ struct srv_handle {
 
 extern uint32_t srv_max_handles; /* per client (dispatch.c) */
 
-enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3, RANGE_VMM = 4 };
+enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3, RANGE_VMM = 4, RANGE_IPC = 5 };
 
 struct srv_client {
     uint32_t id;

@@ -353,6 +353,49 @@ static void case_vmm_foreign(void)
     check_server_ok("after vmm-foreign");
 }
 
+/* ---- ipc-owner-frees: memory others opened outlives its owner's free and exit ---- */
+static void case_ipc_owner_frees(void)
+{
+    struct session a, b, x;
+    session_open(&a);
+    session_open(&b);
+    struct cumux_ipc_get_mem_handle g = {.ptr = a.buf};
+    struct cumux_ipc_mem_handle ha;
+    REQUIRE(call_reply(&a.c, CUMUX_OP_IPC_GET_MEM_HANDLE, &g, sizeof g, &ha, sizeof ha) == CUDA_SUCCESS, "A: export");
+    CHECK(ha.base == a.buf && ha.size == 4096 && ha.token != 0, "export of A's buffer: base %#llx size %llu",
+          (unsigned long long)ha.base, (unsigned long long)ha.size);
+    struct cumux_ipc_open_mem_handle o = {.token = ha.token};
+    struct cumux_ipc_mem_handle hb;
+    CHECK(call_reply(&a.c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &o, sizeof o, &hb, sizeof hb) == CUDA_ERROR_INVALID_CONTEXT,
+          "A opened its own export");
+    REQUIRE(call_reply(&b.c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &o, sizeof o, &hb, sizeof hb) == CUDA_SUCCESS, "B: open");
+    CHECK(hb.base == a.buf, "B got %#llx, A's buffer is at %#llx", (unsigned long long)hb.base,
+          (unsigned long long)a.buf);
+    struct cumux_ipc_open_mem_handle none = {.token = ha.token ^ 1};
+    CHECK(call_reply(&b.c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &none, sizeof none, &hb, sizeof hb) == CUDA_ERROR_INVALID_VALUE,
+          "B opened a token nobody exported");
+    /* A frees it and goes: B still writes it (the fake driver's oracle would stop the server otherwise). */
+    struct cumux_mem_free mf = {.ptr = a.buf};
+    CHECK(call(&a.c, CUMUX_OP_MEM_FREE, &mf, sizeof mf) == CUDA_SUCCESS, "A: free of exported memory");
+    session_open(&x);
+    CHECK(call_reply(&x.c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &o, sizeof o, &hb, sizeof hb) == CUDA_ERROR_INVALID_VALUE,
+          "a third client opened memory its owner had freed");
+    session_close(&x);
+    struct cumux_memset ms = {.stream = b.stream, .elem_size = 4, .dst = a.buf, .width = 1024, .height = 1, .value = 7};
+    put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
+    CHECK(sync_stream(&b) == CUDA_SUCCESS, "B's memset of memory its owner freed while B holds it open");
+    session_close(&a);
+    put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
+    CHECK(sync_stream(&b) == CUDA_SUCCESS, "B's memset after the owner went");
+    struct cumux_ipc_close_mem_handle cl = {.ptr = ha.base};
+    CHECK(call(&b.c, CUMUX_OP_IPC_CLOSE_MEM_HANDLE, &cl, sizeof cl) == CUDA_SUCCESS, "B: close");
+    CHECK(call(&b.c, CUMUX_OP_IPC_CLOSE_MEM_HANDLE, &cl, sizeof cl) == CUDA_ERROR_INVALID_VALUE, "B closed twice");
+    put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
+    expect_refused_at_sync(&b, "B's memset after it closed the memory");
+    session_close(&b);
+    check_server_ok("after ipc-owner-frees"); /* and with_server.sh --fake: the memory is freed */
+}
+
 /* ---- scribble-all ---- */
 static pid_t bystander_start(void)
 {
@@ -453,6 +496,8 @@ int main(int argc, char **argv)
             case_capture_free();
         else if (!strcmp(name, "vmm-foreign"))
             case_vmm_foreign();
+        else if (!strcmp(name, "ipc-owner-frees"))
+            case_ipc_owner_frees();
         else if (!strcmp(name, "scribble-all"))
             case_scribble_all();
         else {

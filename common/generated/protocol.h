@@ -175,6 +175,28 @@ struct cumux_vmm_set_access {
     uint32_t flags; /* CUmemAccess_flags */
 };
 
+/* CUDA IPC between clients of one server (server/ipc.c): an allocation's owner exports it as a random
+ * token; a client that opens the token gets the same device address (one shared context) and may name the
+ * memory until it closes it. The memory lives until its owner has freed it and every opener has closed it. */
+struct cumux_ipc_get_mem_handle {
+    uint64_t ptr; /* device address; the base of one of the client's allocations */
+};
+
+struct cumux_ipc_mem_handle {
+    uint64_t token;
+    uint64_t base;
+    uint64_t size;
+    uint64_t pad;
+};
+
+struct cumux_ipc_open_mem_handle {
+    uint64_t token;
+};
+
+struct cumux_ipc_close_mem_handle {
+    uint64_t ptr; /* device address */
+};
+
 struct cumux_host_alloc {
     uint64_t size;        /* the memfd comes over the socket just before this command */
     uint32_t flags;       /* CU_MEMHOSTALLOC_* */
@@ -565,6 +587,17 @@ _Static_assert(offsetof(struct cumux_vmm_unmap, size) % 8 == 0, "vmm_unmap.size:
 _Static_assert(sizeof(struct cumux_vmm_set_access) % 8 == 0, "vmm_set_access: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_vmm_set_access, ptr) % 8 == 0, "vmm_set_access.ptr: 8-aligned");
 _Static_assert(offsetof(struct cumux_vmm_set_access, size) % 8 == 0, "vmm_set_access.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_ipc_get_mem_handle) % 8 == 0, "ipc_get_mem_handle: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_ipc_get_mem_handle, ptr) % 8 == 0, "ipc_get_mem_handle.ptr: 8-aligned");
+_Static_assert(sizeof(struct cumux_ipc_mem_handle) % 8 == 0, "ipc_mem_handle: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_ipc_mem_handle, token) % 8 == 0, "ipc_mem_handle.token: 8-aligned");
+_Static_assert(offsetof(struct cumux_ipc_mem_handle, base) % 8 == 0, "ipc_mem_handle.base: 8-aligned");
+_Static_assert(offsetof(struct cumux_ipc_mem_handle, size) % 8 == 0, "ipc_mem_handle.size: 8-aligned");
+_Static_assert(offsetof(struct cumux_ipc_mem_handle, pad) % 8 == 0, "ipc_mem_handle.pad: 8-aligned");
+_Static_assert(sizeof(struct cumux_ipc_open_mem_handle) % 8 == 0, "ipc_open_mem_handle: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_ipc_open_mem_handle, token) % 8 == 0, "ipc_open_mem_handle.token: 8-aligned");
+_Static_assert(sizeof(struct cumux_ipc_close_mem_handle) % 8 == 0, "ipc_close_mem_handle: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_ipc_close_mem_handle, ptr) % 8 == 0, "ipc_close_mem_handle.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_host_alloc) % 8 == 0, "host_alloc: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_host_alloc, size) % 8 == 0, "host_alloc.size: 8-aligned");
 _Static_assert(offsetof(struct cumux_host_alloc, client_addr) % 8 == 0, "host_alloc.client_addr: 8-aligned");
@@ -722,7 +755,10 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(VMM_ADDRESS_FREE, cumux_vmm_address_free, 0)           \
     X(VMM_MAP, cumux_vmm_map, 0)                             \
     X(VMM_UNMAP, cumux_vmm_unmap, 0)                         \
-    X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)
+    X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)               \
+    X(IPC_GET_MEM_HANDLE, cumux_ipc_get_mem_handle, 0)       \
+    X(IPC_OPEN_MEM_HANDLE, cumux_ipc_open_mem_handle, 0)     \
+    X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -800,6 +836,9 @@ enum cumux_op {
     CUMUX_OP_VMM_MAP,
     CUMUX_OP_VMM_UNMAP,
     CUMUX_OP_VMM_SET_ACCESS,
+    CUMUX_OP_IPC_GET_MEM_HANDLE,
+    CUMUX_OP_IPC_OPEN_MEM_HANDLE,
+    CUMUX_OP_IPC_CLOSE_MEM_HANDLE,
     CUMUX_OP_COUNT
 };
 

@@ -85,6 +85,13 @@ CUresult op_node_get_type(struct srv_client *c, struct srv_graph_node *node, uin
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
 
+/* server/ipc.c */
+CUresult op_ipc_get_mem_handle(struct srv_client *c, const struct cumux_ipc_get_mem_handle *m, uint8_t *out,
+                               uint32_t *out_len);
+CUresult op_ipc_open_mem_handle(struct srv_client *c, const struct cumux_ipc_open_mem_handle *m, uint8_t *out,
+                                uint32_t *out_len);
+CUresult op_ipc_close_mem_handle(struct srv_client *c, const struct cumux_ipc_close_mem_handle *m);
+
 /* server/launch.c */
 CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct srv_function *function,
                    struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len);
@@ -248,6 +255,9 @@ static const struct {
     [CUMUX_OP_VMM_MAP] = {sizeof(struct cumux_vmm_map), 0},
     [CUMUX_OP_VMM_UNMAP] = {sizeof(struct cumux_vmm_unmap), 0},
     [CUMUX_OP_VMM_SET_ACCESS] = {sizeof(struct cumux_vmm_set_access), 0},
+    [CUMUX_OP_IPC_GET_MEM_HANDLE] = {sizeof(struct cumux_ipc_get_mem_handle), 0},
+    [CUMUX_OP_IPC_OPEN_MEM_HANDLE] = {sizeof(struct cumux_ipc_open_mem_handle), 0},
+    [CUMUX_OP_IPC_CLOSE_MEM_HANDLE] = {sizeof(struct cumux_ipc_close_mem_handle), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -962,6 +972,21 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_VMM_SET_ACCESS: {
         const struct cumux_vmm_set_access *m = body;
         *result = op_vmm_set_access(c, m);
+        return 0;
+    }
+    case CUMUX_OP_IPC_GET_MEM_HANDLE: {
+        const struct cumux_ipc_get_mem_handle *m = body;
+        *result = op_ipc_get_mem_handle(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_IPC_OPEN_MEM_HANDLE: {
+        const struct cumux_ipc_open_mem_handle *m = body;
+        *result = op_ipc_open_mem_handle(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_IPC_CLOSE_MEM_HANDLE: {
+        const struct cumux_ipc_close_mem_handle *m = body;
+        *result = op_ipc_close_mem_handle(c, m);
         return 0;
     }
     default:

@@ -489,4 +489,25 @@ static inline CUresult shim_op_vmm_set_access(uint64_t ptr, uint64_t size, int32
     return shim_call(CUMUX_OP_VMM_SET_ACCESS, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* IPC_GET_MEM_HANDLE: answered */
+static inline CUresult shim_op_ipc_get_mem_handle(uint64_t ptr, struct cumux_ipc_mem_handle *reply)
+{
+    struct cumux_ipc_get_mem_handle m = {.ptr = ptr};
+    return shim_call(CUMUX_OP_IPC_GET_MEM_HANDLE, &m, sizeof m, reply, sizeof *reply, NULL);
+}
+
+/* IPC_OPEN_MEM_HANDLE: answered */
+static inline CUresult shim_op_ipc_open_mem_handle(uint64_t token, struct cumux_ipc_mem_handle *reply)
+{
+    struct cumux_ipc_open_mem_handle m = {.token = token};
+    return shim_call(CUMUX_OP_IPC_OPEN_MEM_HANDLE, &m, sizeof m, reply, sizeof *reply, NULL);
+}
+
+/* IPC_CLOSE_MEM_HANDLE: answered */
+static inline CUresult shim_op_ipc_close_mem_handle(uint64_t ptr)
+{
+    struct cumux_ipc_close_mem_handle m = {.ptr = ptr};
+    return shim_call(CUMUX_OP_IPC_CLOSE_MEM_HANDLE, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

@@ -166,6 +166,12 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_VMM_UNMAP, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_unmap), "VMM_UNMAP (answered) one-way"},
     {CUMUX_OP_VMM_SET_ACCESS, 1, sizeof(struct cumux_vmm_set_access) - 8, "VMM_SET_ACCESS with a body 8 bytes short"},
     {CUMUX_OP_VMM_SET_ACCESS, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_set_access), "VMM_SET_ACCESS (answered) one-way"},
+    {CUMUX_OP_IPC_GET_MEM_HANDLE, 1, sizeof(struct cumux_ipc_get_mem_handle) - 8, "IPC_GET_MEM_HANDLE with a body 8 bytes short"},
+    {CUMUX_OP_IPC_GET_MEM_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_get_mem_handle), "IPC_GET_MEM_HANDLE (answered) one-way"},
+    {CUMUX_OP_IPC_OPEN_MEM_HANDLE, 1, sizeof(struct cumux_ipc_open_mem_handle) - 8, "IPC_OPEN_MEM_HANDLE with a body 8 bytes short"},
+    {CUMUX_OP_IPC_OPEN_MEM_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_open_mem_handle), "IPC_OPEN_MEM_HANDLE (answered) one-way"},
+    {CUMUX_OP_IPC_CLOSE_MEM_HANDLE, 1, sizeof(struct cumux_ipc_close_mem_handle) - 8, "IPC_CLOSE_MEM_HANDLE with a body 8 bytes short"},
+    {CUMUX_OP_IPC_CLOSE_MEM_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_close_mem_handle), "IPC_CLOSE_MEM_HANDLE (answered) one-way"},
 };
 
 struct malformed_handle {

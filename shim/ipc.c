@@ -1,0 +1,103 @@
+/* CUDA IPC between programs under one server (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle).
+ * The server keeps the exports (server/ipc.c); a CUipcMemHandle carries the export's token, and an opened
+ * handle gives the same device address as the owner's, since every client's memory lives in one context. */
+#include <pthread.h>
+#include <string.h>
+
+#include "shim/client.h"
+
+static const char ipc_magic[8] = "CUMUXIPC";
+
+/* What a CUipcMemHandle holds. */
+struct ipc_payload {
+    char magic[8];
+    struct cumux_ipc_mem_handle h;
+};
+_Static_assert(sizeof(struct ipc_payload) <= sizeof(CUipcMemHandle), "fits a CUipcMemHandle");
+
+/* How many times this process has each address open: the shim classifies it as device memory until the
+ * last close. */
+#define MAX_OPEN 1024
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uint64_t base;
+    unsigned count;
+} opened[MAX_OPEN];
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr ptr)
+{
+    CUresult r = shim_require_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ipc_payload p;
+    memcpy(p.magic, ipc_magic, sizeof p.magic);
+    r = shim_op_ipc_get_mem_handle(ptr, &p.h);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, &p, sizeof p);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned int flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct ipc_payload p;
+    memcpy(&p, handle.reserved, sizeof p);
+    if (!ptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) || memcmp(p.magic, ipc_magic, sizeof p.magic))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_ipc_mem_handle got;
+    r = shim_op_ipc_open_mem_handle(p.h.token, &got);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&open_lock);
+    int slot = -1;
+    for (int i = 0; i < MAX_OPEN && slot < 0; i++)
+        if (opened[i].count && opened[i].base == got.base)
+            slot = i;
+    for (int i = 0; i < MAX_OPEN && slot < 0; i++)
+        if (!opened[i].count)
+            slot = i;
+    if (slot >= 0) {
+        opened[slot].base = got.base;
+        opened[slot].count++;
+    }
+    pthread_mutex_unlock(&open_lock);
+    if (slot < 0) {
+        shim_op_ipc_close_mem_handle(got.base);
+        return CUDA_ERROR_TOO_MANY_PEERS;
+    }
+    /* Like a module global: not cuMemFree's to free. */
+    shim_add_device_range(got.base, got.size, c, true);
+    *ptr = (CUdeviceptr)got.base;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr ptr)
+{
+    CUresult r = shim_require_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = shim_op_ipc_close_mem_handle(ptr);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&open_lock);
+    bool last = false;
+    for (int i = 0; i < MAX_OPEN; i++)
+        if (opened[i].count && opened[i].base == ptr) {
+            last = --opened[i].count == 0;
+            break;
+        }
+    pthread_mutex_unlock(&open_lock);
+    if (last) {
+        pthread_rwlock_wrlock(&shim.ranges_lock);
+        cumux_ranges_remove(&shim.dev_ranges, ptr, NULL);
+        pthread_rwlock_unlock(&shim.ranges_lock);
+    }
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,129 @@
+/* CUDA IPC between two processes, as torch.multiprocessing shares a CUDA tensor: the owner fills an
+ * allocation and sends its cuIpcGetMemHandle over a pipe; the other process opens it, checks every
+ * element against the CPU, writes the second half with a memset and a kernel, closes it; the owner then
+ * sees those writes. Also refused: a handle that was never exported, closing what was not opened.
+ * The parent forks before any CUDA call (CUDA is not fork-safe) and only coordinates. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+#include "mp_util.h"
+
+#define N (1 << 20)
+
+static void owner(int to_child, int from_child)
+{
+    CK(cuInit(0));
+    gt_primary_ctx(0, NULL);
+    size_t bytes = (size_t)N * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h)
+        gt_fail("out of host memory");
+    for (int i = 0; i < N; i++)
+        h[i] = (float)i;
+    CUdeviceptr d;
+    CK(cuMemAlloc(&d, bytes));
+    CK(cuMemcpyHtoD(d, h, bytes));
+    CUipcMemHandle handle;
+    CK(cuIpcGetMemHandle(&handle, d));
+    if (write(to_child, &handle, sizeof handle) != (ssize_t)sizeof handle)
+        gt_fail("pipe write: %s", strerror(errno));
+    mp_msg m;
+    if (mp_recv(from_child, &m, 60000) < 0 || m.tag != 'C')
+        gt_fail("the other process did not finish with the memory");
+    CK(cuMemcpyDtoH(h, d, bytes));
+    for (int i = 0; i < N; i++) {
+        float want = i < N / 2 ? (float)i : (float)(i - N / 2) + 2.0f;
+        if (h[i] != want)
+            gt_fail("owner: element %d = %g after the other process wrote, expected %g", i, (double)h[i],
+                    (double)want);
+    }
+    CK(cuMemFree(d));
+    free(h);
+    gt_pass();
+}
+
+static void opener(int from_owner, int to_owner)
+{
+    CK(cuInit(0));
+    gt_primary_ctx(0, NULL);
+    CUmodule mod = gt_module_from_file_data(GT_FATBIN);
+    CUfunction vec_add = gt_function(mod, "vec_add");
+    CUipcMemHandle handle;
+    if (read(from_owner, &handle, sizeof handle) != (ssize_t)sizeof handle)
+        gt_fail("no handle from the owner");
+    /* Never exported: refused. */
+    CUipcMemHandle bogus;
+    memset(&bogus, 0x5a, sizeof bogus);
+    CUdeviceptr x;
+    if (cuIpcOpenMemHandle(&x, bogus, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS)
+        gt_fail("a handle that was never exported opened");
+    CUdeviceptr d;
+    CK(cuIpcOpenMemHandle(&d, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    size_t bytes = (size_t)N * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h)
+        gt_fail("out of host memory");
+    CK(cuMemcpyDtoH(h, d, bytes));
+    for (int i = 0; i < N; i++)
+        if (h[i] != (float)i)
+            gt_fail("opener: element %d = %g, expected %d", i, (double)h[i], i);
+    /* The second half: 2.0 by a memset, then the first half added by a kernel (what the owner expects). */
+    CUdeviceptr second = d + bytes / 2;
+    CK(cuMemsetD32(second, 0x40000000u, N / 2)); /* 2.0f */
+    int n = N / 2;
+    void *args[] = {&d, &second, &second, &n}; /* second[i] = first[i] + second[i] */
+    CK(cuLaunchKernel(vec_add, (N / 2 + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+    CK(cuCtxSynchronize());
+    /* Closing what was not opened is refused; closing what was is not. */
+    CUdeviceptr mine;
+    CK(cuMemAlloc(&mine, 4096));
+    if (cuIpcCloseMemHandle(mine) == CUDA_SUCCESS)
+        gt_fail("closing memory that was not opened succeeded");
+    CK(cuMemFree(mine));
+    CK(cuIpcCloseMemHandle(d));
+    free(h);
+    CK(cuModuleUnload(mod));
+    mp_send(to_owner, 'C', 0, 0, 0, 0);
+    gt_pass();
+}
+
+int main(void)
+{
+    gt_begin("ipc");
+    gt_require_gpu_in_child(); /* skips here when there is no GPU; the parent stays CUDA-free */
+    int down[2], up[2];
+    if (pipe(down) < 0 || pipe(up) < 0)
+        gt_fail("pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0)
+        gt_fail("fork: %s", strerror(errno));
+    if (child == 0) {
+        close(down[1]);
+        close(up[0]);
+        gt_begin("ipc (opener)");
+        opener(down[0], up[1]);
+    }
+    pid_t own = fork();
+    if (own < 0)
+        gt_fail("fork: %s", strerror(errno));
+    if (own == 0) {
+        close(down[0]);
+        close(up[1]);
+        gt_begin("ipc (owner)");
+        owner(down[1], up[0]);
+    }
+    close(down[0]);
+    close(down[1]);
+    close(up[0]);
+    close(up[1]);
+    int so = 0, sc = 0;
+    waitpid(own, &so, 0);
+    waitpid(child, &sc, 0);
+    if (!WIFEXITED(so) || WEXITSTATUS(so) != 0 || !WIFEXITED(sc) || WEXITSTATUS(sc) != 0)
+        gt_fail("owner exited %#x, opener %#x", so, sc);
+    gt_pass();
+}
