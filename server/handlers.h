@@ -1,7 +1,8 @@
-/* The command handlers, one file per concern (context.c, stream.c, memory.c, pool.c, vmm.c, ipc.c, copy.c,
- * module.c, launch.c, hostfn.c, graph.c). Their prototypes and the routing from op to handler are generated from
- * common/protocol.spec (server/generated/routes.h); what they share is objects.c. Below: what dispatch.c
- * needs of them to clean up after a client, and the few things one handler file needs of another. */
+/* The command handlers, one file per concern (context.c, stream.c, memory.c, pool.c, vmm.c, ipc.c,
+ * copy.c, module.c, launch.c, hostfn.c, graph.c). Their prototypes and the routing from op to handler are
+ * generated from common/protocol.spec (server/generated/routes.h); what they share is objects.c. Below:
+ * what dispatch.c needs of them to clean up after a client, and the few things one handler file needs of
+ * another. */
 #ifndef CUMUX_SERVER_HANDLERS_H
 #define CUMUX_SERVER_HANDLERS_H
 

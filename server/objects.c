@@ -1,7 +1,7 @@
 /* The client's objects as every handler sees them: the handle table, the current GPU, the legacy-stream
  * rule, the pending error of one-way commands, and the checks of what a client names (address ranges,
- * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, vmm.c, ipc.c, copy.c,
- * module.c, launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
+ * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, vmm.c, ipc.c,
+ * copy.c, module.c, launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
