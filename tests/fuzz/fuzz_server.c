@@ -210,8 +210,14 @@ static void send_fd(struct fclient *f, int kind, uint32_t size)
             munmap(m, size);
         }
     }
+    /* Non-blocking: descriptors that no command takes pile up in the socket until it is full, and then a
+     * real client blocks itself (the server is not held up). The harness plays all clients in one
+     * thread, so it drops the descriptor instead (a fuzzing run once timed out here). */
     uint64_t tag = CUMUX_MAGIC;
+    int flags = fcntl(f->sock, F_GETFL);
+    fcntl(f->sock, F_SETFL, flags | O_NONBLOCK);
     cumux_sock_send(f->sock, &tag, sizeof tag, fd);
+    fcntl(f->sock, F_SETFL, flags);
     close(fd);
 }
 
