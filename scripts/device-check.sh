@@ -2,7 +2,10 @@
 # The one command for the GPU machine: build everything, run the GPU tests (native and under cumux),
 # the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
-#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps]
+#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks]
+# --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
+# FW_BUDGET seconds (default 300) on top of the rest: with a 10-minute limit per command, run it as a
+# call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks).
 # Output in $OUT (default /tmp/cumux-device-check): summary.txt, device-check-logs.tar.gz (all raw
 # logs: build, per-test, per-benchmark, cumux server). Falls back to building only the tests and
 # benchmarks (scripts/gpu-standalone) when the full project does not build; cumux runs are then skipped.
@@ -13,13 +16,14 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
         --no-tests) do_tests=0 ;;
         --no-bench) do_bench=0 ;;
         --no-mps) bench_opts+=(--no-mps) ;;
+        --frameworks) do_fw=1 ;;
         -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -115,7 +119,7 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     hp="$logs/hostile-pipe"
     if CUMUX_PIPE_DIRECTORY="$hp" CUMUX_LOG_DIRECTORY="$logs/hostile-server" "$build/cli/cumux" start >"$logs/hostile.txt" 2>&1; then
         CUMUX_PIPE_DIRECTORY="$hp" LD_LIBRARY_PATH="$build/lib" timeout -k 5 90 "$build/tests/test_hostile" \
-            "$build/cli/cumux" "$build/tests/gpu/gpu_kernels.fatbin" param-scribble span-wrap ptx-no-nul scribble-all \
+            "$build/cli/cumux" "$build/tests/gpu/gpu_kernels.fatbin" param-scribble span-wrap ptx-no-nul capture-free vmm-foreign ipc-owner-frees scribble-all \
             -- "$build/tests/gpu/gpu_vecadd" >>"$logs/hostile.txt" 2>&1
         hrc=$?
         alive=no
@@ -151,6 +155,17 @@ if [ -n "$build" ] && [ $do_bench = 1 ]; then
     fi
 fi
 
+# --- the framework suite (tests/frameworks), when asked: its own budget ---
+fw_rc="not run"
+if [ -n "$build" ] && [ $do_fw = 1 ]; then
+    fw_modes=(--native)
+    [ $native_only = 0 ] && fw_modes+=(--cumux)
+    say "framework suite ${fw_modes[*]} (at most ${FW_BUDGET:-300}s)"
+    OUT="$logs/frameworks" FW_TIMEOUT=120 timeout -k 10 "${FW_BUDGET:-300}" \
+        tests/frameworks/run.sh "${fw_modes[@]}" --build "$build" 2>&1 | tee "$logs/frameworks.txt"
+    fw_rc=${PIPESTATUS[0]}
+fi
+
 # --- summary, last ---
 tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
 {
@@ -166,6 +181,10 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     if [ -f "$logs/runtime-tests.txt" ]; then
         sed -n '/^test  *| static native/,/^logs:/p' "$logs/runtime-tests.txt" | grep -v '^logs:' | sed 's/^/  /'
         grep -q '^SKIP: no CUDA GPU' "$logs/runtime-tests.txt" && echo "  SKIP: no CUDA GPU on this machine"
+    fi
+    if [ $do_fw = 1 ]; then
+        echo "framework suite (exit $fw_rc):"
+        [ -f "$logs/frameworks.txt" ] && sed -n '/^framework test/,/^logs:/p' "$logs/frameworks.txt" | grep -v '^logs:' | sed 's/^/  /'
     fi
     echo "cumux trace of a cuBLAS program: $trace_note"
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
