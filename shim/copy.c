@@ -145,6 +145,12 @@ static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstrea
         return r;
     if (n == 0)
         return CUDA_SUCCESS;
+    /* Host memory the device can use through the same pointer (managed, or pinned and mapped) may stand
+     * where device memory is expected, as with unified addressing: it is copied as the host memory it is. */
+    if (dst_kind == PTR_DEVICE && shim_pinned_server_addr((const void *)(uintptr_t)dst, n))
+        dst_kind = PTR_HOST;
+    if (src_kind == PTR_DEVICE && shim_pinned_server_addr((const void *)(uintptr_t)src, n))
+        src_kind = PTR_HOST;
     if ((dst_kind == PTR_DEVICE && !shim_is_device_ptr(dst, n)) || (src_kind == PTR_DEVICE && !shim_is_device_ptr(src, n)))
         return CUDA_ERROR_INVALID_VALUE;
     if (dst_kind == PTR_DEVICE && src_kind == PTR_DEVICE)

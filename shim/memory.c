@@ -78,6 +78,8 @@ CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t 
     return r;
 }
 
+static CUresult managed_free(uint64_t p);
+
 CUresult cuMemFree(CUdeviceptr p)
 {
     if (!shim.initialized)
@@ -85,7 +87,7 @@ CUresult cuMemFree(CUdeviceptr p)
     if (p == 0)
         return CUDA_SUCCESS;
     if (!shim_forget_device_range(p))
-        return CUDA_ERROR_INVALID_VALUE;
+        return managed_free(p);
     return shim_op_mem_free(p);
 }
 
@@ -125,6 +127,7 @@ CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 
 /* ---- pinned host memory: a memfd mapped by both processes, registered with CUDA by the server ---- */
 #define PINNED_REGISTERED (1ull << 63) /* range tag: memory of the program's, registered in place */
+#define PINNED_MANAGED (1ull << 62)    /* range tag: managed memory (cuMemAllocManaged) */
 
 /* Hand the server a memfd of host memory mapped here at `mine`; it maps it (at the same address when it
  * can) and registers it with CUDA. */
@@ -142,15 +145,11 @@ static CUresult share_with_server(int fd, void *mine, size_t len, unsigned flags
         *server_addr = rep.value;
     return r;
 }
-CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+/* Pinned host memory shared with the server, at the same address in both processes when possible;
+ * managed: only then (the program and its kernels use the one pointer), and tagged so. */
+static CUresult pinned_alloc(void **pp, size_t size, unsigned int flags, bool managed)
 {
-    struct CUctx_st *c;
-    CUresult r = shim_need_ctx(&c);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (!pp || size == 0 || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
-                                                  CU_MEMHOSTALLOC_WRITECOMBINED)))
-        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r;
     size_t len = (size + 4095) & ~(size_t)4095;
     int fd = memfd_create("cumux-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
@@ -183,11 +182,92 @@ CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
         }
     }
     close(fd);
+    if (managed && server_addr != (uint64_t)(uintptr_t)mine) {
+        shim_op_host_free(server_addr);
+        munmap(mine, len);
+        return CUDA_ERROR_OUT_OF_MEMORY; /* no address both processes could use */
+    }
     pthread_rwlock_wrlock(&shim.ranges_lock);
-    cumux_ranges_add(&shim.pinned_ranges, (uint64_t)(uintptr_t)mine, len, len, server_addr);
+    cumux_ranges_add(&shim.pinned_ranges, (uint64_t)(uintptr_t)mine, len, len | (managed ? PINNED_MANAGED : 0),
+                     server_addr);
     pthread_rwlock_unlock(&shim.ranges_lock);
     *pp = mine;
     return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pp || size == 0 || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                                                  CU_MEMHOSTALLOC_WRITECOMBINED)))
+        return CUDA_ERROR_INVALID_VALUE;
+    return pinned_alloc(pp, size, flags, false);
+}
+
+/* Managed memory: host memory that the program and the GPU both use through one pointer (pinned, shared
+ * with the server at the same address, mapped for the device). The GPU reaches it over the bus: it is
+ * correct everywhere and fast where the program touches it most; prefetches and advice change nothing. */
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!dptr || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p;
+    r = pinned_alloc(&p, size, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP, true);
+    if (r == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)(uintptr_t)p;
+    return r;
+}
+
+/* Whether [p, p+n) lies in one managed allocation. */
+static bool managed_range(uint64_t p, uint64_t n)
+{
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *r = cumux_ranges_covers(&shim.pinned_ranges, p, n);
+    bool ok = r && (r->tag & PINNED_MANAGED);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return ok;
+}
+
+CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags, CUstream h)
+{
+    (void)location;
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return flags == 0 && managed_range(p, n) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+#undef cuMemPrefetchAsync
+CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream h); /* the CUDA 12 form */
+CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream h)
+{
+    CUmemLocation l = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dst};
+    return cuMemPrefetchAsync_v2(p, n, l, 0, h);
+}
+
+CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation location)
+{
+    (void)advice;
+    (void)location;
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return managed_range(p, n) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+#undef cuMemAdvise
+CUresult cuMemAdvise(CUdeviceptr p, size_t n, CUmem_advise advice, CUdevice device); /* the CUDA 12 form */
+CUresult cuMemAdvise(CUdeviceptr p, size_t n, CUmem_advise advice, CUdevice device)
+{
+    CUmemLocation l = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
+    return cuMemAdvise_v2(p, n, advice, l);
 }
 
 CUresult cuMemAllocHost(void **pp, size_t size)
@@ -202,7 +282,7 @@ CUresult cuMemFreeHost(void *p)
     struct cumux_range r;
     pthread_rwlock_wrlock(&shim.ranges_lock);
     const struct cumux_range *f = cumux_ranges_find(&shim.pinned_ranges, (uint64_t)(uintptr_t)p);
-    int found = f && f->base == (uint64_t)(uintptr_t)p && !(f->tag & PINNED_REGISTERED)
+    int found = f && f->base == (uint64_t)(uintptr_t)p && !(f->tag & (PINNED_REGISTERED | PINNED_MANAGED))
                     ? cumux_ranges_remove(&shim.pinned_ranges, (uint64_t)(uintptr_t)p, &r)
                     : -1;
     pthread_rwlock_unlock(&shim.ranges_lock);
@@ -210,6 +290,22 @@ CUresult cuMemFreeHost(void *p)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult res = shim_op_host_free(r.extra);
     munmap(p, r.size);
+    return res;
+}
+
+/* cuMemFree of managed memory. CUDA_ERROR_INVALID_VALUE when p starts none. */
+static CUresult managed_free(uint64_t p)
+{
+    struct cumux_range r;
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    const struct cumux_range *f = cumux_ranges_find(&shim.pinned_ranges, p);
+    int found = f && f->base == p && (f->tag & PINNED_MANAGED) ? cumux_ranges_remove(&shim.pinned_ranges, p, &r) : -1;
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    if (found < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The program's other streams may still use it: the server's free waits for the client's work. */
+    CUresult res = shim_op_host_free(r.extra);
+    munmap((void *)(uintptr_t)p, r.size);
     return res;
 }
 
@@ -331,7 +427,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr
         *(CUcontext *)data = !known ? NULL : ctx ? ctx : shim_current_ctx();
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int *)data = d ? CU_MEMORYTYPE_DEVICE : h ? CU_MEMORYTYPE_HOST : 0;
+        *(unsigned int *)data = d || (h && (hr.tag & PINNED_MANAGED)) ? CU_MEMORYTYPE_DEVICE : h ? CU_MEMORYTYPE_HOST : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         *(CUdeviceptr *)data = d ? p : h ? (CUdeviceptr)(hr.extra + (p - hr.base)) : 0;
@@ -351,6 +447,8 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr
         *(int *)data = known ? 1 : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(int *)data = h && (hr.tag & PINNED_MANAGED) ? 1 : 0;
+        return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
