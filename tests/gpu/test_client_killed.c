@@ -172,9 +172,11 @@ int main(void)
     int sb = mp_wait(b);
     if (sa != -1 || sb != 0)
         gt_fail("unexpected exits: A %d (expected killed), B %d", sa, sb);
-    if (m.v[1] < 5 || m.v[2] < 900.0)
-        gt_fail("client B verified %.0f times over %.0f ms after the kill (expected >= 5 over about a second)",
-                m.v[1], m.v[2]);
+    /* What matters is that B went on after the kill. How long B saw between the two messages depends on
+     * when it got round to reading them (a loaded machine stretches its iterations): reported, not
+     * required (it once read 879 ms of the parent's 1,100 under ASan on two busy cores). */
+    if (m.v[1] < 5)
+        gt_fail("client B verified %.0f times over %.0f ms after the kill (expected >= 5)", m.v[1], m.v[2]);
 
     /* The killed client's memory is released asynchronously: give it a few seconds. */
     double free2 = 0;
