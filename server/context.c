@@ -59,11 +59,8 @@ void ctx_free(struct srv_client *c, struct srv_ctx *x)
     /* Events of the context go with it, as in CUDA. */
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_event *e = handle_get(c, h, OBJ_EVENT);
-        if (e && e->ctx == x) {
-            cuEventDestroy(e->cu);
-            handle_drop(c, h);
-            free(e);
-        }
+        if (e && e->ctx == x)
+            event_free(c, e);
     }
     /* Modules go with their context, as in CUDA; libraries are not bound to one. */
     for (uint32_t h = 1; h <= c->nhandles; h++) {

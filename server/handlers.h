@@ -16,6 +16,8 @@ void ctx_free(struct srv_client *c, struct srv_ctx *x);
 struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_stream_kind kind, int priority,
                               CUresult *res);
 void stream_free(struct srv_client *c, struct srv_stream *s);
+/* An event and its handle (its CUevent too, unless others share it through IPC). */
+void event_free(struct srv_client *c, struct srv_event *e);
 
 /* memory.c */
 void host_release(struct srv_client *c, uint64_t base);
@@ -26,6 +28,8 @@ void host_release(struct srv_client *c, uint64_t base);
 bool srv_ipc_defer_free(struct srv_client *c, uint64_t base, int gpu, CUstream stream);
 /* A client that goes: what it opened is closed, what it exported and others hold is left to them. */
 void srv_ipc_release_all(struct srv_client *c);
+/* One holder of a shared event lets go: the last one destroys the CUevent. */
+void srv_ipc_event_drop(struct ipc_event *ev);
 
 /* pool.c */
 CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out);

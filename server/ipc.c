@@ -187,3 +187,92 @@ void srv_ipc_release_all(struct srv_client *c)
         }
     }
 }
+
+/* ---- interprocess events: one CUevent, shared by the handles of its owner and its openers ---- */
+struct ipc_event {
+    uint64_t token;
+    CUevent cu;
+    unsigned refs; /* handles of it, in all clients */
+    struct ipc_event *next;
+};
+
+static struct ipc_event *ipc_events;
+
+CUresult op_ipc_get_event_handle(struct srv_client *c, struct srv_event *event, uint8_t *out, uint32_t *out_len)
+{
+    (void)c;
+    if (!(event->flags & CU_EVENT_INTERPROCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ipc_lock);
+    if (!event->ipc) {
+        struct ipc_event *ev = calloc(1, sizeof *ev);
+        if (!ev) {
+            pthread_mutex_unlock(&ipc_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        bool taken;
+        do {
+            if (getrandom(&ev->token, sizeof ev->token, 0) != sizeof ev->token) {
+                pthread_mutex_unlock(&ipc_lock);
+                free(ev);
+                return CUDA_ERROR_OPERATING_SYSTEM;
+            }
+            taken = ev->token == 0;
+            for (struct ipc_event *x = ipc_events; x && !taken; x = x->next)
+                taken = x->token == ev->token;
+        } while (taken);
+        ev->cu = event->cu;
+        ev->refs = 1;
+        ev->next = ipc_events;
+        ipc_events = ev;
+        event->ipc = ev;
+    }
+    uint64_t token = event->ipc->token;
+    pthread_mutex_unlock(&ipc_lock);
+    return reply_u64(out, out_len, token);
+}
+
+CUresult op_ipc_open_event_handle(struct srv_client *c, const struct cumux_ipc_open_event_handle *m,
+                                  struct srv_ctx *ctx, uint8_t *out, uint32_t *out_len)
+{
+    struct srv_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&ipc_lock);
+    struct ipc_event *ev = ipc_events;
+    while (ev && (m->token == 0 || ev->token != m->token))
+        ev = ev->next;
+    if (!ev) {
+        pthread_mutex_unlock(&ipc_lock);
+        free(e);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *e = (struct srv_event){.cu = ev->cu, .ctx = ctx, .flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
+                            .ipc = ev};
+    e->handle = handle_new(c, OBJ_EVENT, e);
+    if (e->handle)
+        ev->refs++;
+    pthread_mutex_unlock(&ipc_lock);
+    if (!e->handle) {
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return reply_u64(out, out_len, e->handle);
+}
+
+void srv_ipc_event_drop(struct ipc_event *ev)
+{
+    pthread_mutex_lock(&ipc_lock);
+    bool last = --ev->refs == 0;
+    if (last) {
+        struct ipc_event **p = &ipc_events;
+        while (*p != ev)
+            p = &(*p)->next;
+        *p = ev->next;
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    if (last) {
+        cuEventDestroy(ev->cu);
+        free(ev);
+    }
+}

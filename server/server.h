@@ -71,10 +71,13 @@ struct srv_ctx {
     size_t ndirty, capdirty;
 };
 
+struct ipc_event;
 struct srv_event {
     CUevent cu;
     struct srv_ctx *ctx;
     uint32_t handle;
+    uint32_t flags;
+    struct ipc_event *ipc; /* shared with other clients (ipc.c): the CUevent is not this event's alone */
 };
 
 struct srv_module {

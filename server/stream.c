@@ -116,19 +116,22 @@ CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wa
 CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *m, struct srv_ctx *ctx,
                          uint8_t *out, uint32_t *out_len)
 {
-    /* Interprocess events would hand out a handle that other processes could use: not yet. */
-    if (m->flags & ~(uint32_t)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
+    if (m->flags & ~(uint32_t)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS))
         return CUDA_ERROR_INVALID_VALUE;
+    if ((m->flags & CU_EVENT_INTERPROCESS) && !(m->flags & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE; /* as CUDA: interprocess events take no timings */
     struct srv_event *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
     use_gpu(c, ctx->gpu);
-    CUresult r = cuEventCreate(&e->cu, m->flags);
+    /* Every client is in this one context: sharing needs no interprocess event of the driver's (ipc.c). */
+    CUresult r = cuEventCreate(&e->cu, m->flags & ~(unsigned)CU_EVENT_INTERPROCESS);
     if (r != CUDA_SUCCESS) {
         free(e);
         return r;
     }
     e->ctx = ctx;
+    e->flags = m->flags;
     e->handle = handle_new(c, OBJ_EVENT, e);
     if (!e->handle) {
         cuEventDestroy(e->cu);
@@ -138,11 +141,19 @@ CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *
     return reply_u64(out, out_len, e->handle);
 }
 
+void event_free(struct srv_client *c, struct srv_event *e)
+{
+    if (e->ipc)
+        srv_ipc_event_drop(e->ipc);
+    else
+        cuEventDestroy(e->cu);
+    handle_drop(c, e->handle);
+    free(e);
+}
+
 CUresult op_event_destroy(struct srv_client *c, struct srv_event *event)
 {
-    cuEventDestroy(event->cu);
-    handle_drop(c, event->handle);
-    free(event);
+    event_free(c, event);
     return CUDA_SUCCESS;
 }
 

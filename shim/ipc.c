@@ -1,6 +1,9 @@
-/* CUDA IPC between programs under one server (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle).
- * The server keeps the exports (server/ipc.c); a CUipcMemHandle carries the export's token, and an opened
- * handle gives the same device address as the owner's, since every client's memory lives in one context. */
+/* CUDA IPC between programs under one server: memory (cuIpcGetMemHandle, cuIpcOpenMemHandle,
+ * cuIpcCloseMemHandle) and interprocess events (cuIpcGetEventHandle, cuIpcOpenEventHandle). The server
+ * keeps the exports (server/ipc.c); a handle carries the export's token. An opened memory handle gives the
+ * same device address as the owner's and an opened event is the same event, since every client's work
+ * lives in one context. */
+#include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -99,5 +102,57 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr)
         cumux_ranges_remove(&shim.dev_ranges, ptr, NULL);
         pthread_rwlock_unlock(&shim.ranges_lock);
     }
+    return CUDA_SUCCESS;
+}
+
+/* What a CUipcEventHandle holds. */
+struct ipc_event_payload {
+    char magic[8];
+    uint64_t token;
+};
+_Static_assert(sizeof(struct ipc_event_payload) <= sizeof(CUipcEventHandle), "fits a CUipcEventHandle");
+
+CUresult cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent e)
+{
+    CUresult r = shim_require_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!e || e->magic != SHIM_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!(e->flags & CU_EVENT_INTERPROCESS))
+        return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    struct ipc_event_payload p;
+    memcpy(p.magic, ipc_magic, sizeof p.magic);
+    r = shim_op_ipc_get_event_handle(e->handle, &p.token);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, &p, sizeof p);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct ipc_event_payload p;
+    memcpy(&p, handle.reserved, sizeof p);
+    if (!phEvent || memcmp(p.magic, ipc_magic, sizeof p.magic))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t h;
+    r = shim_op_ipc_open_event_handle(c->handle, p.token, &h);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return r;
+    }
+    *e = (struct CUevent_st){SHIM_MAGIC_EVENT, (uint32_t)h, c, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS};
+    *phEvent = e;
     return CUDA_SUCCESS;
 }

@@ -190,10 +190,10 @@ CUresult cuEventCreate(CUevent *ph, unsigned int flags)
         return r;
     if (!ph)
         return CUDA_ERROR_INVALID_VALUE;
-    if (flags & CU_EVENT_INTERPROCESS)
-        return cumux_unsupported("cuEventCreate with CU_EVENT_INTERPROCESS");
-    if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))
+    if (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS))
         return CUDA_ERROR_INVALID_VALUE;
+    if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_VALUE; /* interprocess events take no timings */
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -54,6 +54,13 @@ static uint64_t call_u64(struct conn *c, uint16_t op, const void *body, size_t l
     return rep.value;
 }
 
+/* The result of a command answered with a u64. */
+static int call_u64_rc(struct conn *c, uint16_t op, const void *body, size_t len)
+{
+    struct cumux_u64_reply rep = {0};
+    return call_reply(c, op, body, len, &rep, sizeof rep);
+}
+
 static int load_image(struct conn *c, uint32_t ctx, const void *image, size_t size, uint64_t *handle)
 {
     int fd = memfd_of(size);
@@ -374,6 +381,26 @@ static void case_ipc_owner_frees(void)
     struct cumux_ipc_open_mem_handle none = {.token = ha.token ^ 1};
     CHECK(call_reply(&b.c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &none, sizeof none, &hb, sizeof hb) == CUDA_ERROR_INVALID_VALUE,
           "B opened a token nobody exported");
+    /* An interprocess event of A's that B opened outlives A's destroying it. An ordinary event is not
+     * exported. */
+    struct cumux_event_create ec = {.ctx = a.ctx, .flags = CU_EVENT_DISABLE_TIMING};
+    struct cumux_ipc_get_event_handle ge = {.event = (uint32_t)call_u64(&a.c, CUMUX_OP_EVENT_CREATE, &ec, sizeof ec, "A: event")};
+    CHECK(call(&a.c, CUMUX_OP_IPC_GET_EVENT_HANDLE, &ge, sizeof ge) == CUDA_ERROR_INVALID_VALUE,
+          "A exported an event made without CU_EVENT_INTERPROCESS");
+    ec.flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    ge.event = (uint32_t)call_u64(&a.c, CUMUX_OP_EVENT_CREATE, &ec, sizeof ec, "A: interprocess event");
+    struct cumux_ipc_open_event_handle oe = {.ctx = b.ctx, .token = call_u64(&a.c, CUMUX_OP_IPC_GET_EVENT_HANDLE, &ge, sizeof ge, "A: export the event")};
+    uint32_t bev = (uint32_t)call_u64(&b.c, CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &oe, sizeof oe, "B: open the event");
+    struct handle_body evd = {.handle = ge.event};
+    put_msg(&a.c, CUMUX_OP_EVENT_DESTROY, CUMUX_NO_REPLY, &evd, sizeof evd);
+    check_server_ok("A destroyed the event B holds");
+    struct cumux_event_record er = {.event = bev, .stream = b.stream};
+    put_msg(&b.c, CUMUX_OP_EVENT_RECORD, CUMUX_NO_REPLY, &er, sizeof er);
+    struct handle_body bs = {.handle = bev};
+    CHECK(call(&b.c, CUMUX_OP_EVENT_SYNC, &bs, sizeof bs) == CUDA_SUCCESS, "B's record and sync of the event A destroyed");
+    oe.token ^= 1;
+    CHECK(call_u64_rc(&b.c, CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &oe, sizeof oe) == CUDA_ERROR_INVALID_VALUE,
+          "B opened an event token nobody exported");
     /* A frees it and goes: B still writes it (the fake driver's oracle would stop the server otherwise). */
     struct cumux_mem_free mf = {.ptr = a.buf};
     CHECK(call(&a.c, CUMUX_OP_MEM_FREE, &mf, sizeof mf) == CUDA_SUCCESS, "A: free of exported memory");

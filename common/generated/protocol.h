@@ -197,6 +197,19 @@ struct cumux_ipc_close_mem_handle {
     uint64_t ptr; /* device address */
 };
 
+/* An interprocess event (created with CU_EVENT_INTERPROCESS) shared the same way: one CUevent, which
+ * goes when its owner and every opener have destroyed their handles of it. */
+struct cumux_ipc_get_event_handle {
+    uint32_t event; /* handle of a event */
+    uint32_t pad;
+};
+
+struct cumux_ipc_open_event_handle {
+    uint32_t ctx;   /* handle of a ctx; the context the opened event belongs to in the opener */
+    uint32_t pad;
+    uint64_t token;
+};
+
 struct cumux_host_alloc {
     uint64_t size;        /* the memfd comes over the socket just before this command */
     uint32_t flags;       /* CU_MEMHOSTALLOC_* */
@@ -598,6 +611,9 @@ _Static_assert(sizeof(struct cumux_ipc_open_mem_handle) % 8 == 0, "ipc_open_mem_
 _Static_assert(offsetof(struct cumux_ipc_open_mem_handle, token) % 8 == 0, "ipc_open_mem_handle.token: 8-aligned");
 _Static_assert(sizeof(struct cumux_ipc_close_mem_handle) % 8 == 0, "ipc_close_mem_handle: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_ipc_close_mem_handle, ptr) % 8 == 0, "ipc_close_mem_handle.ptr: 8-aligned");
+_Static_assert(sizeof(struct cumux_ipc_get_event_handle) % 8 == 0, "ipc_get_event_handle: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_ipc_open_event_handle) % 8 == 0, "ipc_open_event_handle: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_ipc_open_event_handle, token) % 8 == 0, "ipc_open_event_handle.token: 8-aligned");
 _Static_assert(sizeof(struct cumux_host_alloc) % 8 == 0, "host_alloc: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_host_alloc, size) % 8 == 0, "host_alloc.size: 8-aligned");
 _Static_assert(offsetof(struct cumux_host_alloc, client_addr) % 8 == 0, "host_alloc.client_addr: 8-aligned");
@@ -758,7 +774,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)               \
     X(IPC_GET_MEM_HANDLE, cumux_ipc_get_mem_handle, 0)       \
     X(IPC_OPEN_MEM_HANDLE, cumux_ipc_open_mem_handle, 0)     \
-    X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)
+    X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)   \
+    X(IPC_GET_EVENT_HANDLE, cumux_ipc_get_event_handle, 0)   \
+    X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -839,6 +857,8 @@ enum cumux_op {
     CUMUX_OP_IPC_GET_MEM_HANDLE,
     CUMUX_OP_IPC_OPEN_MEM_HANDLE,
     CUMUX_OP_IPC_CLOSE_MEM_HANDLE,
+    CUMUX_OP_IPC_GET_EVENT_HANDLE,
+    CUMUX_OP_IPC_OPEN_EVENT_HANDLE,
     CUMUX_OP_COUNT
 };
 

@@ -91,6 +91,10 @@ CUresult op_ipc_get_mem_handle(struct srv_client *c, const struct cumux_ipc_get_
 CUresult op_ipc_open_mem_handle(struct srv_client *c, const struct cumux_ipc_open_mem_handle *m, uint8_t *out,
                                 uint32_t *out_len);
 CUresult op_ipc_close_mem_handle(struct srv_client *c, const struct cumux_ipc_close_mem_handle *m);
+CUresult op_ipc_get_event_handle(struct srv_client *c, struct srv_event *event, uint8_t *out,
+                                 uint32_t *out_len);
+CUresult op_ipc_open_event_handle(struct srv_client *c, const struct cumux_ipc_open_event_handle *m,
+                                  struct srv_ctx *ctx, uint8_t *out, uint32_t *out_len);
 
 /* server/launch.c */
 CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct srv_function *function,
@@ -258,6 +262,8 @@ static const struct {
     [CUMUX_OP_IPC_GET_MEM_HANDLE] = {sizeof(struct cumux_ipc_get_mem_handle), 0},
     [CUMUX_OP_IPC_OPEN_MEM_HANDLE] = {sizeof(struct cumux_ipc_open_mem_handle), 0},
     [CUMUX_OP_IPC_CLOSE_MEM_HANDLE] = {sizeof(struct cumux_ipc_close_mem_handle), 0},
+    [CUMUX_OP_IPC_GET_EVENT_HANDLE] = {sizeof(struct cumux_ipc_get_event_handle), 0},
+    [CUMUX_OP_IPC_OPEN_EVENT_HANDLE] = {sizeof(struct cumux_ipc_open_event_handle), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -987,6 +993,26 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_IPC_CLOSE_MEM_HANDLE: {
         const struct cumux_ipc_close_mem_handle *m = body;
         *result = op_ipc_close_mem_handle(c, m);
+        return 0;
+    }
+    case CUMUX_OP_IPC_GET_EVENT_HANDLE: {
+        const struct cumux_ipc_get_event_handle *m = body;
+        struct srv_event *event = handle_get(c, m->event, OBJ_EVENT);
+        if (!event) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_ipc_get_event_handle(c, event, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_IPC_OPEN_EVENT_HANDLE: {
+        const struct cumux_ipc_open_event_handle *m = body;
+        struct srv_ctx *ctx = handle_get(c, m->ctx, OBJ_CTX);
+        if (!ctx) {
+            *result = CUDA_ERROR_INVALID_CONTEXT;
+            return 0;
+        }
+        *result = op_ipc_open_event_handle(c, m, ctx, out, out_len);
         return 0;
     }
     default:

@@ -510,4 +510,26 @@ static inline CUresult shim_op_ipc_close_mem_handle(uint64_t ptr)
     return shim_call(CUMUX_OP_IPC_CLOSE_MEM_HANDLE, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* IPC_GET_EVENT_HANDLE: answered */
+static inline CUresult shim_op_ipc_get_event_handle(uint32_t event, uint64_t *answer)
+{
+    struct cumux_ipc_get_event_handle m = {.event = event};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_IPC_GET_EVENT_HANDLE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* IPC_OPEN_EVENT_HANDLE: answered */
+static inline CUresult shim_op_ipc_open_event_handle(uint32_t ctx, uint64_t token, uint64_t *answer)
+{
+    struct cumux_ipc_open_event_handle m = {.ctx = ctx, .token = token};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
 #endif

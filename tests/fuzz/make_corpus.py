@@ -187,7 +187,9 @@ seeds['vmm'] = msg('VMM_GRANULARITY', struct.pack('<iI', 0, 0)) + msg('VMM_GRANU
     msg('VMM_ADDRESS_FREE', struct.pack('<QQ', addr(BUF1M), 4 << 20))
 # IPC within one fuzzed client: export a buffer, open it (one's own: refused), close, free.
 seeds['ipc'] = msg('IPC_GET_MEM_HANDLE', struct.pack('<Q', addr(BUF4K))) + msg('IPC_OPEN_MEM_HANDLE', struct.pack('<Q', 1)) + \
-    msg('IPC_CLOSE_MEM_HANDLE', struct.pack('<Q', addr(BUF4K))) + msg('MEM_FREE', struct.pack('<Q', addr(BUF4K)))
+    msg('IPC_CLOSE_MEM_HANDLE', struct.pack('<Q', addr(BUF4K))) + msg('MEM_FREE', struct.pack('<Q', addr(BUF4K))) + \
+    msg('EVENT_CREATE', struct.pack('<II', CTX, 0x6)) + msg('IPC_GET_EVENT_HANDLE', h(6)) + \
+    msg('IPC_OPEN_EVENT_HANDLE', struct.pack('<IIQ', CTX, 0, 1)) + msg('EVENT_DESTROY', h(6), False)
 seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
 seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
     msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)

@@ -172,6 +172,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_IPC_OPEN_MEM_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_open_mem_handle), "IPC_OPEN_MEM_HANDLE (answered) one-way"},
     {CUMUX_OP_IPC_CLOSE_MEM_HANDLE, 1, sizeof(struct cumux_ipc_close_mem_handle) - 8, "IPC_CLOSE_MEM_HANDLE with a body 8 bytes short"},
     {CUMUX_OP_IPC_CLOSE_MEM_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_close_mem_handle), "IPC_CLOSE_MEM_HANDLE (answered) one-way"},
+    {CUMUX_OP_IPC_GET_EVENT_HANDLE, 1, sizeof(struct cumux_ipc_get_event_handle) - 8, "IPC_GET_EVENT_HANDLE with a body 8 bytes short"},
+    {CUMUX_OP_IPC_GET_EVENT_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_get_event_handle), "IPC_GET_EVENT_HANDLE (answered) one-way"},
+    {CUMUX_OP_IPC_OPEN_EVENT_HANDLE, 1, sizeof(struct cumux_ipc_open_event_handle) - 8, "IPC_OPEN_EVENT_HANDLE with a body 8 bytes short"},
+    {CUMUX_OP_IPC_OPEN_EVENT_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_open_event_handle), "IPC_OPEN_EVENT_HANDLE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -231,6 +235,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_NODE_GET_TYPE, sizeof(struct cumux_node_get_type), offsetof(struct cumux_node_get_type, node), "NODE_GET_TYPE.node: a node never given"},
     {CUMUX_OP_VMM_RELEASE, sizeof(struct cumux_vmm_release), offsetof(struct cumux_vmm_release, alloc), "VMM_RELEASE.alloc: a alloc never given"},
     {CUMUX_OP_VMM_MAP, sizeof(struct cumux_vmm_map), offsetof(struct cumux_vmm_map, alloc), "VMM_MAP.alloc: a alloc never given"},
+    {CUMUX_OP_IPC_GET_EVENT_HANDLE, sizeof(struct cumux_ipc_get_event_handle), offsetof(struct cumux_ipc_get_event_handle, event), "IPC_GET_EVENT_HANDLE.event: a event never given"},
+    {CUMUX_OP_IPC_OPEN_EVENT_HANDLE, sizeof(struct cumux_ipc_open_event_handle), offsetof(struct cumux_ipc_open_event_handle, ctx), "IPC_OPEN_EVENT_HANDLE.ctx: a ctx never given"},
 };
 
 #endif

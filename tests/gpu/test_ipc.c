@@ -1,7 +1,10 @@
 /* CUDA IPC between two processes, as torch.multiprocessing shares a CUDA tensor: the owner fills an
  * allocation and sends its cuIpcGetMemHandle over a pipe; the other process opens it, checks every
  * element against the CPU, writes the second half with a memset and a kernel, closes it; the owner then
- * sees those writes. Also refused: a handle that was never exported, closing what was not opened.
+ * sees those writes. An interprocess event orders the opener after the owner's asynchronous work: the
+ * owner queues a 64 MiB memset and records the event without waiting; the opener waits on the opened
+ * event and must see the memset's values. Also refused: a handle that was never exported, closing what
+ * was not opened.
  * The parent forks before any CUDA call (CUDA is not fork-safe) and only coordinates. */
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +15,12 @@
 #include "mp_util.h"
 
 #define N (1 << 20)
+#define BIG (16 << 20) /* floats: 64 MiB */
+
+struct handles {
+    CUipcMemHandle small, big;
+    CUipcEventHandle done; /* recorded after the memset of big */
+};
 
 static void owner(int to_child, int from_child)
 {
@@ -26,9 +35,19 @@ static void owner(int to_child, int from_child)
     CUdeviceptr d;
     CK(cuMemAlloc(&d, bytes));
     CK(cuMemcpyHtoD(d, h, bytes));
-    CUipcMemHandle handle;
-    CK(cuIpcGetMemHandle(&handle, d));
-    if (write(to_child, &handle, sizeof handle) != (ssize_t)sizeof handle)
+    struct handles hs;
+    CK(cuIpcGetMemHandle(&hs.small, d));
+    CUdeviceptr big;
+    CK(cuMemAlloc(&big, (size_t)BIG * sizeof(float)));
+    CUevent done;
+    CK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS));
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CK(cuMemsetD32Async(big, 0x3fc00000u, BIG, s)); /* 1.5f; not waited for here */
+    CK(cuEventRecord(done, s));
+    CK(cuIpcGetMemHandle(&hs.big, big));
+    CK(cuIpcGetEventHandle(&hs.done, done));
+    if (write(to_child, &hs, sizeof hs) != (ssize_t)sizeof hs)
         gt_fail("pipe write: %s", strerror(errno));
     mp_msg m;
     if (mp_recv(from_child, &m, 60000) < 0 || m.tag != 'C')
@@ -41,6 +60,9 @@ static void owner(int to_child, int from_child)
                     (double)want);
     }
     CK(cuMemFree(d));
+    CK(cuMemFree(big));
+    CK(cuEventDestroy(done));
+    CK(cuStreamDestroy(s));
     free(h);
     gt_pass();
 }
@@ -51,9 +73,24 @@ static void opener(int from_owner, int to_owner)
     gt_primary_ctx(0, NULL);
     CUmodule mod = gt_module_from_file_data(GT_FATBIN);
     CUfunction vec_add = gt_function(mod, "vec_add");
-    CUipcMemHandle handle;
-    if (read(from_owner, &handle, sizeof handle) != (ssize_t)sizeof handle)
-        gt_fail("no handle from the owner");
+    struct handles hs;
+    if (read(from_owner, &hs, sizeof hs) != (ssize_t)sizeof hs)
+        gt_fail("no handles from the owner");
+    CUipcMemHandle handle = hs.small;
+    /* The owner's memset of big, ordered by its interprocess event. */
+    CUevent done;
+    CK(cuIpcOpenEventHandle(&done, hs.done));
+    CUdeviceptr big;
+    CK(cuIpcOpenMemHandle(&big, hs.big, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    CK(cuStreamWaitEvent(NULL, done, 0));
+    float tail[256];
+    CK(cuMemcpyDtoH(tail, big + ((size_t)BIG - 256) * sizeof(float), sizeof tail));
+    for (int i = 0; i < 256; i++)
+        if (tail[i] != 1.5f)
+            gt_fail("after waiting on the owner's event: big[%d] = %g, expected 1.5", BIG - 256 + i, (double)tail[i]);
+    CK(cuEventSynchronize(done));
+    CK(cuIpcCloseMemHandle(big));
+    CK(cuEventDestroy(done));
     /* Never exported: refused. */
     CUipcMemHandle bogus;
     memset(&bogus, 0x5a, sizeof bogus);
