@@ -11,12 +11,15 @@ struct srv_vmm_alloc {
     CUmemGenericAllocationHandle h;
     uint64_t size;
     int gpu;
-    uint32_t handle;  /* the client's, until it releases the allocation */
+    uint32_t handle;  /* the client's, while it holds references */
+    uint32_t refs;    /* the client's references: cuMemCreate and each cuMemRetainAllocationHandle */
     uint32_t maps;    /* mappings of it that remain */
-    bool released;    /* by the client: the memory goes with the last mapping */
+    bool released;    /* every reference released: the memory goes with the last mapping */
 };
 
-enum { MAPPED = 1, MAPPED_ACCESSIBLE = 2 }; /* tags of vmm_mapped */
+/* Tags of vmm_mapped: MAPPED, with the access granted (CUmemAccess_flags) in the low bits. */
+enum { MAPPED = 0x10, ACCESS_MASK = 0xf };
+#define MAPPED_ACCESSIBLE (MAPPED | CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 
 static CUmemAllocationProp device_prop(int gpu)
 {
@@ -64,6 +67,7 @@ CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, u
     }
     a->size = m->size;
     a->gpu = m->device;
+    a->refs = 1;
     atomic_fetch_add(&c->mem_bytes, a->size);
     a->handle = handle_new(c, OBJ_VMM_ALLOC, a);
     if (!a->handle) {
@@ -75,6 +79,8 @@ CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, u
 
 CUresult op_vmm_release(struct srv_client *c, struct srv_vmm_alloc *alloc)
 {
+    if (--alloc->refs > 0)
+        return CUDA_SUCCESS; /* retained: other references remain */
     handle_drop(c, alloc->handle);
     alloc->handle = 0;
     alloc->released = true;
@@ -202,16 +208,41 @@ CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_acce
     bool writable = m->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     for (size_t i = first; i < first + count; i++) {
         struct cumux_range *r = &c->vmm_mapped.v[i];
-        if (writable && r->tag == MAPPED) {
-            if (cumux_ranges_add(&c->dev_ranges, r->base, r->size, RANGE_VMM, (uint64_t)m->device) < 0)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            r->tag = MAPPED_ACCESSIBLE;
-        } else if (!writable && r->tag == MAPPED_ACCESSIBLE) {
+        if (writable && r->tag != MAPPED_ACCESSIBLE &&
+            cumux_ranges_add(&c->dev_ranges, r->base, r->size, RANGE_VMM, (uint64_t)m->device) < 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (!writable && r->tag == MAPPED_ACCESSIBLE)
             cumux_ranges_remove(&c->dev_ranges, r->base, NULL);
-            r->tag = MAPPED;
-        }
+        r->tag = MAPPED | m->flags;
     }
     return CUDA_SUCCESS;
+}
+
+CUresult op_vmm_get_access(struct srv_client *c, const struct cumux_vmm_get_access *m, uint8_t *out,
+                           uint32_t *out_len)
+{
+    if (m->device < 0 || m->device >= srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm_mapped, m->ptr);
+    if (!r)
+        return CUDA_ERROR_INVALID_VALUE;
+    return reply_u64(out, out_len, r->tag & ACCESS_MASK);
+}
+
+CUresult op_vmm_retain(struct srv_client *c, const struct cumux_vmm_retain *m, uint8_t *out, uint32_t *out_len)
+{
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm_mapped, m->ptr);
+    if (!r)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_vmm_alloc *a = (struct srv_vmm_alloc *)(uintptr_t)r->extra;
+    if (a->released) { /* released while mapped: it has a handle again */
+        a->handle = handle_new(c, OBJ_VMM_ALLOC, a);
+        if (!a->handle)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        a->released = false;
+    }
+    a->refs++;
+    return reply_u64(out, out_len, a->handle);
 }
 
 void srv_vmm_release_all(struct srv_client *c)

@@ -181,3 +181,31 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
         shim_add_device_range(ptr, size, c, true);
     return CUDA_SUCCESS;
 }
+
+CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+    CUresult r = shim_require_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t f;
+    r = shim_op_vmm_get_access(ptr, location->id, &f);
+    if (r == CUDA_SUCCESS)
+        *flags = f;
+    return r;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    CUresult r = shim_require_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t h;
+    r = shim_op_vmm_retain((uint64_t)(uintptr_t)addr, &h);
+    if (r == CUDA_SUCCESS)
+        *handle = h;
+    return r;
+}

@@ -210,6 +210,16 @@ struct cumux_ipc_open_event_handle {
     uint64_t token;
 };
 
+struct cumux_vmm_get_access {
+    uint64_t ptr;
+    int32_t device;
+    uint32_t pad;
+};
+
+struct cumux_vmm_retain {
+    uint64_t ptr; /* an address in a mapping */
+};
+
 struct cumux_host_alloc {
     uint64_t size;        /* the memfd comes over the socket just before this command */
     uint32_t flags;       /* CU_MEMHOSTALLOC_* */
@@ -614,6 +624,10 @@ _Static_assert(offsetof(struct cumux_ipc_close_mem_handle, ptr) % 8 == 0, "ipc_c
 _Static_assert(sizeof(struct cumux_ipc_get_event_handle) % 8 == 0, "ipc_get_event_handle: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_ipc_open_event_handle) % 8 == 0, "ipc_open_event_handle: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_ipc_open_event_handle, token) % 8 == 0, "ipc_open_event_handle.token: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_get_access) % 8 == 0, "vmm_get_access: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_get_access, ptr) % 8 == 0, "vmm_get_access.ptr: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_retain) % 8 == 0, "vmm_retain: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_retain, ptr) % 8 == 0, "vmm_retain.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_host_alloc) % 8 == 0, "host_alloc: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_host_alloc, size) % 8 == 0, "host_alloc.size: 8-aligned");
 _Static_assert(offsetof(struct cumux_host_alloc, client_addr) % 8 == 0, "host_alloc.client_addr: 8-aligned");
@@ -776,7 +790,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(IPC_OPEN_MEM_HANDLE, cumux_ipc_open_mem_handle, 0)     \
     X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)   \
     X(IPC_GET_EVENT_HANDLE, cumux_ipc_get_event_handle, 0)   \
-    X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0)
+    X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0) \
+    X(VMM_GET_ACCESS, cumux_vmm_get_access, 0)               \
+    X(VMM_RETAIN, cumux_vmm_retain, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -859,6 +875,8 @@ enum cumux_op {
     CUMUX_OP_IPC_CLOSE_MEM_HANDLE,
     CUMUX_OP_IPC_GET_EVENT_HANDLE,
     CUMUX_OP_IPC_OPEN_EVENT_HANDLE,
+    CUMUX_OP_VMM_GET_ACCESS,
+    CUMUX_OP_VMM_RETAIN,
     CUMUX_OP_COUNT
 };
 

@@ -175,6 +175,9 @@ CUresult op_vmm_address_free(struct srv_client *c, const struct cumux_vmm_addres
 CUresult op_vmm_map(struct srv_client *c, const struct cumux_vmm_map *m, struct srv_vmm_alloc *alloc);
 CUresult op_vmm_unmap(struct srv_client *c, const struct cumux_vmm_unmap *m);
 CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_access *m);
+CUresult op_vmm_get_access(struct srv_client *c, const struct cumux_vmm_get_access *m, uint8_t *out,
+                           uint32_t *out_len);
+CUresult op_vmm_retain(struct srv_client *c, const struct cumux_vmm_retain *m, uint8_t *out, uint32_t *out_len);
 
 #endif
 
@@ -264,6 +267,8 @@ static const struct {
     [CUMUX_OP_IPC_CLOSE_MEM_HANDLE] = {sizeof(struct cumux_ipc_close_mem_handle), 0},
     [CUMUX_OP_IPC_GET_EVENT_HANDLE] = {sizeof(struct cumux_ipc_get_event_handle), 0},
     [CUMUX_OP_IPC_OPEN_EVENT_HANDLE] = {sizeof(struct cumux_ipc_open_event_handle), 0},
+    [CUMUX_OP_VMM_GET_ACCESS] = {sizeof(struct cumux_vmm_get_access), 0},
+    [CUMUX_OP_VMM_RETAIN] = {sizeof(struct cumux_vmm_retain), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1013,6 +1018,16 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_ipc_open_event_handle(c, m, ctx, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_VMM_GET_ACCESS: {
+        const struct cumux_vmm_get_access *m = body;
+        *result = op_vmm_get_access(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_VMM_RETAIN: {
+        const struct cumux_vmm_retain *m = body;
+        *result = op_vmm_retain(c, m, out, out_len);
         return 0;
     }
     default:

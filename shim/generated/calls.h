@@ -532,4 +532,26 @@ static inline CUresult shim_op_ipc_open_event_handle(uint32_t ctx, uint64_t toke
     return r;
 }
 
+/* VMM_GET_ACCESS: answered */
+static inline CUresult shim_op_vmm_get_access(uint64_t ptr, int32_t device, uint64_t *answer)
+{
+    struct cumux_vmm_get_access m = {.ptr = ptr, .device = device};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_VMM_GET_ACCESS, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* VMM_RETAIN: answered */
+static inline CUresult shim_op_vmm_retain(uint64_t ptr, uint64_t *answer)
+{
+    struct cumux_vmm_retain m = {.ptr = ptr};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_VMM_RETAIN, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
 #endif

@@ -176,6 +176,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_IPC_GET_EVENT_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_get_event_handle), "IPC_GET_EVENT_HANDLE (answered) one-way"},
     {CUMUX_OP_IPC_OPEN_EVENT_HANDLE, 1, sizeof(struct cumux_ipc_open_event_handle) - 8, "IPC_OPEN_EVENT_HANDLE with a body 8 bytes short"},
     {CUMUX_OP_IPC_OPEN_EVENT_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_ipc_open_event_handle), "IPC_OPEN_EVENT_HANDLE (answered) one-way"},
+    {CUMUX_OP_VMM_GET_ACCESS, 1, sizeof(struct cumux_vmm_get_access) - 8, "VMM_GET_ACCESS with a body 8 bytes short"},
+    {CUMUX_OP_VMM_GET_ACCESS, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_get_access), "VMM_GET_ACCESS (answered) one-way"},
+    {CUMUX_OP_VMM_RETAIN, 1, sizeof(struct cumux_vmm_retain) - 8, "VMM_RETAIN with a body 8 bytes short"},
+    {CUMUX_OP_VMM_RETAIN, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_retain), "VMM_RETAIN (answered) one-way"},
 };
 
 struct malformed_handle {

@@ -88,6 +88,17 @@ int main(void)
     EXPECT_RC(cuMemFree(base), CUDA_ERROR_INVALID_VALUE);
     EXPECT_RC(cuMemAddressFree(base, 3 * gran), CUDA_ERROR_INVALID_VALUE);
 
+    /* The access granted, and the allocation behind an address (one more reference to release). */
+    unsigned long long flags = 0;
+    CK(cuMemGetAccess(&flags, &acc.location, base + gran + 4096));
+    if (flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        gt_fail("cuMemGetAccess: %llu, expected read-write", flags);
+    CUmemGenericAllocationHandle again;
+    CK(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(base + gran + 4096)));
+    if (again != h2)
+        gt_fail("cuMemRetainAllocationHandle gave %llu, the allocation mapped there is %llu", again, h2);
+    CK(cuMemRelease(again));
+
     /* Released while mapped: still usable until it is unmapped. */
     CK(cuMemRelease(h2));
     CK(cuMemsetD32(base + gran, 0x40000000u, gran / 4)); /* 2.0f */
