@@ -455,6 +455,59 @@ CUresult op_node_get_deps(struct srv_client *c, struct srv_graph_node *node, uin
     return reply_nodes(c, node->graph, nodes, n, out, out_len);
 }
 
+CUresult op_graph_get_root_nodes(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
+{
+    size_t n = 0;
+    CHECK(cuGraphGetRootNodes(graph->g, NULL, &n));
+    CUgraphNode *nodes = NULL;
+    if (n && !(nodes = malloc(n * sizeof *nodes)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = n ? cuGraphGetRootNodes(graph->g, nodes, &n) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS) {
+        free(nodes);
+        return r;
+    }
+    return reply_nodes(c, graph->handle, nodes, n, out, out_len);
+}
+
+CUresult op_node_get_dependents(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
+{
+    size_t n = 0;
+    CHECK(cuGraphNodeGetDependentNodes(node->n, NULL, NULL, &n));
+    CUgraphNode *nodes = NULL;
+    if (n && !(nodes = malloc(n * sizeof *nodes)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = n ? cuGraphNodeGetDependentNodes(node->n, nodes, NULL, &n) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS) {
+        free(nodes);
+        return r;
+    }
+    return reply_nodes(c, node->graph, nodes, n, out, out_len);
+}
+
+/* The count, then the edges as (from, to) handle pairs, as many as fit. */
+CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
+{
+    size_t n = 0;
+    CHECK(cuGraphGetEdges(graph->g, NULL, NULL, NULL, &n));
+    CUgraphNode *ends = NULL;
+    if (n && !(ends = malloc(2 * n * sizeof *ends)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = n ? cuGraphGetEdges(graph->g, ends, ends + n, NULL, &n) : CUDA_SUCCESS;
+    uint64_t count = n;
+    memcpy(out, &count, sizeof count);
+    size_t fit = (CUMUX_REPLY_DATA - sizeof count) / (2 * sizeof(uint32_t)), i = 0;
+    for (; r == CUDA_SUCCESS && i < n && i < fit; i++) {
+        uint32_t pair[2] = {node_handle(c, graph->handle, ends[i]), node_handle(c, graph->handle, ends[n + i])};
+        if (!pair[0] || !pair[1])
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(out + sizeof count + i * sizeof pair, pair, sizeof pair);
+    }
+    *out_len = (uint32_t)(sizeof count + i * 2 * sizeof(uint32_t));
+    free(ends);
+    return r;
+}
+
 CUresult op_node_get_type(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
 {
     (void)c;

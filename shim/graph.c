@@ -469,7 +469,8 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode node, const C
 }
 
 /* ---- queries ---- */
-/* GRAPH_GET_NODES or NODE_GET_DEPS (body m): the nodes of graph g it answers. */
+/* A node query (GRAPH_GET_NODES, GRAPH_GET_ROOT_NODES, NODE_GET_DEPS, NODE_GET_DEPENDENTS; body m): the
+ * nodes of graph g it answers. */
 static CUresult query_nodes(uint16_t op, const void *m, size_t m_len, struct CUgraph_st *g, CUgraphNode *nodes,
                             size_t *num)
 {
@@ -527,4 +528,75 @@ CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
     if (r == CUDA_SUCCESS)
         *type = (CUgraphNodeType)t;
     return r;
+}
+
+CUresult cuGraphGetRootNodes(CUgraph g, CUgraphNode *nodes, size_t *num)
+{
+    if (!graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_graph_get_root_nodes m = {.graph = g->handle};
+    return query_nodes(CUMUX_OP_GRAPH_GET_ROOT_NODES, &m, sizeof m, g, nodes, num);
+}
+
+CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *out, CUgraphEdgeData *edges, size_t *num)
+{
+    if (!node_ok(node))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (edges && num && out)
+        memset(edges, 0, *num * sizeof *edges); /* default edges: the only kind cumux builds */
+    struct cumux_node_get_dependents m = {.node = node->handle};
+    return query_nodes(CUMUX_OP_NODE_GET_DEPENDENTS, &m, sizeof m, node->graph, out, num);
+}
+
+CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edges, size_t *num)
+{
+    if (!graph_ok(g) || !num || (from == NULL) != (to == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    uint32_t len = 0;
+    struct cumux_graph_get_edges m = {.graph = g->handle};
+    CUresult r = shim_call(CUMUX_OP_GRAPH_GET_EDGES, &m, sizeof m, buf, sizeof buf, &len);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t count;
+    memcpy(&count, buf, sizeof count);
+    if (!from) {
+        *num = (size_t)count;
+        return CUDA_SUCCESS;
+    }
+    size_t have = (len - sizeof count) / (2 * sizeof(uint32_t)), i = 0;
+    for (; i < *num && i < count && i < have; i++) {
+        uint32_t pair[2];
+        memcpy(pair, buf + sizeof count + i * sizeof pair, sizeof pair);
+        if (!(from[i] = node_object(pair[0], g)) || !(to[i] = node_object(pair[1], g)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (edges)
+            memset(&edges[i], 0, sizeof edges[i]);
+    }
+    for (size_t k = i; k < *num; k++)
+        from[k] = to[k] = NULL;
+    *num = i;
+    return CUDA_SUCCESS;
+}
+
+/* The CUDA 12 forms, without edge data. */
+#undef cuGraphNodeGetDependentNodes
+CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *out, size_t *num);
+CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *out, size_t *num)
+{
+    return cuGraphNodeGetDependentNodes_v2(node, out, NULL, num);
+}
+
+#undef cuGraphGetEdges
+CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, size_t *num);
+CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, size_t *num)
+{
+    return cuGraphGetEdges_v2(g, from, to, NULL, num);
+}
+
+#undef cuGraphNodeGetDependencies
+CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, size_t *num);
+CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, size_t *num)
+{
+    return cuGraphNodeGetDependencies_v2(node, deps, NULL, num);
 }

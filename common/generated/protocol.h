@@ -550,6 +550,21 @@ struct cumux_node_get_deps {
     uint32_t pad;
 };
 
+struct cumux_graph_get_root_nodes {
+    uint32_t graph; /* handle of a graph */
+    uint32_t pad;
+};
+
+struct cumux_graph_get_edges {
+    uint32_t graph; /* handle of a graph */
+    uint32_t pad;
+};
+
+struct cumux_node_get_dependents {
+    uint32_t node; /* handle of a node */
+    uint32_t pad;
+};
+
 struct cumux_node_get_type {
     uint32_t node; /* handle of a node */
     uint32_t pad;
@@ -707,6 +722,9 @@ _Static_assert(sizeof(struct cumux_graph_set_kernel_node) % 8 == 0, "graph_set_k
 _Static_assert(sizeof(struct cumux_graph_add_deps) % 8 == 0, "graph_add_deps: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_get_nodes) % 8 == 0, "graph_get_nodes: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_deps) % 8 == 0, "node_get_deps: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_get_root_nodes) % 8 == 0, "graph_get_root_nodes: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_get_edges) % 8 == 0, "graph_get_edges: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_node_get_dependents) % 8 == 0, "node_get_dependents: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a multiple of 8 bytes");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
@@ -792,7 +810,10 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(IPC_GET_EVENT_HANDLE, cumux_ipc_get_event_handle, 0)   \
     X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0) \
     X(VMM_GET_ACCESS, cumux_vmm_get_access, 0)               \
-    X(VMM_RETAIN, cumux_vmm_retain, 0)
+    X(VMM_RETAIN, cumux_vmm_retain, 0)                       \
+    X(GRAPH_GET_ROOT_NODES, cumux_graph_get_root_nodes, 0)   \
+    X(NODE_GET_DEPENDENTS, cumux_node_get_dependents, 0)     \
+    X(GRAPH_GET_EDGES, cumux_graph_get_edges, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -877,6 +898,9 @@ enum cumux_op {
     CUMUX_OP_IPC_OPEN_EVENT_HANDLE,
     CUMUX_OP_VMM_GET_ACCESS,
     CUMUX_OP_VMM_RETAIN,
+    CUMUX_OP_GRAPH_GET_ROOT_NODES,
+    CUMUX_OP_NODE_GET_DEPENDENTS,
+    CUMUX_OP_GRAPH_GET_EDGES,
     CUMUX_OP_COUNT
 };
 

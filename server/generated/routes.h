@@ -81,6 +81,11 @@ CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_de
 CUresult op_graph_get_nodes(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
 CUresult op_node_get_deps(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len);
 CUresult op_node_get_type(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len);
+CUresult op_graph_get_root_nodes(struct srv_client *c, struct srv_graph *graph, uint8_t *out,
+                                 uint32_t *out_len);
+CUresult op_node_get_dependents(struct srv_client *c, struct srv_graph_node *node, uint8_t *out,
+                                uint32_t *out_len);
+CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -269,6 +274,9 @@ static const struct {
     [CUMUX_OP_IPC_OPEN_EVENT_HANDLE] = {sizeof(struct cumux_ipc_open_event_handle), 0},
     [CUMUX_OP_VMM_GET_ACCESS] = {sizeof(struct cumux_vmm_get_access), 0},
     [CUMUX_OP_VMM_RETAIN] = {sizeof(struct cumux_vmm_retain), 0},
+    [CUMUX_OP_GRAPH_GET_ROOT_NODES] = {sizeof(struct cumux_graph_get_root_nodes), 0},
+    [CUMUX_OP_NODE_GET_DEPENDENTS] = {sizeof(struct cumux_node_get_dependents), 0},
+    [CUMUX_OP_GRAPH_GET_EDGES] = {sizeof(struct cumux_graph_get_edges), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1028,6 +1036,36 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_VMM_RETAIN: {
         const struct cumux_vmm_retain *m = body;
         *result = op_vmm_retain(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_GET_ROOT_NODES: {
+        const struct cumux_graph_get_root_nodes *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_get_root_nodes(c, graph, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_NODE_GET_DEPENDENTS: {
+        const struct cumux_node_get_dependents *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_node_get_dependents(c, node, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_GET_EDGES: {
+        const struct cumux_graph_get_edges *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_get_edges(c, graph, out, out_len);
         return 0;
     }
     default:

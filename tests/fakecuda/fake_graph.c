@@ -322,6 +322,78 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode hn, CUgraphNode *deps, CUgraphEd
     return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+CUresult cuGraphGetRootNodes(CUgraph hg, CUgraphNode *nodes, size_t *n)
+{
+    CHECK_RET(fc_check_init());
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    if (g) {
+        struct fc_gnode **roots = malloc((g->n + 1) * sizeof *roots);
+        size_t k = 0;
+        for (size_t i = 0; roots && i < g->n; i++)
+            if (g->nodes[i]->ndeps == 0)
+                roots[k++] = g->nodes[i];
+        node_list(roots, k, nodes, n);
+        free(roots);
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphNodeGetDependentNodes(CUgraphNode hn, CUgraphNode *out, CUgraphEdgeData *edges, size_t *n)
+{
+    CHECK_RET(fc_check_init());
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *nd = node_get(hn);
+    if (nd) {
+        struct fc_graph *g = nd->g;
+        struct fc_gnode **dep = malloc((g->n + 1) * sizeof *dep);
+        size_t k = 0, want = *n;
+        for (size_t i = 0; dep && i < g->n; i++)
+            for (size_t j = 0; j < g->nodes[i]->ndeps; j++)
+                if (g->nodes[i]->deps[j] == nd) {
+                    dep[k++] = g->nodes[i];
+                    break;
+                }
+        node_list(dep, k, out, n);
+        if (out && edges)
+            memset(edges, 0, want * sizeof *edges);
+        free(dep);
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphGetEdges(CUgraph hg, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edges, size_t *n)
+{
+    CHECK_RET(fc_check_init());
+    if (!n || (from == NULL) != (to == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    if (g) {
+        size_t k = 0;
+        for (size_t i = 0; i < g->n; i++)
+            for (size_t j = 0; j < g->nodes[i]->ndeps; j++) {
+                if (from && k < *n) {
+                    from[k] = (CUgraphNode)g->nodes[i]->deps[j];
+                    to[k] = (CUgraphNode)g->nodes[i];
+                    if (edges)
+                        memset(&edges[k], 0, sizeof edges[k]);
+                }
+                k++;
+            }
+        if (!from || k < *n)
+            *n = k;
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *type)
 {
     CHECK_RET(fc_check_init());

@@ -180,6 +180,12 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_VMM_GET_ACCESS, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_get_access), "VMM_GET_ACCESS (answered) one-way"},
     {CUMUX_OP_VMM_RETAIN, 1, sizeof(struct cumux_vmm_retain) - 8, "VMM_RETAIN with a body 8 bytes short"},
     {CUMUX_OP_VMM_RETAIN, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_retain), "VMM_RETAIN (answered) one-way"},
+    {CUMUX_OP_GRAPH_GET_ROOT_NODES, 1, sizeof(struct cumux_graph_get_root_nodes) - 8, "GRAPH_GET_ROOT_NODES with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_GET_ROOT_NODES, CUMUX_NO_REPLY, sizeof(struct cumux_graph_get_root_nodes), "GRAPH_GET_ROOT_NODES (answered) one-way"},
+    {CUMUX_OP_NODE_GET_DEPENDENTS, 1, sizeof(struct cumux_node_get_dependents) - 8, "NODE_GET_DEPENDENTS with a body 8 bytes short"},
+    {CUMUX_OP_NODE_GET_DEPENDENTS, CUMUX_NO_REPLY, sizeof(struct cumux_node_get_dependents), "NODE_GET_DEPENDENTS (answered) one-way"},
+    {CUMUX_OP_GRAPH_GET_EDGES, 1, sizeof(struct cumux_graph_get_edges) - 8, "GRAPH_GET_EDGES with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_GET_EDGES, CUMUX_NO_REPLY, sizeof(struct cumux_graph_get_edges), "GRAPH_GET_EDGES (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -241,6 +247,9 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_VMM_MAP, sizeof(struct cumux_vmm_map), offsetof(struct cumux_vmm_map, alloc), "VMM_MAP.alloc: a alloc never given"},
     {CUMUX_OP_IPC_GET_EVENT_HANDLE, sizeof(struct cumux_ipc_get_event_handle), offsetof(struct cumux_ipc_get_event_handle, event), "IPC_GET_EVENT_HANDLE.event: a event never given"},
     {CUMUX_OP_IPC_OPEN_EVENT_HANDLE, sizeof(struct cumux_ipc_open_event_handle), offsetof(struct cumux_ipc_open_event_handle, ctx), "IPC_OPEN_EVENT_HANDLE.ctx: a ctx never given"},
+    {CUMUX_OP_GRAPH_GET_ROOT_NODES, sizeof(struct cumux_graph_get_root_nodes), offsetof(struct cumux_graph_get_root_nodes, graph), "GRAPH_GET_ROOT_NODES.graph: a graph never given"},
+    {CUMUX_OP_NODE_GET_DEPENDENTS, sizeof(struct cumux_node_get_dependents), offsetof(struct cumux_node_get_dependents, node), "NODE_GET_DEPENDENTS.node: a node never given"},
+    {CUMUX_OP_GRAPH_GET_EDGES, sizeof(struct cumux_graph_get_edges), offsetof(struct cumux_graph_get_edges, graph), "GRAPH_GET_EDGES.graph: a graph never given"},
 };
 
 #endif

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdbool.h>
+
 #include "gpu_test.h"
 
 #define N 4096
@@ -126,6 +128,33 @@ int main(void)
         if (t != kinds[i].type)
             gt_fail("cuGraphNodeGetType of node %zu: %d, expected %d", i, (int)t, (int)kinds[i].type);
     }
+    /* Its shape as the queries give it: one root, six edges, two nodes that depend on nk1. */
+    CUgraphNode roots[4];
+    size_t nroots = 4;
+    CK(cuGraphGetRootNodes(eg, roots, &nroots));
+    if (nroots != 1 || roots[0] != nset)
+        gt_fail("root nodes: %zu, the first %s the memset node", nroots, nroots && roots[0] == nset ? "is" : "is not");
+    CUgraphNode from[8], to[8];
+    size_t nedges = 0;
+    CK(cuGraphGetEdges(eg, NULL, NULL, NULL, &nedges));
+    if (nedges != 6)
+        gt_fail("cuGraphGetEdges counts %zu edges, expected 6", nedges);
+    nedges = 8;
+    CK(cuGraphGetEdges(eg, from, to, NULL, &nedges));
+    const CUgraphNode want_from[] = {nset, nk1, nk2, ncpy, nhost, nk1}, want_to[] = {nk1, nk2, ncpy, nhost, nempty, nempty};
+    for (int k = 0; k < 6; k++) {
+        bool found = false;
+        for (size_t i = 0; i < nedges; i++)
+            found |= from[i] == want_from[k] && to[i] == want_to[k];
+        if (!found)
+            gt_fail("edge %d of the graph is missing from cuGraphGetEdges", k);
+    }
+    CUgraphNode dependents[4];
+    size_t ndependents = 4;
+    CK(cuGraphNodeGetDependentNodes(nk1, dependents, NULL, &ndependents));
+    if (ndependents != 2 || !((dependents[0] == nk2 && dependents[1] == nempty) ||
+                              (dependents[0] == nempty && dependents[1] == nk2)))
+        gt_fail("dependents of the first kernel node: %zu, not the second kernel and the empty node", ndependents);
     CUgraphExec gexec;
     CK(cuGraphInstantiateWithFlags(&gexec, eg, 0));
     host_calls = 0;
