@@ -404,85 +404,61 @@ static uint32_t node_handle(struct srv_client *c, uint32_t graph, CUgraphNode n)
     return h;
 }
 
-/* The reply of a node query: the count, then the nodes' handles, as many as fit. Frees nodes. */
-static CUresult reply_nodes(struct srv_client *c, uint32_t graph, CUgraphNode *nodes, size_t n, uint8_t *out,
+/* The driver's node lists, each asked the same way: NULL for the count, then an array. */
+typedef CUresult (*node_lister)(const void *of, CUgraphNode *nodes, size_t *n);
+static CUresult list_nodes(const void *g, CUgraphNode *v, size_t *n) { return cuGraphGetNodes((CUgraph)g, v, n); }
+static CUresult list_roots(const void *g, CUgraphNode *v, size_t *n) { return cuGraphGetRootNodes((CUgraph)g, v, n); }
+static CUresult list_deps(const void *nd, CUgraphNode *v, size_t *n)
+{
+    return cuGraphNodeGetDependencies((CUgraphNode)nd, v, NULL, n);
+}
+static CUresult list_dependents(const void *nd, CUgraphNode *v, size_t *n)
+{
+    return cuGraphNodeGetDependentNodes((CUgraphNode)nd, v, NULL, n);
+}
+
+/* The reply of a node query: the count, then the nodes' handles (in graph `graph`), as many as fit. */
+static CUresult reply_nodes(struct srv_client *c, uint32_t graph, node_lister list, const void *of, uint8_t *out,
                             uint32_t *out_len)
 {
-    CUresult r = CUDA_SUCCESS;
+    size_t n = 0;
+    CHECK(list(of, NULL, &n));
+    CUgraphNode *nodes = NULL;
+    if (n && !(nodes = malloc(n * sizeof *nodes)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = n ? list(of, nodes, &n) : CUDA_SUCCESS;
     uint64_t count = n;
     memcpy(out, &count, sizeof count);
-    size_t fit = (CUMUX_REPLY_DATA - sizeof count) / sizeof(uint32_t);
-    for (size_t i = 0; i < n && i < fit; i++) {
+    size_t fit = (CUMUX_REPLY_DATA - sizeof count) / sizeof(uint32_t), i = 0;
+    for (; r == CUDA_SUCCESS && i < n && i < fit; i++) {
         uint32_t h = node_handle(c, graph, nodes[i]);
-        if (!h) {
+        if (!h)
             r = CUDA_ERROR_OUT_OF_MEMORY;
-            break;
-        }
         memcpy(out + sizeof count + i * sizeof h, &h, sizeof h);
     }
-    *out_len = (uint32_t)(sizeof count + (n < fit ? n : fit) * sizeof(uint32_t));
+    *out_len = (uint32_t)(sizeof count + i * sizeof(uint32_t));
     free(nodes);
     return r;
 }
 
 CUresult op_graph_get_nodes(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
 {
-    size_t n = 0;
-    CHECK(cuGraphGetNodes(graph->g, NULL, &n));
-    CUgraphNode *nodes = NULL;
-    if (n && !(nodes = malloc(n * sizeof *nodes)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = n ? cuGraphGetNodes(graph->g, nodes, &n) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-        free(nodes);
-        return r;
-    }
-    return reply_nodes(c, graph->handle, nodes, n, out, out_len);
-}
-
-CUresult op_node_get_deps(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
-{
-    size_t n = 0;
-    CHECK(cuGraphNodeGetDependencies(node->n, NULL, NULL, &n));
-    CUgraphNode *nodes = NULL;
-    if (n && !(nodes = malloc(n * sizeof *nodes)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = n ? cuGraphNodeGetDependencies(node->n, nodes, NULL, &n) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-        free(nodes);
-        return r;
-    }
-    return reply_nodes(c, node->graph, nodes, n, out, out_len);
+    return reply_nodes(c, graph->handle, list_nodes, graph->g, out, out_len);
 }
 
 CUresult op_graph_get_root_nodes(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
 {
-    size_t n = 0;
-    CHECK(cuGraphGetRootNodes(graph->g, NULL, &n));
-    CUgraphNode *nodes = NULL;
-    if (n && !(nodes = malloc(n * sizeof *nodes)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = n ? cuGraphGetRootNodes(graph->g, nodes, &n) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-        free(nodes);
-        return r;
-    }
-    return reply_nodes(c, graph->handle, nodes, n, out, out_len);
+    return reply_nodes(c, graph->handle, list_roots, graph->g, out, out_len);
+}
+
+CUresult op_node_get_deps(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
+{
+    return reply_nodes(c, node->graph, list_deps, node->n, out, out_len);
 }
 
 CUresult op_node_get_dependents(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
 {
-    size_t n = 0;
-    CHECK(cuGraphNodeGetDependentNodes(node->n, NULL, NULL, &n));
-    CUgraphNode *nodes = NULL;
-    if (n && !(nodes = malloc(n * sizeof *nodes)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = n ? cuGraphNodeGetDependentNodes(node->n, nodes, NULL, &n) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-        free(nodes);
-        return r;
-    }
-    return reply_nodes(c, node->graph, nodes, n, out, out_len);
+    return reply_nodes(c, node->graph, list_dependents, node->n, out, out_len);
 }
 
 /* The count, then the edges as (from, to) handle pairs, as many as fit. */
