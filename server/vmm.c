@@ -4,13 +4,37 @@
  * device memory it may name (dev_ranges). All of it goes with the client. */
 
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/handlers.h"
+
+/* A physical allocation that several clients' allocations name (exported and imported): the last of them
+ * to go releases it. vmm_lock guards the counts and the exports, which clients' workers share. */
+struct vmm_shared {
+    CUmemGenericAllocationHandle h;
+    unsigned refs;
+};
+
+/* An exported allocation, known by the inode of the descriptor its owner was given. */
+struct vmm_export {
+    dev_t dev;
+    ino_t ino;
+    int fd; /* the server's copy: the inode stays this export's while it lives */
+    struct srv_vmm_alloc *owner;
+    struct vmm_export *next;
+};
+
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vmm_export *exports;
 
 struct srv_vmm_alloc {
     CUmemGenericAllocationHandle h;
     uint64_t size;
     int gpu;
+    struct vmm_shared *shared; /* NULL: this client's alone */
+    bool charged;     /* created by this client: counted in its memory */
     uint32_t handle;  /* the client's, while it holds references */
     uint32_t refs;    /* the client's references: cuMemCreate and each cuMemRetainAllocationHandle */
     uint32_t maps;    /* mappings of it that remain */
@@ -30,8 +54,28 @@ static CUmemAllocationProp device_prop(int gpu)
 
 static void alloc_free(struct srv_client *c, struct srv_vmm_alloc *a)
 {
-    cuMemRelease(a->h);
-    atomic_fetch_sub(&c->mem_bytes, a->size);
+    bool last = true;
+    pthread_mutex_lock(&vmm_lock);
+    for (struct vmm_export **p = &exports; *p;) { /* no more imports of it */
+        struct vmm_export *e = *p;
+        if (e->owner == a) {
+            *p = e->next;
+            close(e->fd);
+            free(e);
+        } else {
+            p = &e->next;
+        }
+    }
+    if (a->shared) {
+        last = --a->shared->refs == 0;
+        if (last)
+            free(a->shared);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    if (last)
+        cuMemRelease(a->h);
+    if (a->charged)
+        atomic_fetch_sub(&c->mem_bytes, a->size);
     free(a);
 }
 
@@ -68,6 +112,7 @@ CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, u
     a->size = m->size;
     a->gpu = m->device;
     a->refs = 1;
+    a->charged = true;
     atomic_fetch_add(&c->mem_bytes, a->size);
     a->handle = handle_new(c, OBJ_VMM_ALLOC, a);
     if (!a->handle) {
@@ -243,6 +288,70 @@ CUresult op_vmm_retain(struct srv_client *c, const struct cumux_vmm_retain *m, u
     }
     a->refs++;
     return reply_u64(out, out_len, a->handle);
+}
+
+CUresult op_vmm_export(struct srv_client *c, const struct cumux_vmm_export *m)
+{
+    int fd = recv_client_fd(c, 0); /* first, whatever else is wrong */
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_vmm_alloc *a = handle_get(c, m->alloc, OBJ_VMM_ALLOC);
+    struct stat st;
+    struct vmm_export *e = a && fstat(fd, &st) == 0 ? calloc(1, sizeof *e) : NULL;
+    struct vmm_shared *sh = e && !a->shared ? calloc(1, sizeof *sh) : NULL;
+    if (!e || (!a->shared && !sh)) {
+        close(fd);
+        free(e);
+        return a ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    }
+    *e = (struct vmm_export){.dev = st.st_dev, .ino = st.st_ino, .fd = fd, .owner = a};
+    pthread_mutex_lock(&vmm_lock);
+    if (sh) {
+        *sh = (struct vmm_shared){.h = a->h, .refs = 1};
+        a->shared = sh;
+    }
+    e->next = exports;
+    exports = e;
+    pthread_mutex_unlock(&vmm_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_vmm_import(struct srv_client *c, uint8_t *out, uint32_t *out_len)
+{
+    int fd = recv_client_fd(c, 0);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct stat st;
+    int ok = fstat(fd, &st);
+    close(fd);
+    struct srv_vmm_alloc *a = calloc(1, sizeof *a);
+    if (ok != 0 || !a) {
+        free(a);
+        return ok != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&vmm_lock);
+    struct vmm_export *e = exports;
+    while (e && !(e->dev == st.st_dev && e->ino == st.st_ino))
+        e = e->next;
+    if (e) {
+        *a = (struct srv_vmm_alloc){.h = e->owner->h, .size = e->owner->size, .gpu = e->owner->gpu,
+                                    .shared = e->owner->shared, .refs = 1};
+        a->shared->refs++;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    if (!e) {
+        free(a);
+        return CUDA_ERROR_INVALID_VALUE; /* not a descriptor this server gave out, or its owner let go */
+    }
+    a->handle = handle_new(c, OBJ_VMM_ALLOC, a);
+    if (!a->handle) {
+        alloc_free(c, a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct cumux_vmm_import_reply rep = {.alloc = a->handle, .device = a->gpu, .size = a->size};
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
 }
 
 void srv_vmm_release_all(struct srv_client *c)

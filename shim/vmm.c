@@ -5,6 +5,8 @@
  * and records mapped, writable ranges as device memory so that copies classify them. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "shim/client.h"
 
@@ -17,6 +19,24 @@ static bool prop_ok(const CUmemAllocationProp *p)
 {
     return p && p->type == CU_MEM_ALLOCATION_TYPE_PINNED && p->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
            p->location.id >= 0 && p->location.id < shim.device_count;
+}
+
+static void remember_props(uint32_t h, const CUmemAllocationProp *prop)
+{
+    pthread_mutex_lock(&props_lock);
+    if (h >= nprops) {
+        uint32_t n = h * 2 + 16;
+        CUmemAllocationProp *v = realloc(props, n * sizeof *v);
+        if (v) {
+            for (uint32_t i = nprops; i < n; i++)
+                v[i] = (CUmemAllocationProp){0};
+            props = v;
+            nprops = n;
+        }
+    }
+    if (h < nprops)
+        props[h] = *prop;
+    pthread_mutex_unlock(&props_lock);
 }
 
 static uint32_t handle_of(CUmemGenericAllocationHandle h)
@@ -53,20 +73,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
     r = shim_op_vmm_create(prop->location.id, size, &h);
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&props_lock);
-    if (h >= nprops) {
-        uint32_t n = (uint32_t)h * 2 + 16;
-        CUmemAllocationProp *v = realloc(props, n * sizeof *v);
-        if (v) {
-            for (uint32_t i = nprops; i < n; i++)
-                v[i] = (CUmemAllocationProp){0};
-            props = v;
-            nprops = n;
-        }
-    }
-    if (h < nprops)
-        props[h] = *prop;
-    pthread_mutex_unlock(&props_lock);
+    remember_props((uint32_t)h, prop);
     *handle = h;
     return CUDA_SUCCESS;
 }
@@ -208,4 +215,63 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void 
     if (r == CUDA_SUCCESS)
         *handle = h;
     return r;
+}
+
+/* A file descriptor handle: a memfd of the shim's, which the server records by its inode; another
+ * process under the same server imports the allocation by handing it back. */
+CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags)
+{
+    CUresult r = shim_require_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint32_t h = handle_of(handle);
+    if (!shareable || !h || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return cumux_unsupported("cuMemExportToShareableHandle of a handle type other than a file descriptor");
+    int fd = memfd_create("cumux-vmm-export", MFD_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_vmm_export m = {.alloc = h};
+    /* The descriptor and the command reach the server together, in the order of other threads' pairs. */
+    pthread_mutex_lock(&shim.sock_lock);
+    r = shim_send_fd(fd);
+    if (r == CUDA_SUCCESS)
+        r = shim_call(CUMUX_OP_VMM_EXPORT, &m, sizeof m, NULL, 0, NULL);
+    pthread_mutex_unlock(&shim.sock_lock);
+    if (r != CUDA_SUCCESS) {
+        close(fd);
+        return r;
+    }
+    *(int *)shareable = fd;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                        CUmemAllocationHandleType type)
+{
+    CUresult r = shim_require_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return cumux_unsupported("cuMemImportFromShareableHandle of a handle type other than a file descriptor");
+    int fd = (int)(intptr_t)os_handle;
+    struct cumux_vmm_import m = {0};
+    struct cumux_vmm_import_reply rep;
+    pthread_mutex_lock(&shim.sock_lock);
+    r = shim_send_fd(fd);
+    if (r == CUDA_SUCCESS)
+        r = shim_call(CUMUX_OP_VMM_IMPORT, &m, sizeof m, &rep, sizeof rep, NULL);
+    pthread_mutex_unlock(&shim.sock_lock);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = rep.device},
+                             .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+    remember_props(rep.alloc, &p);
+    *handle = rep.alloc;
+    return CUDA_SUCCESS;
 }

@@ -354,6 +354,14 @@ static void case_vmm_foreign(void)
           "A freed its reservation with a mapping in it");
     struct cumux_vmm_map wrap = {.ptr = ra + gran, .size = gran, .offset = UINT64_MAX - gran + 2, .alloc = (uint32_t)ha};
     CHECK(call(&a.c, CUMUX_OP_VMM_MAP, &wrap, sizeof wrap) == CUDA_ERROR_INVALID_VALUE, "A mapped with a wrapping offset");
+    /* A descriptor the server never gave out imports nothing. */
+    int stray = memfd_of(4096);
+    send_fd_tag(&b.c, CUMUX_MAGIC, stray);
+    close(stray);
+    struct cumux_vmm_import vi = {0};
+    struct cumux_vmm_import_reply vrep;
+    CHECK(call_reply(&b.c, CUMUX_OP_VMM_IMPORT, &vi, sizeof vi, &vrep, sizeof vrep) == CUDA_ERROR_INVALID_VALUE,
+          "B imported a descriptor nobody exported");
     /* Both go with everything mapped: the server frees it all (with_server.sh --fake checks the counts). */
     session_close(&b);
     session_close(&a);

@@ -210,6 +210,23 @@ struct cumux_ipc_open_event_handle {
     uint64_t token;
 };
 
+/* cuMemExportToShareableHandle: the client's memfd comes first; it becomes the allocation's file
+ * descriptor handle, which another client imports by sending it back (the server knows it by its inode). */
+struct cumux_vmm_export {
+    uint32_t alloc; /* the allocation's handle (looked up by the handler, after it takes the descriptor) */
+    uint32_t pad;
+};
+
+struct cumux_vmm_import {
+    uint64_t pad;
+};
+
+struct cumux_vmm_import_reply {
+    uint32_t alloc; /* handle of a alloc */
+    int32_t device;
+    uint64_t size;
+};
+
 struct cumux_vmm_get_access {
     uint64_t ptr;
     int32_t device;
@@ -639,6 +656,11 @@ _Static_assert(offsetof(struct cumux_ipc_close_mem_handle, ptr) % 8 == 0, "ipc_c
 _Static_assert(sizeof(struct cumux_ipc_get_event_handle) % 8 == 0, "ipc_get_event_handle: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_ipc_open_event_handle) % 8 == 0, "ipc_open_event_handle: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_ipc_open_event_handle, token) % 8 == 0, "ipc_open_event_handle.token: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_export) % 8 == 0, "vmm_export: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_vmm_import) % 8 == 0, "vmm_import: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_import, pad) % 8 == 0, "vmm_import.pad: 8-aligned");
+_Static_assert(sizeof(struct cumux_vmm_import_reply) % 8 == 0, "vmm_import_reply: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_vmm_import_reply, size) % 8 == 0, "vmm_import_reply.size: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_get_access) % 8 == 0, "vmm_get_access: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_vmm_get_access, ptr) % 8 == 0, "vmm_get_access.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_retain) % 8 == 0, "vmm_retain: a multiple of 8 bytes");
@@ -813,7 +835,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(VMM_RETAIN, cumux_vmm_retain, 0)                       \
     X(GRAPH_GET_ROOT_NODES, cumux_graph_get_root_nodes, 0)   \
     X(NODE_GET_DEPENDENTS, cumux_node_get_dependents, 0)     \
-    X(GRAPH_GET_EDGES, cumux_graph_get_edges, 0)
+    X(GRAPH_GET_EDGES, cumux_graph_get_edges, 0)             \
+    X(VMM_EXPORT, cumux_vmm_export, 0)                       \
+    X(VMM_IMPORT, cumux_vmm_import, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -901,6 +925,8 @@ enum cumux_op {
     CUMUX_OP_GRAPH_GET_ROOT_NODES,
     CUMUX_OP_NODE_GET_DEPENDENTS,
     CUMUX_OP_GRAPH_GET_EDGES,
+    CUMUX_OP_VMM_EXPORT,
+    CUMUX_OP_VMM_IMPORT,
     CUMUX_OP_COUNT
 };
 

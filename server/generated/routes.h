@@ -183,6 +183,8 @@ CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_acce
 CUresult op_vmm_get_access(struct srv_client *c, const struct cumux_vmm_get_access *m, uint8_t *out,
                            uint32_t *out_len);
 CUresult op_vmm_retain(struct srv_client *c, const struct cumux_vmm_retain *m, uint8_t *out, uint32_t *out_len);
+CUresult op_vmm_export(struct srv_client *c, const struct cumux_vmm_export *m);
+CUresult op_vmm_import(struct srv_client *c, uint8_t *out, uint32_t *out_len);
 
 #endif
 
@@ -277,6 +279,8 @@ static const struct {
     [CUMUX_OP_GRAPH_GET_ROOT_NODES] = {sizeof(struct cumux_graph_get_root_nodes), 0},
     [CUMUX_OP_NODE_GET_DEPENDENTS] = {sizeof(struct cumux_node_get_dependents), 0},
     [CUMUX_OP_GRAPH_GET_EDGES] = {sizeof(struct cumux_graph_get_edges), 0},
+    [CUMUX_OP_VMM_EXPORT] = {sizeof(struct cumux_vmm_export), 0},
+    [CUMUX_OP_VMM_IMPORT] = {sizeof(struct cumux_vmm_import), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1066,6 +1070,15 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_graph_get_edges(c, graph, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_VMM_EXPORT: {
+        const struct cumux_vmm_export *m = body;
+        *result = op_vmm_export(c, m);
+        return 0;
+    }
+    case CUMUX_OP_VMM_IMPORT: {
+        *result = op_vmm_import(c, out, out_len);
         return 0;
     }
     default:

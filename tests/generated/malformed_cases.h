@@ -186,6 +186,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_NODE_GET_DEPENDENTS, CUMUX_NO_REPLY, sizeof(struct cumux_node_get_dependents), "NODE_GET_DEPENDENTS (answered) one-way"},
     {CUMUX_OP_GRAPH_GET_EDGES, 1, sizeof(struct cumux_graph_get_edges) - 8, "GRAPH_GET_EDGES with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_GET_EDGES, CUMUX_NO_REPLY, sizeof(struct cumux_graph_get_edges), "GRAPH_GET_EDGES (answered) one-way"},
+    {CUMUX_OP_VMM_EXPORT, 1, sizeof(struct cumux_vmm_export) - 8, "VMM_EXPORT with a body 8 bytes short"},
+    {CUMUX_OP_VMM_EXPORT, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_export), "VMM_EXPORT (answered) one-way"},
+    {CUMUX_OP_VMM_IMPORT, 1, sizeof(struct cumux_vmm_import) - 8, "VMM_IMPORT with a body 8 bytes short"},
+    {CUMUX_OP_VMM_IMPORT, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_import), "VMM_IMPORT (answered) one-way"},
 };
 
 struct malformed_handle {

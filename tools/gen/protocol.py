@@ -326,7 +326,7 @@ def gen_routes_h(structs, ops):
     out.append("    switch (op) {")
     for name, (o, params, args, handles) in sigs.items():
         out.append("    case CUMUX_OP_%s: {" % o.name)
-        if o.body != "none":
+        if "m" in args or handles:
             out.append("        const struct cumux_%s *m = body;" % o.body)
         for f in handles:
             t, lookup, err = HANDLE_LOOKUP[f.handle]
