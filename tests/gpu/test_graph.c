@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <errno.h>
+#include <unistd.h>
 #include <stdbool.h>
 
 #include "gpu_test.h"
@@ -155,6 +157,27 @@ int main(void)
     if (ndependents != 2 || !((dependents[0] == nk2 && dependents[1] == nempty) ||
                               (dependents[0] == nempty && dependents[1] == nk2)))
         gt_fail("dependents of the first kernel node: %zu, not the second kernel and the empty node", ndependents);
+    /* Its picture in Graphviz's language: a digraph with (at least) its six edges. */
+    char dot[] = "/tmp/cumux-graph-XXXXXX";
+    int dfd = mkstemp(dot);
+    if (dfd < 0)
+        gt_fail("mkstemp: %s", strerror(errno));
+    close(dfd);
+    CK(cuGraphDebugDotPrint(eg, dot, 0));
+    FILE *df = fopen(dot, "r");
+    if (!df)
+        gt_fail("cuGraphDebugDotPrint wrote no %s", dot);
+    char line[512];
+    int arrows = 0, digraph = 0;
+    while (fgets(line, sizeof line, df)) {
+        digraph |= strstr(line, "digraph") != NULL;
+        for (char *a = line; (a = strstr(a, "->")); a += 2)
+            arrows++;
+    }
+    fclose(df);
+    unlink(dot);
+    if (!digraph || arrows < 6)
+        gt_fail("cuGraphDebugDotPrint: %s, %d edges", digraph ? "a digraph" : "no digraph", arrows);
     CUgraphExec gexec;
     CK(cuGraphInstantiateWithFlags(&gexec, eg, 0));
     host_calls = 0;
