@@ -283,20 +283,19 @@ CUresult op_arch_data(struct srv_client *c, const struct cumux_arch_data_query *
 
 CUresult op_library_get_module(struct srv_client *c, struct srv_module *library, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_module *module = library;
-    if (module->kind != CUMUX_IMAGE_LIBRARY)
+    if (library->kind != CUMUX_IMAGE_LIBRARY)
         return CUDA_ERROR_INVALID_HANDLE;
-    use_gpu(c, module->gpu);
+    use_gpu(c, library->gpu);
     struct srv_module *mod = calloc(1, sizeof *mod);
     if (!mod)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = cuLibraryGetModule(&mod->mod, module->lib);
+    CUresult r = cuLibraryGetModule(&mod->mod, library->lib);
     uint32_t h = 0;
     if (r == CUDA_SUCCESS) {
         mod->kind = CUMUX_IMAGE_MODULE;
         mod->borrowed = true;
-        mod->gpu = module->gpu;
-        mod->ctx = module->ctx;
+        mod->gpu = library->gpu;
+        mod->ctx = library->ctx;
         mod->handle = h = handle_new(c, OBJ_MODULE, mod);
         if (!h)
             r = CUDA_ERROR_OUT_OF_MEMORY;
