@@ -235,14 +235,51 @@ static bool managed_range(uint64_t p, uint64_t n)
     return ok;
 }
 
+/* What the program said of each managed allocation (advice, last prefetch), answered back by
+ * cuMemRangeGetAttribute; kept per allocation, not per byte range. */
+#define MAX_MANAGED_ADVICE 1024
+static pthread_mutex_t advice_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct managed_advice {
+    uint64_t base; /* 0: free */
+    int read_mostly;
+    CUmemLocation preferred, prefetched; /* type 0: none */
+    uint32_t accessed_by;                /* devices, a bit each */
+} advice[MAX_MANAGED_ADVICE];
+
+/* The advice record of the managed allocation holding p (made on first use); NULL when there is no room.
+ * Caller holds advice_lock. */
+static struct managed_advice *advice_of(uint64_t p)
+{
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *r = cumux_ranges_find(&shim.pinned_ranges, p);
+    uint64_t base = r && (r->tag & PINNED_MANAGED) ? r->base : 0;
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    struct managed_advice *free_slot = NULL;
+    for (int i = 0; base && i < MAX_MANAGED_ADVICE; i++) {
+        if (advice[i].base == base)
+            return &advice[i];
+        if (!advice[i].base && !free_slot)
+            free_slot = &advice[i];
+    }
+    if (free_slot)
+        *free_slot = (struct managed_advice){.base = base};
+    return base ? free_slot : NULL;
+}
+
 CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags, CUstream h)
 {
-    (void)location;
     uint32_t s;
     CUresult r = shim_resolve_stream(h, &s, NULL);
     if (r != CUDA_SUCCESS)
         return r;
-    return flags == 0 && managed_range(p, n) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (flags != 0 || !managed_range(p, n))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&advice_lock);
+    struct managed_advice *a = advice_of(p);
+    if (a)
+        a->prefetched = location;
+    pthread_mutex_unlock(&advice_lock);
+    return CUDA_SUCCESS;
 }
 
 #undef cuMemPrefetchAsync
@@ -253,13 +290,84 @@ CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream h)
     return cuMemPrefetchAsync_v2(p, n, l, 0, h);
 }
 
-CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation location)
+CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise what, CUmemLocation location)
 {
-    (void)advice;
-    (void)location;
     if (!shim.initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    return managed_range(p, n) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!managed_range(p, n))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&advice_lock);
+    struct managed_advice *a = advice_of(p);
+    bool dev = location.type == CU_MEM_LOCATION_TYPE_DEVICE && location.id >= 0 && location.id < 32;
+    if (a) {
+        switch (what) {
+        case CU_MEM_ADVISE_SET_READ_MOSTLY: a->read_mostly = 1; break;
+        case CU_MEM_ADVISE_UNSET_READ_MOSTLY: a->read_mostly = 0; break;
+        case CU_MEM_ADVISE_SET_PREFERRED_LOCATION: a->preferred = location; break;
+        case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION: a->preferred = (CUmemLocation){0}; break;
+        case CU_MEM_ADVISE_SET_ACCESSED_BY: a->accessed_by |= dev ? 1u << location.id : 0; break;
+        case CU_MEM_ADVISE_UNSET_ACCESSED_BY: a->accessed_by &= dev ? ~(1u << location.id) : ~0u; break;
+        default: break;
+        }
+    }
+    pthread_mutex_unlock(&advice_lock);
+    return CUDA_SUCCESS;
+}
+
+/* A location as the older attributes give it: a device ordinal, CU_DEVICE_CPU, or CU_DEVICE_INVALID. */
+static int location_ordinal(CUmemLocation l)
+{
+    return l.type == CU_MEM_LOCATION_TYPE_DEVICE ? l.id : l.type == CU_MEM_LOCATION_TYPE_HOST ? CU_DEVICE_CPU
+                                                                                               : CU_DEVICE_INVALID;
+}
+
+CUresult cuMemRangeGetAttribute(void *data, size_t size, CUmem_range_attribute attr, CUdeviceptr p, size_t n)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!data || !managed_range(p, n) || (attr == CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY ? size % 4 : size != 4))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&advice_lock);
+    struct managed_advice *a = advice_of(p);
+    struct managed_advice none = {0};
+    if (!a)
+        a = &none;
+    int *out = data;
+    CUresult r = CUDA_SUCCESS;
+    switch (attr) {
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: *out = a->read_mostly; break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: *out = location_ordinal(a->preferred); break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE: *out = (int)a->preferred.type; break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: *out = a->preferred.id; break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: *out = location_ordinal(a->prefetched); break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE: *out = (int)a->prefetched.type; break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: *out = a->prefetched.id; break;
+    case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
+        size_t k = 0;
+        for (int d = 0; d < 32 && k < size / 4; d++)
+            if (a->accessed_by & (1u << d))
+                out[k++] = d;
+        while (k < size / 4)
+            out[k++] = CU_DEVICE_INVALID;
+        break;
+    }
+    default: r = CUDA_ERROR_INVALID_VALUE; break;
+    }
+    pthread_mutex_unlock(&advice_lock);
+    return r;
+}
+
+CUresult cuMemRangeGetAttributes(void **data, size_t *sizes, CUmem_range_attribute *attrs, size_t count,
+                                 CUdeviceptr p, size_t n)
+{
+    if (!data || !sizes || !attrs || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        CUresult r = cuMemRangeGetAttribute(data[i], sizes[i], attrs[i], p, n);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
 }
 
 #undef cuMemAdvise
@@ -303,6 +411,11 @@ static CUresult managed_free(uint64_t p)
     pthread_rwlock_unlock(&shim.ranges_lock);
     if (found < 0)
         return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&advice_lock);
+    for (int i = 0; i < MAX_MANAGED_ADVICE; i++)
+        if (advice[i].base == p)
+            advice[i].base = 0;
+    pthread_mutex_unlock(&advice_lock);
     /* The program's other streams may still use it: the server's free waits for the client's work. */
     CUresult res = shim_op_host_free(r.extra);
     munmap((void *)(uintptr_t)p, r.size);

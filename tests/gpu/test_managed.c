@@ -1,6 +1,6 @@
 /* Managed memory: the CPU writes through the pointer cuMemAllocManaged gave, a kernel computes on it,
- * the CPU reads the result through the same pointer; prefetch and advice are accepted; the pointer says
- * it is managed. Checked against the CPU. */
+ * the CPU reads the result through the same pointer; prefetch and advice are accepted and reported by
+ * cuMemRangeGetAttribute; the pointer says it is managed. Checked against the CPU. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -33,6 +33,15 @@ int main(void)
     CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)dev};
     CK(cuMemAdvise_v2(a, N * sizeof(float), CU_MEM_ADVISE_SET_READ_MOSTLY, loc));
     CK(cuMemPrefetchAsync_v2(b, N * sizeof(float), loc, 0, NULL));
+    CK(cuCtxSynchronize());
+    int read_mostly = -1, prefetched = -3;
+    CK(cuMemRangeGetAttribute(&read_mostly, sizeof read_mostly, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, a,
+                              N * sizeof(float)));
+    CK(cuMemRangeGetAttribute(&prefetched, sizeof prefetched, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, b,
+                              N * sizeof(float)));
+    if (read_mostly != 1 || prefetched != (int)dev)
+        gt_fail("range attributes: read-mostly %d (expected 1), last prefetch %d (expected device %d)", read_mostly,
+                prefetched, (int)dev);
     int n = N;
     void *args[] = {&a, &b, &c, &n};
     CK(cuLaunchKernel(vec_add, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
