@@ -138,22 +138,26 @@ CUresult op_graph_exec_destroy(struct srv_client *c, struct srv_graph_exec *exec
     return CUDA_SUCCESS;
 }
 
+/* A launch or an upload of an instance on a client stream, under the legacy-stream rule. */
+static CUresult exec_on_stream(CUresult (*run)(CUgraphExec, CUstream), struct srv_graph_exec *exec,
+                               struct srv_stream *stream)
+{
+    CHECK(before_op(stream));
+    CUresult r = run(exec->e, stream->cu);
+    after_op(stream);
+    return r;
+}
+
 CUresult op_graph_launch(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream)
 {
     (void)c;
-    CHECK(before_op(stream));
-    CUresult r = cuGraphLaunch(exec->e, stream->cu);
-    after_op(stream);
-    return r;
+    return exec_on_stream(cuGraphLaunch, exec, stream);
 }
 
 CUresult op_graph_upload(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream)
 {
     (void)c;
-    CHECK(before_op(stream));
-    CUresult r = cuGraphUpload(exec->e, stream->cu);
-    after_op(stream);
-    return r;
+    return exec_on_stream(cuGraphUpload, exec, stream);
 }
 
 CUresult op_graph_exec_update(struct srv_client *c, struct srv_graph_exec *exec, struct srv_graph *graph,
