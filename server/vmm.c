@@ -174,6 +174,8 @@ CUresult op_vmm_address_free(struct srv_client *c, const struct cumux_vmm_addres
 CUresult op_vmm_map(struct srv_client *c, const struct cumux_vmm_map *m, struct srv_vmm_alloc *alloc)
 {
     uint64_t end;
+    if (m->offset != 0) /* the driver maps whole allocations only (it answers NOT_SUPPORTED, on the H200 too) */
+        return CUDA_ERROR_NOT_SUPPORTED;
     if (m->size == 0 || !cumux_add_u64(m->offset, m->size, &end) || end > alloc->size ||
         !cumux_ranges_covers(&c->vmm_reserved, m->ptr, m->size) || any_mapping_in(c, m->ptr, m->size))
         return CUDA_ERROR_INVALID_VALUE;

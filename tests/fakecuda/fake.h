@@ -61,6 +61,8 @@ void fc_mem_release(uint64_t base); /* the stream reached the free: unmapped now
 CUresult fc_mem_free_begin(uint64_t base); /* a free is queued: a second one is an error */
 /* VMM (fake_vmm.c): device memory taken (+) or given back (-), and mapped ranges the oracle accepts. */
 CUresult fc_mem_account(int64_t bytes);
+/* Address space for VMM reservations, inside the device's (set at cuInit; inaccessible until mapped). */
+extern uint64_t fc_vmm_va, fc_vmm_va_size;
 int fc_dev_range_add(uint64_t base, uint64_t size);
 void fc_dev_range_remove(uint64_t base);
 

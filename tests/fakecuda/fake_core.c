@@ -31,13 +31,15 @@ uint64_t fc_add_sat(uint64_t a, uint64_t b)
 _Thread_local sigjmp_buf *fc_fault_env;
 static struct sigaction prev_segv, prev_bus;
 static uint64_t region, region_size, cursor; /* the device's address space (one reservation) */
+static uint64_t vmm_span;                      /* after it, in the same reservation: VMM's (fc_vmm_va) */
+uint64_t fc_vmm_va, fc_vmm_va_size;
 
 /* A fault inside the device region while a stream runs work: a GPU fault (see fake.h). Anything else
  * goes to whoever handled the signal before (a sanitizer, or the default: die). */
 static void on_fault(int sig, siginfo_t *si, void *ctx)
 {
     uint64_t a = (uint64_t)(uintptr_t)si->si_addr;
-    if (fc_fault_env && a - region < region_size) {
+    if (fc_fault_env && a - region < region_size + vmm_span) {
         static const char msg[] = "FAKECUDA FAULT: access to freed device memory while running (a GPU fault: "
                                   "reported at the stream's next synchronization)\n";
         (void)!write(2, msg, sizeof msg - 1);
@@ -49,8 +51,14 @@ static void on_fault(int sig, siginfo_t *si, void *ctx)
     } else if (prev->sa_handler != SIG_IGN && prev->sa_handler != SIG_DFL) {
         prev->sa_handler(sig);
     } else {
-        signal(sig, SIG_DFL);
-        raise(sig);
+        /* No one else handles it: abort, which a fuzzer catches and saves the input for (dying of the
+         * signal itself left libFuzzer's fork mode with no input to show). */
+        char line[128];
+        int len = snprintf(line, sizeof line, "fakecuda: signal %d at %p outside the device's running work\n", sig,
+                           si->si_addr);
+        if (len > 0)
+            (void)!write(2, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
+        abort();
     }
 }
 
@@ -230,15 +238,20 @@ static void init_device(void)
      * for the memory, a guard page per allocation and a cursor that moves on, so that a stale pointer
      * lands on unmapped pages for as long as possible. */
     region_size = total_mem * 4 + (1ull << 30);
-    void *p = mmap(NULL, region_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* Then as much again for VMM reservations (fake_vmm.c): device address space too, so that a stream's
+     * access to a range unmapped under it is a GPU fault, as for freed memory, not the process's death. */
+    vmm_span = total_mem * 4 + (1ull << 30);
+    void *p = mmap(NULL, region_size + vmm_span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         fprintf(stderr, "fakecuda: cannot reserve %llu bytes of address space: %s\n",
-                (unsigned long long)region_size, strerror(errno));
+                (unsigned long long)(region_size + vmm_span), strerror(errno));
         init_result = CUDA_ERROR_OUT_OF_MEMORY;
         return;
     }
     region = (uint64_t)(uintptr_t)p;
     cursor = region;
+    fc_vmm_va = region + region_size;
+    fc_vmm_va_size = vmm_span;
     struct sigaction sa = {.sa_sigaction = on_fault, .sa_flags = SA_SIGINFO | SA_NODEFER};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &prev_segv);

@@ -1,7 +1,8 @@
-/* Virtual memory management in the fake: a physical allocation is a memfd, a reservation is address space
- * of its own (PROT_NONE), a mapping maps the memfd there, still inaccessible, and cuMemSetAccess makes it
- * readable and writable and known to the oracle as device memory. As the real driver: an allocation
- * released while mapped lives until its last mapping goes; a reservation is freed whole, unmapped. */
+/* Virtual memory management in the fake: a physical allocation is a memfd, a reservation is a stretch of
+ * the device's address space kept for VMM (fc_vmm_va, PROT_NONE), a mapping maps the memfd there, still
+ * inaccessible, and cuMemSetAccess makes it readable and writable and known to the oracle as device
+ * memory. As the real driver: an allocation released while mapped lives until its last mapping goes; a
+ * reservation is freed whole, unmapped; work touching a range unmapped under it is a GPU fault. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -91,27 +92,36 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle h)
     return CUDA_SUCCESS;
 }
 
+/* Start of a free stretch of size bytes aligned to a in VMM's address space; 0 if none. First fit: the
+ * start of the space or the end of a reservation. Caller holds vmm_mu. */
+static uint64_t va_free_at(uint64_t size, uint64_t a)
+{
+    uint64_t end = fc_vmm_va + fc_vmm_va_size;
+    for (size_t k = 0; k <= nres; k++) {
+        uint64_t start = k == nres ? fc_vmm_va : reservations[k].base + reservations[k].size;
+        start = (start + a - 1) & ~(a - 1);
+        if (start < fc_vmm_va || start > end || size > end - start)
+            continue;
+        bool clear = true;
+        for (size_t i = 0; i < nres && clear; i++)
+            clear = reservations[i].base >= start + size || start >= reservations[i].base + reservations[i].size;
+        if (clear)
+            return start;
+    }
+    return 0;
+}
+
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
 {
     CHECK_RET(fc_check_init());
     (void)addr; /* a hint */
-    if (!ptr || flags || size == 0 || size % FC_GRANULARITY || (align & (align - 1)))
+    if (!ptr || flags || size == 0 || size % FC_GRANULARITY || (align & (align - 1)) || align > (1ull << 40))
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t a = align > FC_GRANULARITY ? align : FC_GRANULARITY;
-    /* Over-reserve to align, then give the slack back. */
-    uint8_t *p = mmap(NULL, size + a, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    uint64_t base = ((uint64_t)(uintptr_t)p + a - 1) & ~(a - 1);
-    if (base > (uint64_t)(uintptr_t)p)
-        munmap(p, base - (uint64_t)(uintptr_t)p);
-    uint64_t tail = (uint64_t)(uintptr_t)p + size + a - (base + size);
-    if (tail)
-        munmap((void *)(uintptr_t)(base + size), tail);
     pthread_mutex_lock(&vmm_mu);
-    if (nres == MAX_VMM) {
+    uint64_t base = nres == MAX_VMM ? 0 : va_free_at(size, a);
+    if (!base) {
         pthread_mutex_unlock(&vmm_mu);
-        munmap((void *)(uintptr_t)base, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     reservations[nres++] = (struct vmm_range){.base = base, .size = size};
@@ -149,7 +159,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     }
     reservations[i] = reservations[--nres];
     pthread_mutex_unlock(&vmm_mu);
-    munmap((void *)(uintptr_t)ptr, size);
+    /* Its address space stays the device's, inaccessible (nothing is mapped in it: checked above). */
     atomic_fetch_sub(&fc_stats.vmm_reservations, 1);
     return CUDA_SUCCESS;
 }
@@ -158,6 +168,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 {
     CHECK_RET(fc_check_init());
     struct vmm_alloc *a = (struct vmm_alloc *)(uintptr_t)h;
+    if (offset != 0) /* as the driver: whole allocations only */
+        return CUDA_ERROR_NOT_SUPPORTED;
     if (!a || flags || size == 0 || size % FC_GRANULARITY || offset % FC_GRANULARITY || offset > a->size ||
         size > a->size - offset)
         return CUDA_ERROR_INVALID_VALUE;
