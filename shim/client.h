@@ -158,7 +158,8 @@ bool shim_is_device_ptr(uint64_t p, uint64_t len);
 uint64_t shim_pinned_server_addr(const void *p, uint64_t len);
 /* Take an allocation (not a module global) out of the shim's table; false when p starts none. */
 bool shim_forget_device_range(uint64_t p);
-#define SHIM_RANGE_GLOBAL (1ull << 32) /* a module global: not freed by cuMemFree */
-void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, bool global);
+#define SHIM_RANGE_GLOBAL (1ull << 32) /* not cuMemFree's to free: a module global, IPC or VMM memory */
+#define SHIM_RANGE_VMM (1ull << 33)    /* VMM: back-to-back mappings are one span, as in CUDA */
+void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, uint64_t flags);
 
 #endif

@@ -76,7 +76,7 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned in
         return CUDA_ERROR_TOO_MANY_PEERS;
     }
     /* Like a module global: not cuMemFree's to free. */
-    shim_add_device_range(got.base, got.size, c, true);
+    shim_add_device_range(got.base, got.size, c, SHIM_RANGE_GLOBAL);
     *ptr = (CUdeviceptr)got.base;
     return CUDA_SUCCESS;
 }

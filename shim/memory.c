@@ -10,12 +10,11 @@
 #include "shim/client.h"
 
 /* ---- the shim's address ranges ---- */
-void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, bool global)
+void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, uint64_t flags)
 {
     pthread_rwlock_wrlock(&shim.ranges_lock);
     if (!cumux_ranges_find(&shim.dev_ranges, base))
-        cumux_ranges_add(&shim.dev_ranges, base, size, ((uint64_t)ctx->device + 1) | (global ? SHIM_RANGE_GLOBAL : 0),
-                         (uint64_t)(uintptr_t)ctx);
+        cumux_ranges_add(&shim.dev_ranges, base, size, ((uint64_t)ctx->device + 1) | flags, (uint64_t)(uintptr_t)ctx);
     pthread_rwlock_unlock(&shim.ranges_lock);
 }
 
@@ -34,6 +33,18 @@ bool shim_is_device_ptr(uint64_t p, uint64_t len)
 {
     pthread_rwlock_rdlock(&shim.ranges_lock);
     bool ok = cumux_ranges_covers(&shim.dev_ranges, p, len) != NULL;
+    /* VMM mappings made accessible one by one but back to back are one span (the server agrees). */
+    const struct cumux_range *r = ok ? NULL : cumux_ranges_find(&shim.dev_ranges, p);
+    uint64_t end;
+    if (r && (r->tag & SHIM_RANGE_VMM) && cumux_add_u64(p, len, &end)) {
+        while (r && end - r->base > r->size) {
+            uint64_t next = r->base + r->size;
+            r = cumux_ranges_find(&shim.dev_ranges, next);
+            if (r && (r->base != next || !(r->tag & SHIM_RANGE_VMM)))
+                r = NULL;
+        }
+        ok = r != NULL;
+    }
     pthread_rwlock_unlock(&shim.ranges_lock);
     return ok;
 }
@@ -61,7 +72,7 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
     r = shim_op_mem_alloc(c->handle, size, &ptr);
     if (r != CUDA_SUCCESS)
         return r;
-    shim_add_device_range(ptr, size, c, false);
+    shim_add_device_range(ptr, size, c, 0);
     *dptr = (CUdeviceptr)ptr;
     return CUDA_SUCCESS;
 }

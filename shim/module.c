@@ -356,7 +356,7 @@ static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes,
     if (r != CUDA_SUCCESS)
         return r;
     if (rep.size)
-        shim_add_device_range(rep.ptr, rep.size, m->ctx, true);
+        shim_add_device_range(rep.ptr, rep.size, m->ctx, SHIM_RANGE_GLOBAL);
     if (dptr)
         *dptr = (CUdeviceptr)rep.ptr;
     if (bytes)

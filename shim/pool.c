@@ -143,7 +143,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
     r = shim_op_mem_alloc_async(stream, pool->handle, size, &ptr);
     if (r != CUDA_SUCCESS)
         return r;
-    shim_add_device_range(ptr, size, ctx, false);
+    shim_add_device_range(ptr, size, ctx, 0);
     *dptr = (CUdeviceptr)ptr;
     return CUDA_SUCCESS;
 }

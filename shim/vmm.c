@@ -185,7 +185,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
     /* Like a module global, VMM memory is not cuMemFree's to free. */
     forget_ranges(ptr, size);
     if (desc[count - 1].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-        shim_add_device_range(ptr, size, c, true);
+        shim_add_device_range(ptr, size, c, SHIM_RANGE_GLOBAL | SHIM_RANGE_VMM);
     return CUDA_SUCCESS;
 }
 

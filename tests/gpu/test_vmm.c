@@ -50,7 +50,9 @@ int main(void)
     EXPECT_RC(cuMemMap(base + 2 * gran, gran, gran, h2, 0), CUDA_ERROR_NOT_SUPPORTED);
     CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)dev},
                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    CK(cuMemSetAccess(base, 2 * gran, &acc, 1));
+    /* One mapping at a time, as PyTorch's expandable segments do: the two still make one span. */
+    CK(cuMemSetAccess(base, gran, &acc, 1));
+    CK(cuMemSetAccess(base + gran, gran, &acc, 1));
 
     /* Across the seam: a memset, copies, and a kernel whose b straddles the two mappings. */
     size_t count = gran / sizeof(float) / 2;
