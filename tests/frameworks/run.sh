@@ -3,7 +3,9 @@
 # and prints PASS, FAIL or SKIP (framework not installed). Runs natively and/or under cumux and prints a
 # table.   tests/frameworks/run.sh [--native] [--cumux] [--build DIR] [--only "name ..."]
 # Neither --native nor --cumux: both. Per-program timeout FW_TIMEOUT (default 180 s); logs in
-# ${OUT:-/tmp/cumux-framework-logs}/<mode>.<name>.log. Exit 0 when nothing failed.
+# ${OUT:-/tmp/cumux-framework-logs}/<mode>.<name>.log. Exit 0 when nothing failed. A program that fails
+# under cumux is run again under `cumux trace` (FW_TRACE=0: not): the calls that did not succeed are
+# printed after the table (all of them in trace.<name>.errors.txt, the whole trace in trace.<name>.txt).
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -54,7 +56,14 @@ run_one() { # MODE NAME
     esac
     result[$mode.$name]=$r
     echo "$mode $name: $r  $(grep -E '^(PASS|FAIL|SKIP)' "$log" | tail -1)"
+    if [ "$mode" = cumux ] && [ $rc != 0 ] && [ $rc != 77 ] && [ "${FW_TRACE:-1}" != 0 ]; then
+        (cd "$here" && timeout -k 10 "${FW_TIMEOUT:-180}" "$cli" trace -o "$logs/trace.$name.txt" -- "$py" \
+            "$here/$name.py") >"$logs/traced.$name.log" 2>&1
+        grep -E ' = [1-9][0-9]* CUDA_|not supported|unknown' "$logs/trace.$name.txt" >"$logs/trace.$name.errors.txt"
+        traced+=("$name")
+    fi
 }
+traced=()
 for t in "${tests[@]}"; do
     [ $do_native = 1 ] && run_one native "$t"
     [ $do_cumux = 1 ] && run_one cumux "$t"
@@ -63,6 +72,13 @@ echo
 printf '%-18s | %-12s | %-12s\n' "framework test" native cumux
 for t in "${tests[@]}"; do
     printf '%-18s | %-12s | %-12s\n' "$t" "${result[native.$t]:--}" "${result[cumux.$t]:--}"
+done
+for t in "${traced[@]}"; do
+    echo
+    echo "$t under cumux trace: $(wc -l <"$logs/trace.$t.errors.txt") calls that did not succeed; the first, by function:"
+    # The first failing call of each function (with its arguments), in order of appearance.
+    awk '{ f = $3; sub(/\(.*/, "", f); if (!(f in seen)) { seen[f] = 1; print } }' "$logs/trace.$t.errors.txt" |
+        head -25 | cut -c1-400 | sed 's/^/  /'
 done
 echo "logs: $logs"
 exit $failed
