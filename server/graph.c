@@ -70,7 +70,13 @@ CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin
 {
     if (stream->kind == STREAM_LEGACY)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* as the driver answers for the NULL stream */
-    CHECK(cuStreamBeginCapture(stream->cu, (CUstreamCaptureMode)m->mode));
+    /* Always relaxed in the driver: a global or thread-local capture there would prohibit the "unsafe"
+     * calls (event queries, allocations...) that the server's threads make for every other client, and
+     * invalidate this one when they did. The client's mode only restricts the client itself in CUDA;
+     * cumux lets its calls through (more permissive, never less). */
+    if (m->mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK(cuStreamBeginCapture(stream->cu, CU_STREAM_CAPTURE_MODE_RELAXED));
     stream->capturing = true;
     c->ever_captured = true;
     return CUDA_SUCCESS;

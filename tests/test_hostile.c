@@ -10,6 +10,9 @@
  *   capture-free    frees while a stream is being captured (fuzz_server: the allocation left the client's
  *                   table, the captured free never ran, and the memory outlived the client; the wrapper's
  *                   leak check catches that)
+ *   capture-global  one client captures in global mode while another queries and waits for an event (the
+ *                   server began captures in the client's mode: the driver then refused the other
+ *                   client's calls from any server thread and invalidated the capture)
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
  *                   a bystander command (after --) runs meanwhile and must succeed every time
  * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
@@ -315,6 +318,57 @@ static void case_capture_free(void)
     check_server_ok("after capture-free");
 }
 
+/* ---- capture-global ---- */
+static uint32_t vec_add_function(struct session *s)
+{
+    struct cumux_module_symbol sym = {.module = s->module, .name = "vec_add"};
+    uint8_t rep[sizeof(struct cumux_function_info)];
+    REQUIRE(call_reply(&s->c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS,
+            "MODULE_GET_FUNCTION vec_add");
+    struct cumux_function_info info;
+    memcpy(&info, rep, sizeof info);
+    return info.function;
+}
+
+static void case_capture_global(void)
+{
+    struct session a, b;
+    session_open(&a);
+    session_open(&b);
+    uint32_t fa = vec_add_function(&a), fb = vec_add_function(&b);
+    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
+    uint32_t captured = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "A: STREAM_CREATE");
+    struct cumux_capture_begin cb = {.stream = captured, .mode = CU_STREAM_CAPTURE_MODE_GLOBAL};
+    REQUIRE(call(&a.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "A: CAPTURE_BEGIN (global)");
+    uint32_t a_legacy = a.stream;
+    a.stream = captured;
+    launch_vec_add(&a, fa, 1024); /* captured, not run */
+
+    /* B, meanwhile: a kernel, an event after it, queried and waited for (unsafe calls in CUDA's sense). */
+    struct cumux_event_create ec = {.ctx = b.ctx};
+    uint32_t ev = (uint32_t)call_u64(&b.c, CUMUX_OP_EVENT_CREATE, &ec, sizeof ec, "B: EVENT_CREATE");
+    launch_vec_add(&b, fb, 1024);
+    struct cumux_event_record er = {.event = ev, .stream = b.stream};
+    put_msg(&b.c, CUMUX_OP_EVENT_RECORD, CUMUX_NO_REPLY, &er, sizeof er);
+    struct cumux_event_query eq = {.event = ev};
+    int r = call(&b.c, CUMUX_OP_EVENT_QUERY, &eq, sizeof eq);
+    CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY, "B's cuEventQuery while A captures in global mode: %d", r);
+    struct cumux_event_sync es = {.event = ev};
+    r = call(&b.c, CUMUX_OP_EVENT_SYNC, &es, sizeof es);
+    CHECK(r == CUDA_SUCCESS, "B's cuEventSynchronize while A captures in global mode: %d", r);
+    CHECK(sync_stream(&b) == CUDA_SUCCESS, "B's stream after A's capture began");
+
+    /* A's capture is intact. */
+    struct cumux_capture_end ce = {.stream = captured};
+    struct cumux_u64_reply g = {0};
+    r = call_reply(&a.c, CUMUX_OP_CAPTURE_END, &ce, sizeof ce, &g, sizeof g);
+    CHECK(r == CUDA_SUCCESS && g.value != 0, "A's capture ended with %d (B's calls invalidated it?)", r);
+    a.stream = a_legacy;
+    session_close(&b);
+    session_close(&a);
+    check_server_ok("after capture-global");
+}
+
 /* ---- vmm-foreign: one client's VMM objects are out of another's reach ---- */
 static void case_vmm_foreign(void)
 {
@@ -529,6 +583,8 @@ int main(int argc, char **argv)
             case_ptx_no_nul();
         else if (!strcmp(name, "capture-free"))
             case_capture_free();
+        else if (!strcmp(name, "capture-global"))
+            case_capture_global();
         else if (!strcmp(name, "vmm-foreign"))
             case_vmm_foreign();
         else if (!strcmp(name, "ipc-owner-frees"))

@@ -13,6 +13,8 @@ struct fc_capture {
     uint64_t id;
     struct fc_graph *g;
     bool invalid;
+    CUstreamCaptureMode mode;
+    pthread_t thread; /* that began it */
     struct fc_stream *origin;
     struct fc_stream **members; /* every stream in it, the origin too; each holds a reference */
     size_t nmembers;
@@ -56,6 +58,40 @@ static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fc_stream *all_streams;
 static struct fc_capture *captures;
+static _Thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+/* The driver's rule for "potentially unsafe" calls during a capture (cuThreadExchangeStreamCaptureMode):
+ * unless the calling thread is in relaxed mode, a call is prohibited while this thread has a capture
+ * that is not relaxed under way, or (the thread in global mode) while any thread has a global one. The
+ * call fails and the capture that prohibits it is invalidated. */
+static CUresult capture_prohibits(void)
+{
+    if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&fc_graph_mu);
+    for (struct fc_capture *c = captures; c; c = c->next) {
+        if (c->mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+            continue;
+        if (pthread_equal(c->thread, pthread_self()) ||
+            (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+            c->invalid = true;
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = thread_mode;
+    thread_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
 static uint64_t next_capture_id = 1;
 
 static uint64_t now_ns(void)
@@ -771,6 +807,8 @@ CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
     if (r == CUDA_SUCCESS) {
         cap->id = next_capture_id++;
         cap->origin = s;
+        cap->mode = mode;
+        cap->thread = pthread_self();
         if (capture_add_member(cap, s) < 0) {
             fc_graph_free(cap->g);
             r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -1002,6 +1040,7 @@ CUresult cuEventQuery(CUevent he)
 {
     struct fc_event *e;
     CHECK_RET(event_arg(he, &e));
+    CHECK_RET(capture_prohibits());
     uint64_t seq;
     struct fc_stream *s = event_position(e, &seq);
     if (!s)
@@ -1015,6 +1054,7 @@ CUresult cuEventSynchronize(CUevent he)
 {
     struct fc_event *e;
     CHECK_RET(event_arg(he, &e));
+    CHECK_RET(capture_prohibits());
     uint64_t seq;
     struct fc_stream *s = event_position(e, &seq);
     CUresult r = CUDA_SUCCESS;
