@@ -227,6 +227,50 @@ struct cumux_vmm_import_reply {
     uint64_t size;
 };
 
+/* cuTensorMapEncodeTiled */
+struct cumux_tensor_map_tiled {
+    uint32_t data_type;
+    uint32_t rank;
+    uint64_t global_address;
+    uint64_t global_dim[5];
+    uint64_t global_strides[4];
+    uint32_t box_dim[5];
+    uint32_t element_strides[5];
+    uint32_t interleave;
+    uint32_t swizzle;
+    uint32_t l2_promotion;
+    uint32_t oob_fill;
+};
+
+/* cuTensorMapEncodeIm2col */
+struct cumux_tensor_map_im2col {
+    uint32_t data_type;
+    uint32_t rank;
+    uint64_t global_address;
+    uint64_t global_dim[5];
+    uint64_t global_strides[4];
+    int32_t lower_corner[3];
+    int32_t upper_corner[3];
+    uint32_t channels_per_pixel;
+    uint32_t pixels_per_column;
+    uint32_t element_strides[5];
+    uint32_t interleave;
+    uint32_t swizzle;
+    uint32_t l2_promotion;
+    uint32_t oob_fill;
+    uint32_t pad;
+};
+
+/* cuTensorMapReplaceAddress: the map as the client holds it, and the new address */
+struct cumux_tensor_map_replace {
+    uint64_t map[16];
+    uint64_t global_address;
+};
+
+struct cumux_tensor_map {
+    uint64_t opaque[16];
+};
+
 struct cumux_vmm_get_access {
     uint64_t ptr;
     int32_t device;
@@ -661,6 +705,19 @@ _Static_assert(sizeof(struct cumux_vmm_import) % 8 == 0, "vmm_import: a multiple
 _Static_assert(offsetof(struct cumux_vmm_import, pad) % 8 == 0, "vmm_import.pad: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_import_reply) % 8 == 0, "vmm_import_reply: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_vmm_import_reply, size) % 8 == 0, "vmm_import_reply.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_tensor_map_tiled) % 8 == 0, "tensor_map_tiled: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_tensor_map_tiled, global_address) % 8 == 0, "tensor_map_tiled.global_address: 8-aligned");
+_Static_assert(offsetof(struct cumux_tensor_map_tiled, global_dim) % 8 == 0, "tensor_map_tiled.global_dim: 8-aligned");
+_Static_assert(offsetof(struct cumux_tensor_map_tiled, global_strides) % 8 == 0, "tensor_map_tiled.global_strides: 8-aligned");
+_Static_assert(sizeof(struct cumux_tensor_map_im2col) % 8 == 0, "tensor_map_im2col: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_tensor_map_im2col, global_address) % 8 == 0, "tensor_map_im2col.global_address: 8-aligned");
+_Static_assert(offsetof(struct cumux_tensor_map_im2col, global_dim) % 8 == 0, "tensor_map_im2col.global_dim: 8-aligned");
+_Static_assert(offsetof(struct cumux_tensor_map_im2col, global_strides) % 8 == 0, "tensor_map_im2col.global_strides: 8-aligned");
+_Static_assert(sizeof(struct cumux_tensor_map_replace) % 8 == 0, "tensor_map_replace: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_tensor_map_replace, map) % 8 == 0, "tensor_map_replace.map: 8-aligned");
+_Static_assert(offsetof(struct cumux_tensor_map_replace, global_address) % 8 == 0, "tensor_map_replace.global_address: 8-aligned");
+_Static_assert(sizeof(struct cumux_tensor_map) % 8 == 0, "tensor_map: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_tensor_map, opaque) % 8 == 0, "tensor_map.opaque: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_get_access) % 8 == 0, "vmm_get_access: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_vmm_get_access, ptr) % 8 == 0, "vmm_get_access.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_retain) % 8 == 0, "vmm_retain: a multiple of 8 bytes");
@@ -750,94 +807,97 @@ _Static_assert(sizeof(struct cumux_node_get_dependents) % 8 == 0, "node_get_depe
 _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a multiple of 8 bytes");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
-#define CUMUX_OPS(X)                                         \
-    X(PAD, cumux_none, 1)                                    \
-    X(INIT, cumux_none, 0)                                   \
-    X(CTX_CREATE, cumux_ctx_create, 0)                       \
-    X(CTX_DESTROY, cumux_ctx_destroy, 0)                     \
-    X(CTX_SYNC, cumux_ctx_sync, 0)                           \
-    X(CTX_LIMIT, cumux_ctx_limit, 0)                         \
-    X(MEM_ALLOC, cumux_mem_alloc, 0)                         \
-    X(MEM_FREE, cumux_mem_free, 0)                           \
-    X(MEM_INFO, cumux_mem_info_query, 0)                     \
-    X(HOST_ALLOC, cumux_host_alloc, 0)                       \
-    X(HOST_FREE, cumux_mem_free, 0)                          \
-    X(MODULE_LOAD, cumux_module_load, 0)                     \
-    X(MODULE_UNLOAD, cumux_module_unload, 0)                 \
-    X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)           \
-    X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)             \
-    X(LIBRARY_GET_MODULE, cumux_library_get_module, 0)       \
-    X(MODULE_FUNCTION_NAMES, cumux_function_names_query, 0)  \
-    X(ARCH_DATA, cumux_arch_data_query, 0)                   \
-    X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                \
-    X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                \
-    X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)               \
-    X(FUNC_CLUSTER_OCCUPANCY, cumux_cluster_occupancy, 0)    \
-    X(STREAM_CREATE, cumux_stream_create, 0)                 \
-    X(STREAM_DESTROY, cumux_stream_destroy, 1)               \
-    X(STREAM_SYNC, cumux_stream_sync, 0)                     \
-    X(STREAM_QUERY, cumux_stream_query, 0)                   \
-    X(STREAM_WAIT_EVENT, cumux_stream_wait_event, 1)         \
-    X(EVENT_CREATE, cumux_event_create, 0)                   \
-    X(EVENT_DESTROY, cumux_event_destroy, 1)                 \
-    X(EVENT_RECORD, cumux_event_record, 1)                   \
-    X(EVENT_QUERY, cumux_event_query, 0)                     \
-    X(EVENT_SYNC, cumux_event_sync, 0)                       \
-    X(EVENT_ELAPSED, cumux_event_elapsed, 0)                 \
-    X(COPY, cumux_copy, 2)                                   \
-    X(COPY_2D, cumux_copy_2d, 2)                             \
-    X(COPY_HTOD_STAGED, cumux_copy_staged, 1)                \
-    X(COPY_DTOH_STAGED, cumux_copy_staged, 0)                \
-    X(MEMSET, cumux_memset, 1)                               \
-    X(LAUNCH, cumux_launch, 1)                               \
-    X(POOL_DEFAULT, cumux_pool_default, 0)                   \
-    X(POOL_CREATE, cumux_pool_create, 0)                     \
-    X(POOL_DESTROY, cumux_pool_destroy, 0)                   \
-    X(POOL_ATTRIBUTE, cumux_pool_attribute, 0)               \
-    X(POOL_TRIM, cumux_pool_trim, 0)                         \
-    X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)             \
-    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)               \
-    X(HOST_FUNC, cumux_host_func, 1)                         \
-    X(CAPTURE_BEGIN, cumux_capture_begin, 0)                 \
-    X(CAPTURE_END, cumux_capture_end, 0)                     \
-    X(CAPTURE_INFO, cumux_capture_query, 0)                  \
-    X(GRAPH_CREATE, cumux_graph_create, 0)                   \
-    X(GRAPH_DESTROY, cumux_graph_destroy, 1)                 \
-    X(GRAPH_INSTANTIATE, cumux_graph_instantiate, 0)         \
-    X(GRAPH_EXEC_DESTROY, cumux_graph_exec_destroy, 1)       \
-    X(GRAPH_LAUNCH, cumux_graph_launch, 1)                   \
-    X(GRAPH_UPLOAD, cumux_graph_upload, 1)                   \
-    X(GRAPH_EXEC_UPDATE, cumux_graph_exec_update, 0)         \
-    X(GRAPH_ADD_EMPTY_NODE, cumux_graph_add_node, 0)         \
-    X(GRAPH_ADD_KERNEL_NODE, cumux_graph_add_node, 0)        \
-    X(GRAPH_ADD_MEMSET_NODE, cumux_graph_add_node, 0)        \
-    X(GRAPH_ADD_MEMCPY_NODE, cumux_graph_add_node, 0)        \
-    X(GRAPH_ADD_HOST_NODE, cumux_graph_add_host_node, 0)     \
-    X(GRAPH_SET_KERNEL_NODE, cumux_graph_set_kernel_node, 0) \
-    X(GRAPH_ADD_DEPS, cumux_graph_add_deps, 0)               \
-    X(GRAPH_GET_NODES, cumux_graph_get_nodes, 0)             \
-    X(NODE_GET_DEPS, cumux_node_get_deps, 0)                 \
-    X(NODE_GET_TYPE, cumux_node_get_type, 0)                 \
-    X(VMM_GRANULARITY, cumux_vmm_granularity, 0)             \
-    X(VMM_CREATE, cumux_vmm_create, 0)                       \
-    X(VMM_RELEASE, cumux_vmm_release, 0)                     \
-    X(VMM_RESERVE, cumux_vmm_reserve, 0)                     \
-    X(VMM_ADDRESS_FREE, cumux_vmm_address_free, 0)           \
-    X(VMM_MAP, cumux_vmm_map, 0)                             \
-    X(VMM_UNMAP, cumux_vmm_unmap, 0)                         \
-    X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)               \
-    X(IPC_GET_MEM_HANDLE, cumux_ipc_get_mem_handle, 0)       \
-    X(IPC_OPEN_MEM_HANDLE, cumux_ipc_open_mem_handle, 0)     \
-    X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)   \
-    X(IPC_GET_EVENT_HANDLE, cumux_ipc_get_event_handle, 0)   \
-    X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0) \
-    X(VMM_GET_ACCESS, cumux_vmm_get_access, 0)               \
-    X(VMM_RETAIN, cumux_vmm_retain, 0)                       \
-    X(GRAPH_GET_ROOT_NODES, cumux_graph_get_root_nodes, 0)   \
-    X(NODE_GET_DEPENDENTS, cumux_node_get_dependents, 0)     \
-    X(GRAPH_GET_EDGES, cumux_graph_get_edges, 0)             \
-    X(VMM_EXPORT, cumux_vmm_export, 0)                       \
-    X(VMM_IMPORT, cumux_vmm_import, 0)
+#define CUMUX_OPS(X)                                           \
+    X(PAD, cumux_none, 1)                                      \
+    X(INIT, cumux_none, 0)                                     \
+    X(CTX_CREATE, cumux_ctx_create, 0)                         \
+    X(CTX_DESTROY, cumux_ctx_destroy, 0)                       \
+    X(CTX_SYNC, cumux_ctx_sync, 0)                             \
+    X(CTX_LIMIT, cumux_ctx_limit, 0)                           \
+    X(MEM_ALLOC, cumux_mem_alloc, 0)                           \
+    X(MEM_FREE, cumux_mem_free, 0)                             \
+    X(MEM_INFO, cumux_mem_info_query, 0)                       \
+    X(HOST_ALLOC, cumux_host_alloc, 0)                         \
+    X(HOST_FREE, cumux_mem_free, 0)                            \
+    X(MODULE_LOAD, cumux_module_load, 0)                       \
+    X(MODULE_UNLOAD, cumux_module_unload, 0)                   \
+    X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)             \
+    X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)               \
+    X(LIBRARY_GET_MODULE, cumux_library_get_module, 0)         \
+    X(MODULE_FUNCTION_NAMES, cumux_function_names_query, 0)    \
+    X(ARCH_DATA, cumux_arch_data_query, 0)                     \
+    X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                  \
+    X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                  \
+    X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)                 \
+    X(FUNC_CLUSTER_OCCUPANCY, cumux_cluster_occupancy, 0)      \
+    X(STREAM_CREATE, cumux_stream_create, 0)                   \
+    X(STREAM_DESTROY, cumux_stream_destroy, 1)                 \
+    X(STREAM_SYNC, cumux_stream_sync, 0)                       \
+    X(STREAM_QUERY, cumux_stream_query, 0)                     \
+    X(STREAM_WAIT_EVENT, cumux_stream_wait_event, 1)           \
+    X(EVENT_CREATE, cumux_event_create, 0)                     \
+    X(EVENT_DESTROY, cumux_event_destroy, 1)                   \
+    X(EVENT_RECORD, cumux_event_record, 1)                     \
+    X(EVENT_QUERY, cumux_event_query, 0)                       \
+    X(EVENT_SYNC, cumux_event_sync, 0)                         \
+    X(EVENT_ELAPSED, cumux_event_elapsed, 0)                   \
+    X(COPY, cumux_copy, 2)                                     \
+    X(COPY_2D, cumux_copy_2d, 2)                               \
+    X(COPY_HTOD_STAGED, cumux_copy_staged, 1)                  \
+    X(COPY_DTOH_STAGED, cumux_copy_staged, 0)                  \
+    X(MEMSET, cumux_memset, 1)                                 \
+    X(LAUNCH, cumux_launch, 1)                                 \
+    X(POOL_DEFAULT, cumux_pool_default, 0)                     \
+    X(POOL_CREATE, cumux_pool_create, 0)                       \
+    X(POOL_DESTROY, cumux_pool_destroy, 0)                     \
+    X(POOL_ATTRIBUTE, cumux_pool_attribute, 0)                 \
+    X(POOL_TRIM, cumux_pool_trim, 0)                           \
+    X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)               \
+    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)                 \
+    X(HOST_FUNC, cumux_host_func, 1)                           \
+    X(CAPTURE_BEGIN, cumux_capture_begin, 0)                   \
+    X(CAPTURE_END, cumux_capture_end, 0)                       \
+    X(CAPTURE_INFO, cumux_capture_query, 0)                    \
+    X(GRAPH_CREATE, cumux_graph_create, 0)                     \
+    X(GRAPH_DESTROY, cumux_graph_destroy, 1)                   \
+    X(GRAPH_INSTANTIATE, cumux_graph_instantiate, 0)           \
+    X(GRAPH_EXEC_DESTROY, cumux_graph_exec_destroy, 1)         \
+    X(GRAPH_LAUNCH, cumux_graph_launch, 1)                     \
+    X(GRAPH_UPLOAD, cumux_graph_upload, 1)                     \
+    X(GRAPH_EXEC_UPDATE, cumux_graph_exec_update, 0)           \
+    X(GRAPH_ADD_EMPTY_NODE, cumux_graph_add_node, 0)           \
+    X(GRAPH_ADD_KERNEL_NODE, cumux_graph_add_node, 0)          \
+    X(GRAPH_ADD_MEMSET_NODE, cumux_graph_add_node, 0)          \
+    X(GRAPH_ADD_MEMCPY_NODE, cumux_graph_add_node, 0)          \
+    X(GRAPH_ADD_HOST_NODE, cumux_graph_add_host_node, 0)       \
+    X(GRAPH_SET_KERNEL_NODE, cumux_graph_set_kernel_node, 0)   \
+    X(GRAPH_ADD_DEPS, cumux_graph_add_deps, 0)                 \
+    X(GRAPH_GET_NODES, cumux_graph_get_nodes, 0)               \
+    X(NODE_GET_DEPS, cumux_node_get_deps, 0)                   \
+    X(NODE_GET_TYPE, cumux_node_get_type, 0)                   \
+    X(VMM_GRANULARITY, cumux_vmm_granularity, 0)               \
+    X(VMM_CREATE, cumux_vmm_create, 0)                         \
+    X(VMM_RELEASE, cumux_vmm_release, 0)                       \
+    X(VMM_RESERVE, cumux_vmm_reserve, 0)                       \
+    X(VMM_ADDRESS_FREE, cumux_vmm_address_free, 0)             \
+    X(VMM_MAP, cumux_vmm_map, 0)                               \
+    X(VMM_UNMAP, cumux_vmm_unmap, 0)                           \
+    X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)                 \
+    X(IPC_GET_MEM_HANDLE, cumux_ipc_get_mem_handle, 0)         \
+    X(IPC_OPEN_MEM_HANDLE, cumux_ipc_open_mem_handle, 0)       \
+    X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)     \
+    X(IPC_GET_EVENT_HANDLE, cumux_ipc_get_event_handle, 0)     \
+    X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0)   \
+    X(VMM_GET_ACCESS, cumux_vmm_get_access, 0)                 \
+    X(VMM_RETAIN, cumux_vmm_retain, 0)                         \
+    X(GRAPH_GET_ROOT_NODES, cumux_graph_get_root_nodes, 0)     \
+    X(NODE_GET_DEPENDENTS, cumux_node_get_dependents, 0)       \
+    X(GRAPH_GET_EDGES, cumux_graph_get_edges, 0)               \
+    X(VMM_EXPORT, cumux_vmm_export, 0)                         \
+    X(VMM_IMPORT, cumux_vmm_import, 0)                         \
+    X(TENSOR_MAP_ENCODE_TILED, cumux_tensor_map_tiled, 0)      \
+    X(TENSOR_MAP_ENCODE_IM2COL, cumux_tensor_map_im2col, 0)    \
+    X(TENSOR_MAP_REPLACE_ADDRESS, cumux_tensor_map_replace, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -927,6 +987,9 @@ enum cumux_op {
     CUMUX_OP_GRAPH_GET_EDGES,
     CUMUX_OP_VMM_EXPORT,
     CUMUX_OP_VMM_IMPORT,
+    CUMUX_OP_TENSOR_MAP_ENCODE_TILED,
+    CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL,
+    CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS,
     CUMUX_OP_COUNT
 };
 

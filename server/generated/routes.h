@@ -169,6 +169,14 @@ CUresult op_event_sync(struct srv_client *c, struct srv_event *event);
 CUresult op_event_elapsed(struct srv_client *c, struct srv_event *start, struct srv_event *end, uint8_t *out,
                           uint32_t *out_len);
 
+/* server/tensor_map.c */
+CUresult op_tensor_map_encode_tiled(struct srv_client *c, const struct cumux_tensor_map_tiled *m, uint8_t *out,
+                                    uint32_t *out_len);
+CUresult op_tensor_map_encode_im2col(struct srv_client *c, const struct cumux_tensor_map_im2col *m,
+                                     uint8_t *out, uint32_t *out_len);
+CUresult op_tensor_map_replace_address(struct srv_client *c, const struct cumux_tensor_map_replace *m,
+                                       uint8_t *out, uint32_t *out_len);
+
 /* server/vmm.c */
 CUresult op_vmm_granularity(struct srv_client *c, const struct cumux_vmm_granularity *m, uint8_t *out,
                             uint32_t *out_len);
@@ -281,6 +289,9 @@ static const struct {
     [CUMUX_OP_GRAPH_GET_EDGES] = {sizeof(struct cumux_graph_get_edges), 0},
     [CUMUX_OP_VMM_EXPORT] = {sizeof(struct cumux_vmm_export), 0},
     [CUMUX_OP_VMM_IMPORT] = {sizeof(struct cumux_vmm_import), 0},
+    [CUMUX_OP_TENSOR_MAP_ENCODE_TILED] = {sizeof(struct cumux_tensor_map_tiled), 0},
+    [CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL] = {sizeof(struct cumux_tensor_map_im2col), 0},
+    [CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS] = {sizeof(struct cumux_tensor_map_replace), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1079,6 +1090,21 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_VMM_IMPORT: {
         *result = op_vmm_import(c, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_TENSOR_MAP_ENCODE_TILED: {
+        const struct cumux_tensor_map_tiled *m = body;
+        *result = op_tensor_map_encode_tiled(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL: {
+        const struct cumux_tensor_map_im2col *m = body;
+        *result = op_tensor_map_encode_im2col(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS: {
+        const struct cumux_tensor_map_replace *m = body;
+        *result = op_tensor_map_replace_address(c, m, out, out_len);
         return 0;
     }
     default:

@@ -190,6 +190,12 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_VMM_EXPORT, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_export), "VMM_EXPORT (answered) one-way"},
     {CUMUX_OP_VMM_IMPORT, 1, sizeof(struct cumux_vmm_import) - 8, "VMM_IMPORT with a body 8 bytes short"},
     {CUMUX_OP_VMM_IMPORT, CUMUX_NO_REPLY, sizeof(struct cumux_vmm_import), "VMM_IMPORT (answered) one-way"},
+    {CUMUX_OP_TENSOR_MAP_ENCODE_TILED, 1, sizeof(struct cumux_tensor_map_tiled) - 8, "TENSOR_MAP_ENCODE_TILED with a body 8 bytes short"},
+    {CUMUX_OP_TENSOR_MAP_ENCODE_TILED, CUMUX_NO_REPLY, sizeof(struct cumux_tensor_map_tiled), "TENSOR_MAP_ENCODE_TILED (answered) one-way"},
+    {CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL, 1, sizeof(struct cumux_tensor_map_im2col) - 8, "TENSOR_MAP_ENCODE_IM2COL with a body 8 bytes short"},
+    {CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL, CUMUX_NO_REPLY, sizeof(struct cumux_tensor_map_im2col), "TENSOR_MAP_ENCODE_IM2COL (answered) one-way"},
+    {CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS, 1, sizeof(struct cumux_tensor_map_replace) - 8, "TENSOR_MAP_REPLACE_ADDRESS with a body 8 bytes short"},
+    {CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS, CUMUX_NO_REPLY, sizeof(struct cumux_tensor_map_replace), "TENSOR_MAP_REPLACE_ADDRESS (answered) one-way"},
 };
 
 struct malformed_handle {

@@ -28,7 +28,7 @@ HANDLE_LOOKUP = {
     "NODE": ("srv_graph_node", "handle_get(c, %s, OBJ_GRAPH_NODE)", "CUDA_ERROR_INVALID_HANDLE"),
     "ALLOC": ("srv_vmm_alloc", "handle_get(c, %s, OBJ_VMM_ALLOC)", "CUDA_ERROR_INVALID_HANDLE"),
 }
-SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "ipc", "copy", "module", "launch",
+SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "copy", "module", "launch",
                 "hostfn", "graph"}
 
 
