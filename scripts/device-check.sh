@@ -2,10 +2,12 @@
 # The one command for the GPU machine: build everything, run the GPU tests (native and under cumux),
 # the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
-#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks]
+#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
 # FW_BUDGET seconds (default 300) on top of the rest: with a 10-minute limit per command, run it as a
 # call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks).
+# --startup: also bench/startup.sh (a PyTorch training program's start-up natively, under MPS, under cumux
+# and under cumux trace, with the driver calls that took longest), about 3 minutes.
 # Output in $OUT (default /tmp/cumux-device-check): summary.txt, device-check-logs.tar.gz (all raw
 # logs: build, per-test, per-benchmark, cumux server). Falls back to building only the tests and
 # benchmarks (scripts/gpu-standalone) when the full project does not build; cumux runs are then skipped.
@@ -16,7 +18,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -24,7 +26,8 @@ while [ $# -gt 0 ]; do
         --no-bench) do_bench=0 ;;
         --no-mps) bench_opts+=(--no-mps) ;;
         --frameworks) do_fw=1 ;;
-        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        --startup) do_startup=1 ;;
+        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -166,6 +169,15 @@ if [ -n "$build" ] && [ $do_fw = 1 ]; then
     fw_rc=${PIPESTATUS[0]}
 fi
 
+# --- start-up of a PyTorch program (bench/startup.sh), when asked ---
+startup_rc="not run"
+if [ -n "$build" ] && [ $do_startup = 1 ] && [ $native_only = 0 ]; then
+    say "start-up benchmark (at most $(($(left) - 10))s)"
+    OUT="$logs/startup" timeout -k 10 "$(($(left) - 10))" bench/startup.sh --build "$build" "${bench_opts[@]}" 2>&1 |
+        tee "$logs/startup.txt"
+    startup_rc=${PIPESTATUS[0]}
+fi
+
 # --- summary, last ---
 tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
 {
@@ -185,6 +197,10 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     if [ $do_fw = 1 ]; then
         echo "framework suite (exit $fw_rc):"
         [ -f "$logs/frameworks.txt" ] && sed -n '/^framework test/,/^logs:/p' "$logs/frameworks.txt" | grep -v '^logs:' | sed 's/^/  /'
+    fi
+    if [ $do_startup = 1 ]; then
+        echo "start-up benchmark (exit $startup_rc):"
+        [ -f "$logs/startup/summary.txt" ] && sed 's/^/  /' "$logs/startup/summary.txt"
     fi
     echo "cumux trace of a cuBLAS program: $trace_note"
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
