@@ -460,11 +460,16 @@ CUresult cuGetExportTable(const void **table, const CUuuid *id)
             return CUDA_SUCCESS;
         }
     }
-    /* Unknown tables (f8cff951... among them: answering it would make the runtime skip its start-up)
-     * are not found, and named once in the log. */
+    /* Unknown tables are not found, and named once in the log. f8cff951... is declined on purpose
+     * (answering it would make the runtime skip its normal start-up): only a debug line. */
     char hex[33];
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->bytes[i]);
+    if (!strcmp(hex, "f8cff95121468b4eb9e2fb469e7c0dd9")) {
+        cumux_debugf("cuGetExportTable: %s declined on purpose: CUDA_ERROR_NOT_FOUND", hex);
+        *table = NULL;
+        return CUDA_ERROR_NOT_FOUND;
+    }
     static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
     static char seen[32][33];
     static int nseen;
