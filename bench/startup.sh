@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Start-up time of a PyTorch training program (bench/startup_train.py: interpreter start to the end of
-# 15 warm-up steps of a ResNet-50 with cuDNN benchmark on), natively, under NVIDIA MPS and under cumux,
-# then once more under `cumux trace`: the driver calls that took the most time in all, which is where
-# cumux's start-up goes. Prints a table last.   bench/startup.sh [--build DIR] [--no-mps] [--no-trace]
-# Logs: ${OUT:-/tmp/cumux-startup}. Per run at most STARTUP_TIMEOUT seconds (default 150).
+# Start-up and sharing of PyTorch training programs (bench/startup_train.py: a ResNet-50, batch 32, cuDNN
+# benchmark on), natively, under NVIDIA MPS and under cumux. Phases (--phases, default all four):
+#   solo   one program alone: interpreter start to the end of its 15 warm-up steps ("warm")
+#   trace  the same under `cumux trace`: the driver calls that took the most time in all
+#   join   a second program starting while one trains: its warm time (MPS and cumux)
+#   pair   two programs training together: aggregate images/s over STARTUP_PAIR_S seconds (default 15)
+# Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
+# Logs: ${OUT:-/tmp/cumux-startup}. Each program at most STARTUP_TIMEOUT seconds (default 150).
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 build="$repo/build"
-do_mps=1 do_trace=1
+do_mps=1 phases="solo trace join pair"
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
         --no-mps) do_mps=0 ;;
-        --no-trace) do_trace=0 ;;
-        -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+        --phases) phases="$2"; shift ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
         *) echo "startup.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -23,6 +26,8 @@ out="${OUT:-/tmp/cumux-startup}"
 mkdir -p "$out" || exit 2
 cli="$build/cli/cumux"
 py=${PYTHON:-python3}
+tmo=${STARTUP_TIMEOUT:-150}
+pair_s=${STARTUP_PAIR_S:-15}
 mps_pipe=/tmp/mps_pipe mps_log=/tmp/mps_log
 mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
 [ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
@@ -33,44 +38,99 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     echo "SKIP: no CUDA GPU on this machine"
     exit 0
 fi
+want() { [[ " $phases " == *" $1 "* ]]; }
 declare -A R
-run() { # MODE CMD... : one start-up, its STARTUP line kept
+line_of() { grep '^STARTUP' "$1" 2>/dev/null | tail -1; }
+field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
+# prog NAME [ENV=V...] -- CMD... : one program in the background, its output in $out/NAME.log
+prog() {
+    local name=$1
+    shift
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    env STARTUP_T0="$(date +%s.%N)" "${envs[@]}" timeout -k 5 "$tmo" "$@" "$here/startup_train.py" >"$out/$name.log" 2>&1 &
+}
+wait_file() { # FILE SECONDS
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do [ -e "$1" ] && return 0; sleep 0.1; done
+    return 1
+}
+phase_solo() { # MODE CMD...
     local mode=$1
     shift
-    STARTUP_T0=$(date +%s.%N) timeout -k 5 "${STARTUP_TIMEOUT:-150}" "$@" "$here/startup_train.py" \
-        >"$out/$mode.log" 2>&1
-    local rc=$?
-    R[$mode]=$(grep '^STARTUP' "$out/$mode.log" | tail -1)
-    [ -z "${R[$mode]}" ] && R[$mode]="failed (exit $rc): $(tail -1 "$out/$mode.log" | cut -c1-150)"
-    log "$mode: ${R[$mode]}"
+    prog "solo.$mode" -- "$@"
+    wait $!
+    R[solo,$mode]=$(line_of "$out/solo.$mode.log")
+    log "solo $mode: ${R[solo,$mode]:-failed: $(tail -1 "$out/solo.$mode.log" | cut -c1-150)}"
 }
-field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"${R[$1]:-}"; }
-run native "$py"
+phase_join() { # MODE CMD...
+    local mode=$1 d
+    shift
+    d=$(mktemp -d)
+    prog "join-first.$mode" STARTUP_READY="$d/a" STARTUP_DURATION=600 -- "$@"
+    local a=$!
+    if wait_file "$d/a" "$tmo"; then
+        prog "join-second.$mode" -- "$@"
+        wait $!
+        R[join,$mode]=$(line_of "$out/join-second.$mode.log")
+    fi
+    kill "$a" 2>/dev/null
+    wait "$a" 2>/dev/null
+    rm -rf "$d"
+    log "join $mode: ${R[join,$mode]:-failed}"
+}
+phase_pair() { # MODE CMD...
+    local mode=$1 d
+    shift
+    d=$(mktemp -d)
+    prog "pair-a.$mode" STARTUP_READY="$d/a" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
+    local a=$!
+    prog "pair-b.$mode" STARTUP_READY="$d/b" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
+    local b=$!
+    wait_file "$d/a" "$tmo" && wait_file "$d/b" "$tmo" && touch "$d/go"
+    wait "$a" "$b"
+    local ia ib
+    ia=$(field "$(line_of "$out/pair-a.$mode.log")" images_per_s)
+    ib=$(field "$(line_of "$out/pair-b.$mode.log")" images_per_s)
+    [ -n "$ia" ] && [ -n "$ib" ] && R[pair,$mode]=$(awk -v a="$ia" -v b="$ib" 'BEGIN{printf "%.1f", a + b}')
+    rm -rf "$d"
+    log "pair $mode: ${R[pair,$mode]:-failed} images/s (${ia:-?} + ${ib:-?})"
+}
+# native (the join phase is MPS's and cumux's: natively the two are time-sliced)
+want solo && phase_solo native "$py"
+want pair && phase_pair native "$py"
 if [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
-    CUDA_MPS_PIPE_DIRECTORY=$mps_pipe run mps "$py"
+    export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
+    want solo && phase_solo mps "$py"
+    want join && phase_join mps "$py"
+    want pair && phase_pair mps "$py"
     mps_stop
+    unset CUDA_MPS_PIPE_DIRECTORY
 fi
 if [ -x "$cli" ] && cumux_start; then
-    run cumux "$cli" run -- "$py"
-    if [ $do_trace = 1 ]; then
-        run cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
-    fi
+    want solo && phase_solo cumux "$cli" run -- "$py"
+    want trace && phase_solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
+    want join && phase_join cumux "$cli" run -- "$py"
+    want pair && phase_pair cumux "$cli" run -- "$py"
     cumux_stop
 fi
+ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a / b}'; }
 {
-    echo "== start-up of a PyTorch training program (bench/startup_train.py, $(date -u +%FT%TZ)) =="
-    printf '%-14s %8s %12s %11s %9s %9s\n' mode import model_ready first_step warm steps/s
+    echo "== PyTorch start-up and sharing (bench/startup.sh, $(date -u +%FT%TZ)) =="
+    printf '%-14s %8s %12s %11s %9s %10s\n' "alone" import model_ready first_step warm images/s
     for m in native mps cumux cumux_traced; do
-        [ -n "${R[$m]:-}" ] || continue
-        if [ -z "$(field $m warm)" ]; then
-            printf '%-14s %s\n' "$m" "${R[$m]}"
-        else
-            printf '%-14s %8s %12s %11s %9s %9s\n' "$m" "$(field $m import)" "$(field $m model_ready)" \
-                "$(field $m first_step)" "$(field $m warm)" "$(field $m steps_per_s)"
-        fi
+        l=${R[solo,$m]:-}
+        [ -n "$l" ] || continue
+        printf '%-14s %8s %12s %11s %9s %10s\n' "$m" "$(field "$l" import)" "$(field "$l" model_ready)" \
+            "$(field "$l" first_step)" "$(field "$l" warm)" "$(field "$l" images_per_s)"
     done
-    n=$(field native warm) c=$(field cumux warm)
-    [ -n "$n" ] && [ -n "$c" ] && echo "start-up (warm, seconds): cumux/native $(awk -v c="$c" -v n="$n" 'BEGIN{printf "%.2f", c/n}')x"
+    n=$(field "${R[solo,native]:-}" warm) c=$(field "${R[solo,cumux]:-}" warm) m=$(field "${R[solo,mps]:-}" warm)
+    [ -n "$n" ] && [ -n "$c" ] && echo "start-up alone (warm): cumux/native $(ratio "$c" "$n")${m:+, MPS/native $(ratio "$m" "$n")}"
+    jm=$(field "${R[join,mps]:-}" warm) jc=$(field "${R[join,cumux]:-}" warm)
+    want join && echo "second training joining a running one, warm (s): MPS ${jm:--}, cumux ${jc:--}${jm:+${jc:+: cumux/MPS $(ratio "$jc" "$jm")}}"
+    pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
+    want pair && echo "two trainings together, images/s over ${pair_s}s: native ${pn:--}, MPS ${pm:--}, cumux ${pc:--}${pm:+${pc:+: cumux/MPS $(ratio "$pc" "$pm")}}"
     if [ -f "$out/trace.txt" ]; then
         echo "where the traced run spent its time in driver calls (top 12 by total seconds):"
         awk '/^cumux trace: summary of pid/ {p = 1; next} p && NF >= 5 && $2 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ {t[$1] += $4; c[$1] += $2}

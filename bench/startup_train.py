@@ -1,7 +1,10 @@
 """Start-up of a PyTorch training program, as a user meets it: from the interpreter's start (the caller
 passes its clock in STARTUP_T0) to the end of 15 warm-up steps of a ResNet-50 (torchvision's, else a
 stand-in CNN of the same shape of work) with cuDNN's benchmark mode on, batch 32 of 224x224 images.
-Then 20 timed steps. Prints one line: STARTUP import=S model=S first_step=S warm=S steps_per_s=N."""
+Then timed steps: 20, or for STARTUP_DURATION seconds. With STARTUP_READY set, that file is created once
+warm; with STARTUP_GO set, the timed steps wait until that file exists (bench/startup.sh starts two
+programs' timed steps together this way). Prints one line:
+STARTUP model=M import=S model_ready=S first_step=S warm=S steps_per_s=N images_per_s=N"""
 import os
 import sys
 import time
@@ -49,12 +52,25 @@ for _ in range(14):
     step()
 torch.cuda.synchronize()
 t_warm = time.time()
-for _ in range(20):
+if os.environ.get("STARTUP_READY"):
+    open(os.environ["STARTUP_READY"], "w").close()
+print("WARM %.2f" % (t_warm - t0), flush=True)
+go = os.environ.get("STARTUP_GO")
+while go and not os.path.exists(go):
+    time.sleep(0.01)
+duration = float(os.environ.get("STARTUP_DURATION", "0"))
+t_timed = time.time()
+steps = 0
+while (steps < 20) if duration <= 0 else (time.time() - t_timed < duration):
     loss = step()
+    steps += 1
+    if duration > 0 and steps % 5 == 0:
+        torch.cuda.synchronize()
 torch.cuda.synchronize()
 t_end = time.time()
 if not torch.isfinite(loss).item():
     print("FAIL startup_train: the loss is not finite")
     sys.exit(1)
-print("STARTUP model=%s import=%.2f model_ready=%.2f first_step=%.2f warm=%.2f steps_per_s=%.1f"
-      % (kind, t_import - t0, t_model - t0, t_step1 - t0, t_warm - t0, 20 / (t_end - t_warm)))
+rate = steps / (t_end - t_timed)
+print("STARTUP model=%s import=%.2f model_ready=%.2f first_step=%.2f warm=%.2f steps_per_s=%.2f images_per_s=%.1f"
+      % (kind, t_import - t0, t_model - t0, t_step1 - t0, t_warm - t0, rate, rate * x.shape[0]))

@@ -6,8 +6,9 @@
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
 # FW_BUDGET seconds (default 300) on top of the rest: with a 10-minute limit per command, run it as a
 # call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks).
-# --startup: also bench/startup.sh (a PyTorch training program's start-up natively, under MPS, under cumux
-# and under cumux trace, with the driver calls that took longest), about 3 minutes.
+# --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
+# joining a running one, two together; natively, under MPS and under cumux; issue 9's figures), 5-8
+# minutes: a call of its own (scripts/device-check.sh --no-tests --no-bench --startup).
 # Output in $OUT (default /tmp/cumux-device-check): summary.txt, device-check-logs.tar.gz (all raw
 # logs: build, per-test, per-benchmark, cumux server). Falls back to building only the tests and
 # benchmarks (scripts/gpu-standalone) when the full project does not build; cumux runs are then skipped.
