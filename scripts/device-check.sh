@@ -4,7 +4,7 @@
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
-# FW_BUDGET seconds (default 300) on top of the rest: with a 10-minute limit per command, run it as a
+# FW_BUDGET seconds (default 420) on top of the rest: with a 10-minute limit per command, run it as a
 # call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks).
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
 # joining a running one, two together; natively, under MPS and under cumux; issue 9's figures), 5-8
@@ -164,8 +164,8 @@ fw_rc="not run"
 if [ -n "$build" ] && [ $do_fw = 1 ]; then
     fw_modes=(--native)
     [ $native_only = 0 ] && fw_modes+=(--cumux)
-    say "framework suite ${fw_modes[*]} (at most ${FW_BUDGET:-300}s)"
-    OUT="$logs/frameworks" FW_TIMEOUT=120 timeout -k 10 "${FW_BUDGET:-300}" \
+    say "framework suite ${fw_modes[*]} (at most ${FW_BUDGET:-420}s)"
+    OUT="$logs/frameworks" FW_TIMEOUT=120 timeout -k 10 "${FW_BUDGET:-420}" \
         tests/frameworks/run.sh "${fw_modes[@]}" --build "$build" 2>&1 | tee "$logs/frameworks.txt"
     fw_rc=${PIPESTATUS[0]}
 fi

@@ -25,8 +25,8 @@ done
 [ $do_native = 0 ] && [ $do_cumux = 0 ] && do_native=1 do_cumux=1
 logs=${OUT:-/tmp/cumux-framework-logs}
 mkdir -p "$logs" || exit 2
-tests=(torch_train torch_compile torch_graph torch_expandable torch_ipc torch_dataloader jax_train cupy_ops
-       cupy_managed triton_add)
+tests=(torch_train torch_compile torch_graph torch_expandable torch_ipc torch_dataloader hf_generate jax_train
+       cupy_ops cupy_managed cupy_texture triton_add numba_kernel)
 [ -n "$only" ] && read -r -a tests <<<"$only"
 py=${PYTHON:-python3}
 pipe=""
