@@ -38,6 +38,9 @@ void pool_free(struct srv_client *c, struct srv_pool *p);
 /* vmm.c */
 void srv_vmm_release_all(struct srv_client *c);
 
+/* array.c: the client's textures, surfaces and arrays go */
+void srv_array_release_all(struct srv_client *c);
+
 /* module.c */
 void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod);
 

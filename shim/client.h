@@ -132,6 +132,8 @@ struct CUctx_st *shim_current_ctx(void);
 /* The server stream for a CUstream of the calling thread (NULL, legacy and per-thread handles resolved). */
 CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_out);
 CUresult shim_need_ctx(struct CUctx_st **out);
+/* copy.c: a 2-D copy between host and device memory (array.c's cuMemcpy2D hands it those) */
+CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync);
 /* cuStreamGetId of the legacy or a per-thread default stream. */
 CUresult shim_default_stream_id(CUstream h, unsigned long long *id);
 extern _Atomic uint64_t shim_next_stream_id;

@@ -266,7 +266,7 @@ static CUresult endpoint(CUmemorytype t, const void *host, CUdeviceptr dev, size
     return CUDA_SUCCESS;
 }
 
-static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
+CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
 {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
@@ -330,20 +330,7 @@ static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
     return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, dp, src, sp, w, w * h);
 }
 
-CUresult cuMemcpy2D(const CUDA_MEMCPY2D *p)
-{
-    return copy_2d(p, NULL, true);
-}
-
-CUresult cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *p)
-{
-    return copy_2d(p, NULL, true);
-}
-
-CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s)
-{
-    return copy_2d(p, s, false);
-}
+/* cuMemcpy2D and its forms are array.c's: they may name arrays. */
 
 /* ---- memset ---- */
 static CUresult memset_any(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elem, size_t width, size_t height,

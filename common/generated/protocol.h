@@ -271,6 +271,100 @@ struct cumux_tensor_map {
     uint64_t opaque[16];
 };
 
+/* cuArray3DCreate (cuArrayCreate is its 2-D form): height 0 for 1-D, depth 0 for 1-D and 2-D */
+struct cumux_array_create {
+    uint32_t ctx;      /* handle of a ctx */
+    uint32_t format;   /* CUarray_format */
+    uint32_t channels;
+    uint32_t flags;    /* CUDA_ARRAY3D_* */
+    uint64_t width;
+    uint64_t height;
+    uint64_t depth;
+};
+
+struct cumux_array_destroy {
+    uint32_t array; /* handle of a array */
+    uint32_t pad;
+};
+
+/* A 3-D copy with an array on one side or both (cuMemcpy3D, and cuMemcpy2D with an array side); a side
+ * with no array is device memory: its first byte, its pitch and its rows per slice. The shim bounces
+ * host memory through device memory, so the server sees only these. */
+struct cumux_copy_3d {
+    uint32_t stream;     /* handle of a stream */
+    uint32_t src_array;  /* handle of a array or 0 */
+    uint32_t dst_array;  /* handle of a array or 0 */
+    uint32_t pad;
+    uint64_t src;        /* device side: the first byte of the region */
+    uint64_t src_pitch;
+    uint64_t src_height; /* device side: rows per slice */
+    uint64_t dst;
+    uint64_t dst_pitch;
+    uint64_t dst_height;
+    uint64_t src_x;      /* array side: the region's first byte in a row, its row and its slice */
+    uint64_t src_y;
+    uint64_t src_z;
+    uint64_t dst_x;
+    uint64_t dst_y;
+    uint64_t dst_z;
+    uint64_t width;      /* bytes per row */
+    uint64_t height;
+    uint64_t depth;
+};
+
+/* cuTexObjectCreate: the resource (one of the client's arrays, or linear or pitched device memory of its
+ * own), how it is sampled, and an optional view */
+struct cumux_tex_create {
+    uint32_t ctx;                 /* handle of a ctx */
+    uint32_t res_type;            /* CUresourcetype */
+    uint32_t array;               /* handle of a array or 0; CU_RESOURCE_TYPE_ARRAY */
+    uint32_t format;              /* linear and pitched memory: CUarray_format */
+    uint32_t channels;
+    uint32_t pad;
+    uint64_t dev_ptr;
+    uint64_t size_bytes;          /* linear memory */
+    uint64_t width;               /* pitched memory, in elements */
+    uint64_t height;
+    uint64_t pitch;
+    uint32_t address_mode[3];
+    uint32_t filter_mode;
+    uint32_t flags;
+    uint32_t max_anisotropy;
+    uint32_t mipmap_filter_mode;
+    float mipmap_level_bias;
+    float min_mipmap_level_clamp;
+    float max_mipmap_level_clamp;
+    float border_color[4];
+    uint32_t has_view;
+    uint32_t view_format;         /* CUresourceViewFormat */
+    uint32_t pad2;
+    uint64_t view_width;
+    uint64_t view_height;
+    uint64_t view_depth;
+    uint32_t view_first_mip;
+    uint32_t view_last_mip;
+    uint32_t view_first_layer;
+    uint32_t view_last_layer;
+};
+
+/* cuSurfObjectCreate: surfaces are arrays made with CUDA_ARRAY3D_SURFACE_LDST */
+struct cumux_surf_create {
+    uint32_t array; /* handle of a array */
+    uint32_t pad;
+};
+
+/* A texture or surface object: its handle, and the value kernels take */
+struct cumux_tex_reply {
+    uint32_t handle;
+    uint32_t pad;
+    uint64_t value;
+};
+
+struct cumux_tex_destroy {
+    uint32_t tex; /* handle of a texture */
+    uint32_t pad;
+};
+
 struct cumux_vmm_get_access {
     uint64_t ptr;
     int32_t device;
@@ -718,6 +812,40 @@ _Static_assert(offsetof(struct cumux_tensor_map_replace, map) % 8 == 0, "tensor_
 _Static_assert(offsetof(struct cumux_tensor_map_replace, global_address) % 8 == 0, "tensor_map_replace.global_address: 8-aligned");
 _Static_assert(sizeof(struct cumux_tensor_map) % 8 == 0, "tensor_map: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_tensor_map, opaque) % 8 == 0, "tensor_map.opaque: 8-aligned");
+_Static_assert(sizeof(struct cumux_array_create) % 8 == 0, "array_create: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_array_create, width) % 8 == 0, "array_create.width: 8-aligned");
+_Static_assert(offsetof(struct cumux_array_create, height) % 8 == 0, "array_create.height: 8-aligned");
+_Static_assert(offsetof(struct cumux_array_create, depth) % 8 == 0, "array_create.depth: 8-aligned");
+_Static_assert(sizeof(struct cumux_array_destroy) % 8 == 0, "array_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_copy_3d) % 8 == 0, "copy_3d: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_copy_3d, src) % 8 == 0, "copy_3d.src: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, src_pitch) % 8 == 0, "copy_3d.src_pitch: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, src_height) % 8 == 0, "copy_3d.src_height: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, dst) % 8 == 0, "copy_3d.dst: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, dst_pitch) % 8 == 0, "copy_3d.dst_pitch: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, dst_height) % 8 == 0, "copy_3d.dst_height: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, src_x) % 8 == 0, "copy_3d.src_x: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, src_y) % 8 == 0, "copy_3d.src_y: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, src_z) % 8 == 0, "copy_3d.src_z: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, dst_x) % 8 == 0, "copy_3d.dst_x: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, dst_y) % 8 == 0, "copy_3d.dst_y: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, dst_z) % 8 == 0, "copy_3d.dst_z: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, width) % 8 == 0, "copy_3d.width: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, height) % 8 == 0, "copy_3d.height: 8-aligned");
+_Static_assert(offsetof(struct cumux_copy_3d, depth) % 8 == 0, "copy_3d.depth: 8-aligned");
+_Static_assert(sizeof(struct cumux_tex_create) % 8 == 0, "tex_create: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_tex_create, dev_ptr) % 8 == 0, "tex_create.dev_ptr: 8-aligned");
+_Static_assert(offsetof(struct cumux_tex_create, size_bytes) % 8 == 0, "tex_create.size_bytes: 8-aligned");
+_Static_assert(offsetof(struct cumux_tex_create, width) % 8 == 0, "tex_create.width: 8-aligned");
+_Static_assert(offsetof(struct cumux_tex_create, height) % 8 == 0, "tex_create.height: 8-aligned");
+_Static_assert(offsetof(struct cumux_tex_create, pitch) % 8 == 0, "tex_create.pitch: 8-aligned");
+_Static_assert(offsetof(struct cumux_tex_create, view_width) % 8 == 0, "tex_create.view_width: 8-aligned");
+_Static_assert(offsetof(struct cumux_tex_create, view_height) % 8 == 0, "tex_create.view_height: 8-aligned");
+_Static_assert(offsetof(struct cumux_tex_create, view_depth) % 8 == 0, "tex_create.view_depth: 8-aligned");
+_Static_assert(sizeof(struct cumux_surf_create) % 8 == 0, "surf_create: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_tex_reply) % 8 == 0, "tex_reply: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_tex_reply, value) % 8 == 0, "tex_reply.value: 8-aligned");
+_Static_assert(sizeof(struct cumux_tex_destroy) % 8 == 0, "tex_destroy: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_vmm_get_access) % 8 == 0, "vmm_get_access: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_vmm_get_access, ptr) % 8 == 0, "vmm_get_access.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_retain) % 8 == 0, "vmm_retain: a multiple of 8 bytes");
@@ -897,7 +1025,13 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(VMM_IMPORT, cumux_vmm_import, 0)                         \
     X(TENSOR_MAP_ENCODE_TILED, cumux_tensor_map_tiled, 0)      \
     X(TENSOR_MAP_ENCODE_IM2COL, cumux_tensor_map_im2col, 0)    \
-    X(TENSOR_MAP_REPLACE_ADDRESS, cumux_tensor_map_replace, 0)
+    X(TENSOR_MAP_REPLACE_ADDRESS, cumux_tensor_map_replace, 0) \
+    X(ARRAY_CREATE, cumux_array_create, 0)                     \
+    X(ARRAY_DESTROY, cumux_array_destroy, 0)                   \
+    X(COPY_3D, cumux_copy_3d, 2)                               \
+    X(TEX_CREATE, cumux_tex_create, 0)                         \
+    X(SURF_CREATE, cumux_surf_create, 0)                       \
+    X(TEX_DESTROY, cumux_tex_destroy, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -990,6 +1124,12 @@ enum cumux_op {
     CUMUX_OP_TENSOR_MAP_ENCODE_TILED,
     CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL,
     CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS,
+    CUMUX_OP_ARRAY_CREATE,
+    CUMUX_OP_ARRAY_DESTROY,
+    CUMUX_OP_COPY_3D,
+    CUMUX_OP_TEX_CREATE,
+    CUMUX_OP_SURF_CREATE,
+    CUMUX_OP_TEX_DESTROY,
     CUMUX_OP_COUNT
 };
 

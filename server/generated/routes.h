@@ -14,6 +14,7 @@
 #include "common/proto.h"
 
 struct srv_client;
+struct srv_array;
 struct srv_ctx;
 struct srv_event;
 struct srv_function;
@@ -23,7 +24,19 @@ struct srv_graph_node;
 struct srv_module;
 struct srv_pool;
 struct srv_stream;
+struct srv_texture;
 struct srv_vmm_alloc;
+
+/* server/array.c */
+CUresult op_array_create(struct srv_client *c, const struct cumux_array_create *m, struct srv_ctx *ctx,
+                         uint8_t *out, uint32_t *out_len);
+CUresult op_array_destroy(struct srv_client *c, struct srv_array *array);
+CUresult op_copy_3d(struct srv_client *c, const struct cumux_copy_3d *m, struct srv_stream *stream,
+                    struct srv_array *src_array, struct srv_array *dst_array, bool answered);
+CUresult op_tex_create(struct srv_client *c, const struct cumux_tex_create *m, struct srv_ctx *ctx,
+                       struct srv_array *array, uint8_t *out, uint32_t *out_len);
+CUresult op_surf_create(struct srv_client *c, struct srv_array *array, uint8_t *out, uint32_t *out_len);
+CUresult op_tex_destroy(struct srv_client *c, struct srv_texture *tex);
 
 /* server/context.c */
 CUresult op_ctx_create(struct srv_client *c, const struct cumux_ctx_create *m, uint8_t *out, uint32_t *out_len);
@@ -292,6 +305,12 @@ static const struct {
     [CUMUX_OP_TENSOR_MAP_ENCODE_TILED] = {sizeof(struct cumux_tensor_map_tiled), 0},
     [CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL] = {sizeof(struct cumux_tensor_map_im2col), 0},
     [CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS] = {sizeof(struct cumux_tensor_map_replace), 0},
+    [CUMUX_OP_ARRAY_CREATE] = {sizeof(struct cumux_array_create), 0},
+    [CUMUX_OP_ARRAY_DESTROY] = {sizeof(struct cumux_array_destroy), 0},
+    [CUMUX_OP_COPY_3D] = {sizeof(struct cumux_copy_3d), 2},
+    [CUMUX_OP_TEX_CREATE] = {sizeof(struct cumux_tex_create), 0},
+    [CUMUX_OP_SURF_CREATE] = {sizeof(struct cumux_surf_create), 0},
+    [CUMUX_OP_TEX_DESTROY] = {sizeof(struct cumux_tex_destroy), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1105,6 +1124,81 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS: {
         const struct cumux_tensor_map_replace *m = body;
         *result = op_tensor_map_replace_address(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_ARRAY_CREATE: {
+        const struct cumux_array_create *m = body;
+        struct srv_ctx *ctx = handle_get(c, m->ctx, OBJ_CTX);
+        if (!ctx) {
+            *result = CUDA_ERROR_INVALID_CONTEXT;
+            return 0;
+        }
+        *result = op_array_create(c, m, ctx, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_ARRAY_DESTROY: {
+        const struct cumux_array_destroy *m = body;
+        struct srv_array *array = handle_get(c, m->array, OBJ_ARRAY);
+        if (!array) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_array_destroy(c, array);
+        return 0;
+    }
+    case CUMUX_OP_COPY_3D: {
+        const struct cumux_copy_3d *m = body;
+        struct srv_stream *stream = stream_get(c, m->stream);
+        if (!stream) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_array *src_array = m->src_array ? handle_get(c, m->src_array, OBJ_ARRAY) : NULL;
+        if (m->src_array && !src_array) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_array *dst_array = m->dst_array ? handle_get(c, m->dst_array, OBJ_ARRAY) : NULL;
+        if (m->dst_array && !dst_array) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_copy_3d(c, m, stream, src_array, dst_array, answered);
+        return 0;
+    }
+    case CUMUX_OP_TEX_CREATE: {
+        const struct cumux_tex_create *m = body;
+        struct srv_ctx *ctx = handle_get(c, m->ctx, OBJ_CTX);
+        if (!ctx) {
+            *result = CUDA_ERROR_INVALID_CONTEXT;
+            return 0;
+        }
+        struct srv_array *array = m->array ? handle_get(c, m->array, OBJ_ARRAY) : NULL;
+        if (m->array && !array) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_tex_create(c, m, ctx, array, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_SURF_CREATE: {
+        const struct cumux_surf_create *m = body;
+        struct srv_array *array = handle_get(c, m->array, OBJ_ARRAY);
+        if (!array) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_surf_create(c, array, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_TEX_DESTROY: {
+        const struct cumux_tex_destroy *m = body;
+        struct srv_texture *tex = handle_get(c, m->tex, OBJ_TEXTURE);
+        if (!tex) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_tex_destroy(c, tex);
         return 0;
     }
     default:

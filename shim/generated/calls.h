@@ -554,4 +554,48 @@ static inline CUresult shim_op_vmm_retain(uint64_t ptr, uint64_t *answer)
     return r;
 }
 
+/* ARRAY_CREATE: answered */
+static inline CUresult shim_op_array_create(uint32_t ctx, uint32_t format, uint32_t channels, uint32_t flags,
+                                            uint64_t width, uint64_t height, uint64_t depth, uint64_t *answer)
+{
+    struct cumux_array_create m = {.ctx = ctx, .format = format, .channels = channels, .flags = flags, .width = width, .height = height, .depth = depth};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_ARRAY_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* ARRAY_DESTROY: answered */
+static inline CUresult shim_op_array_destroy(uint32_t array)
+{
+    struct cumux_array_destroy m = {.array = array};
+    return shim_call(CUMUX_OP_ARRAY_DESTROY, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* COPY_3D: answered or one-way */
+static inline CUresult shim_op_copy_3d(uint32_t stream, uint32_t src_array, uint32_t dst_array, uint64_t src,
+                                       uint64_t src_pitch, uint64_t src_height, uint64_t dst,
+                                       uint64_t dst_pitch, uint64_t dst_height, uint64_t src_x, uint64_t src_y,
+                                       uint64_t src_z, uint64_t dst_x, uint64_t dst_y, uint64_t dst_z,
+                                       uint64_t width, uint64_t height, uint64_t depth, bool answered)
+{
+    struct cumux_copy_3d m = {.stream = stream, .src_array = src_array, .dst_array = dst_array, .src = src, .src_pitch = src_pitch, .src_height = src_height, .dst = dst, .dst_pitch = dst_pitch, .dst_height = dst_height, .src_x = src_x, .src_y = src_y, .src_z = src_z, .dst_x = dst_x, .dst_y = dst_y, .dst_z = dst_z, .width = width, .height = height, .depth = depth};
+    return answered ? shim_call(CUMUX_OP_COPY_3D, &m, sizeof m, NULL, 0, NULL) : shim_send(CUMUX_OP_COPY_3D, &m, sizeof m, NULL, 0);
+}
+
+/* SURF_CREATE: answered */
+static inline CUresult shim_op_surf_create(uint32_t array, struct cumux_tex_reply *reply)
+{
+    struct cumux_surf_create m = {.array = array};
+    return shim_call(CUMUX_OP_SURF_CREATE, &m, sizeof m, reply, sizeof *reply, NULL);
+}
+
+/* TEX_DESTROY: answered */
+static inline CUresult shim_op_tex_destroy(uint32_t tex)
+{
+    struct cumux_tex_destroy m = {.tex = tex};
+    return shim_call(CUMUX_OP_TEX_DESTROY, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

@@ -69,7 +69,7 @@ void fc_dev_range_remove(uint64_t base);
 /* ---- live counts, written to $CUMUX_FAKE_STATS ---- */
 struct fc_stats {
     _Atomic long allocations, alloc_bytes, streams, events, modules, libraries, graphs, graph_execs,
-        host_registered, pools, vmm_allocations, vmm_reservations, vmm_mappings;
+        host_registered, pools, vmm_allocations, vmm_reservations, vmm_mappings, arrays, textures;
 };
 extern struct fc_stats fc_stats;
 void fc_stats_start(void);
@@ -148,6 +148,21 @@ CUresult fc_stream_usable(CUstream hs); /* wait for everything queued so far on 
 CUresult fc_copy_validate(const struct fc_copy *c);
 CUresult fc_memset_validate(const struct fc_memset *m);
 void fc_copy_from_3d(struct fc_copy *c, const CUDA_MEMCPY3D *p);
+/* A copy checked as the driver checks it and queued on hs (a graph's, while it is captured). */
+CUresult fc_submit_copy(const char *call, CUstream hs, const struct fc_copy *c);
+/* Arrays and texture objects (fake_array.c), for the kernels that read and write them: the array's
+ * memory (an allocation of the device's, rows packed) and its extent. */
+struct fc_array {
+    uint32_t magic;
+    uint64_t base, row, rows, slices, elem;
+};
+struct fc_texref {
+    bool surface;
+    uint64_t base, pitch, width, height, elem; /* in elements; pitch in bytes */
+    CUaddress_mode mode[2];
+};
+/* The texture or surface object `value`; false when there is none. */
+bool fc_texture(uint64_t value, bool surface, struct fc_texref *out);
 
 /* ---- graphs and capture (fake_graph.c) ---- */
 struct fc_gnode;

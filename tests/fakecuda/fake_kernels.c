@@ -204,6 +204,69 @@ KERNEL k_empty_kernel(const struct fc_launch *l)
     (void)l;
 }
 
+/* The threads the launch has in y, as covered() counts them in x. */
+static uint64_t covered_y(const struct fc_launch *l, int64_t n)
+{
+    uint64_t t = (uint64_t)l->grid[1] * l->block[1];
+    return n <= 0 ? 0 : (uint64_t)n < t ? (uint64_t)n : t;
+}
+
+/* Clamp addressing (and border reads as 0 when out of range): the texel's byte address, or 0. */
+static uint64_t texel(const struct fc_texref *t, int64_t x, int64_t y)
+{
+    if (x < 0 || y < 0 || (uint64_t)x >= t->width || (uint64_t)y >= t->height) {
+        if (t->mode[0] == CU_TR_ADDRESS_MODE_BORDER || t->mode[1] == CU_TR_ADDRESS_MODE_BORDER)
+            return 0;
+        x = x < 0 ? 0 : (uint64_t)x >= t->width ? (int64_t)t->width - 1 : x;
+        y = y < 0 ? 0 : (uint64_t)y >= t->height ? (int64_t)t->height - 1 : y;
+    }
+    return t->base + (uint64_t)y * t->pitch + (uint64_t)x * t->elem;
+}
+
+KERNEL k_tex_fetch_2d(const struct fc_launch *l)
+{
+    struct fc_texref t;
+    uint64_t out = a_ptr(l, 1);
+    int32_t w = a_i32(l, 2), h = a_i32(l, 3);
+    uint64_t nx = covered(l, w), ny = covered_y(l, h);
+    if (!nx || !ny)
+        return;
+    if (!fc_texture(a_ptr(l, 0), false, &t)) /* a bad texture object: the GPU faults */
+        fc_oracle_any(l->call, 0, 1);
+    fc_oracle_any(l->call, out, ((ny - 1) * (uint64_t)w + nx) * 4);
+    for (uint64_t y = 0; y < ny; y++)
+        for (uint64_t x = 0; x < nx; x++) {
+            uint64_t a = texel(&t, (int64_t)x, (int64_t)y);
+            float v = 0;
+            if (a) {
+                fc_oracle_any(l->call, a, 4);
+                memcpy(&v, PTR(void, a), 4);
+            }
+            PTR(float, out)[y * (uint64_t)w + x] = 2.0f * v;
+        }
+}
+
+KERNEL k_surf_write_2d(const struct fc_launch *l)
+{
+    struct fc_texref s;
+    int32_t w = a_i32(l, 1), h = a_i32(l, 2);
+    float base = a_f32(l, 3);
+    uint64_t nx = covered(l, w), ny = covered_y(l, h);
+    if (!nx || !ny)
+        return;
+    if (!fc_texture(a_ptr(l, 0), true, &s))
+        fc_oracle_any(l->call, 0, 1);
+    for (uint64_t y = 0; y < ny; y++)
+        for (uint64_t x = 0; x < nx; x++) {
+            if (x >= s.width || y >= s.height) /* surfaces trap out of range by default */
+                fc_oracle_any(l->call, 0, 1);
+            uint64_t a = s.base + y * s.pitch + x * s.elem;
+            fc_oracle_any(l->call, a, 4);
+            float v = base + (float)x + 1000.0f * (float)y;
+            memcpy(PTR(void, a), &v, 4);
+        }
+}
+
 const struct fc_kernel_def fc_kernels[] = {
     {"vec_add", "kernel vec_add", 4, {0, 8, 16, 24}, {8, 8, 8, 4}, 1024, 16, 0, k_vec_add},
     {"matmul_tiled", "kernel matmul_tiled", 6, {0, 8, 16, 24, 28, 32}, {8, 8, 8, 4, 4, 4}, 1024, 32, 2 * GT_TILE * GT_TILE * 4, k_matmul_tiled},
@@ -217,6 +280,8 @@ const struct fc_kernel_def fc_kernels[] = {
     {"add_u32", "kernel add_u32", 3, {0, 8, 16}, {8, 8, 4}, 1024, 14, 0, k_add_u32},
     {"bounded256", "kernel bounded256", 2, {0, 8}, {8, 4}, 256, 12, 0, k_bounded256},
     {"empty_kernel", "kernel empty_kernel", 1, {0}, {4}, 1024, 4, 0, k_empty_kernel},
+    {"tex_fetch_2d", "kernel tex_fetch_2d", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 1024, 16, 0, k_tex_fetch_2d},
+    {"surf_write_2d", "kernel surf_write_2d", 4, {0, 8, 12, 16}, {8, 4, 4, 4}, 1024, 16, 0, k_surf_write_2d},
 };
 const size_t fc_nkernels = sizeof fc_kernels / sizeof fc_kernels[0];
 

@@ -1162,7 +1162,7 @@ CUresult fc_memset_validate(const struct fc_memset *m)
     return CUDA_SUCCESS;
 }
 
-static CUresult submit_copy(const char *call, CUstream hs, const struct fc_copy *c)
+CUresult fc_submit_copy(const char *call, CUstream hs, const struct fc_copy *c)
 {
     CHECK_RET(fc_check_init());
     CHECK_RET(fc_copy_validate(c));
@@ -1184,19 +1184,19 @@ static struct fc_copy copy_1d(CUmemorytype dt, uint64_t dst, CUmemorytype st, ui
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
     struct fc_copy c = copy_1d(CU_MEMORYTYPE_DEVICE, dst, CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)src, n);
-    return submit_copy("cuMemcpyHtoDAsync", s, &c);
+    return fc_submit_copy("cuMemcpyHtoDAsync", s, &c);
 }
 
 CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
     struct fc_copy c = copy_1d(CU_MEMORYTYPE_HOST, (uint64_t)(uintptr_t)dst, CU_MEMORYTYPE_DEVICE, src, n);
-    return submit_copy("cuMemcpyDtoHAsync", s, &c);
+    return fc_submit_copy("cuMemcpyDtoHAsync", s, &c);
 }
 
 CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
     struct fc_copy c = copy_1d(CU_MEMORYTYPE_DEVICE, dst, CU_MEMORYTYPE_DEVICE, src, n);
-    return submit_copy("cuMemcpyDtoDAsync", s, &c);
+    return fc_submit_copy("cuMemcpyDtoDAsync", s, &c);
 }
 
 /* Memory type of one side; UNIFIED is decided by where the address lies. */
@@ -1224,7 +1224,7 @@ CUresult cuMemcpy2DAsync(const CUDA_MEMCPY2D *p, CUstream s)
     /* The first byte touched: (X, Y) into the pitched region, with the arithmetic the hardware does. */
     c.src = src + p->srcY * p->srcPitch + p->srcXInBytes;
     c.dst = dst + p->dstY * p->dstPitch + p->dstXInBytes;
-    return submit_copy("cuMemcpy2DAsync", s, &c);
+    return fc_submit_copy("cuMemcpy2DAsync", s, &c);
 }
 
 void fc_copy_from_3d(struct fc_copy *c, const CUDA_MEMCPY3D *p)

@@ -196,6 +196,17 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL, CUMUX_NO_REPLY, sizeof(struct cumux_tensor_map_im2col), "TENSOR_MAP_ENCODE_IM2COL (answered) one-way"},
     {CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS, 1, sizeof(struct cumux_tensor_map_replace) - 8, "TENSOR_MAP_REPLACE_ADDRESS with a body 8 bytes short"},
     {CUMUX_OP_TENSOR_MAP_REPLACE_ADDRESS, CUMUX_NO_REPLY, sizeof(struct cumux_tensor_map_replace), "TENSOR_MAP_REPLACE_ADDRESS (answered) one-way"},
+    {CUMUX_OP_ARRAY_CREATE, 1, sizeof(struct cumux_array_create) - 8, "ARRAY_CREATE with a body 8 bytes short"},
+    {CUMUX_OP_ARRAY_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_array_create), "ARRAY_CREATE (answered) one-way"},
+    {CUMUX_OP_ARRAY_DESTROY, 1, sizeof(struct cumux_array_destroy) - 8, "ARRAY_DESTROY with a body 8 bytes short"},
+    {CUMUX_OP_ARRAY_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_array_destroy), "ARRAY_DESTROY (answered) one-way"},
+    {CUMUX_OP_COPY_3D, 1, sizeof(struct cumux_copy_3d) - 8, "COPY_3D with a body 8 bytes short"},
+    {CUMUX_OP_TEX_CREATE, 1, sizeof(struct cumux_tex_create) - 8, "TEX_CREATE with a body 8 bytes short"},
+    {CUMUX_OP_TEX_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_tex_create), "TEX_CREATE (answered) one-way"},
+    {CUMUX_OP_SURF_CREATE, 1, sizeof(struct cumux_surf_create) - 8, "SURF_CREATE with a body 8 bytes short"},
+    {CUMUX_OP_SURF_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_surf_create), "SURF_CREATE (answered) one-way"},
+    {CUMUX_OP_TEX_DESTROY, 1, sizeof(struct cumux_tex_destroy) - 8, "TEX_DESTROY with a body 8 bytes short"},
+    {CUMUX_OP_TEX_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_tex_destroy), "TEX_DESTROY (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -260,6 +271,15 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_GET_ROOT_NODES, sizeof(struct cumux_graph_get_root_nodes), offsetof(struct cumux_graph_get_root_nodes, graph), "GRAPH_GET_ROOT_NODES.graph: a graph never given"},
     {CUMUX_OP_NODE_GET_DEPENDENTS, sizeof(struct cumux_node_get_dependents), offsetof(struct cumux_node_get_dependents, node), "NODE_GET_DEPENDENTS.node: a node never given"},
     {CUMUX_OP_GRAPH_GET_EDGES, sizeof(struct cumux_graph_get_edges), offsetof(struct cumux_graph_get_edges, graph), "GRAPH_GET_EDGES.graph: a graph never given"},
+    {CUMUX_OP_ARRAY_CREATE, sizeof(struct cumux_array_create), offsetof(struct cumux_array_create, ctx), "ARRAY_CREATE.ctx: a ctx never given"},
+    {CUMUX_OP_ARRAY_DESTROY, sizeof(struct cumux_array_destroy), offsetof(struct cumux_array_destroy, array), "ARRAY_DESTROY.array: a array never given"},
+    {CUMUX_OP_COPY_3D, sizeof(struct cumux_copy_3d), offsetof(struct cumux_copy_3d, stream), "COPY_3D.stream: a stream never given"},
+    {CUMUX_OP_COPY_3D, sizeof(struct cumux_copy_3d), offsetof(struct cumux_copy_3d, src_array), "COPY_3D.src_array: a array never given"},
+    {CUMUX_OP_COPY_3D, sizeof(struct cumux_copy_3d), offsetof(struct cumux_copy_3d, dst_array), "COPY_3D.dst_array: a array never given"},
+    {CUMUX_OP_TEX_CREATE, sizeof(struct cumux_tex_create), offsetof(struct cumux_tex_create, ctx), "TEX_CREATE.ctx: a ctx never given"},
+    {CUMUX_OP_TEX_CREATE, sizeof(struct cumux_tex_create), offsetof(struct cumux_tex_create, array), "TEX_CREATE.array: a array never given"},
+    {CUMUX_OP_SURF_CREATE, sizeof(struct cumux_surf_create), offsetof(struct cumux_surf_create, array), "SURF_CREATE.array: a array never given"},
+    {CUMUX_OP_TEX_DESTROY, sizeof(struct cumux_tex_destroy), offsetof(struct cumux_tex_destroy, tex), "TEX_DESTROY.tex: a texture never given"},
 };
 
 #endif

@@ -105,4 +105,20 @@ __global__ void empty_kernel(int x)
     (void)x;
 }
 
+/* out[y][x] = 2 * the texel (x, y) of a float texture, point sampled */
+__global__ void tex_fetch_2d(cudaTextureObject_t t, float *out, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h)
+        out[y * w + x] = 2.0f * tex2D<float>(t, x + 0.5f, y + 0.5f);
+}
+
+/* element (x, y) of a float surface = base + x + 1000 y */
+__global__ void surf_write_2d(cudaSurfaceObject_t s, int w, int h, float base)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h)
+        surf2Dwrite(base + x + 1000.0f * y, s, x * (int)sizeof(float), y);
+}
+
 } // extern "C"

@@ -12,7 +12,8 @@ SCALARS = {  # spec type: (C type, size)
     "u64": ("uint64_t", 8), "f32": ("float", 4), "char": ("char", 1), "devptr": ("uint64_t", 8),
     "pad32": ("uint32_t", 4), "pad64": ("uint64_t", 8),
 }
-HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE", "ALLOC"}
+HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE", "ALLOC", "ARRAY",
+                "TEXTURE"}
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
 # How the server's routing resolves a handle of each kind: the object's type, its lookup, the answer when
 # the handle is not one of the client's objects of that kind.
@@ -27,8 +28,10 @@ HANDLE_LOOKUP = {
     "EXEC": ("srv_graph_exec", "handle_get(c, %s, OBJ_GRAPH_EXEC)", "CUDA_ERROR_INVALID_HANDLE"),
     "NODE": ("srv_graph_node", "handle_get(c, %s, OBJ_GRAPH_NODE)", "CUDA_ERROR_INVALID_HANDLE"),
     "ALLOC": ("srv_vmm_alloc", "handle_get(c, %s, OBJ_VMM_ALLOC)", "CUDA_ERROR_INVALID_HANDLE"),
+    "ARRAY": ("srv_array", "handle_get(c, %s, OBJ_ARRAY)", "CUDA_ERROR_INVALID_HANDLE"),
+    "TEXTURE": ("srv_texture", "handle_get(c, %s, OBJ_TEXTURE)", "CUDA_ERROR_INVALID_HANDLE"),
 }
-SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "copy", "module", "launch",
+SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "array", "copy", "module", "launch",
                 "hostfn", "graph"}
 
 
