@@ -10,6 +10,7 @@
 struct srv_graph {
     CUgraph g;
     uint32_t handle;
+    bool capture; /* a capture's graph, handed out while the capture runs: the capture owns it */
 };
 
 struct srv_graph_exec {
@@ -44,6 +45,7 @@ static CUresult graph_new(struct srv_client *c, CUgraph g, uint8_t *out, uint32_
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     sg->g = g;
+    sg->capture = false;
     CUresult r = new_handle(c, OBJ_GRAPH, sg, &sg->handle, out, out_len);
     if (r != CUDA_SUCCESS)
         cuGraphDestroy(g);
@@ -60,7 +62,8 @@ static void graph_free(struct srv_client *c, struct srv_graph *g)
             free(n);
         }
     }
-    cuGraphDestroy(g->g);
+    if (!g->capture)
+        cuGraphDestroy(g->g);
     handle_drop(c, g->handle);
     free(g);
 }
@@ -87,6 +90,17 @@ CUresult op_capture_end(struct srv_client *c, struct srv_stream *stream, uint8_t
     CUgraph graph = NULL;
     CUresult r = cuStreamEndCapture(stream->cu, &graph);
     stream->capturing = false;
+    struct srv_graph *handed = stream->capture_graph;
+    stream->capture_graph = NULL;
+    if (handed) {
+        /* The graph the client already names: now its own, the same handle (and node handles). A failed
+         * capture's graph is the driver's to drop. */
+        if (r == CUDA_SUCCESS && graph == handed->g) {
+            handed->capture = false;
+            return reply_u64(out, out_len, handed->handle);
+        }
+        graph_free(c, handed);
+    }
     if (r != CUDA_SUCCESS)
         return r;
     return graph_new(c, graph, out, out_len);
@@ -115,6 +129,8 @@ CUresult op_graph_create(struct srv_client *c, const struct cumux_graph_create *
 
 CUresult op_graph_destroy(struct srv_client *c, struct srv_graph *graph)
 {
+    if (graph->capture) /* the capture owns it until it ends */
+        return CUDA_ERROR_INVALID_VALUE;
     graph_free(c, graph);
     return CUDA_SUCCESS;
 }
@@ -502,8 +518,72 @@ CUresult op_node_get_type(struct srv_client *c, struct srv_graph_node *node, uin
     return reply_u64(out, out_len, (uint64_t)type);
 }
 
+/* The capture's graph (handed out once, as a handle of the client's) and its current dependencies. */
+CUresult op_capture_graph(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    CUgraph g = NULL;
+    const CUgraphNode *deps = NULL;
+    size_t n = 0;
+    CHECK(cuStreamGetCaptureInfo(stream->cu, &st, &id, &g, &deps, NULL, &n));
+    struct cumux_capture_graph_reply rep = {.status = (uint32_t)st, .id = id};
+    if (st == CU_STREAM_CAPTURE_STATUS_ACTIVE && g) {
+        if (!stream->capture_graph || stream->capture_graph->g != g) {
+            struct srv_graph *sg = malloc(sizeof *sg);
+            if (!sg)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            *sg = (struct srv_graph){.g = g, .capture = true};
+            if (!(sg->handle = handle_new(c, OBJ_GRAPH, sg))) {
+                free(sg);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            stream->capture_graph = sg;
+        }
+        rep.graph = stream->capture_graph->handle;
+        rep.count = n;
+    }
+    size_t fit = (CUMUX_REPLY_DATA - sizeof rep) / sizeof(uint32_t), i = 0;
+    for (; rep.graph && i < n && i < fit; i++) {
+        uint32_t h = node_handle(c, rep.graph, deps[i]);
+        if (!h)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(out + sizeof rep + i * sizeof h, &h, sizeof h);
+    }
+    memcpy(out, &rep, sizeof rep);
+    *out_len = (uint32_t)(sizeof rep + i * sizeof(uint32_t));
+    return CUDA_SUCCESS;
+}
+
+CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture_update_deps *m,
+                                struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len)
+{
+    static _Thread_local CUgraphNode nodes[MAX_DEPS];
+    if (!stream->capture_graph || m->count > MAX_DEPS || payload_len < (uint64_t)m->count * sizeof(uint32_t) ||
+        (m->flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && m->flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t h[MAX_DEPS];
+    memcpy(h, payload, m->count * sizeof(uint32_t));
+    CHECK(node_list(c, h, m->count, stream->capture_graph->handle, nodes));
+    return cuStreamUpdateCaptureDependencies(stream->cu, nodes, NULL, m->count, m->flags);
+}
+
 void srv_graph_release_all(struct srv_client *c)
 {
+    /* Captures the client left running: ended, their graphs destroyed (and any handed-out wrapper). */
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
+        if (s && s->capturing) {
+            use_gpu(c, s->ctx->gpu);
+            CUgraph g = NULL;
+            if (cuStreamEndCapture(s->cu, &g) == CUDA_SUCCESS && g)
+                cuGraphDestroy(g);
+            s->capturing = false;
+            if (s->capture_graph)
+                graph_free(c, s->capture_graph);
+            s->capture_graph = NULL;
+        }
+    }
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_graph_exec *e = handle_get(c, h, OBJ_GRAPH_EXEC);
         if (e) {

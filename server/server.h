@@ -54,6 +54,7 @@ struct srv_stream {
     uint32_t handle;
     bool dirty;          /* blocking stream: work since the legacy stream last joined it */
     bool capturing;      /* cuStreamBeginCapture on it: its work is recorded, not run */
+    struct srv_graph *capture_graph; /* the capture's graph, once the client asked for it */
     uint64_t seen_epoch; /* blocking stream: the legacy epoch it already waits for */
     struct srv_stream *next_in_ctx;
 };

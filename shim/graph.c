@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "shim/client.h"
 
 #define SHIM_MAGIC_GRAPH 0x47524131u
@@ -66,13 +67,36 @@ static bool graph_ok(CUgraph g) { return g && g->magic == SHIM_MAGIC_GRAPH; }
 static bool exec_ok(CUgraphExec e) { return e && e->magic == SHIM_MAGIC_GRAPH_EXEC; }
 static bool node_ok(CUgraphNode n) { return n && n->magic == SHIM_MAGIC_GRAPH_NODE; }
 
+/* One object per server graph handle, so that a capture's graph handed out while it runs is the object
+ * cuStreamEndCapture returns. A destroyed graph's object stays dead; its handle, reused, gets a new one. */
+static struct CUgraph_st **graph_by_handle;
+static uint32_t graph_by_handle_cap;
+
 static CUresult new_graph(uint32_t handle, CUgraph *out)
 {
-    struct CUgraph_st *g = calloc(1, sizeof *g);
-    if (!g)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    g->magic = SHIM_MAGIC_GRAPH;
-    g->handle = handle;
+    pthread_mutex_lock(&node_lock);
+    if (handle >= graph_by_handle_cap) {
+        uint32_t cap = handle * 2 + 64;
+        struct CUgraph_st **v = realloc(graph_by_handle, cap * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&node_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memset(v + graph_by_handle_cap, 0, (cap - graph_by_handle_cap) * sizeof *v);
+        graph_by_handle = v;
+        graph_by_handle_cap = cap;
+    }
+    struct CUgraph_st *g = graph_by_handle[handle];
+    if (!g || g->magic != SHIM_MAGIC_GRAPH) {
+        if (!(g = calloc(1, sizeof *g))) {
+            pthread_mutex_unlock(&node_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g->magic = SHIM_MAGIC_GRAPH;
+        g->handle = handle;
+        graph_by_handle[handle] = g;
+    }
+    pthread_mutex_unlock(&node_lock);
     *out = g;
     return CUDA_SUCCESS;
 }
@@ -108,6 +132,116 @@ CUresult cuStreamEndCapture(CUstream h, CUgraph *graph)
     if (r != CUDA_SUCCESS)
         return r;
     return new_graph((uint32_t)handle, graph);
+}
+
+/* The capture's state, with its graph and the nodes the next captured work will depend on. The node array
+ * is the calling thread's, valid until its next call of this (CUDA: until the next call on the stream). */
+CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (graph)
+        *graph = NULL;
+    if (deps)
+        *deps = NULL;
+    if (edges)
+        *edges = NULL; /* every edge is a default one */
+    if (ndeps)
+        *ndeps = 0;
+    if ((!graph && !deps && !ndeps) || !atomic_load(&shim_ever_captured))
+        return shim_capture_status(s, status, id);
+    struct cumux_capture_query q = {.stream = s};
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    static __thread CUgraphNode *nodes;
+    static __thread size_t nodes_cap;
+    uint32_t len = 0;
+    if ((r = shim_call(CUMUX_OP_CAPTURE_GRAPH, &q, sizeof q, buf, sizeof buf, &len)) != CUDA_SUCCESS)
+        return r;
+    struct cumux_capture_graph_reply rep;
+    if (len < sizeof rep)
+        return CUDA_ERROR_UNKNOWN;
+    memcpy(&rep, buf, sizeof rep);
+    *status = (CUstreamCaptureStatus)rep.status;
+    if (id)
+        *id = rep.id;
+    if (!rep.graph)
+        return CUDA_SUCCESS;
+    if ((len - sizeof rep) / sizeof(uint32_t) < rep.count) {
+        cumux_logf("cuStreamGetCaptureInfo: %llu dependencies, more than one reply holds: CUDA_ERROR_NOT_SUPPORTED",
+                   (unsigned long long)rep.count);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    CUgraph g;
+    if ((r = new_graph(rep.graph, &g)) != CUDA_SUCCESS)
+        return r;
+    if (rep.count > nodes_cap) {
+        CUgraphNode *v = realloc(nodes, rep.count * sizeof *v);
+        if (!v)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        nodes = v, nodes_cap = rep.count;
+    }
+    for (uint64_t i = 0; i < rep.count; i++) {
+        uint32_t nh;
+        memcpy(&nh, buf + sizeof rep + i * sizeof nh, sizeof nh);
+        if (!(nodes[i] = node_object(nh, g)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (graph)
+        *graph = g;
+    if (deps)
+        *deps = nodes;
+    if (ndeps)
+        *ndeps = (size_t)rep.count;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                   const CUgraphNode **deps, size_t *ndeps);
+CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                   const CUgraphNode **deps, size_t *ndeps)
+{
+    return cuStreamGetCaptureInfo_v3(h, status, id, graph, deps, NULL, ndeps);
+}
+
+CUresult cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode *nodes, const CUgraphEdgeData *edges, size_t n,
+                                           unsigned int flags)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if ((n && !nodes) || n > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (edges) { /* edge data other than the default: not supported */
+        static const CUgraphEdgeData none;
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&edges[i], &none, sizeof none) != 0)
+                return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    struct {
+        struct cumux_capture_update_deps m;
+        uint32_t h[1024];
+    } msg = {.m = {.stream = s, .flags = flags, .count = (uint32_t)n}};
+    for (size_t i = 0; i < n; i++) {
+        if (!node_ok(nodes[i]))
+            return CUDA_ERROR_INVALID_VALUE;
+        msg.h[i] = nodes[i]->handle;
+    }
+    size_t len = sizeof msg.m + ((n * sizeof(uint32_t) + 7) & ~(size_t)7);
+    return shim_call(CUMUX_OP_CAPTURE_UPDATE_DEPS, &msg, len, NULL, 0, NULL);
+}
+
+/* The first form, with no edge data. */
+#undef cuStreamUpdateCaptureDependencies
+CUresult cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode *nodes, size_t n, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode *nodes, size_t n, unsigned int flags)
+{
+    return cuStreamUpdateCaptureDependencies_v2(h, nodes, NULL, n, flags);
 }
 
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)

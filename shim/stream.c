@@ -302,33 +302,12 @@ CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
     return capture_status(h, status, NULL);
 }
 
-CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
-                                const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
-{
-    if (graph)
-        *graph = NULL; /* the graph being captured lives in the server: not handed out */
-    if (deps)
-        *deps = NULL;
-    if (edges)
-        *edges = NULL;
-    if (ndeps)
-        *ndeps = 0;
-    return capture_status(h, status, id);
-}
-
-/* The older forms of the same query (cuda.h maps the plain name to _v3). */
+/* The query with the capture's graph and dependencies (cuStreamGetCaptureInfo_v3 and _v2) is graph.c's.
+ * The first form of it (cuda.h maps the plain name to _v3): */
 #undef cuStreamGetCaptureInfo
 CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id);
-CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
-                                   const CUgraphNode **deps, size_t *ndeps);
 
 CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id)
 {
     return capture_status(h, status, id);
-}
-
-CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
-                                   const CUgraphNode **deps, size_t *ndeps)
-{
-    return cuStreamGetCaptureInfo_v3(h, status, id, graph, deps, NULL, ndeps);
 }

@@ -13,6 +13,8 @@
  *   capture-global  one client captures in global mode while another queries and waits for an event (the
  *                   server began captures in the client's mode: the driver then refused the other
  *                   client's calls from any server thread and invalidated the capture)
+ *   capture-left    a client asks for its capture's graph, adds to it, tries to destroy it, and goes with the
+ *                   capture still running (the capture's graph and the handed-out handle must both go)
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
  *                   a bystander command (after --) runs meanwhile and must succeed every time
  * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
@@ -369,6 +371,46 @@ static void case_capture_global(void)
     check_server_ok("after capture-global");
 }
 
+/* ---- capture-left ---- */
+static void case_capture_left(void)
+{
+    struct session a;
+    session_open(&a);
+    uint32_t fa = vec_add_function(&a);
+    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
+    uint32_t captured = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    struct cumux_capture_begin cb = {.stream = captured, .mode = CU_STREAM_CAPTURE_MODE_GLOBAL};
+    REQUIRE(call(&a.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN");
+    a.stream = captured;
+    launch_vec_add(&a, fa, 1024);
+    struct cumux_capture_query q = {.stream = captured};
+    uint8_t rep[256] = {0};
+    uint32_t got = 0;
+    int r = call_slot(&a.c, 1, CUMUX_OP_CAPTURE_GRAPH, &q, sizeof q, rep, sizeof rep, &got);
+    struct cumux_capture_graph_reply info = {0};
+    memcpy(&info, rep, sizeof info);
+    CHECK(r == CUDA_SUCCESS && got >= sizeof info && info.graph != 0 && info.count == 1,
+          "CAPTURE_GRAPH: %d, graph %u, %llu dependencies", r, info.graph, (unsigned long long)info.count);
+    /* Destroying it (one-way) is refused: the capture still has it, under the same handle. */
+    struct cumux_graph_destroy gd = {.graph = info.graph};
+    put_msg(&a.c, CUMUX_OP_GRAPH_DESTROY, CUMUX_NO_REPLY, &gd, sizeof gd);
+    struct cumux_capture_graph_reply again = {0};
+    memset(rep, 0, sizeof rep);
+    r = call_slot(&a.c, 1, CUMUX_OP_CAPTURE_GRAPH, &q, sizeof q, rep, sizeof rep, &got);
+    memcpy(&again, rep, sizeof again);
+    CHECK(r == CUDA_SUCCESS && again.graph == info.graph && again.status == CU_STREAM_CAPTURE_STATUS_ACTIVE,
+          "the capture's graph after a destroy: %d, graph %u (was %u)", r, again.graph, info.graph);
+    /* Dependencies that are not nodes of the capture's graph are refused. */
+    struct {
+        struct cumux_capture_update_deps m;
+        uint32_t h[2];
+    } ud = {.m = {.stream = captured, .flags = CU_STREAM_SET_CAPTURE_DEPENDENCIES, .count = 1}, .h = {info.graph}};
+    r = call(&a.c, CUMUX_OP_CAPTURE_UPDATE_DEPS, &ud, sizeof ud);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a graph handle taken as a node of the capture: %d", r);
+    session_close(&a); /* the capture still running: the server ends it and frees its graph */
+    check_server_ok("after capture-left");
+}
+
 /* ---- vmm-foreign: one client's VMM objects are out of another's reach ---- */
 static void case_vmm_foreign(void)
 {
@@ -585,6 +627,8 @@ int main(int argc, char **argv)
             case_capture_free();
         else if (!strcmp(name, "capture-global"))
             case_capture_global();
+        else if (!strcmp(name, "capture-left"))
+            case_capture_left();
         else if (!strcmp(name, "vmm-foreign"))
             case_vmm_foreign();
         else if (!strcmp(name, "ipc-owner-frees"))

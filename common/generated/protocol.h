@@ -627,6 +627,22 @@ struct cumux_capture_info {
     uint64_t id;
 };
 
+/* The capture's graph and the nodes its next operation will depend on (cuStreamGetCaptureInfo's outputs) */
+struct cumux_capture_graph_reply {
+    uint32_t status; /* CUstreamCaptureStatus */
+    uint32_t graph;  /* the graph being captured, as a handle of the client's (0 when not capturing) */
+    uint64_t id;
+    uint64_t count;  /* then as many u32 node handles as fit */
+};
+
+/* cuStreamUpdateCaptureDependencies: the nodes (u32 handles of the capture's graph) follow as the payload */
+struct cumux_capture_update_deps {
+    uint32_t stream; /* handle of a stream */
+    uint32_t flags;  /* CU_STREAM_ADD_CAPTURE_DEPENDENCIES or CU_STREAM_SET_CAPTURE_DEPENDENCIES */
+    uint32_t count;
+    uint32_t pad;
+};
+
 struct cumux_graph_create {
     uint32_t flags;
     uint32_t pad;
@@ -913,6 +929,10 @@ _Static_assert(sizeof(struct cumux_capture_end) % 8 == 0, "capture_end: a multip
 _Static_assert(sizeof(struct cumux_capture_query) % 8 == 0, "capture_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_info) % 8 == 0, "capture_info: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_capture_info, id) % 8 == 0, "capture_info.id: 8-aligned");
+_Static_assert(sizeof(struct cumux_capture_graph_reply) % 8 == 0, "capture_graph_reply: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_capture_graph_reply, id) % 8 == 0, "capture_graph_reply.id: 8-aligned");
+_Static_assert(offsetof(struct cumux_capture_graph_reply, count) % 8 == 0, "capture_graph_reply.count: 8-aligned");
+_Static_assert(sizeof(struct cumux_capture_update_deps) % 8 == 0, "capture_update_deps: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_create) % 8 == 0, "graph_create: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_destroy) % 8 == 0, "graph_destroy: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_instantiate) % 8 == 0, "graph_instantiate: a multiple of 8 bytes");
@@ -1031,7 +1051,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(COPY_3D, cumux_copy_3d, 2)                               \
     X(TEX_CREATE, cumux_tex_create, 0)                         \
     X(SURF_CREATE, cumux_surf_create, 0)                       \
-    X(TEX_DESTROY, cumux_tex_destroy, 0)
+    X(TEX_DESTROY, cumux_tex_destroy, 0)                       \
+    X(CAPTURE_GRAPH, cumux_capture_query, 0)                   \
+    X(CAPTURE_UPDATE_DEPS, cumux_capture_update_deps, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1130,6 +1152,8 @@ enum cumux_op {
     CUMUX_OP_TEX_CREATE,
     CUMUX_OP_SURF_CREATE,
     CUMUX_OP_TEX_DESTROY,
+    CUMUX_OP_CAPTURE_GRAPH,
+    CUMUX_OP_CAPTURE_UPDATE_DEPS,
     CUMUX_OP_COUNT
 };
 

@@ -99,6 +99,9 @@ CUresult op_graph_get_root_nodes(struct srv_client *c, struct srv_graph *graph, 
 CUresult op_node_get_dependents(struct srv_client *c, struct srv_graph_node *node, uint8_t *out,
                                 uint32_t *out_len);
 CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
+CUresult op_capture_graph(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
+CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture_update_deps *m,
+                                struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -311,6 +314,8 @@ static const struct {
     [CUMUX_OP_TEX_CREATE] = {sizeof(struct cumux_tex_create), 0},
     [CUMUX_OP_SURF_CREATE] = {sizeof(struct cumux_surf_create), 0},
     [CUMUX_OP_TEX_DESTROY] = {sizeof(struct cumux_tex_destroy), 0},
+    [CUMUX_OP_CAPTURE_GRAPH] = {sizeof(struct cumux_capture_query), 0},
+    [CUMUX_OP_CAPTURE_UPDATE_DEPS] = {sizeof(struct cumux_capture_update_deps), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1199,6 +1204,26 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_tex_destroy(c, tex);
+        return 0;
+    }
+    case CUMUX_OP_CAPTURE_GRAPH: {
+        const struct cumux_capture_query *m = body;
+        struct srv_stream *stream = stream_get(c, m->stream);
+        if (!stream) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_capture_graph(c, stream, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_CAPTURE_UPDATE_DEPS: {
+        const struct cumux_capture_update_deps *m = body;
+        struct srv_stream *stream = stream_get(c, m->stream);
+        if (!stream) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_capture_update_deps(c, m, stream, payload, payload_len);
         return 0;
     }
     default:

@@ -911,6 +911,29 @@ CUresult cuStreamGetCaptureInfo(CUstream hs, CUstreamCaptureStatus *st, cuuint64
     return capture_info(hs, st, id, graph, deps, edges, ndeps);
 }
 
+CUresult cuStreamUpdateCaptureDependencies(CUstream hs, CUgraphNode *nodes, const CUgraphEdgeData *edges, size_t n,
+                                           unsigned int flags)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((n && !nodes) || edges ||
+        (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; i++)
+        if (!nodes[i])
+            return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    CUresult r = CUDA_SUCCESS;
+    if (!s->cap || s->cap->invalid)
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    else if (set_deps(s, (struct fc_gnode *const *)nodes, n, flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES) < 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
 /* ---------------------------------------------------------------- events */
 
 static struct fc_event *event_get(CUevent h)

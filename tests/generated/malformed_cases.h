@@ -207,6 +207,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_SURF_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_surf_create), "SURF_CREATE (answered) one-way"},
     {CUMUX_OP_TEX_DESTROY, 1, sizeof(struct cumux_tex_destroy) - 8, "TEX_DESTROY with a body 8 bytes short"},
     {CUMUX_OP_TEX_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_tex_destroy), "TEX_DESTROY (answered) one-way"},
+    {CUMUX_OP_CAPTURE_GRAPH, 1, sizeof(struct cumux_capture_query) - 8, "CAPTURE_GRAPH with a body 8 bytes short"},
+    {CUMUX_OP_CAPTURE_GRAPH, CUMUX_NO_REPLY, sizeof(struct cumux_capture_query), "CAPTURE_GRAPH (answered) one-way"},
+    {CUMUX_OP_CAPTURE_UPDATE_DEPS, 1, sizeof(struct cumux_capture_update_deps) - 8, "CAPTURE_UPDATE_DEPS with a body 8 bytes short"},
+    {CUMUX_OP_CAPTURE_UPDATE_DEPS, CUMUX_NO_REPLY, sizeof(struct cumux_capture_update_deps), "CAPTURE_UPDATE_DEPS (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -280,6 +284,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_TEX_CREATE, sizeof(struct cumux_tex_create), offsetof(struct cumux_tex_create, array), "TEX_CREATE.array: a array never given"},
     {CUMUX_OP_SURF_CREATE, sizeof(struct cumux_surf_create), offsetof(struct cumux_surf_create, array), "SURF_CREATE.array: a array never given"},
     {CUMUX_OP_TEX_DESTROY, sizeof(struct cumux_tex_destroy), offsetof(struct cumux_tex_destroy, tex), "TEX_DESTROY.tex: a texture never given"},
+    {CUMUX_OP_CAPTURE_GRAPH, sizeof(struct cumux_capture_query), offsetof(struct cumux_capture_query, stream), "CAPTURE_GRAPH.stream: a stream never given"},
+    {CUMUX_OP_CAPTURE_UPDATE_DEPS, sizeof(struct cumux_capture_update_deps), offsetof(struct cumux_capture_update_deps, stream), "CAPTURE_UPDATE_DEPS.stream: a stream never given"},
 };
 
 #endif

@@ -212,6 +212,52 @@ int main(void)
     CK(cuStreamSynchronize(s));
     expect_scaled(h_out, h_in, a1 * a2, b1 * a2 + b2, "instance after cuGraphExecUpdate");
 
+    /* ---- the capture's graph and dependencies, as PyTorch's conditional nodes use them: a kernel is
+     * captured; the capture's graph gets an empty node after it by hand; the capture is told to depend
+     * on that node; a second kernel follows. The graph that comes out is the one handed out. ---- */
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuLaunchKernel(scale, 16, 1, 1, 256, 1, 1, 0, s, args1, NULL));
+    cuuint64_t cid = 0;
+    CUgraph cg = NULL;
+    const CUgraphNode *deps = NULL;
+    size_t ndeps = 0;
+    CK(cuStreamGetCaptureInfo(s, &st, &cid, &cg, &deps, NULL, &ndeps));
+    if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE || !cg || ndeps != 1 || !deps)
+        gt_fail("cuStreamGetCaptureInfo: status %d, graph %p, %zu dependencies", (int)st, (void *)cg, ndeps);
+    CUgraphNodeType dt;
+    CK(cuGraphNodeGetType(deps[0], &dt));
+    if (dt != CU_GRAPH_NODE_TYPE_KERNEL)
+        gt_fail("the capture's dependency is a node of type %d, not the kernel", (int)dt);
+    CUgraphNode marker;
+    CK(cuGraphAddEmptyNode(&marker, cg, deps, ndeps));
+    CK(cuStreamUpdateCaptureDependencies(s, &marker, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CK(cuStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, NULL, &ndeps));
+    if (ndeps != 1 || deps[0] != marker)
+        gt_fail("after cuStreamUpdateCaptureDependencies: %zu dependencies, not the marker", ndeps);
+    CK(cuLaunchKernel(scale, 16, 1, 1, 256, 1, 1, 0, s, args2, NULL));
+    CUgraph cg_end;
+    CK(cuStreamEndCapture(s, &cg_end));
+    if (cg_end != cg)
+        gt_fail("cuStreamEndCapture gave another graph than the capture's");
+    size_t nn = 0;
+    CK(cuGraphGetNodes(cg, NULL, &nn));
+    if (nn != 3)
+        gt_fail("the capture with a node added by hand has %zu nodes, not 3", nn);
+    CUgraphNode after[2];
+    size_t nafter = 2;
+    CK(cuGraphNodeGetDependentNodes(marker, after, NULL, &nafter));
+    if (nafter != 1)
+        gt_fail("the marker has %zu dependents, not the second kernel", nafter);
+    CUgraphExec cge;
+    CK(cuGraphInstantiate(&cge, cg, 0));
+    CK(cuMemcpyHtoD(in, h_in, N * sizeof(float)));
+    CK(cuGraphLaunch(cge, s));
+    CK(cuMemcpyDtoHAsync(h_out, out, N * sizeof(float), s));
+    CK(cuStreamSynchronize(s));
+    expect_scaled(h_out, h_in, a1 * a2, b1 * a2 + b2, "capture with a dependency set by hand");
+    CK(cuGraphExecDestroy(cge));
+    CK(cuGraphDestroy(cg));
+
     CK(cuGraphExecDestroy(gexec));
     CK(cuGraphExecDestroy(ge));
     CK(cuGraphDestroy(eg));
