@@ -192,7 +192,7 @@ CUresult op_tex_create(struct srv_client *c, const struct cumux_tex_create *m, s
         res.res.array.hArray = array->a;
         break;
     case CU_RESOURCE_TYPE_LINEAR:
-        if (!elem || !dev_ok(c, m->dev_ptr, m->size_bytes))
+        if (!elem || m->size_bytes == 0 || !dev_ok(c, m->dev_ptr, m->size_bytes))
             return CUDA_ERROR_INVALID_VALUE;
         res.res.linear.devPtr = m->dev_ptr;
         res.res.linear.format = (CUarray_format)m->format;
