@@ -568,21 +568,27 @@ CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture
     return cuStreamUpdateCaptureDependencies(stream->cu, nodes, NULL, m->count, m->flags);
 }
 
+void srv_capture_abandon(struct srv_client *c, struct srv_stream *s)
+{
+    if (!s->capturing)
+        return;
+    use_gpu(c, s->ctx->gpu);
+    CUgraph g = NULL;
+    if (cuStreamEndCapture(s->cu, &g) == CUDA_SUCCESS && g)
+        cuGraphDestroy(g);
+    s->capturing = false;
+    if (s->capture_graph)
+        graph_free(c, s->capture_graph); /* its graph was the capture's: destroyed just above */
+    s->capture_graph = NULL;
+}
+
 void srv_graph_release_all(struct srv_client *c)
 {
     /* Captures the client left running: ended, their graphs destroyed (and any handed-out wrapper). */
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-        if (s && s->capturing) {
-            use_gpu(c, s->ctx->gpu);
-            CUgraph g = NULL;
-            if (cuStreamEndCapture(s->cu, &g) == CUDA_SUCCESS && g)
-                cuGraphDestroy(g);
-            s->capturing = false;
-            if (s->capture_graph)
-                graph_free(c, s->capture_graph);
-            s->capture_graph = NULL;
-        }
+        if (s)
+            srv_capture_abandon(c, s);
     }
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_graph_exec *e = handle_get(c, h, OBJ_GRAPH_EXEC);

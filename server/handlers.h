@@ -57,5 +57,8 @@ void srv_keep_hostfn_job(struct srv_client *c, struct hostfn_job *j);
 
 /* graph.c */
 void srv_graph_release_all(struct srv_client *c);
+/* A stream's capture that will never be ended by its client (the stream or the client goes): ended, and
+ * its graph freed. */
+void srv_capture_abandon(struct srv_client *c, struct srv_stream *s);
 
 #endif

@@ -84,6 +84,7 @@ CUresult op_stream_destroy(struct srv_client *c, struct srv_stream *stream)
 {
     if (stream->kind == STREAM_LEGACY)
         return CUDA_ERROR_INVALID_HANDLE;
+    srv_capture_abandon(c, stream);
     stream_free(c, stream);
     return CUDA_SUCCESS;
 }

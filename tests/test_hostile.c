@@ -407,7 +407,19 @@ static void case_capture_left(void)
     } ud = {.m = {.stream = captured, .flags = CU_STREAM_SET_CAPTURE_DEPENDENCIES, .count = 1}, .h = {info.graph}};
     r = call(&a.c, CUMUX_OP_CAPTURE_UPDATE_DEPS, &ud, sizeof ud);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "a graph handle taken as a node of the capture: %d", r);
-    session_close(&a); /* the capture still running: the server ends it and frees its graph */
+    /* A second capture whose stream is destroyed while it runs, its graph handed out: ended and freed. */
+    uint32_t second = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    cb.stream = second;
+    REQUIRE(call(&a.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN (second)");
+    a.stream = second;
+    launch_vec_add(&a, fa, 1024);
+    q.stream = second;
+    r = call_slot(&a.c, 1, CUMUX_OP_CAPTURE_GRAPH, &q, sizeof q, rep, sizeof rep, &got);
+    CHECK(r == CUDA_SUCCESS, "CAPTURE_GRAPH (second): %d", r);
+    struct cumux_stream_destroy sd = {.stream = second};
+    put_msg(&a.c, CUMUX_OP_STREAM_DESTROY, CUMUX_NO_REPLY, &sd, sizeof sd);
+    a.stream = captured;
+    session_close(&a); /* the first capture still running: the server ends it and frees its graph */
     check_server_ok("after capture-left");
 }
 
