@@ -2,7 +2,8 @@
 # Start-up and sharing of PyTorch training programs (bench/startup_train.py: a ResNet-50, batch 32, cuDNN
 # benchmark on), natively, under NVIDIA MPS and under cumux. Phases (--phases, default all four):
 #   solo   one program alone: interpreter start to the end of its 15 warm-up steps ("warm")
-#   trace  the same under `cumux trace`: the driver calls that took the most time in all
+#   trace  the same under `cumux trace`, natively and under cumux: the driver calls that took the most
+#          time in all, side by side
 #   join   a second program starting while one trains: its warm time (MPS and cumux)
 #   pair   two programs training together: aggregate images/s over STARTUP_PAIR_S seconds (default 15)
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
@@ -99,6 +100,7 @@ phase_pair() { # MODE CMD...
 }
 # native (the join phase is MPS's and cumux's: natively the two are time-sliced)
 want solo && phase_solo native "$py"
+[ -x "$cli" ] && want trace && phase_solo native_traced "$cli" trace --native -o "$out/trace-native.txt" -- "$py"
 want pair && phase_pair native "$py"
 if [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
     export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
@@ -119,7 +121,7 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
 {
     echo "== PyTorch start-up and sharing (bench/startup.sh, $(date -u +%FT%TZ)) =="
     printf '%-14s %8s %12s %11s %9s %10s\n' "alone" import model_ready first_step warm images/s
-    for m in native mps cumux cumux_traced; do
+    for m in native native_traced mps cumux cumux_traced; do
         l=${R[solo,$m]:-}
         [ -n "$l" ] || continue
         printf '%-14s %8s %12s %11s %9s %10s\n' "$m" "$(field "$l" import)" "$(field "$l" model_ready)" \
@@ -132,8 +134,17 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
     want pair && echo "two trainings together, images/s over ${pair_s}s: native ${pn:--}, MPS ${pm:--}, cumux ${pc:--}${pm:+${pc:+: cumux/MPS $(ratio "$pc" "$pm")}}"
     if [ -f "$out/trace.txt" ]; then
-        echo "where the traced run spent its time in driver calls (top 12 by total seconds):"
-        awk '/^cumux trace: summary of pid/ {p = 1; next} p && NF >= 5 && $2 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ {t[$1] += $4; c[$1] += $2}
-             END {for (f in t) printf "  %-44s %9d calls %9.3f s\n", f, c[f], t[f]}' "$out/trace.txt" | sort -k4 -rn | head -12
+        echo "driver calls by total seconds in them, traced start-ups (top 15 under cumux):"
+        sum_calls() { # FILE: "function calls seconds" per function, over every process in the trace
+            awk '/^cumux trace: summary of pid/ {p = 1; next} p && NF >= 5 && $2 ~ /^[0-9]+$/ && $4 ~ /^[0-9.]+$/ {
+                t[$1] += $4; c[$1] += $2} END {for (f in t) printf "%s %d %.6f\n", f, c[f], t[f]}' "$1" 2>/dev/null
+        }
+        sum_calls "$out/trace-native.txt" >"$out/calls-native.txt"
+        sum_calls "$out/trace.txt" | sort -k3 -gr | head -15 >"$out/calls-cumux.txt"
+        printf '  %-40s %10s %10s %10s %10s\n' function "native n" "native s" "cumux n" "cumux s"
+        while read -r f n t; do
+            read -r nn nt < <(awk -v f="$f" '$1 == f {print $2, $3}' "$out/calls-native.txt")
+            printf '  %-40s %10s %10s %10s %10.3f\n' "$f" "${nn:--}" "${nt:--}" "$n" "$t"
+        done <"$out/calls-cumux.txt"
     fi
 } | tee "$out/summary.txt"
