@@ -82,6 +82,7 @@ void srv_client_release_all(struct srv_client *c)
     }
     srv_graph_release_all(c); /* graphs name the client's kernels and memory: before those go */
     srv_array_release_all(c);
+    srv_link_release_all(c);
     srv_vmm_release_all(c);
     srv_ipc_release_all(c); /* before its allocations go: others may hold some of them open */
     for (uint32_t h = 1; h <= c->nhandles; h++) {

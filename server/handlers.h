@@ -43,6 +43,12 @@ void srv_array_release_all(struct srv_client *c);
 
 /* module.c */
 void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod);
+/* The client's image in fd, read-only: its `size` bytes, then zeros to a page past them (module.c says
+ * why); NULL on failure. Unmap *map_len bytes. */
+void *srv_map_image(int fd, size_t size, size_t *map_len);
+
+/* link.c: the client's link states go */
+void srv_link_release_all(struct srv_client *c);
 
 /* hostfn.c: the job the driver's host-function thread runs for a client's host function */
 struct hostfn_job {

@@ -44,7 +44,7 @@ void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
  * mapping (or, for an image ending on a page boundary, into the page past the end of the file: SIGBUS),
  * and the rest of a file longer than `size` would show through after it, unchecked by srv_image_fits.
  * Whole pages are mapped from the file; the last partial page is copied. */
-static void *map_image(int fd, size_t size, size_t *map_len)
+void *srv_map_image(int fd, size_t size, size_t *map_len)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t full = size / page * page, rem = size - full;
@@ -80,7 +80,7 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    mod->image = map_image(fd, (size_t)m->size, &mod->image_size);
+    mod->image = srv_map_image(fd, (size_t)m->size, &mod->image_size);
     close(fd);
     if (!mod->image) {
         free(mod);

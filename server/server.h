@@ -33,7 +33,7 @@ void srv_gpus_fini(void);
 /* ---- per-client objects, named to the client by small integer handles ---- */
 enum srv_obj_type {
     OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION, OBJ_POOL,
-    OBJ_GRAPH, OBJ_GRAPH_EXEC, OBJ_GRAPH_NODE, OBJ_VMM_ALLOC, OBJ_ARRAY, OBJ_TEXTURE,
+    OBJ_GRAPH, OBJ_GRAPH_EXEC, OBJ_GRAPH_NODE, OBJ_VMM_ALLOC, OBJ_ARRAY, OBJ_TEXTURE, OBJ_LINK,
 };
 
 struct srv_pool {

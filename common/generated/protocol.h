@@ -365,6 +365,44 @@ struct cumux_tex_destroy {
     uint32_t pad;
 };
 
+/* cuLinkCreate: `count` cumux_link_option follow as the payload (scalar options only: the server gives
+ * the driver log buffers of its own, which LINK_LOGS returns) */
+struct cumux_link_create {
+    uint32_t ctx;   /* handle of a ctx */
+    uint32_t count;
+};
+
+struct cumux_link_option {
+    uint32_t option; /* CUjit_option */
+    uint32_t pad;
+    uint64_t value;
+};
+
+/* cuLinkAddData (and cuLinkAddFile, whose file the shim reads): the input's memfd comes first */
+struct cumux_link_add {
+    uint32_t link; /* handle of a link */
+    uint32_t type; /* CUjitInputType */
+    uint64_t size;
+    char name[64];
+};
+
+struct cumux_link_ref {
+    uint32_t link; /* handle of a link */
+    uint32_t pad;
+};
+
+/* The linked image, written by the server into the client's memfd of `size` bytes (sent first) */
+struct cumux_link_read {
+    uint32_t link; /* handle of a link */
+    uint32_t pad;
+    uint64_t size;
+};
+
+struct cumux_link_logs_reply {
+    uint32_t info_len;
+    uint32_t error_len; /* then the info log's bytes, then the error log's */
+};
+
 struct cumux_vmm_get_access {
     uint64_t ptr;
     int32_t device;
@@ -862,6 +900,15 @@ _Static_assert(sizeof(struct cumux_surf_create) % 8 == 0, "surf_create: a multip
 _Static_assert(sizeof(struct cumux_tex_reply) % 8 == 0, "tex_reply: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_tex_reply, value) % 8 == 0, "tex_reply.value: 8-aligned");
 _Static_assert(sizeof(struct cumux_tex_destroy) % 8 == 0, "tex_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_link_create) % 8 == 0, "link_create: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_link_option) % 8 == 0, "link_option: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_link_option, value) % 8 == 0, "link_option.value: 8-aligned");
+_Static_assert(sizeof(struct cumux_link_add) % 8 == 0, "link_add: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_link_add, size) % 8 == 0, "link_add.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_link_ref) % 8 == 0, "link_ref: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_link_read) % 8 == 0, "link_read: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_link_read, size) % 8 == 0, "link_read.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_link_logs_reply) % 8 == 0, "link_logs_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_vmm_get_access) % 8 == 0, "vmm_get_access: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_vmm_get_access, ptr) % 8 == 0, "vmm_get_access.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_retain) % 8 == 0, "vmm_retain: a multiple of 8 bytes");
@@ -1053,7 +1100,13 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(SURF_CREATE, cumux_surf_create, 0)                       \
     X(TEX_DESTROY, cumux_tex_destroy, 0)                       \
     X(CAPTURE_GRAPH, cumux_capture_query, 0)                   \
-    X(CAPTURE_UPDATE_DEPS, cumux_capture_update_deps, 0)
+    X(CAPTURE_UPDATE_DEPS, cumux_capture_update_deps, 0)       \
+    X(LINK_CREATE, cumux_link_create, 0)                       \
+    X(LINK_ADD, cumux_link_add, 0)                             \
+    X(LINK_COMPLETE, cumux_link_ref, 0)                        \
+    X(LINK_READ, cumux_link_read, 0)                           \
+    X(LINK_LOGS, cumux_link_ref, 0)                            \
+    X(LINK_DESTROY, cumux_link_ref, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1154,6 +1207,12 @@ enum cumux_op {
     CUMUX_OP_TEX_DESTROY,
     CUMUX_OP_CAPTURE_GRAPH,
     CUMUX_OP_CAPTURE_UPDATE_DEPS,
+    CUMUX_OP_LINK_CREATE,
+    CUMUX_OP_LINK_ADD,
+    CUMUX_OP_LINK_COMPLETE,
+    CUMUX_OP_LINK_READ,
+    CUMUX_OP_LINK_LOGS,
+    CUMUX_OP_LINK_DESTROY,
     CUMUX_OP_COUNT
 };
 

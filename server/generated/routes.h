@@ -21,6 +21,7 @@ struct srv_function;
 struct srv_graph;
 struct srv_graph_exec;
 struct srv_graph_node;
+struct srv_link;
 struct srv_module;
 struct srv_pool;
 struct srv_stream;
@@ -120,6 +121,15 @@ CUresult op_ipc_open_event_handle(struct srv_client *c, const struct cumux_ipc_o
 /* server/launch.c */
 CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct srv_function *function,
                    struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len);
+
+/* server/link.c */
+CUresult op_link_create(struct srv_client *c, const struct cumux_link_create *m, struct srv_ctx *ctx,
+                        const uint8_t *payload, uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+CUresult op_link_add(struct srv_client *c, const struct cumux_link_add *m);
+CUresult op_link_complete(struct srv_client *c, struct srv_link *link, uint8_t *out, uint32_t *out_len);
+CUresult op_link_read(struct srv_client *c, const struct cumux_link_read *m);
+CUresult op_link_logs(struct srv_client *c, struct srv_link *link, uint8_t *out, uint32_t *out_len);
+CUresult op_link_destroy(struct srv_client *c, struct srv_link *link);
 
 /* server/memory.c */
 CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, struct srv_ctx *ctx, uint8_t *out,
@@ -316,6 +326,12 @@ static const struct {
     [CUMUX_OP_TEX_DESTROY] = {sizeof(struct cumux_tex_destroy), 0},
     [CUMUX_OP_CAPTURE_GRAPH] = {sizeof(struct cumux_capture_query), 0},
     [CUMUX_OP_CAPTURE_UPDATE_DEPS] = {sizeof(struct cumux_capture_update_deps), 0},
+    [CUMUX_OP_LINK_CREATE] = {sizeof(struct cumux_link_create), 0},
+    [CUMUX_OP_LINK_ADD] = {sizeof(struct cumux_link_add), 0},
+    [CUMUX_OP_LINK_COMPLETE] = {sizeof(struct cumux_link_ref), 0},
+    [CUMUX_OP_LINK_READ] = {sizeof(struct cumux_link_read), 0},
+    [CUMUX_OP_LINK_LOGS] = {sizeof(struct cumux_link_ref), 0},
+    [CUMUX_OP_LINK_DESTROY] = {sizeof(struct cumux_link_ref), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1224,6 +1240,56 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_capture_update_deps(c, m, stream, payload, payload_len);
+        return 0;
+    }
+    case CUMUX_OP_LINK_CREATE: {
+        const struct cumux_link_create *m = body;
+        struct srv_ctx *ctx = handle_get(c, m->ctx, OBJ_CTX);
+        if (!ctx) {
+            *result = CUDA_ERROR_INVALID_CONTEXT;
+            return 0;
+        }
+        *result = op_link_create(c, m, ctx, payload, payload_len, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_LINK_ADD: {
+        const struct cumux_link_add *m = body;
+        *result = op_link_add(c, m);
+        return 0;
+    }
+    case CUMUX_OP_LINK_COMPLETE: {
+        const struct cumux_link_ref *m = body;
+        struct srv_link *link = handle_get(c, m->link, OBJ_LINK);
+        if (!link) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_link_complete(c, link, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_LINK_READ: {
+        const struct cumux_link_read *m = body;
+        *result = op_link_read(c, m);
+        return 0;
+    }
+    case CUMUX_OP_LINK_LOGS: {
+        const struct cumux_link_ref *m = body;
+        struct srv_link *link = handle_get(c, m->link, OBJ_LINK);
+        if (!link) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_link_logs(c, link, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_LINK_DESTROY: {
+        const struct cumux_link_ref *m = body;
+        struct srv_link *link = handle_get(c, m->link, OBJ_LINK);
+        if (!link) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_link_destroy(c, link);
         return 0;
     }
     default:

@@ -598,4 +598,22 @@ static inline CUresult shim_op_tex_destroy(uint32_t tex)
     return shim_call(CUMUX_OP_TEX_DESTROY, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* LINK_COMPLETE: answered */
+static inline CUresult shim_op_link_complete(uint32_t link, uint64_t *answer)
+{
+    struct cumux_link_ref m = {.link = link};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_LINK_COMPLETE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* LINK_DESTROY: answered */
+static inline CUresult shim_op_link_destroy(uint32_t link)
+{
+    struct cumux_link_ref m = {.link = link};
+    return shim_call(CUMUX_OP_LINK_DESTROY, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

@@ -211,6 +211,18 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_CAPTURE_GRAPH, CUMUX_NO_REPLY, sizeof(struct cumux_capture_query), "CAPTURE_GRAPH (answered) one-way"},
     {CUMUX_OP_CAPTURE_UPDATE_DEPS, 1, sizeof(struct cumux_capture_update_deps) - 8, "CAPTURE_UPDATE_DEPS with a body 8 bytes short"},
     {CUMUX_OP_CAPTURE_UPDATE_DEPS, CUMUX_NO_REPLY, sizeof(struct cumux_capture_update_deps), "CAPTURE_UPDATE_DEPS (answered) one-way"},
+    {CUMUX_OP_LINK_CREATE, 1, sizeof(struct cumux_link_create) - 8, "LINK_CREATE with a body 8 bytes short"},
+    {CUMUX_OP_LINK_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_link_create), "LINK_CREATE (answered) one-way"},
+    {CUMUX_OP_LINK_ADD, 1, sizeof(struct cumux_link_add) - 8, "LINK_ADD with a body 8 bytes short"},
+    {CUMUX_OP_LINK_ADD, CUMUX_NO_REPLY, sizeof(struct cumux_link_add), "LINK_ADD (answered) one-way"},
+    {CUMUX_OP_LINK_COMPLETE, 1, sizeof(struct cumux_link_ref) - 8, "LINK_COMPLETE with a body 8 bytes short"},
+    {CUMUX_OP_LINK_COMPLETE, CUMUX_NO_REPLY, sizeof(struct cumux_link_ref), "LINK_COMPLETE (answered) one-way"},
+    {CUMUX_OP_LINK_READ, 1, sizeof(struct cumux_link_read) - 8, "LINK_READ with a body 8 bytes short"},
+    {CUMUX_OP_LINK_READ, CUMUX_NO_REPLY, sizeof(struct cumux_link_read), "LINK_READ (answered) one-way"},
+    {CUMUX_OP_LINK_LOGS, 1, sizeof(struct cumux_link_ref) - 8, "LINK_LOGS with a body 8 bytes short"},
+    {CUMUX_OP_LINK_LOGS, CUMUX_NO_REPLY, sizeof(struct cumux_link_ref), "LINK_LOGS (answered) one-way"},
+    {CUMUX_OP_LINK_DESTROY, 1, sizeof(struct cumux_link_ref) - 8, "LINK_DESTROY with a body 8 bytes short"},
+    {CUMUX_OP_LINK_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_link_ref), "LINK_DESTROY (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -286,6 +298,10 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_TEX_DESTROY, sizeof(struct cumux_tex_destroy), offsetof(struct cumux_tex_destroy, tex), "TEX_DESTROY.tex: a texture never given"},
     {CUMUX_OP_CAPTURE_GRAPH, sizeof(struct cumux_capture_query), offsetof(struct cumux_capture_query, stream), "CAPTURE_GRAPH.stream: a stream never given"},
     {CUMUX_OP_CAPTURE_UPDATE_DEPS, sizeof(struct cumux_capture_update_deps), offsetof(struct cumux_capture_update_deps, stream), "CAPTURE_UPDATE_DEPS.stream: a stream never given"},
+    {CUMUX_OP_LINK_CREATE, sizeof(struct cumux_link_create), offsetof(struct cumux_link_create, ctx), "LINK_CREATE.ctx: a ctx never given"},
+    {CUMUX_OP_LINK_COMPLETE, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_COMPLETE.link: a link never given"},
+    {CUMUX_OP_LINK_LOGS, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_LOGS.link: a link never given"},
+    {CUMUX_OP_LINK_DESTROY, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_DESTROY.link: a link never given"},
 };
 
 #endif

@@ -125,9 +125,10 @@ void *gt_read_file(const char *path, size_t *size_out)
     if (len <= 0)
         gt_fail("%s is empty or unreadable", path);
     rewind(f);
-    void *buf = malloc((size_t)len);
+    char *buf = malloc((size_t)len + 1); /* and a NUL after it: PTX text is read as a C string */
     if (!buf)
         gt_fail("out of host memory");
+    buf[len] = 0;
     if (fread(buf, 1, (size_t)len, f) != (size_t)len)
         gt_fail("short read of %s", path);
     fclose(f);

@@ -13,7 +13,7 @@ SCALARS = {  # spec type: (C type, size)
     "pad32": ("uint32_t", 4), "pad64": ("uint64_t", 8),
 }
 HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE", "ALLOC", "ARRAY",
-                "TEXTURE"}
+                "TEXTURE", "LINK"}
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
 # How the server's routing resolves a handle of each kind: the object's type, its lookup, the answer when
 # the handle is not one of the client's objects of that kind.
@@ -30,8 +30,9 @@ HANDLE_LOOKUP = {
     "ALLOC": ("srv_vmm_alloc", "handle_get(c, %s, OBJ_VMM_ALLOC)", "CUDA_ERROR_INVALID_HANDLE"),
     "ARRAY": ("srv_array", "handle_get(c, %s, OBJ_ARRAY)", "CUDA_ERROR_INVALID_HANDLE"),
     "TEXTURE": ("srv_texture", "handle_get(c, %s, OBJ_TEXTURE)", "CUDA_ERROR_INVALID_HANDLE"),
+    "LINK": ("srv_link", "handle_get(c, %s, OBJ_LINK)", "CUDA_ERROR_INVALID_HANDLE"),
 }
-SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "array", "copy", "module", "launch",
+SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "array", "link", "copy", "module", "launch",
                 "hostfn", "graph"}
 
 
