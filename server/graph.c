@@ -510,6 +510,68 @@ CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8
     return r;
 }
 
+/* The client's handle of the function the driver names (a kernel node's), or 0. */
+static uint32_t function_handle(struct srv_client *c, CUfunction fn, struct srv_function **out)
+{
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_function *f = handle_get(c, h, OBJ_FUNCTION);
+        if (f && f->fn == fn) {
+            *out = f;
+            return h;
+        }
+    }
+    return 0;
+}
+
+CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
+{
+    CUgraphNodeType type;
+    CHECK(cuGraphNodeGetType(node->n, &type));
+    struct cumux_node_params_reply rep = {.type = (uint32_t)type};
+    uint32_t extra = 0;
+    switch (type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+        break;
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        CUDA_MEMSET_NODE_PARAMS p;
+        CHECK(cuGraphMemsetNodeGetParams(node->n, &p));
+        rep.dst = p.dst, rep.pitch = p.pitch, rep.value = p.value, rep.element_size = p.elementSize;
+        rep.width = p.width, rep.height = p.height;
+        break;
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+        CUDA_HOST_NODE_PARAMS p;
+        CHECK(cuGraphHostNodeGetParams(node->n, &p));
+        if (p.fn != hostfn_trampoline || !p.userData) /* every host function of a client's is the server's */
+            return CUDA_ERROR_NOT_SUPPORTED;
+        rep.host_fn_id = ((const struct hostfn_job *)p.userData)->id;
+        break;
+    }
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        CUDA_KERNEL_NODE_PARAMS p;
+        CHECK(cuGraphKernelNodeGetParams(node->n, &p));
+        struct srv_function *f = NULL;
+        if (!(rep.function = function_handle(c, p.func, &f)) || !p.kernelParams ||
+            f->param_bytes > CUMUX_REPLY_DATA - sizeof rep)
+            return CUDA_ERROR_NOT_SUPPORTED; /* a function the client never looked up, or arguments by `extra` */
+        rep.grid[0] = p.gridDimX, rep.grid[1] = p.gridDimY, rep.grid[2] = p.gridDimZ;
+        rep.block[0] = p.blockDimX, rep.block[1] = p.blockDimY, rep.block[2] = p.blockDimZ;
+        rep.shared_bytes = p.sharedMemBytes;
+        rep.param_bytes = f->param_bytes;
+        memset(out + sizeof rep, 0, f->param_bytes);
+        for (uint32_t i = 0; i < f->nparams; i++) /* offset + size <= param_bytes: module.c checked */
+            memcpy(out + sizeof rep + f->param_offsets[i], p.kernelParams[i], f->param_sizes[i]);
+        extra = f->param_bytes;
+        break;
+    }
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    memcpy(out, &rep, sizeof rep);
+    *out_len = (uint32_t)sizeof rep + extra;
+    return CUDA_SUCCESS;
+}
+
 CUresult op_node_get_type(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
 {
     (void)c;

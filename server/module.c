@@ -20,6 +20,7 @@ void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
         if (f && f->module == h) {
             handle_drop(c, i);
             free(f->param_offsets);
+            free(f->param_sizes);
             free(f->name);
             free(f);
         }
@@ -165,8 +166,9 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
         max = CUMUX_MAX_PARAMS;
     struct cumux_param_layout *layout = malloc(max * sizeof *layout);
     f->param_offsets = malloc((max + 1) * sizeof *f->param_offsets);
+    f->param_sizes = malloc((max + 1) * sizeof *f->param_sizes);
     uint32_t n = 0, bytes = 0;
-    for (; layout && f->param_offsets && n < max; n++) {
+    for (; layout && f->param_offsets && f->param_sizes && n < max; n++) {
         size_t off, sz;
         CUresult q = f->is_kernel ? cuKernelGetParamInfo((CUkernel)f->fn, n, &off, &sz)
                                   : cuFuncGetParamInfo(f->fn, n, &off, &sz);
@@ -180,6 +182,7 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
         }
         layout[n] = (struct cumux_param_layout){(uint32_t)off, (uint32_t)sz};
         f->param_offsets[n] = (uint32_t)off;
+        f->param_sizes[n] = (uint32_t)sz;
         if (end > bytes)
             bytes = (uint32_t)end;
     }
@@ -187,10 +190,13 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
     f->param_bytes = bytes;
     f->nparams = n;
     f->name = f->is_kernel ? strdup(m->name) : NULL;
-    uint32_t h = layout && f->param_offsets && (!f->is_kernel || f->name) ? handle_new(c, OBJ_FUNCTION, f) : 0;
+    uint32_t h = layout && f->param_offsets && f->param_sizes && (!f->is_kernel || f->name)
+                     ? handle_new(c, OBJ_FUNCTION, f)
+                     : 0;
     if (!h) {
         free(layout);
         free(f->param_offsets);
+        free(f->param_sizes);
         free(f->name);
         free(f);
         return CUDA_ERROR_OUT_OF_MEMORY;

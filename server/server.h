@@ -102,6 +102,7 @@ struct srv_function {
     uint32_t param_bytes;
     uint32_t nparams;
     uint32_t *param_offsets; /* to hand the driver kernelParams, its fastest launch path */
+    uint32_t *param_sizes;   /* to read a graph kernel node's arguments back */
     char *name;              /* a library kernel's name: looked up again when its library is reloaded */
 };
 

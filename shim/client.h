@@ -149,6 +149,9 @@ CUresult shim_cls_get(void **value, CUcontext ctx, void *key);
 
 /* hostfn.c */
 uint64_t shim_hostfn_register(CUhostFn fn, void *data, bool persistent);
+bool shim_hostfn_lookup(uint64_t id, CUhostFn *fn, void **data);
+/* module.c: the function object of a server function handle, or NULL */
+struct CUfunc_st *shim_function_of(uint32_t handle);
 
 /* stream.c: set by graph.c once a stream capture has begun; until then no stream can be capturing */
 extern _Atomic bool shim_ever_captured;

@@ -26,6 +26,8 @@ struct CUgraphNode_st {
     uint32_t magic;
     uint32_t handle;
     struct CUgraph_st *graph;
+    uint8_t *args;   /* cuGraphKernelNodeGetParams's arguments, which the node owns */
+    void **argv;
 };
 
 static __thread CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
@@ -652,6 +654,97 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, CUgraph
         memset(edges, 0, *num * sizeof *edges); /* default edges: the only kind cumux builds */
     struct cumux_node_get_deps m = {.node = node->handle};
     return query_nodes(CUMUX_OP_NODE_GET_DEPS, &m, sizeof m, node->graph, deps, num);
+}
+
+/* ---- a node's parameters ---- */
+static CUresult node_params(CUgraphNode node, CUgraphNodeType want, struct cumux_node_params_reply *rep,
+                            const uint8_t **args)
+{
+    if (!node_ok(node))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_query q = {.node = node->handle};
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    uint32_t len = 0;
+    CUresult r = shim_call(CUMUX_OP_NODE_GET_PARAMS, &q, sizeof q, buf, sizeof buf, &len);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (len < sizeof *rep)
+        return CUDA_ERROR_UNKNOWN;
+    memcpy(rep, buf, sizeof *rep);
+    if (rep->type != (uint32_t)want || len - sizeof *rep < rep->param_bytes)
+        return CUDA_ERROR_INVALID_VALUE; /* a node of another kind */
+    *args = buf + sizeof *rep;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_params_reply rep;
+    const uint8_t *packed;
+    CUresult r = node_params(node, CU_GRAPH_NODE_TYPE_KERNEL, &rep, &packed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUfunc_st *f = shim_function_of(rep.function);
+    if (!f || f->param_bytes != rep.param_bytes)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    /* The arguments live in the node until its parameters are asked for again, as the driver's do. */
+    uint8_t *args = malloc(rep.param_bytes ? rep.param_bytes : 1);
+    void **argv = malloc((f->nparams + 1) * sizeof *argv);
+    if (!args || !argv) {
+        free(args);
+        free(argv);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(args, packed, rep.param_bytes);
+    for (uint32_t i = 0; i < f->nparams; i++)
+        argv[i] = args + f->params[i].offset;
+    argv[f->nparams] = NULL;
+    free(node->args);
+    free(node->argv);
+    node->args = args;
+    node->argv = argv;
+    memset(p, 0, sizeof *p);
+    p->func = f;
+    p->gridDimX = rep.grid[0], p->gridDimY = rep.grid[1], p->gridDimZ = rep.grid[2];
+    p->blockDimX = rep.block[0], p->blockDimY = rep.block[1], p->blockDimZ = rep.block[2];
+    p->sharedMemBytes = rep.shared_bytes;
+    p->kernelParams = argv;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_params_reply rep;
+    const uint8_t *packed;
+    CUresult r = node_params(node, CU_GRAPH_NODE_TYPE_MEMSET, &rep, &packed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *p = (CUDA_MEMSET_NODE_PARAMS){.dst = rep.dst, .pitch = (size_t)rep.pitch, .value = rep.value,
+                                   .elementSize = rep.element_size, .width = (size_t)rep.width,
+                                   .height = (size_t)rep.height};
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_params_reply rep;
+    const uint8_t *packed;
+    CUresult r = node_params(node, CU_GRAPH_NODE_TYPE_HOST, &rep, &packed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUhostFn fn;
+    void *data;
+    if (!shim_hostfn_lookup(rep.host_fn_id, &fn, &data))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    p->fn = fn;
+    p->userData = data;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)

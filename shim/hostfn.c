@@ -87,6 +87,22 @@ static void start_thread(void)
     pthread_attr_destroy(&a);
 }
 
+/* The function and argument a persistent number (a graph's host node) stands for; false if none. */
+bool shim_hostfn_lookup(uint64_t id, CUhostFn *fn, void **data)
+{
+    bool found = false;
+    pthread_mutex_lock(&pending_lock);
+    for (int k = 0; k < PENDING_MAX && !found; k++) {
+        if (pending[k].id == id && id && pending[k].fn) {
+            *fn = pending[k].fn;
+            *data = pending[k].data;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&pending_lock);
+    return found;
+}
+
 /* A number for the function, kept until it runs (or for good: a graph's host node). 0 when full. */
 uint64_t shim_hostfn_register(CUhostFn fn, void *data, bool persistent)
 {

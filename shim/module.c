@@ -202,6 +202,36 @@ CUresult cuModuleUnload(CUmodule m)
     return unload(m);
 }
 
+/* Every function object by its server handle (a graph kernel node's parameters name it by handle). */
+static struct CUfunc_st **fn_by_handle;
+static uint32_t fn_by_handle_cap;
+static pthread_mutex_t fn_table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void function_remember(struct CUfunc_st *f)
+{
+    pthread_mutex_lock(&fn_table_lock);
+    if (f->handle >= fn_by_handle_cap) {
+        uint32_t cap = f->handle * 2 + 64;
+        struct CUfunc_st **v = realloc(fn_by_handle, cap * sizeof *v);
+        if (v) {
+            memset(v + fn_by_handle_cap, 0, (cap - fn_by_handle_cap) * sizeof *v);
+            fn_by_handle = v;
+            fn_by_handle_cap = cap;
+        }
+    }
+    if (f->handle < fn_by_handle_cap)
+        fn_by_handle[f->handle] = f;
+    pthread_mutex_unlock(&fn_table_lock);
+}
+
+struct CUfunc_st *shim_function_of(uint32_t handle)
+{
+    pthread_mutex_lock(&fn_table_lock);
+    struct CUfunc_st *f = handle < fn_by_handle_cap ? fn_by_handle[handle] : NULL;
+    pthread_mutex_unlock(&fn_table_lock);
+    return f && f->magic == SHIM_MAGIC_FUNCTION && f->handle == handle ? f : NULL;
+}
+
 static CUresult get_function(struct CUmod_st *m, const char *name, struct CUfunc_st **out)
 {
     if (!name || !out)
@@ -245,6 +275,7 @@ static CUresult get_function(struct CUmod_st *m, const char *name, struct CUfunc
         memcpy(f->params, buf + sizeof info, info.nparams * sizeof *f->params);
         f->next = m->functions;
         m->functions = f;
+        function_remember(f);
         *out = f;
     }
     pthread_mutex_unlock(&m->lock);

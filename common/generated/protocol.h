@@ -681,6 +681,28 @@ struct cumux_capture_update_deps {
     uint32_t pad;
 };
 
+struct cumux_node_query {
+    uint32_t node; /* handle of a node */
+    uint32_t pad;
+};
+
+/* A node's parameters, for the kinds cumux answers (kernel, memset, host, empty) */
+struct cumux_node_params_reply {
+    uint32_t type;         /* CUgraphNodeType */
+    uint32_t function;     /* kernel: the client's function handle */
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_bytes;
+    uint32_t param_bytes;  /* kernel: the packed arguments follow, laid out as the function's parameters */
+    uint64_t dst;          /* memset */
+    uint64_t pitch;
+    uint32_t value;
+    uint32_t element_size;
+    uint64_t width;
+    uint64_t height;
+    uint64_t host_fn_id;   /* host: the client's number for its function and argument */
+};
+
 struct cumux_graph_create {
     uint32_t flags;
     uint32_t pad;
@@ -980,6 +1002,13 @@ _Static_assert(sizeof(struct cumux_capture_graph_reply) % 8 == 0, "capture_graph
 _Static_assert(offsetof(struct cumux_capture_graph_reply, id) % 8 == 0, "capture_graph_reply.id: 8-aligned");
 _Static_assert(offsetof(struct cumux_capture_graph_reply, count) % 8 == 0, "capture_graph_reply.count: 8-aligned");
 _Static_assert(sizeof(struct cumux_capture_update_deps) % 8 == 0, "capture_update_deps: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_node_query) % 8 == 0, "node_query: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_node_params_reply) % 8 == 0, "node_params_reply: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_node_params_reply, dst) % 8 == 0, "node_params_reply.dst: 8-aligned");
+_Static_assert(offsetof(struct cumux_node_params_reply, pitch) % 8 == 0, "node_params_reply.pitch: 8-aligned");
+_Static_assert(offsetof(struct cumux_node_params_reply, width) % 8 == 0, "node_params_reply.width: 8-aligned");
+_Static_assert(offsetof(struct cumux_node_params_reply, height) % 8 == 0, "node_params_reply.height: 8-aligned");
+_Static_assert(offsetof(struct cumux_node_params_reply, host_fn_id) % 8 == 0, "node_params_reply.host_fn_id: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_create) % 8 == 0, "graph_create: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_destroy) % 8 == 0, "graph_destroy: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_instantiate) % 8 == 0, "graph_instantiate: a multiple of 8 bytes");
@@ -1106,7 +1135,8 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(LINK_COMPLETE, cumux_link_ref, 0)                        \
     X(LINK_READ, cumux_link_read, 0)                           \
     X(LINK_LOGS, cumux_link_ref, 0)                            \
-    X(LINK_DESTROY, cumux_link_ref, 0)
+    X(LINK_DESTROY, cumux_link_ref, 0)                         \
+    X(NODE_GET_PARAMS, cumux_node_query, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1213,6 +1243,7 @@ enum cumux_op {
     CUMUX_OP_LINK_READ,
     CUMUX_OP_LINK_LOGS,
     CUMUX_OP_LINK_DESTROY,
+    CUMUX_OP_NODE_GET_PARAMS,
     CUMUX_OP_COUNT
 };
 

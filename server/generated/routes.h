@@ -103,6 +103,7 @@ CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8
 CUresult op_capture_graph(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
 CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture_update_deps *m,
                                 struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len);
+CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -332,6 +333,7 @@ static const struct {
     [CUMUX_OP_LINK_READ] = {sizeof(struct cumux_link_read), 0},
     [CUMUX_OP_LINK_LOGS] = {sizeof(struct cumux_link_ref), 0},
     [CUMUX_OP_LINK_DESTROY] = {sizeof(struct cumux_link_ref), 0},
+    [CUMUX_OP_NODE_GET_PARAMS] = {sizeof(struct cumux_node_query), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1290,6 +1292,16 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_link_destroy(c, link);
+        return 0;
+    }
+    case CUMUX_OP_NODE_GET_PARAMS: {
+        const struct cumux_node_query *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_node_get_params(c, node, out, out_len);
         return 0;
     }
     default:

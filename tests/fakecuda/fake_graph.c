@@ -13,6 +13,7 @@ struct fc_gnode {
     struct fc_op *op; /* NULL: an empty node */
     struct fc_gnode **deps;
     size_t ndeps, capdeps;
+    void **argv; /* cuGraphKernelNodeGetParams's pointers into the op's arguments */
 };
 
 struct fc_graph {
@@ -45,6 +46,7 @@ void fc_graph_free(struct fc_graph *g)
         struct fc_gnode *nd = g->nodes[i];
         fc_op_free(nd->op);
         free(nd->deps);
+        free(nd->argv);
         nd->magic = FC_MAGIC_DEAD;
         free(nd);
     }
@@ -409,6 +411,73 @@ CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *type)
         case OP_HOSTFN: *type = CU_GRAPH_NODE_TYPE_HOST; break;
         default: *type = CU_GRAPH_NODE_TYPE_EMPTY; break;
         }
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The node of that kind, under fc_graph_mu (the caller unlocks); NULL for another kind. */
+static struct fc_gnode *node_of_kind(CUgraphNode hn, enum fc_op_kind kind)
+{
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *nd = node_get(hn);
+    return nd && nd->op && nd->op->kind == kind ? nd : NULL;
+}
+
+CUresult cuGraphKernelNodeGetParams(CUgraphNode hn, CUDA_KERNEL_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_gnode *nd = node_of_kind(hn, OP_KERNEL);
+    CUresult r = nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (nd) {
+        const struct fc_op *op = nd->op;
+        const struct fc_kernel_def *d = op->u.k.fn->def;
+        void **argv = realloc(nd->argv, (d->nparams + 1) * sizeof *argv);
+        if (!argv) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            nd->argv = argv;
+            for (unsigned i = 0; i < d->nparams; i++)
+                argv[i] = op->u.k.args + d->off[i];
+            argv[d->nparams] = NULL;
+            memset(p, 0, sizeof *p);
+            p->func = (CUfunction)op->u.k.fn;
+            p->gridDimX = op->u.k.grid[0], p->gridDimY = op->u.k.grid[1], p->gridDimZ = op->u.k.grid[2];
+            p->blockDimX = op->u.k.block[0], p->blockDimY = op->u.k.block[1], p->blockDimZ = op->u.k.block[2];
+            p->sharedMemBytes = op->u.k.shmem;
+            p->kernelParams = argv;
+        }
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
+CUresult cuGraphMemsetNodeGetParams(CUgraphNode hn, CUDA_MEMSET_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_gnode *nd = node_of_kind(hn, OP_MEMSET);
+    if (nd) {
+        const struct fc_memset *m = &nd->op->u.ms;
+        *p = (CUDA_MEMSET_NODE_PARAMS){.dst = m->dst, .pitch = (size_t)m->pitch, .value = m->value,
+                                       .elementSize = m->elem, .width = (size_t)m->width, .height = (size_t)m->height};
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphHostNodeGetParams(CUgraphNode hn, CUDA_HOST_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_gnode *nd = node_of_kind(hn, OP_HOSTFN);
+    if (nd) {
+        p->fn = nd->op->u.h.fn;
+        p->userData = nd->op->u.h.data;
     }
     pthread_mutex_unlock(&fc_graph_mu);
     return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;

@@ -223,6 +223,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_LINK_LOGS, CUMUX_NO_REPLY, sizeof(struct cumux_link_ref), "LINK_LOGS (answered) one-way"},
     {CUMUX_OP_LINK_DESTROY, 1, sizeof(struct cumux_link_ref) - 8, "LINK_DESTROY with a body 8 bytes short"},
     {CUMUX_OP_LINK_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_link_ref), "LINK_DESTROY (answered) one-way"},
+    {CUMUX_OP_NODE_GET_PARAMS, 1, sizeof(struct cumux_node_query) - 8, "NODE_GET_PARAMS with a body 8 bytes short"},
+    {CUMUX_OP_NODE_GET_PARAMS, CUMUX_NO_REPLY, sizeof(struct cumux_node_query), "NODE_GET_PARAMS (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -302,6 +304,7 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_LINK_COMPLETE, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_COMPLETE.link: a link never given"},
     {CUMUX_OP_LINK_LOGS, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_LOGS.link: a link never given"},
     {CUMUX_OP_LINK_DESTROY, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_DESTROY.link: a link never given"},
+    {CUMUX_OP_NODE_GET_PARAMS, sizeof(struct cumux_node_query), offsetof(struct cumux_node_query, node), "NODE_GET_PARAMS.node: a node never given"},
 };
 
 #endif

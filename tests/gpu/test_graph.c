@@ -130,6 +130,24 @@ int main(void)
         if (t != kinds[i].type)
             gt_fail("cuGraphNodeGetType of node %zu: %d, expected %d", i, (int)t, (int)kinds[i].type);
     }
+    /* Each node's parameters as given. */
+    CUDA_KERNEL_NODE_PARAMS kq;
+    CK(cuGraphKernelNodeGetParams(nk1, &kq));
+    if (kq.func != scale || kq.gridDimX != 16 || kq.gridDimY != 1 || kq.blockDimX != 256 || kq.sharedMemBytes != 0 ||
+        !kq.kernelParams || *(CUdeviceptr *)kq.kernelParams[0] != in || *(CUdeviceptr *)kq.kernelParams[1] != mid ||
+        *(float *)kq.kernelParams[2] != a1 || *(float *)kq.kernelParams[3] != b1 || *(int *)kq.kernelParams[4] != n)
+        gt_fail("cuGraphKernelNodeGetParams gave other parameters than the node was added with");
+    CUDA_MEMSET_NODE_PARAMS mq;
+    CK(cuGraphMemsetNodeGetParams(nset, &mq));
+    if (mq.dst != ms.dst || mq.value != ms.value || mq.elementSize != 4 || mq.width != N || mq.height != 1)
+        gt_fail("cuGraphMemsetNodeGetParams: dst %llx value %u element %u width %zu height %zu",
+                (unsigned long long)mq.dst, mq.value, mq.elementSize, mq.width, mq.height);
+    CUDA_HOST_NODE_PARAMS hq;
+    CK(cuGraphHostNodeGetParams(nhost, &hq));
+    if (hq.fn != count_call || hq.userData != NULL)
+        gt_fail("cuGraphHostNodeGetParams gave another function");
+    EXPECT_RC(cuGraphMemsetNodeGetParams(nk1, &mq), CUDA_ERROR_INVALID_VALUE);
+
     /* Its shape as the queries give it: one root, six edges, two nodes that depend on nk1. */
     CUgraphNode roots[4];
     size_t nroots = 4;
@@ -228,6 +246,10 @@ int main(void)
     CK(cuGraphNodeGetType(deps[0], &dt));
     if (dt != CU_GRAPH_NODE_TYPE_KERNEL)
         gt_fail("the capture's dependency is a node of type %d, not the kernel", (int)dt);
+    CUDA_KERNEL_NODE_PARAMS cq;
+    CK(cuGraphKernelNodeGetParams(deps[0], &cq));
+    if (cq.func != scale || *(CUdeviceptr *)cq.kernelParams[0] != in || *(float *)cq.kernelParams[3] != b1)
+        gt_fail("a captured kernel node's parameters are not the launch's");
     CUgraphNode marker;
     CK(cuGraphAddEmptyNode(&marker, cg, deps, ndeps));
     CK(cuStreamUpdateCaptureDependencies(s, &marker, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
