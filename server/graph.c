@@ -362,6 +362,19 @@ CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph
     return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
+CUresult op_graph_add_child_node(struct srv_client *c, const struct cumux_graph_add_child *m, struct srv_graph *graph,
+                                 struct srv_graph *child, const uint8_t *payload, uint32_t payload_len, uint8_t *out,
+                                 uint32_t *out_len)
+{
+    if (child->capture || child == graph) /* a capture's graph is not finished; a graph is not its own child */
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_add a;
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
+    CUgraphNode node;
+    CUresult r = cuGraphAddChildGraphNode(&node, graph->g, a.deps, a.ndeps, child->g); /* the driver copies it */
+    return node_add_end(c, graph->handle, r, node, out, out_len);
+}
+
 CUresult op_graph_add_host_node(struct srv_client *c, const struct cumux_graph_add_host_node *m,
                                 struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                 uint8_t *out, uint32_t *out_len)

@@ -551,6 +551,20 @@ CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgraphNode *dep
     return add_node(CUMUX_OP_GRAPH_ADD_HOST_NODE, node, g, deps, n, id, NULL, 0, NULL);
 }
 
+CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraph child)
+{
+    if (!node || !graph_ok(g) || !graph_ok(child))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_msg m = {0};
+    struct cumux_graph_add_child body = {.graph = g->handle, .ndeps = (uint32_t)n, .child = child->handle};
+    CUresult r = msg_begin(&m, &body, sizeof body, deps, n, g);
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    return msg_send_node(CUMUX_OP_GRAPH_ADD_CHILD_NODE, &m, g, node);
+}
+
 CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edges,
                                 size_t n)
 {

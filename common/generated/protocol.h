@@ -753,6 +753,14 @@ struct cumux_graph_add_node {
     uint32_t ndeps;
 };
 
+/* A child-graph node: a copy of one of the client's graphs (the dependencies follow as the payload) */
+struct cumux_graph_add_child {
+    uint32_t graph; /* handle of a graph */
+    uint32_t ndeps;
+    uint32_t child; /* handle of a graph */
+    uint32_t pad;
+};
+
 struct cumux_graph_add_host_node {
     uint32_t graph;      /* handle of a graph */
     uint32_t ndeps;
@@ -1019,6 +1027,7 @@ _Static_assert(sizeof(struct cumux_graph_upload) % 8 == 0, "graph_upload: a mult
 _Static_assert(sizeof(struct cumux_graph_exec_update) % 8 == 0, "graph_exec_update: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_exec_update_reply) % 8 == 0, "exec_update_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_node) % 8 == 0, "graph_add_node: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_add_child) % 8 == 0, "graph_add_child: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_host_node) % 8 == 0, "graph_add_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_add_host_node, host_fn_id) % 8 == 0, "graph_add_host_node.host_fn_id: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_set_kernel_node) % 8 == 0, "graph_set_kernel_node: a multiple of 8 bytes");
@@ -1136,7 +1145,8 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(LINK_READ, cumux_link_read, 0)                           \
     X(LINK_LOGS, cumux_link_ref, 0)                            \
     X(LINK_DESTROY, cumux_link_ref, 0)                         \
-    X(NODE_GET_PARAMS, cumux_node_query, 0)
+    X(NODE_GET_PARAMS, cumux_node_query, 0)                    \
+    X(GRAPH_ADD_CHILD_NODE, cumux_graph_add_child, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1244,6 +1254,7 @@ enum cumux_op {
     CUMUX_OP_LINK_LOGS,
     CUMUX_OP_LINK_DESTROY,
     CUMUX_OP_NODE_GET_PARAMS,
+    CUMUX_OP_GRAPH_ADD_CHILD_NODE,
     CUMUX_OP_COUNT
 };
 

@@ -104,6 +104,9 @@ CUresult op_capture_graph(struct srv_client *c, struct srv_stream *stream, uint8
 CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture_update_deps *m,
                                 struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len);
 CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len);
+CUresult op_graph_add_child_node(struct srv_client *c, const struct cumux_graph_add_child *m,
+                                 struct srv_graph *graph, struct srv_graph *child, const uint8_t *payload,
+                                 uint32_t payload_len, uint8_t *out, uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -334,6 +337,7 @@ static const struct {
     [CUMUX_OP_LINK_LOGS] = {sizeof(struct cumux_link_ref), 0},
     [CUMUX_OP_LINK_DESTROY] = {sizeof(struct cumux_link_ref), 0},
     [CUMUX_OP_NODE_GET_PARAMS] = {sizeof(struct cumux_node_query), 0},
+    [CUMUX_OP_GRAPH_ADD_CHILD_NODE] = {sizeof(struct cumux_graph_add_child), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1302,6 +1306,21 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_node_get_params(c, node, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_ADD_CHILD_NODE: {
+        const struct cumux_graph_add_child *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph *child = handle_get(c, m->child, OBJ_GRAPH);
+        if (!child) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_add_child_node(c, m, graph, child, payload, payload_len, out, out_len);
         return 0;
     }
     default:

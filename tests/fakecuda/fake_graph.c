@@ -409,6 +409,7 @@ CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *type)
         case OP_MEMSET: *type = CU_GRAPH_NODE_TYPE_MEMSET; break;
         case OP_COPY: *type = CU_GRAPH_NODE_TYPE_MEMCPY; break;
         case OP_HOSTFN: *type = CU_GRAPH_NODE_TYPE_HOST; break;
+        case OP_GRAPH: *type = CU_GRAPH_NODE_TYPE_GRAPH; break;
         default: *type = CU_GRAPH_NODE_TYPE_EMPTY; break;
         }
     }
@@ -568,6 +569,29 @@ static CUresult snapshot(const struct fc_graph *g, struct fc_op ***ops_out, stru
     *ops_out = ops;
     *src_out = order;
     return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUgraph hchild)
+{
+    CHECK_RET(fc_check_init());
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *child = graph_get(hchild);
+    struct fc_op **ops = NULL;
+    struct fc_gnode **order = NULL;
+    CUresult r = child ? snapshot(child, &ops, &order) : CUDA_ERROR_INVALID_VALUE;
+    size_t n = child ? child->n : 0;
+    pthread_mutex_unlock(&fc_graph_mu);
+    free(order);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct fc_op *op = fc_op_new(OP_GRAPH, "cuGraphAddChildGraphNode");
+    if (!op) {
+        exec_ops_free(ops, n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->u.graph.ops = ops; /* the child as it is now, in an order that respects its dependencies */
+    op->u.graph.n = n;
+    return add_public(out, hg, deps, ndeps, op);
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph hg, unsigned long long flags)

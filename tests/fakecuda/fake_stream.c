@@ -158,7 +158,21 @@ struct fc_op *fc_op_clone(const struct fc_op *op)
         }
         memcpy(c->u.k.args, op->u.k.args, n);
     }
-    /* Graph nodes hold kernels, copies, memsets, host functions and nothing that holds references. */
+    if (op->kind == OP_GRAPH) { /* a child graph: its ops, copied */
+        c->u.graph.ops = calloc(op->u.graph.n ? op->u.graph.n : 1, sizeof *c->u.graph.ops);
+        for (size_t i = 0; c->u.graph.ops && i < op->u.graph.n; i++) {
+            if (op->u.graph.ops[i] && !(c->u.graph.ops[i] = fc_op_clone(op->u.graph.ops[i]))) {
+                c->u.graph.n = i;
+                fc_op_free(c);
+                return NULL;
+            }
+        }
+        if (!c->u.graph.ops) {
+            free(c);
+            return NULL;
+        }
+    }
+    /* Graph nodes hold kernels, copies, memsets, host functions, child graphs: nothing that holds references. */
     return c;
 }
 

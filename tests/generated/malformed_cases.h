@@ -225,6 +225,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_LINK_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_link_ref), "LINK_DESTROY (answered) one-way"},
     {CUMUX_OP_NODE_GET_PARAMS, 1, sizeof(struct cumux_node_query) - 8, "NODE_GET_PARAMS with a body 8 bytes short"},
     {CUMUX_OP_NODE_GET_PARAMS, CUMUX_NO_REPLY, sizeof(struct cumux_node_query), "NODE_GET_PARAMS (answered) one-way"},
+    {CUMUX_OP_GRAPH_ADD_CHILD_NODE, 1, sizeof(struct cumux_graph_add_child) - 8, "GRAPH_ADD_CHILD_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_ADD_CHILD_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_child), "GRAPH_ADD_CHILD_NODE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -305,6 +307,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_LINK_LOGS, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_LOGS.link: a link never given"},
     {CUMUX_OP_LINK_DESTROY, sizeof(struct cumux_link_ref), offsetof(struct cumux_link_ref, link), "LINK_DESTROY.link: a link never given"},
     {CUMUX_OP_NODE_GET_PARAMS, sizeof(struct cumux_node_query), offsetof(struct cumux_node_query, node), "NODE_GET_PARAMS.node: a node never given"},
+    {CUMUX_OP_GRAPH_ADD_CHILD_NODE, sizeof(struct cumux_graph_add_child), offsetof(struct cumux_graph_add_child, graph), "GRAPH_ADD_CHILD_NODE.graph: a graph never given"},
+    {CUMUX_OP_GRAPH_ADD_CHILD_NODE, sizeof(struct cumux_graph_add_child), offsetof(struct cumux_graph_add_child, child), "GRAPH_ADD_CHILD_NODE.child: a graph never given"},
 };
 
 #endif

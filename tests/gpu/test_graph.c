@@ -280,6 +280,35 @@ int main(void)
     CK(cuGraphExecDestroy(cge));
     CK(cuGraphDestroy(cg));
 
+    /* ---- a child graph: the two kernels in a graph of their own, embedded in a parent that then copies the
+     * result out; the child changed afterwards does not change the parent (the node holds a copy) ---- */
+    CUgraph child, parent;
+    CK(cuGraphCreate(&child, 0));
+    CUgraphNode c1, c2, nchild, nout;
+    kp.kernelParams = args1;
+    CK(cuGraphAddKernelNode(&c1, child, NULL, 0, &kp));
+    kp.kernelParams = args2;
+    CK(cuGraphAddKernelNode(&c2, child, &c1, 1, &kp));
+    CK(cuGraphCreate(&parent, 0));
+    CK(cuGraphAddChildGraphNode(&nchild, parent, NULL, 0, child));
+    CK(cuGraphAddMemcpyNode(&nout, parent, &nchild, 1, &cp, NULL));
+    CUgraphNodeType ct;
+    CK(cuGraphNodeGetType(nchild, &ct));
+    if (ct != CU_GRAPH_NODE_TYPE_GRAPH)
+        gt_fail("a child-graph node is of type %d", (int)ct);
+    CUgraphNode c3;
+    CK(cuGraphAddEmptyNode(&c3, child, &c2, 1)); /* after the copy was taken: not in the parent */
+    CUgraphExec pexec;
+    CK(cuGraphInstantiate(&pexec, parent, 0));
+    CK(cuMemcpyHtoD(in, h_in, N * sizeof(float)));
+    memset(h_out, 0, N * sizeof(float));
+    CK(cuGraphLaunch(pexec, s));
+    CK(cuStreamSynchronize(s));
+    expect_scaled(h_out, h_in, a1 * a2, b1 * a2 + b2, "a graph with a child graph");
+    CK(cuGraphExecDestroy(pexec));
+    CK(cuGraphDestroy(parent));
+    CK(cuGraphDestroy(child));
+
     CK(cuGraphExecDestroy(gexec));
     CK(cuGraphExecDestroy(ge));
     CK(cuGraphDestroy(eg));
