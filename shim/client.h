@@ -123,6 +123,8 @@ void shim_send_end(void);
 /* Send a descriptor over the socket for the next command (HOST_ALLOC, MODULE_LOAD); the caller holds
  * sock_lock from here until that command is sent. */
 CUresult shim_send_fd(int fd);
+/* A memfd the server can seal, holding those bytes (an image, a link input); -1 on failure. */
+int shim_sealable_memfd(const char *name, const void *data, size_t size);
 /* Reply slot of the calling thread (for commands that need the slot for more than one answer). */
 int shim_reply_slot(void);
 bool shim_server_alive(void);
@@ -150,6 +152,13 @@ CUresult shim_cls_get(void **value, CUcontext ctx, void *key);
 /* hostfn.c */
 uint64_t shim_hostfn_register(CUhostFn fn, void *data, bool persistent);
 bool shim_hostfn_lookup(uint64_t id, CUhostFn *fn, void **data);
+/* handle_table.c: a table of objects by server handle, grown as handles come; the caller locks it. */
+struct shim_table {
+    void **v;
+    uint32_t cap;
+};
+/* The slot of `handle` (NULL when none), the table grown to hold it; NULL when memory runs out. */
+void **shim_table_slot(struct shim_table *t, uint32_t handle);
 /* module.c: the function object of a server function handle, or NULL */
 struct CUfunc_st *shim_function_of(uint32_t handle);
 

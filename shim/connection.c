@@ -171,6 +171,23 @@ CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, 
     return (CUresult)slot->result;
 }
 
+int shim_sealable_memfd(const char *name, const void *data, size_t size)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    /* write(2), not a mapping: the server seals the file against writes, which a writable map prevents. */
+    for (size_t done = 0; done < size;) {
+        ssize_t w = write(fd, (const char *)data + done, size - done);
+        if (w <= 0) {
+            close(fd);
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return fd;
+}
+
 CUresult shim_send_fd(int fd)
 {
     uint64_t tag = CUMUX_MAGIC;

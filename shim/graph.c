@@ -33,32 +33,21 @@ struct CUgraphNode_st {
 static __thread CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 /* One object per server node handle, so that the same node is always the same CUgraphNode. */
-static struct CUgraphNode_st **node_by_handle;
-static uint32_t node_by_handle_cap;
+static struct shim_table nodes_by_handle;
 static pthread_mutex_t node_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct CUgraphNode_st *node_object(uint32_t handle, struct CUgraph_st *g)
 {
     pthread_mutex_lock(&node_lock);
-    if (handle >= node_by_handle_cap) {
-        uint32_t cap = handle * 2 + 64;
-        struct CUgraphNode_st **v = realloc(node_by_handle, cap * sizeof *v);
-        if (!v) {
-            pthread_mutex_unlock(&node_lock);
-            return NULL;
-        }
-        memset(v + node_by_handle_cap, 0, (cap - node_by_handle_cap) * sizeof *v);
-        node_by_handle = v;
-        node_by_handle_cap = cap;
-    }
-    struct CUgraphNode_st *n = node_by_handle[handle];
-    if (!n || n->graph != g || n->magic != SHIM_MAGIC_GRAPH_NODE) {
+    void **slot = shim_table_slot(&nodes_by_handle, handle);
+    struct CUgraphNode_st *n = slot ? *slot : NULL;
+    if (slot && (!n || n->graph != g || n->magic != SHIM_MAGIC_GRAPH_NODE)) {
         n = calloc(1, sizeof *n);
         if (n) {
             n->magic = SHIM_MAGIC_GRAPH_NODE;
             n->handle = handle;
             n->graph = g;
-            node_by_handle[handle] = n;
+            *slot = n;
         }
     }
     pthread_mutex_unlock(&node_lock);
@@ -71,34 +60,23 @@ static bool node_ok(CUgraphNode n) { return n && n->magic == SHIM_MAGIC_GRAPH_NO
 
 /* One object per server graph handle, so that a capture's graph handed out while it runs is the object
  * cuStreamEndCapture returns. A destroyed graph's object stays dead; its handle, reused, gets a new one. */
-static struct CUgraph_st **graph_by_handle;
-static uint32_t graph_by_handle_cap;
+static struct shim_table graphs_by_handle;
 
 static CUresult new_graph(uint32_t handle, CUgraph *out)
 {
     pthread_mutex_lock(&node_lock);
-    if (handle >= graph_by_handle_cap) {
-        uint32_t cap = handle * 2 + 64;
-        struct CUgraph_st **v = realloc(graph_by_handle, cap * sizeof *v);
-        if (!v) {
-            pthread_mutex_unlock(&node_lock);
-            return CUDA_ERROR_OUT_OF_MEMORY;
+    void **slot = shim_table_slot(&graphs_by_handle, handle);
+    struct CUgraph_st *g = slot ? *slot : NULL;
+    if (slot && (!g || g->magic != SHIM_MAGIC_GRAPH)) {
+        if ((g = calloc(1, sizeof *g))) {
+            g->magic = SHIM_MAGIC_GRAPH;
+            g->handle = handle;
+            *slot = g;
         }
-        memset(v + graph_by_handle_cap, 0, (cap - graph_by_handle_cap) * sizeof *v);
-        graph_by_handle = v;
-        graph_by_handle_cap = cap;
-    }
-    struct CUgraph_st *g = graph_by_handle[handle];
-    if (!g || g->magic != SHIM_MAGIC_GRAPH) {
-        if (!(g = calloc(1, sizeof *g))) {
-            pthread_mutex_unlock(&node_lock);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        g->magic = SHIM_MAGIC_GRAPH;
-        g->handle = handle;
-        graph_by_handle[handle] = g;
     }
     pthread_mutex_unlock(&node_lock);
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     *out = g;
     return CUDA_SUCCESS;
 }

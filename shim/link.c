@@ -116,17 +116,9 @@ CUresult cuLinkAddData(CUlinkState s, CUjitInputType type, void *data, size_t si
     struct cumux_link_add m = {.link = l->handle, .type = (uint32_t)type, .size = size};
     if (name)
         strncpy(m.name, name, sizeof m.name - 1);
-    int fd = memfd_create("cumux-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = shim_sealable_memfd("cumux-link", data, size);
     if (fd < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    for (size_t done = 0; done < size;) {
-        ssize_t w = write(fd, (const char *)data + done, size - done);
-        if (w <= 0) {
-            close(fd);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        done += (size_t)w;
-    }
     pthread_mutex_lock(&shim.sock_lock);
     CUresult r = shim_send_fd(fd);
     if (r == CUDA_SUCCESS)

@@ -87,18 +87,9 @@ static CUresult load_image(const void *image, uint32_t kind, struct CUmod_st **o
     size_t size = cumux_image_size(image, &start);
     if (size == 0)
         return CUDA_ERROR_INVALID_IMAGE;
-    int fd = memfd_create("cumux-image", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = shim_sealable_memfd("cumux-image", start, size);
     if (fd < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    /* write(2), not a mapping: the server seals the file against writes, which a writable map prevents. */
-    for (size_t done = 0; done < size;) {
-        ssize_t w = write(fd, (const char *)start + done, size - done);
-        if (w <= 0) {
-            close(fd);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        done += (size_t)w;
-    }
     struct CUmod_st *m = calloc(1, sizeof *m);
     if (!m) {
         close(fd);
@@ -203,31 +194,22 @@ CUresult cuModuleUnload(CUmodule m)
 }
 
 /* Every function object by its server handle (a graph kernel node's parameters name it by handle). */
-static struct CUfunc_st **fn_by_handle;
-static uint32_t fn_by_handle_cap;
+static struct shim_table functions_by_handle;
 static pthread_mutex_t fn_table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void function_remember(struct CUfunc_st *f)
 {
     pthread_mutex_lock(&fn_table_lock);
-    if (f->handle >= fn_by_handle_cap) {
-        uint32_t cap = f->handle * 2 + 64;
-        struct CUfunc_st **v = realloc(fn_by_handle, cap * sizeof *v);
-        if (v) {
-            memset(v + fn_by_handle_cap, 0, (cap - fn_by_handle_cap) * sizeof *v);
-            fn_by_handle = v;
-            fn_by_handle_cap = cap;
-        }
-    }
-    if (f->handle < fn_by_handle_cap)
-        fn_by_handle[f->handle] = f;
+    void **slot = shim_table_slot(&functions_by_handle, f->handle);
+    if (slot)
+        *slot = f;
     pthread_mutex_unlock(&fn_table_lock);
 }
 
 struct CUfunc_st *shim_function_of(uint32_t handle)
 {
     pthread_mutex_lock(&fn_table_lock);
-    struct CUfunc_st *f = handle < fn_by_handle_cap ? fn_by_handle[handle] : NULL;
+    struct CUfunc_st *f = handle < functions_by_handle.cap ? functions_by_handle.v[handle] : NULL;
     pthread_mutex_unlock(&fn_table_lock);
     return f && f->magic == SHIM_MAGIC_FUNCTION && f->handle == handle ? f : NULL;
 }

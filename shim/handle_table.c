@@ -1,0 +1,20 @@
+/* Objects by server handle: the shim hands the program one object per server handle (a graph, a node, a
+ * function), so that the same server object is always the same pointer to the program. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim/client.h"
+
+void **shim_table_slot(struct shim_table *t, uint32_t handle)
+{
+    if (handle >= t->cap) {
+        uint32_t cap = handle * 2 + 64;
+        void **v = realloc(t->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        memset(v + t->cap, 0, (cap - t->cap) * sizeof *v);
+        t->v = v;
+        t->cap = cap;
+    }
+    return &t->v[handle];
+}
