@@ -8,7 +8,8 @@
 # call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks).
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
 # joining a running one, two together; natively, under MPS and under cumux; issue 9's figures), 5-8
-# minutes: a call of its own (scripts/device-check.sh --no-tests --no-bench --startup).
+# minutes: a call of its own (scripts/device-check.sh --no-tests --no-bench --startup); STARTUP_PHASES
+# picks phases ("solo trace", then "join pair" in a second call if one is too long).
 # Output in $OUT (default /tmp/cumux-device-check): summary.txt, device-check-logs.tar.gz (all raw
 # logs: build, per-test, per-benchmark, cumux server). Falls back to building only the tests and
 # benchmarks (scripts/gpu-standalone) when the full project does not build; cumux runs are then skipped.
@@ -174,7 +175,8 @@ fi
 startup_rc="not run"
 if [ -n "$build" ] && [ $do_startup = 1 ] && [ $native_only = 0 ]; then
     say "start-up benchmark (at most $(($(left) - 10))s)"
-    OUT="$logs/startup" timeout -k 10 "$(($(left) - 10))" bench/startup.sh --build "$build" "${bench_opts[@]}" 2>&1 |
+    OUT="$logs/startup" timeout -k 10 "$(($(left) - 10))" bench/startup.sh --build "$build" "${bench_opts[@]}" \
+        --phases "${STARTUP_PHASES:-solo trace join pair}" 2>&1 |
         tee "$logs/startup.txt"
     startup_rc=${PIPESTATUS[0]}
 fi
