@@ -4,7 +4,8 @@
  * crash, and keep serving everyone else.
  *   param-scribble  a thread rewrites the parameter layout in the reply slot while MODULE_GET_FUNCTION
  *                   runs, then the client launches (the server once read the offsets back from the slot)
- *   span-wrap       2-D memsets, copies and graph nodes whose span wraps 64 bits onto a 4 KiB buffer
+ *   span-wrap       2-D memsets, copies, graph nodes, array copies and textures whose span wraps 64 bits
+ *                   onto a 4 KiB buffer
  *   ptx-no-nul      an image of bytes with no NUL that ends on a page boundary (the driver reads PTX as a
  *                   C string: it ran off the end of the server's mapping)
  *   capture-free    frees while a stream is being captured (fuzz_server: the allocation left the client's
@@ -263,6 +264,41 @@ static void case_span_wrap(void)
     struct cumux_graph_add_deps deps = {.graph = (uint32_t)graph, .ndeps = 2};
     r = call(&s.c, CUMUX_OP_GRAPH_ADD_DEPS, &deps, sizeof deps);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_DEPS of 2 edges without their lists: %d", r);
+    /* Arrays: regions whose ends wrap, a device side whose span wraps, textures over wrapping memory. */
+    struct cumux_array_create ac = {.ctx = s.ctx, .format = CU_AD_FORMAT_FLOAT, .channels = 1, .width = 16, .height = 16};
+    uint32_t arr = (uint32_t)call_u64(&s.c, CUMUX_OP_ARRAY_CREATE, &ac, sizeof ac, "ARRAY_CREATE 16x16");
+    const struct {
+        struct cumux_copy_3d m;
+        const char *what;
+    } bad3d[] = {
+        {{.stream = s.stream, .dst_array = arr, .src = s.buf, .src_pitch = 64, .src_height = 16,
+          .dst_x = UINT64_MAX - 3, .width = 8, .height = 1, .depth = 1}, "array x + width wraps"},
+        {{.stream = s.stream, .dst_array = arr, .src = s.buf, .src_pitch = 64, .src_height = 16,
+          .dst_y = UINT64_MAX, .width = 4, .height = 2, .depth = 1}, "array y + height wraps"},
+        {{.stream = s.stream, .dst_array = arr, .src = s.buf, .src_pitch = pitch, .src_height = rows,
+          .width = 4, .height = 2, .depth = 2}, "device side: pitch x rows per slice wraps"},
+        {{.stream = s.stream, .src_array = arr, .dst = s.buf, .dst_pitch = pitch, .dst_height = 1,
+          .width = 4, .height = rows, .depth = 1}, "device side: 2^31+1 rows of pitch 2^33"},
+        {{.stream = s.stream, .src_array = arr, .dst = s.buf + 4090, .dst_pitch = 64, .dst_height = 1,
+          .width = 64, .height = 1, .depth = 1}, "device side past the buffer's end"},
+        {{.stream = s.stream, .src = s.buf, .dst = s.buf + 64, .src_pitch = 64, .dst_pitch = 64, .width = 64,
+          .height = 1, .depth = 1}, "no array on either side"},
+    };
+    for (size_t i = 0; i < sizeof bad3d / sizeof bad3d[0]; i++) {
+        r = call(&s.c, CUMUX_OP_COPY_3D, &bad3d[i].m, sizeof bad3d[i].m);
+        CHECK(r == CUDA_ERROR_INVALID_VALUE, "COPY_3D, %s: %d", bad3d[i].what, r);
+    }
+    struct cumux_tex_create tc = {.ctx = s.ctx, .res_type = CU_RESOURCE_TYPE_PITCH2D, .format = CU_AD_FORMAT_FLOAT,
+                                  .channels = 1, .dev_ptr = s.buf, .width = 1, .height = rows, .pitch = pitch};
+    struct cumux_tex_reply tr;
+    r = call_reply(&s.c, CUMUX_OP_TEX_CREATE, &tc, sizeof tc, &tr, sizeof tr);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a pitched texture of 2^31+1 rows of 2^33: %d", r);
+    tc = (struct cumux_tex_create){.ctx = s.ctx, .res_type = CU_RESOURCE_TYPE_LINEAR, .format = CU_AD_FORMAT_FLOAT,
+                                   .channels = 1, .dev_ptr = s.buf + 2048, .size_bytes = 4096};
+    r = call_reply(&s.c, CUMUX_OP_TEX_CREATE, &tc, sizeof tc, &tr, sizeof tr);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a linear texture running past the buffer: %d", r);
+    struct cumux_array_destroy ad = {.array = arr};
+    CHECK(call(&s.c, CUMUX_OP_ARRAY_DESTROY, &ad, sizeof ad) == CUDA_SUCCESS, "ARRAY_DESTROY");
     CHECK(sync_stream(&s) == CUDA_SUCCESS, "span-wrap: the client's stream is not usable afterwards");
     session_close(&s);
     check_server_ok("after span-wrap");
