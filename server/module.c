@@ -63,6 +63,15 @@ void *srv_map_image(int fd, size_t size, size_t *map_len)
     return base;
 }
 
+CUresult srv_library_load(CUlibrary *lib, const void *image)
+{
+    /* The image stays mapped until the library is unloaded (the reaper unloads, then unmaps): the driver
+     * need not keep a copy of its own, as it does not for the runtime's images in a program's binary. */
+    CUlibraryOption opt = CU_LIBRARY_BINARY_IS_PRESERVED;
+    void *val = (void *)(uintptr_t)1;
+    return cuLibraryLoadData(lib, image, NULL, NULL, 0, &opt, &val, 1);
+}
+
 CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, uint8_t *out,
                         uint32_t *out_len)
 {
@@ -97,7 +106,7 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
     mod->gpu = x->gpu;
     use_gpu(c, x->gpu);
     CUresult r = m->kind == CUMUX_IMAGE_LIBRARY
-                     ? cuLibraryLoadData(&mod->lib, mod->image, NULL, NULL, 0, NULL, NULL, 0)
+                     ? srv_library_load(&mod->lib, mod->image)
                      : cuModuleLoadData(&mod->mod, mod->image);
     uint32_t h = 0;
     if (r == CUDA_SUCCESS) {
