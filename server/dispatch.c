@@ -81,6 +81,7 @@ void srv_client_release_all(struct srv_client *c)
         }
     }
     srv_graph_release_all(c); /* graphs name the client's kernels and memory: before those go */
+    srv_events_unpark(c);     /* and the events their nodes may name */
     srv_array_release_all(c);
     srv_link_release_all(c);
     srv_vmm_release_all(c);

@@ -18,6 +18,8 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
 void stream_free(struct srv_client *c, struct srv_stream *s);
 /* An event and its handle (its CUevent too, unless others share it through IPC). */
 void event_free(struct srv_client *c, struct srv_event *e);
+/* The client's graphs are gone: the events kept for them go now, and later ones at once. */
+void srv_events_unpark(struct srv_client *c);
 
 /* memory.c */
 void host_release(struct srv_client *c, uint64_t base);

@@ -79,6 +79,10 @@ struct srv_event {
     uint32_t handle;
     uint32_t flags;
     struct ipc_event *ipc; /* shared with other clients (ipc.c): the CUevent is not this event's alone */
+    /* Named by captured work (a graph's record or wait node may hold the CUevent): destroyed only once the
+     * client's graphs are, never while a stale node could record into a CUevent another client got. */
+    bool in_graph;
+    struct srv_event *next_parked;
 };
 
 struct srv_module {
@@ -146,6 +150,8 @@ struct srv_client {
     pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
     struct hostfn_job *graph_hostfns; /* host functions that graphs hold */
     bool ever_captured;
+    struct srv_event *parked_events; /* destroyed by the client, kept for its graphs (srv_event.in_graph) */
+    bool graphs_released;
     CUevent stage_event[CUMUX_STAGING_SLOTS];
     bool stage_pending[CUMUX_STAGING_SLOTS];
 

@@ -105,7 +105,8 @@ CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)
 CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wait_event *m,
                               struct srv_stream *stream, struct srv_event *event)
 {
-    (void)c;
+    if (srv_stream_capturing(c, stream))
+        event->in_graph = true;
     CHECK(before_op(stream));
     CUresult r = cuStreamWaitEvent(stream->cu, event->cu, m->flags);
     after_op(stream);
@@ -142,14 +143,34 @@ CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *
     return reply_u64(out, out_len, e->handle);
 }
 
-void event_free(struct srv_client *c, struct srv_event *e)
+static void event_destroy(struct srv_event *e)
 {
     if (e->ipc)
         srv_ipc_event_drop(e->ipc);
     else
         cuEventDestroy(e->cu);
-    handle_drop(c, e->handle);
     free(e);
+}
+
+void event_free(struct srv_client *c, struct srv_event *e)
+{
+    handle_drop(c, e->handle);
+    if (e->in_graph && !c->graphs_released) {
+        e->next_parked = c->parked_events;
+        c->parked_events = e;
+        return;
+    }
+    event_destroy(e);
+}
+
+void srv_events_unpark(struct srv_client *c)
+{
+    c->graphs_released = true;
+    while (c->parked_events) {
+        struct srv_event *e = c->parked_events;
+        c->parked_events = e->next_parked;
+        event_destroy(e);
+    }
 }
 
 CUresult op_event_destroy(struct srv_client *c, struct srv_event *event)
@@ -161,7 +182,8 @@ CUresult op_event_destroy(struct srv_client *c, struct srv_event *event)
 CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *m, struct srv_event *event,
                          struct srv_stream *stream)
 {
-    (void)c;
+    if (srv_stream_capturing(c, stream))
+        event->in_graph = true;
     CHECK(before_op(stream));
     CUresult r = m->flags ? cuEventRecordWithFlags(event->cu, stream->cu, m->flags) : cuEventRecord(event->cu, stream->cu);
     after_op(stream);
