@@ -88,7 +88,7 @@ static void libraries_reload(struct srv_client *c, int gpu)
         if (!mod || mod->kind != CUMUX_IMAGE_LIBRARY || mod->borrowed || mod->gpu != gpu || !mod->image)
             continue;
         CUlibrary fresh;
-        if (srv_library_load(&fresh, mod->image) != CUDA_SUCCESS) {
+        if (srv_library_load(&fresh, mod->image, NULL, NULL, 0) != CUDA_SUCCESS) {
             cumux_logf("client %u: library %u could not be loaded again after a reset", c->id, h);
             continue;
         }

@@ -48,8 +48,8 @@ void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod);
 /* The client's image in fd, read-only: its `size` bytes, then zeros to a page past them (module.c says
  * why); NULL on failure. Unmap *map_len bytes. */
 void *srv_map_image(int fd, size_t size, size_t *map_len);
-/* cuLibraryLoadData of an image the server keeps mapped until the library is unloaded. */
-CUresult srv_library_load(CUlibrary *lib, const void *image);
+/* cuLibraryLoadData of an image the server keeps mapped until the library is unloaded, with n JIT options. */
+CUresult srv_library_load(CUlibrary *lib, const void *image, CUjit_option *opts, void **vals, unsigned n);
 
 /* link.c: the client's link states go */
 void srv_link_release_all(struct srv_client *c);

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/jit.h"
 #include "server/handlers.h"
 
 #define LINK_LOG 8192
@@ -31,21 +32,6 @@ struct srv_link {
     void *image; /* the driver's, after cuLinkComplete; lives as long as the state */
     size_t image_size;
 };
-
-/* The options whose value is a number, passed to the driver as it is. */
-static bool scalar_option(uint32_t o)
-{
-    switch (o) {
-    case CU_JIT_MAX_REGISTERS: case CU_JIT_THREADS_PER_BLOCK: case CU_JIT_OPTIMIZATION_LEVEL:
-    case CU_JIT_TARGET_FROM_CUCONTEXT: case CU_JIT_TARGET: case CU_JIT_FALLBACK_STRATEGY:
-    case CU_JIT_GENERATE_DEBUG_INFO: case CU_JIT_LOG_VERBOSE: case CU_JIT_GENERATE_LINE_INFO:
-    case CU_JIT_CACHE_MODE: case CU_JIT_POSITION_INDEPENDENT_CODE: case CU_JIT_MIN_CTA_PER_SM:
-    case CU_JIT_MAX_THREADS_PER_BLOCK: case CU_JIT_OVERRIDE_DIRECTIVE_VALUES:
-        return true;
-    default:
-        return false;
-    }
-}
 
 static void link_free(struct srv_client *c, struct srv_link *l)
 {
@@ -69,7 +55,7 @@ CUresult op_link_create(struct srv_client *c, const struct cumux_link_create *m,
     for (uint32_t i = 0; i < m->count; i++) {
         struct cumux_link_option o;
         memcpy(&o, payload + i * sizeof o, sizeof o);
-        if (!scalar_option(o.option))
+        if (!cumux_jit_scalar_option(o.option))
             return CUDA_ERROR_INVALID_VALUE;
         opt[n] = (CUjit_option)o.option;
         val[n++] = (void *)(uintptr_t)o.value;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/launch_attrs.h"
+#include "common/jit.h"
 #include "server/handlers.h"
 
 /* ---------------------------------------------------------------- modules and functions */
@@ -63,21 +64,39 @@ void *srv_map_image(int fd, size_t size, size_t *map_len)
     return base;
 }
 
-CUresult srv_library_load(CUlibrary *lib, const void *image)
+CUresult srv_library_load(CUlibrary *lib, const void *image, CUjit_option *opts, void **vals, unsigned n)
 {
     /* The image stays mapped until the library is unloaded (the reaper unloads, then unmaps): the driver
      * need not keep a copy of its own, as it does not for the runtime's images in a program's binary. */
     CUlibraryOption opt = CU_LIBRARY_BINARY_IS_PRESERVED;
     void *val = (void *)(uintptr_t)1;
-    return cuLibraryLoadData(lib, image, NULL, NULL, 0, &opt, &val, 1);
+    return cuLibraryLoadData(lib, image, n ? opts : NULL, n ? vals : NULL, n, &opt, &val, 1);
 }
 
-CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, uint8_t *out,
-                        uint32_t *out_len)
+CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, const uint8_t *payload,
+                        uint32_t payload_len, uint8_t *out, uint32_t *out_len)
 {
     int fd = recv_client_fd(c, m->size);
     if (fd < 0)
         return CUDA_ERROR_INVALID_VALUE;
+    /* JIT options: numbers only (the shim keeps the pointer ones, the logs, to itself). */
+    enum { MAX_JIT_OPTIONS = 32 };
+    CUjit_option opts[MAX_JIT_OPTIONS];
+    void *vals[MAX_JIT_OPTIONS];
+    if (m->noptions > MAX_JIT_OPTIONS || payload_len < (uint64_t)m->noptions * sizeof(struct cumux_link_option)) {
+        close(fd);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (uint32_t i = 0; i < m->noptions; i++) {
+        struct cumux_link_option o;
+        memcpy(&o, payload + i * sizeof o, sizeof o);
+        if (!cumux_jit_scalar_option(o.option)) {
+            close(fd);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        opts[i] = (CUjit_option)o.option;
+        vals[i] = (void *)(uintptr_t)o.value;
+    }
     struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
     /* The driver parses the image while the client could still write it: forbid writes and shrinking. */
     if (!x || (m->kind != CUMUX_IMAGE_MODULE && m->kind != CUMUX_IMAGE_LIBRARY) || m->size == 0 ||
@@ -106,8 +125,8 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
     mod->gpu = x->gpu;
     use_gpu(c, x->gpu);
     CUresult r = m->kind == CUMUX_IMAGE_LIBRARY
-                     ? srv_library_load(&mod->lib, mod->image)
-                     : cuModuleLoadData(&mod->mod, mod->image);
+                     ? srv_library_load(&mod->lib, mod->image, opts, vals, m->noptions)
+                     : cuModuleLoadDataEx(&mod->mod, mod->image, m->noptions, opts, vals);
     uint32_t h = 0;
     if (r == CUDA_SUCCESS) {
         mod->handle = h = handle_new(c, OBJ_MODULE, mod);

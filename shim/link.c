@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/jit.h"
 #include "common/log.h"
 #include "shim/client.h"
 
@@ -75,14 +76,13 @@ CUresult cuLinkCreate(unsigned int n, CUjit_option *opts, void **vals, CUlinkSta
         case CU_JIT_ERROR_LOG_BUFFER: l->error = vals[i]; break;
         case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: l->info_size = (size_t)(uintptr_t)vals[i]; break;
         case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: l->error_size = (size_t)(uintptr_t)vals[i]; break;
-        case CU_JIT_WALL_TIME: case CU_JIT_GLOBAL_SYMBOL_NAMES: case CU_JIT_GLOBAL_SYMBOL_ADDRESSES:
-        case CU_JIT_GLOBAL_SYMBOL_COUNT: case CU_JIT_REFERENCED_KERNEL_NAMES: case CU_JIT_REFERENCED_KERNEL_COUNT:
-        case CU_JIT_REFERENCED_VARIABLE_NAMES: case CU_JIT_REFERENCED_VARIABLE_COUNT:
-            cumux_logf("cuLinkCreate: option %d is not supported by cumux yet: CUDA_ERROR_NOT_SUPPORTED",
-                           (int)opts[i]);
-            free(l);
-            return CUDA_ERROR_NOT_SUPPORTED;
         default:
+            if (!cumux_jit_scalar_option((uint32_t)opts[i])) {
+                cumux_logf("cuLinkCreate: option %d is not supported by cumux yet: CUDA_ERROR_NOT_SUPPORTED",
+                           (int)opts[i]);
+                free(l);
+                return CUDA_ERROR_NOT_SUPPORTED;
+            }
             msg.o[msg.m.count++] = (struct cumux_link_option){.option = (uint32_t)opts[i],
                                                               .value = (uint64_t)(uintptr_t)vals[i]};
         }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/jit.h"
 #include "shim/client.h"
 #include "shim/image.h"
 
@@ -75,7 +76,42 @@ size_t cumux_image_size(const void *image, const void **start)
 }
 
 /* ---- loading ---- */
-static CUresult load_image(const void *image, uint32_t kind, struct CUmod_st **out)
+/* The JIT options a load sends: the numbers; the logs it asks for are left empty (and their used sizes
+ * 0), the wall time 0. Others (symbol tables) are not supported. */
+struct jit_options {
+    struct cumux_module_load m;
+    struct cumux_link_option o[32];
+};
+
+static CUresult jit_options(unsigned n, CUjit_option *opts, void **vals, struct jit_options *j)
+{
+    if (n && (!opts || !vals))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        switch (opts[i]) {
+        case CU_JIT_INFO_LOG_BUFFER:
+        case CU_JIT_ERROR_LOG_BUFFER:
+            if (vals[i])
+                *(char *)vals[i] = 0;
+            break;
+        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+            vals[i] = NULL; /* the bytes written: none */
+            break;
+        case CU_JIT_WALL_TIME:
+            memset(&vals[i], 0, sizeof(float));
+            break;
+        default:
+            if (!cumux_jit_scalar_option((uint32_t)opts[i]) || j->m.noptions == 32)
+                return cumux_unsupported("a JIT option that is not a number, or more than 32 of them");
+            j->o[j->m.noptions++] = (struct cumux_link_option){.option = (uint32_t)opts[i],
+                                                               .value = (uint64_t)(uintptr_t)vals[i]};
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult load_image(const void *image, uint32_t kind, const struct jit_options *jit, struct CUmod_st **out)
 {
     struct CUctx_st *c;
     CUresult r = shim_need_ctx(&c);
@@ -95,12 +131,17 @@ static CUresult load_image(const void *image, uint32_t kind, struct CUmod_st **o
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    struct cumux_module_load req = {.ctx = c->handle, .kind = kind, .size = size};
+    struct jit_options req = {.m = {.ctx = c->handle, .kind = kind, .size = size}};
+    if (jit) {
+        req.m.noptions = jit->m.noptions;
+        memcpy(req.o, jit->o, jit->m.noptions * sizeof req.o[0]);
+    }
     struct cumux_u64_reply rep;
     pthread_mutex_lock(&shim.sock_lock);
     r = shim_send_fd(fd);
     if (r == CUDA_SUCCESS)
-        r = shim_call(CUMUX_OP_MODULE_LOAD, &req, sizeof req, &rep, sizeof rep, NULL);
+        r = shim_call(CUMUX_OP_MODULE_LOAD, &req, sizeof req.m + req.m.noptions * sizeof req.o[0], &rep, sizeof rep,
+                      NULL);
     pthread_mutex_unlock(&shim.sock_lock);
     close(fd);
     if (r != CUDA_SUCCESS) {
@@ -117,17 +158,14 @@ static CUresult load_image(const void *image, uint32_t kind, struct CUmod_st **o
 
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
-    return load_image(image, CUMUX_IMAGE_MODULE, (struct CUmod_st **)module);
+    return load_image(image, CUMUX_IMAGE_MODULE, NULL, (struct CUmod_st **)module);
 }
 
 CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n, CUjit_option *opts, void **vals)
 {
-    /* JIT options tune compilation of PTX in the server; the logs they ask for are left empty. */
-    for (unsigned i = 0; opts && vals && i < n; i++) {
-        if ((opts[i] == CU_JIT_INFO_LOG_BUFFER || opts[i] == CU_JIT_ERROR_LOG_BUFFER) && vals[i])
-            *(char *)vals[i] = 0;
-    }
-    return cuModuleLoadData(module, image);
+    struct jit_options j = {0};
+    CUresult r = jit_options(n, opts, vals, &j);
+    return r != CUDA_SUCCESS ? r : load_image(image, CUMUX_IMAGE_MODULE, &j, (struct CUmod_st **)module);
 }
 
 CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatbin)
@@ -390,14 +428,15 @@ CUresult cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const c
 CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jit_opts, void **jit_vals,
                            unsigned int njit, CUlibraryOption *opts, void **vals, unsigned int nopts)
 {
-    (void)jit_opts;
-    (void)jit_vals;
-    (void)njit;
-    (void)opts;
+    (void)opts; /* library options are hints (the image is preserved: the shim's copy is the server's) */
     (void)vals;
     (void)nopts;
     if (!lib)
         return CUDA_ERROR_INVALID_VALUE;
+    struct jit_options j = {0};
+    CUresult jr = jit_options(njit, jit_opts, jit_vals, &j);
+    if (jr != CUDA_SUCCESS)
+        return jr;
     /* A library needs a context in the server: take the primary one of device 0 if none is current. */
     if (!shim_current_ctx() && shim.initialized) {
         CUcontext pc;
@@ -407,11 +446,11 @@ CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jit_o
         r = cuCtxPushCurrent(pc);
         if (r != CUDA_SUCCESS)
             return r;
-        r = load_image(code, CUMUX_IMAGE_LIBRARY, (struct CUmod_st **)lib);
+        r = load_image(code, CUMUX_IMAGE_LIBRARY, &j, (struct CUmod_st **)lib);
         cuCtxPopCurrent(&pc);
         return r;
     }
-    return load_image(code, CUMUX_IMAGE_LIBRARY, (struct CUmod_st **)lib);
+    return load_image(code, CUMUX_IMAGE_LIBRARY, &j, (struct CUmod_st **)lib);
 }
 
 CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, CUjit_option *jit_opts, void **jit_vals,

@@ -421,9 +421,12 @@ struct cumux_host_alloc {
 };
 
 struct cumux_module_load {
-    uint32_t ctx;  /* handle of a ctx */
-    uint32_t kind; /* cumux_image_kind */
-    uint64_t size; /* the image's memfd comes over the socket just before this command */
+    uint32_t ctx;      /* handle of a ctx */
+    uint32_t kind;     /* cumux_image_kind */
+    uint64_t size;     /* the image's memfd comes over the socket just before this command */
+    uint32_t noptions; /* JIT options (cuModuleLoadDataEx, cuLibraryLoadData): noptions cumux_link_option
+                          follow */
+    uint32_t pad;
 };
 
 struct cumux_module_unload {

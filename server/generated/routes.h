@@ -148,8 +148,8 @@ CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_asy
                            struct srv_stream *stream);
 
 /* server/module.c */
-CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, uint8_t *out,
-                        uint32_t *out_len);
+CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, const uint8_t *payload,
+                        uint32_t payload_len, uint8_t *out, uint32_t *out_len);
 CUresult op_module_unload(struct srv_client *c, struct srv_module *module);
 CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m,
                                 struct srv_module *module, uint8_t *out, uint32_t *out_len);
@@ -426,7 +426,7 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_MODULE_LOAD: {
         const struct cumux_module_load *m = body;
-        *result = op_module_load(c, m, out, out_len);
+        *result = op_module_load(c, m, payload, payload_len, out, out_len);
         return 0;
     }
     case CUMUX_OP_MODULE_UNLOAD: {

@@ -262,6 +262,18 @@ CUresult cuModuleLoadData(CUmodule *out, const void *img)
     return CUDA_SUCCESS;
 }
 
+/* JIT options change nothing in the fake, whose kernels are its own; they must be well formed. */
+CUresult cuModuleLoadDataEx(CUmodule *out, const void *img, unsigned int n, CUjit_option *opts, void **vals)
+{
+    CHECK_RET(fc_check_init());
+    if (n && (!opts || !vals))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++)
+        if ((unsigned)opts[i] >= CU_JIT_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+    return cuModuleLoadData(out, img);
+}
+
 CUresult cuModuleUnload(CUmodule h)
 {
     struct fc_module *m;

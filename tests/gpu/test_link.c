@@ -1,7 +1,8 @@
 /* JIT linking as numba does it: the test kernels as PTX text go through cuLinkCreate (with log buffers
  * and an optimization level), cuLinkAddData and cuLinkComplete; the image that comes out is loaded and
- * its vec_add computes a sum checked against the CPU. The same from a file with cuLinkAddFile. Input that
- * is not PTX is refused and the error log says something. */
+ * its vec_add computes a sum checked against the CPU. The same from a file with cuLinkAddFile, and the
+ * PTX loaded by cuModuleLoadDataEx with JIT options. Input that is not PTX is refused and the error log
+ * says something. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,13 @@ int main(void)
     run_vec_add(mod);
     CK(cuModuleUnload(mod));
     CK(cuLinkDestroy(s));
+
+    /* The PTX loaded directly with JIT options (a register limit, a log buffer), as numba loads it. */
+    CUjit_option jo[] = {CU_JIT_MAX_REGISTERS, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+    void *jv[] = {(void *)(uintptr_t)32, info, (void *)(uintptr_t)sizeof info};
+    CK(cuModuleLoadDataEx(&mod, ptx, 3, jo, jv));
+    run_vec_add(mod);
+    CK(cuModuleUnload(mod));
 
     /* Not PTX: refused, with a word in the error log. */
     memset(error, 0, sizeof error);
