@@ -32,9 +32,10 @@ CUresult cuArray3DCreate(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
     struct CUarray_st *a = calloc(1, sizeof *a);
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    uint64_t h;
-    r = shim_op_array_create(c->handle, (uint32_t)d->Format, d->NumChannels, d->Flags, d->Width, d->Height, d->Depth,
-                             &h);
+    uint64_t h = 0;
+    r = cumux_unsupported_if(shim_op_array_create(c->handle, (uint32_t)d->Format, d->NumChannels, d->Flags, d->Width,
+                                                  d->Height, d->Depth, &h),
+                             "cuArray3DCreate of a format other than 8/16/32-bit integers, half or float");
     if (r != CUDA_SUCCESS) {
         free(a);
         return r;
@@ -283,7 +284,7 @@ static CUresult copy_1d(CUarray arr, size_t off, bool to_array, CUmemorytype t, 
     size_t x = off, y = 0, w = n, h = 1;
     if (a->desc.Height > 1) {
         if (row == 0 || off % row || n % row)
-            return CUDA_ERROR_NOT_SUPPORTED; /* a run across rows that starts or ends inside one */
+            return cumux_unsupported("a 1-D array copy (cuMemcpy*A*) across rows of a 2-D array that starts or ends inside a row");
         x = 0, y = off / row, w = row, h = n / row;
     }
     if (to_array) {
@@ -402,7 +403,7 @@ CUresult cuTexObjectCreate(CUtexObject *out, const CUDA_RESOURCE_DESC *res, cons
         m.height = res->res.pitch2D.height, m.pitch = res->res.pitch2D.pitchInBytes;
         break;
     default:
-        return CUDA_ERROR_NOT_SUPPORTED; /* mipmapped arrays */
+        return cumux_unsupported("cuTexObjectCreate over a mipmapped array");
     }
     for (int i = 0; i < 3; i++)
         m.address_mode[i] = (uint32_t)tex->addressMode[i];

@@ -152,9 +152,7 @@ CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuin
     if (!rep.graph)
         return CUDA_SUCCESS;
     if ((len - sizeof rep) / sizeof(uint32_t) < rep.count) {
-        cumux_logf("cuStreamGetCaptureInfo: %llu dependencies, more than one reply holds: CUDA_ERROR_NOT_SUPPORTED",
-                   (unsigned long long)rep.count);
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return cumux_unsupported("cuStreamGetCaptureInfo of more dependencies than one reply holds");
     }
     CUgraph g;
     if ((r = new_graph(rep.graph, &g)) != CUDA_SUCCESS)
@@ -201,7 +199,7 @@ CUresult cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode *nodes, const
         static const CUgraphEdgeData none;
         for (size_t i = 0; i < n; i++)
             if (memcmp(&edges[i], &none, sizeof none) != 0)
-                return CUDA_ERROR_NOT_SUPPORTED;
+                return cumux_unsupported("cuStreamUpdateCaptureDependencies with edge data other than the default");
     }
     struct {
         struct cumux_capture_update_deps m;
@@ -657,7 +655,8 @@ static CUresult node_params(CUgraphNode node, CUgraphNodeType want, struct cumux
     struct cumux_node_query q = {.node = node->handle};
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
     uint32_t len = 0;
-    CUresult r = shim_call(CUMUX_OP_NODE_GET_PARAMS, &q, sizeof q, buf, sizeof buf, &len);
+    CUresult r = cumux_unsupported_if(shim_call(CUMUX_OP_NODE_GET_PARAMS, &q, sizeof q, buf, sizeof buf, &len),
+                                      "cuGraph*NodeGetParams of a node whose parameters cumux cannot read back");
     if (r != CUDA_SUCCESS)
         return r;
     if (len < sizeof *rep)
@@ -680,7 +679,7 @@ CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *p
         return r;
     struct CUfunc_st *f = shim_function_of(rep.function);
     if (!f || f->param_bytes != rep.param_bytes)
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return cumux_unsupported("cuGraphKernelNodeGetParams of a kernel the program never looked up itself");
     /* The arguments live in the node until its parameters are asked for again, as the driver's do. */
     uint8_t *args = malloc(rep.param_bytes ? rep.param_bytes : 1);
     void **argv = malloc((f->nparams + 1) * sizeof *argv);
@@ -733,7 +732,7 @@ CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS *p)
     CUhostFn fn;
     void *data;
     if (!shim_hostfn_lookup(rep.host_fn_id, &fn, &data))
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return cumux_unsupported("cuGraphHostNodeGetParams of a host function the shim no longer knows");
     p->fn = fn;
     p->userData = data;
     return CUDA_SUCCESS;

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "common/jit.h"
-#include "common/log.h"
 #include "shim/client.h"
 
 #define SHIM_MAGIC_LINK 0x4c4e4b31u
@@ -78,10 +77,8 @@ CUresult cuLinkCreate(unsigned int n, CUjit_option *opts, void **vals, CUlinkSta
         case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: l->error_size = (size_t)(uintptr_t)vals[i]; break;
         default:
             if (!cumux_jit_scalar_option((uint32_t)opts[i])) {
-                cumux_logf("cuLinkCreate: option %d is not supported by cumux yet: CUDA_ERROR_NOT_SUPPORTED",
-                           (int)opts[i]);
                 free(l);
-                return CUDA_ERROR_NOT_SUPPORTED;
+                return cumux_unsupported("cuLinkCreate with a JIT option that is not a number (wall time, symbols)");
             }
             msg.o[msg.m.count++] = (struct cumux_link_option){.option = (uint32_t)opts[i],
                                                               .value = (uint64_t)(uintptr_t)vals[i]};
@@ -110,8 +107,7 @@ CUresult cuLinkAddData(CUlinkState s, CUjitInputType type, void *data, size_t si
     if (!data || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (n) {
-        cumux_logf("cuLinkAddData: options of one input are not supported by cumux yet: CUDA_ERROR_NOT_SUPPORTED");
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return cumux_unsupported("cuLinkAddData with options of one input");
     }
     struct cumux_link_add m = {.link = l->handle, .type = (uint32_t)type, .size = size};
     if (name)

@@ -13,6 +13,11 @@ static const char *unsupported_seen[UNSUPPORTED_SEEN_MAX];
 static int unsupported_count;
 static pthread_mutex_t unsupported_lock = PTHREAD_MUTEX_INITIALIZER;
 
+CUresult cumux_unsupported_if(CUresult r, const char *what)
+{
+    return r == CUDA_ERROR_NOT_SUPPORTED ? cumux_unsupported(what) : r;
+}
+
 CUresult cumux_unsupported(const char *name)
 {
     pthread_mutex_lock(&unsupported_lock);

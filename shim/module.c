@@ -77,7 +77,7 @@ size_t cumux_image_size(const void *image, const void **start)
 
 /* ---- loading ---- */
 /* The JIT options a load sends: the numbers; the logs it asks for are left empty (and their used sizes
- * 0), the wall time 0. Others (symbol tables) are not supported. */
+ * 0). Others (wall time, symbol tables) are not supported. */
 struct jit_options {
     struct cumux_module_load m;
     struct cumux_link_option o[32];
@@ -97,9 +97,6 @@ static CUresult jit_options(unsigned n, CUjit_option *opts, void **vals, struct 
         case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
         case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
             vals[i] = NULL; /* the bytes written: none */
-            break;
-        case CU_JIT_WALL_TIME:
-            memset(&vals[i], 0, sizeof(float));
             break;
         default:
             if (!cumux_jit_scalar_option((uint32_t)opts[i]) || j->m.noptions == 32)

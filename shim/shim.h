@@ -11,5 +11,8 @@ extern __thread int cumux_tls_ptds;
 /* Every entry point that cumux does not implement yet returns this: CUDA_ERROR_NOT_SUPPORTED,
  * after logging the name once per process (invariant 4). */
 CUresult cumux_unsupported(const char *name);
+/* r, having named `what` once when r is CUDA_ERROR_NOT_SUPPORTED (the server's answer for a case of a
+ * call that cumux does not handle). */
+CUresult cumux_unsupported_if(CUresult r, const char *what);
 
 #endif
