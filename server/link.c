@@ -84,11 +84,11 @@ CUresult op_link_create(struct srv_client *c, const struct cumux_link_create *m,
 
 CUresult op_link_add(struct srv_client *c, const struct cumux_link_add *m)
 {
-    int fd = recv_client_fd(c, m->size); /* taken first, whatever else is wrong */
+    /* taken first, whatever else is wrong; sealed as a module image is */
+    int fd = recv_sealed_fd(c, m->size, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
     struct srv_link *l = handle_get(c, m->link, OBJ_LINK);
     CUresult r = CUDA_SUCCESS;
-    if (fd < 0 || m->size == 0 || m->size > (1ull << 30) ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
+    if (fd < 0 || m->size == 0 || m->size > (1ull << 30))
         r = CUDA_ERROR_INVALID_VALUE;
     else if (!l)
         r = CUDA_ERROR_INVALID_HANDLE;

@@ -134,15 +134,11 @@ CUresult op_mem_info(struct srv_client *c, struct srv_ctx *ctx, uint8_t *out, ui
 
 CUresult op_host_alloc(struct srv_client *c, const struct cumux_host_alloc *m, uint8_t *out, uint32_t *out_len)
 {
-    int fd = recv_client_fd(c, m->size);
+    /* A client that shrank the file under the server's mapping would crash the server on access. */
+    int fd = recv_sealed_fd(c, m->size, F_SEAL_SHRINK);
     if (fd < 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (m->size == 0 || m->size > (1ull << 40)) {
-        close(fd);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    /* A client that shrank the file under the server's mapping would crash the server on access. */
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
         close(fd);
         return CUDA_ERROR_INVALID_VALUE;
     }

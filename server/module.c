@@ -76,7 +76,8 @@ CUresult srv_library_load(CUlibrary *lib, const void *image, CUjit_option *opts,
 CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, const uint8_t *payload,
                         uint32_t payload_len, uint8_t *out, uint32_t *out_len)
 {
-    int fd = recv_client_fd(c, m->size);
+    /* The driver parses the image while the client could still write it: forbid writes and shrinking. */
+    int fd = recv_sealed_fd(c, m->size, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
     if (fd < 0)
         return CUDA_ERROR_INVALID_VALUE;
     /* JIT options: numbers only (the shim keeps the pointer ones, the logs, to itself). */
@@ -98,9 +99,8 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
         vals[i] = (void *)(uintptr_t)o.value;
     }
     struct srv_ctx *x = handle_get(c, m->ctx, OBJ_CTX);
-    /* The driver parses the image while the client could still write it: forbid writes and shrinking. */
     if (!x || (m->kind != CUMUX_IMAGE_MODULE && m->kind != CUMUX_IMAGE_LIBRARY) || m->size == 0 ||
-        m->size > (4ull << 30) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0) {
+        m->size > (4ull << 30)) {
         close(fd);
         return x ? CUDA_ERROR_INVALID_IMAGE : CUDA_ERROR_INVALID_CONTEXT;
     }

@@ -2,6 +2,7 @@
  * rule, the pending error of one-way commands, and the checks of what a client names (address ranges,
  * memset shapes, descriptors). The handler files (context.c, stream.c, memory.c, pool.c, vmm.c, ipc.c,
  * copy.c, module.c, launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,17 @@ bool srv_stream_capturing(struct srv_client *c, struct srv_stream *s)
 }
 
 /* A descriptor the client sent over the socket just before the command that needs it. */
+int recv_sealed_fd(struct srv_client *c, uint64_t min_size, int seals)
+{
+    int fd = recv_client_fd(c, 0);
+    struct stat st;
+    if (fd >= 0 && (fcntl(fd, F_ADD_SEALS, seals) < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size < min_size)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 int recv_client_fd(struct srv_client *c, uint64_t min_size)
 {
     uint64_t tag;

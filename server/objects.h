@@ -38,5 +38,8 @@ bool memset_span(const struct cumux_memset *m, uint64_t *span);
 bool srv_stream_capturing(struct srv_client *c, struct srv_stream *s);
 /* A descriptor the client sent over the socket just before the command that needs it; -1 if none. */
 int recv_client_fd(struct srv_client *c, uint64_t min_size);
+/* The same, sealed with `seals` before its size is checked: a file shrunk between a check and the seal
+ * would leave the server's mapping past its end (SIGBUS). -1 when it cannot be sealed or is too short. */
+int recv_sealed_fd(struct srv_client *c, uint64_t min_size, int seals);
 
 #endif
