@@ -16,6 +16,8 @@
  *                   client's calls from any server thread and invalidated the capture)
  *   capture-left    a client asks for its capture's graph, adds to it, tries to destroy it, and goes with the
  *                   capture still running (the capture's graph and the handed-out handle must both go)
+ *   counts          counts and sizes of the newer commands that say more than their message holds: JIT
+ *                   options, link inputs, capture dependencies, tensor map ranks
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
  *                   a bystander command (after --) runs meanwhile and must succeed every time
  * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
@@ -459,6 +461,79 @@ static void case_capture_left(void)
     check_server_ok("after capture-left");
 }
 
+/* ---- counts ---- */
+static void case_counts(void)
+{
+    struct session s;
+    session_open(&s);
+    /* JIT options said to follow, not sent. */
+    struct cumux_link_create lc = {.ctx = s.ctx, .count = 1000};
+    struct cumux_u64_reply rep;
+    int r = call_reply(&s.c, CUMUX_OP_LINK_CREATE, &lc, sizeof lc, &rep, sizeof rep);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "LINK_CREATE of 1000 options, none sent: %d", r);
+    lc.count = 0;
+    uint32_t link = (uint32_t)call_u64(&s.c, CUMUX_OP_LINK_CREATE, &lc, sizeof lc, "LINK_CREATE");
+    int fd = memfd_of(64);
+    send_fd_tag(&s.c, CUMUX_MAGIC, fd);
+    close(fd);
+    struct cumux_module_load ml = {.ctx = s.ctx, .kind = CUMUX_IMAGE_MODULE, .size = 64, .noptions = 1000};
+    r = call_reply(&s.c, CUMUX_OP_MODULE_LOAD, &ml, sizeof ml, &rep, sizeof rep);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "MODULE_LOAD with 1000 JIT options, none sent: %d", r);
+    /* A link input larger than its file, one whose name has no end, a read of another size. */
+    struct cumux_link_add la = {.link = link, .type = CU_JIT_INPUT_PTX, .size = 1 << 20};
+    memcpy(la.name, "x.ptx", 6);
+    fd = memfd_of(64);
+    send_fd_tag(&s.c, CUMUX_MAGIC, fd);
+    close(fd);
+    r = call(&s.c, CUMUX_OP_LINK_ADD, &la, sizeof la);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "LINK_ADD of 1 MiB from a 64-byte file: %d", r);
+    la.size = 64;
+    memset(la.name, 'n', sizeof la.name);
+    fd = memfd_of(64);
+    send_fd_tag(&s.c, CUMUX_MAGIC, fd);
+    close(fd);
+    r = call(&s.c, CUMUX_OP_LINK_ADD, &la, sizeof la);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "LINK_ADD whose name has no NUL: %d", r);
+    struct cumux_link_read rd = {.link = link, .size = 16};
+    fd = memfd_of(16);
+    send_fd_tag(&s.c, CUMUX_MAGIC, fd);
+    close(fd);
+    r = call(&s.c, CUMUX_OP_LINK_READ, &rd, sizeof rd);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "LINK_READ before anything was linked: %d", r);
+    struct cumux_link_ref lr = {.link = link};
+    CHECK(call(&s.c, CUMUX_OP_LINK_DESTROY, &lr, sizeof lr) == CUDA_SUCCESS, "LINK_DESTROY");
+    /* Tensor map ranks the message's arrays cannot hold. */
+    struct cumux_tensor_map tm;
+    struct cumux_tensor_map_tiled tt = {.data_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32, .rank = 6, .global_address = s.buf};
+    r = call_reply(&s.c, CUMUX_OP_TENSOR_MAP_ENCODE_TILED, &tt, sizeof tt, &tm, sizeof tm);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a tiled tensor map of rank 6: %d", r);
+    tt.rank = UINT32_MAX;
+    r = call_reply(&s.c, CUMUX_OP_TENSOR_MAP_ENCODE_TILED, &tt, sizeof tt, &tm, sizeof tm);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a tiled tensor map of rank 2^32-1: %d", r);
+    struct cumux_tensor_map_im2col ti = {.data_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32, .rank = 2, .global_address = s.buf};
+    r = call_reply(&s.c, CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL, &ti, sizeof ti, &tm, sizeof tm);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "an im2col tensor map of rank 2: %d", r);
+    /* Capture dependencies said to follow, not sent (a capture whose graph was handed out). */
+    struct cumux_stream_create sc = {.ctx = s.ctx, .flags = CU_STREAM_NON_BLOCKING};
+    uint32_t st = (uint32_t)call_u64(&s.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    struct cumux_capture_begin cb = {.stream = st, .mode = CU_STREAM_CAPTURE_MODE_RELAXED};
+    REQUIRE(call(&s.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN");
+    struct cumux_capture_query q = {.stream = st};
+    uint8_t cg[256] = {0};
+    uint32_t got = 0;
+    CHECK(call_slot(&s.c, 1, CUMUX_OP_CAPTURE_GRAPH, &q, sizeof q, cg, sizeof cg, &got) == CUDA_SUCCESS,
+          "CAPTURE_GRAPH");
+    struct cumux_capture_update_deps ud = {.stream = st, .flags = CU_STREAM_SET_CAPTURE_DEPENDENCIES, .count = 1000};
+    r = call(&s.c, CUMUX_OP_CAPTURE_UPDATE_DEPS, &ud, sizeof ud);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "CAPTURE_UPDATE_DEPS of 1000 nodes, none sent: %d", r);
+    ud.count = 0;
+    ud.flags = 7;
+    r = call(&s.c, CUMUX_OP_CAPTURE_UPDATE_DEPS, &ud, sizeof ud);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "CAPTURE_UPDATE_DEPS with flags 7: %d", r);
+    session_close(&s); /* the capture still running */
+    check_server_ok("after counts");
+}
+
 /* ---- vmm-foreign: one client's VMM objects are out of another's reach ---- */
 static void case_vmm_foreign(void)
 {
@@ -677,6 +752,8 @@ int main(int argc, char **argv)
             case_capture_global();
         else if (!strcmp(name, "capture-left"))
             case_capture_left();
+        else if (!strcmp(name, "counts"))
+            case_counts();
         else if (!strcmp(name, "vmm-foreign"))
             case_vmm_foreign();
         else if (!strcmp(name, "ipc-owner-frees"))
