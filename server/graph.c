@@ -637,9 +637,7 @@ CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture
     if (!stream->capture_graph || m->count > MAX_DEPS || payload_len < (uint64_t)m->count * sizeof(uint32_t) ||
         (m->flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && m->flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES))
         return CUDA_ERROR_INVALID_VALUE;
-    uint32_t h[MAX_DEPS];
-    memcpy(h, payload, m->count * sizeof(uint32_t));
-    CHECK(node_list(c, h, m->count, stream->capture_graph->handle, nodes));
+    CHECK(node_list(c, (const uint32_t *)(const void *)payload, m->count, stream->capture_graph->handle, nodes));
     return cuStreamUpdateCaptureDependencies(stream->cu, nodes, NULL, m->count, m->flags);
 }
 

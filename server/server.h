@@ -79,8 +79,8 @@ struct srv_event {
     uint32_t handle;
     uint32_t flags;
     struct ipc_event *ipc; /* shared with other clients (ipc.c): the CUevent is not this event's alone */
-    /* Named by captured work (a graph's record or wait node may hold the CUevent): destroyed only once the
-     * client's graphs are, never while a stale node could record into a CUevent another client got. */
+    /* Named by a graph node (an external record or wait while captured): destroyed only once the client's
+     * graphs are, never while a stale node could record into a CUevent another client got. */
     bool in_graph;
     struct srv_event *next_parked;
 };

@@ -105,7 +105,8 @@ CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)
 CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wait_event *m,
                               struct srv_stream *stream, struct srv_event *event)
 {
-    if (srv_stream_capturing(c, stream))
+    /* Only an external wait becomes a node that names the event (a plain one joins the capture). */
+    if ((m->flags & CU_EVENT_WAIT_EXTERNAL) && srv_stream_capturing(c, stream))
         event->in_graph = true;
     CHECK(before_op(stream));
     CUresult r = cuStreamWaitEvent(stream->cu, event->cu, m->flags);
@@ -182,7 +183,8 @@ CUresult op_event_destroy(struct srv_client *c, struct srv_event *event)
 CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *m, struct srv_event *event,
                          struct srv_stream *stream)
 {
-    if (srv_stream_capturing(c, stream))
+    /* Only an external record becomes a node that names the event (checked first: records are frequent). */
+    if ((m->flags & CU_EVENT_RECORD_EXTERNAL) && srv_stream_capturing(c, stream))
         event->in_graph = true;
     CHECK(before_op(stream));
     CUresult r = m->flags ? cuEventRecordWithFlags(event->cu, stream->cu, m->flags) : cuEventRecord(event->cu, stream->cu);
