@@ -226,7 +226,7 @@ CUresult op_memset(struct srv_client *c, const struct cumux_memset *m, struct sr
         return CUDA_ERROR_INVALID_VALUE;
     if (span == 0)
         return CUDA_SUCCESS;
-    if (!dev_ok(c, m->dst, span))
+    if (!dev_ok(c, m->dst, span) && !host_ok(c, m->dst, span)) /* pinned memory is the device's too */
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t row = m->width * m->elem_size; /* no overflow: memset_span checked it */
     CHECK(before_op(stream));

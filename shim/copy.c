@@ -346,8 +346,15 @@ static CUresult memset_any(CUdeviceptr dst, size_t pitch, uint32_t value, uint32
     if (height > 1 && pitch < row)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t span = height > 1 ? (uint64_t)pitch * (height - 1) + row : row;
-    if (!shim_is_device_ptr(dst, span) || (dst % elem) != 0)
+    if ((dst % elem) != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (!shim_is_device_ptr(dst, span)) {
+        /* Unified addressing: pinned host memory is device memory too (XLA clears its pinned buffers so).
+         * The server knows it at its own address. */
+        dst = shim_pinned_server_addr((const void *)(uintptr_t)dst, span);
+        if (!dst)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
     return shim_op_memset(stream, elem, dst, pitch, width, height, value);
 }
 

@@ -17,7 +17,9 @@ struct CUlinkState_st {
     uint32_t handle;
     char *info, *error;             /* the program's log buffers, or NULL */
     size_t info_size, error_size;
-    unsigned *info_used, *error_used; /* where the driver reports the bytes written: the size options */
+    /* The program's size options, where the driver reports the bytes it wrote: the arrays given to
+     * cuLinkCreate must stay valid for the state's life when they hold output options. */
+    void **info_used, **error_used;
     void *image;
     size_t image_size;
 };
@@ -45,12 +47,15 @@ static void copy_logs(struct CUlinkState_st *l)
     size_t n[2] = {rep.info_len, rep.error_len};
     char *dst[2] = {l->info, l->error};
     size_t cap[2] = {l->info_size, l->error_size};
+    void **used[2] = {l->info_used, l->error_used};
     for (int i = 0; i < 2; i++) {
         if (!dst[i] || !cap[i])
             continue;
         size_t k = n[i] < cap[i] - 1 ? n[i] : cap[i] - 1;
         memcpy(dst[i], text[i], k);
         dst[i][k] = 0;
+        if (used[i])
+            *used[i] = (void *)(uintptr_t)k;
     }
 }
 
@@ -73,8 +78,12 @@ CUresult cuLinkCreate(unsigned int n, CUjit_option *opts, void **vals, CUlinkSta
         switch (opts[i]) {
         case CU_JIT_INFO_LOG_BUFFER: l->info = vals[i]; break;
         case CU_JIT_ERROR_LOG_BUFFER: l->error = vals[i]; break;
-        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: l->info_size = (size_t)(uintptr_t)vals[i]; break;
-        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: l->error_size = (size_t)(uintptr_t)vals[i]; break;
+        case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+            l->info_size = (size_t)(uintptr_t)vals[i], l->info_used = &vals[i];
+            break;
+        case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+            l->error_size = (size_t)(uintptr_t)vals[i], l->error_used = &vals[i];
+            break;
         default:
             if (!cumux_jit_scalar_option((uint32_t)opts[i])) {
                 free(l);

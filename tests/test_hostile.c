@@ -299,6 +299,13 @@ static void case_span_wrap(void)
                                    .channels = 1, .dev_ptr = s.buf + 2048, .size_bytes = 4096};
     r = call_reply(&s.c, CUMUX_OP_TEX_CREATE, &tc, sizeof tc, &tr, sizeof tr);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "a linear texture running past the buffer: %d", r);
+    /* The driver itself accepts a texture over any address (it faults only when a kernel fetches): the
+     * server must refuse memory that is not the client's. */
+    tc = (struct cumux_tex_create){.ctx = s.ctx, .res_type = CU_RESOURCE_TYPE_PITCH2D, .format = CU_AD_FORMAT_FLOAT,
+                                   .channels = 1, .dev_ptr = s.buf + (1ull << 40), .width = 16, .height = 16,
+                                   .pitch = 64};
+    r = call_reply(&s.c, CUMUX_OP_TEX_CREATE, &tc, sizeof tc, &tr, sizeof tr);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a pitched texture over memory that is not the client's: %d", r);
     struct cumux_array_destroy ad = {.array = arr};
     CHECK(call(&s.c, CUMUX_OP_ARRAY_DESTROY, &ad, sizeof ad) == CUDA_SUCCESS, "ARRAY_DESTROY");
     CHECK(sync_stream(&s) == CUDA_SUCCESS, "span-wrap: the client's stream is not usable afterwards");

@@ -209,7 +209,7 @@ void fc_op_check(const struct fc_op *op)
     }
     case OP_MEMSET:
         if (op->u.ms.width && op->u.ms.height)
-            fc_oracle_dev(op->call, op->u.ms.dst, memset_span(&op->u.ms));
+            fc_oracle_any(op->call, op->u.ms.dst, memset_span(&op->u.ms)); /* unified: pinned memory too */
         break;
     case OP_GRAPH:
         for (size_t i = 0; i < op->u.graph.n; i++)

@@ -3,6 +3,10 @@ a device array and a reduction, checked against NumPy."""
 from fwcheck import check, close, need, passed
 
 np = need("numpy")
+if not hasattr(np, "row_stack"):
+    # NumPy 2.4 removed row_stack, which numba-cuda's array typing still names when it loads: the same
+    # function under its other name lets that numba run here (nothing of this test uses it).
+    np.row_stack = np.vstack
 numba_cuda = need("numba.cuda")
 check(numba_cuda.is_available(), "numba.cuda.is_available() is False")
 

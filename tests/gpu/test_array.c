@@ -190,11 +190,6 @@ int main(void)
         want[i] = 2.0f * host[i];
     expect_equal(back, want, W * H, "texture fetch from pitched memory");
 
-    /* Refused: a texture over memory that is not the program's. */
-    res.res.pitch2D.devPtr = dev + (CUdeviceptr)(1ull << 40);
-    CUtexObject bad;
-    EXPECT_RC(cuTexObjectCreate(&bad, &res, &tex, NULL), CUDA_ERROR_INVALID_VALUE);
-
     /* A surface: a kernel writes every element, read back through a copy. */
     CUarray sa = array_2d(CUDA_ARRAY3D_SURFACE_LDST);
     memset(&res, 0, sizeof res);

@@ -39,15 +39,29 @@ static void run_vec_add(CUmodule mod)
     free(hc);
 }
 
+/* The option arrays outlive the state: the driver writes the log sizes it filled back into them. */
+static CUjit_option link_opt[6];
+static void *link_val[6];
+
 static CUlinkState new_link(char *info, char *error, size_t cap)
 {
     CUjit_option opt[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
                           CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_OPTIMIZATION_LEVEL, CU_JIT_LOG_VERBOSE};
     void *val[] = {info, (void *)(uintptr_t)cap, error, (void *)(uintptr_t)cap, (void *)(uintptr_t)3,
                    (void *)(uintptr_t)1};
+    memcpy(link_opt, opt, sizeof opt);
+    memcpy(link_val, val, sizeof val);
     CUlinkState s;
-    CK(cuLinkCreate(6, opt, val, &s));
+    CK(cuLinkCreate(6, link_opt, link_val, &s));
     return s;
+}
+
+/* The size the driver reported for the error log: within the buffer, and not zero when it holds text. */
+static void check_error_size(const char *error, size_t cap)
+{
+    size_t used = (size_t)(uintptr_t)link_val[3];
+    if (used > cap || (error[0] && used == 0))
+        gt_fail("the error log holds %zu bytes of text but its size option reports %zu", strlen(error), used);
 }
 
 int main(void)
@@ -100,6 +114,7 @@ int main(void)
         gt_fail("text that is not PTX linked");
     if (!error[0])
         gt_fail("a failed link left the error log empty (%s)", gt_err_name(r));
+    check_error_size(error, sizeof error);
     CK(cuLinkDestroy(s));
     free(ptx);
     gt_pass();

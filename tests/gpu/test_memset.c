@@ -70,6 +70,21 @@ int main(void)
         }
     }
 
+    /* Unified addressing: pinned host memory is set through its host pointer, as XLA clears its buffers. */
+    uint32_t *pinned;
+    CK(cuMemHostAlloc((void **)&pinned, 4096, CU_MEMHOSTALLOC_PORTABLE));
+    for (int i = 0; i < 1024; i++)
+        pinned[i] = 0xdeadbeefu;
+    CK(cuMemsetD32Async((CUdeviceptr)(uintptr_t)(pinned + 8), 0x12345678u, 1000, s));
+    CK(cuStreamSynchronize(s));
+    for (int i = 0; i < 1024; i++) {
+        uint32_t want = i >= 8 && i < 1008 ? 0x12345678u : 0xdeadbeefu;
+        if (pinned[i] != want)
+            gt_fail("cuMemsetD32Async of pinned host memory: word %d is 0x%x, expected 0x%x", i, pinned[i], want);
+    }
+    CK(cuMemFreeHost(pinned));
+    cases++;
+
     CK(cuMemFree(d));
     CK(cuStreamDestroy(s));
     free(orig);
