@@ -5,7 +5,8 @@
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
 # FW_BUDGET seconds (default 420) on top of the rest: with a 10-minute limit per command, run it as a
-# call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks).
+# call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks); FW_ONLY="name ..." runs
+# only those tests.
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
 # joining a running one, two together; natively, under MPS and under cumux; issue 9's figures), 5-8
 # minutes: a call of its own (scripts/device-check.sh --no-tests --no-bench --startup); STARTUP_PHASES
@@ -167,7 +168,8 @@ if [ -n "$build" ] && [ $do_fw = 1 ]; then
     [ $native_only = 0 ] && fw_modes+=(--cumux)
     say "framework suite ${fw_modes[*]} (at most ${FW_BUDGET:-420}s)"
     OUT="$logs/frameworks" FW_TIMEOUT=120 timeout -k 10 "${FW_BUDGET:-420}" \
-        tests/frameworks/run.sh "${fw_modes[@]}" --build "$build" 2>&1 | tee "$logs/frameworks.txt"
+        tests/frameworks/run.sh "${fw_modes[@]}" --build "$build" ${FW_ONLY:+--only "$FW_ONLY"} 2>&1 |
+        tee "$logs/frameworks.txt"
     fw_rc=${PIPESTATUS[0]}
 fi
 
