@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Start-up and sharing of PyTorch training programs (bench/startup_train.py: a ResNet-50, batch 32, cuDNN
 # benchmark on), natively, under NVIDIA MPS and under cumux. Phases (--phases, default all four):
-#   solo   one program alone: interpreter start to the end of its 15 warm-up steps ("warm")
+#   solo   one program alone: interpreter start to the end of its 15 warm-up steps ("warm"); natively and
+#          under cumux twice, first with empty compile caches (cold), then with what that run left
+#          (CUDA_CACHE_PATH is a fresh directory per run of this script: the driver's ComputeCache and
+#          cumux's compile cache start empty alike)
 #   trace  the same under `cumux trace`, natively and under cumux: the driver calls that took the most
 #          time in all, side by side
 #   join   a second program starting while one trains: its warm time (MPS and cumux)
@@ -34,12 +37,14 @@ mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
 [ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
 log() { echo "[$(date +%T)] $*"; }
 . "$repo/scripts/lib/sharing.sh"
-trap 'mps_stop; cumux_stop' EXIT
 if ! nvidia-smi -L >/dev/null 2>&1; then
     echo "SKIP: no CUDA GPU on this machine"
     exit 0
 fi
 want() { [[ " $phases " == *" $1 "* ]]; }
+CUDA_CACHE_PATH=$(mktemp -d /tmp/cumux-startup-cache.XXXXXX) || exit 2
+export CUDA_CACHE_PATH
+trap 'mps_stop; cumux_stop; rm -rf "$CUDA_CACHE_PATH"' EXIT
 declare -A R
 line_of() { grep '^STARTUP' "$1" 2>/dev/null | tail -1; }
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
@@ -56,6 +61,14 @@ wait_file() { # FILE SECONDS
     local i
     for ((i = 0; i < $2 * 10; i++)); do [ -e "$1" ] && return 0; sleep 0.1; done
     return 1
+}
+phase_cold() { # MODE CMD...: the first start-up, compile caches empty
+    local mode=$1
+    shift
+    prog "cold.$mode" -- "$@"
+    wait $!
+    R[cold,$mode]=$(line_of "$out/cold.$mode.log")
+    log "cold $mode: ${R[cold,$mode]:-failed: $(tail -1 "$out/cold.$mode.log" | cut -c1-150)}"
 }
 phase_solo() { # MODE CMD...
     local mode=$1
@@ -99,6 +112,7 @@ phase_pair() { # MODE CMD...
     log "pair $mode: ${R[pair,$mode]:-failed} images/s (${ia:-?} + ${ib:-?})"
 }
 # native (the join phase is MPS's and cumux's: natively the two are time-sliced)
+want solo && phase_cold native "$py"
 want solo && phase_solo native "$py"
 [ -x "$cli" ] && want trace && phase_solo native_traced "$cli" trace --native -o "$out/trace-native.txt" -- "$py"
 want pair && phase_pair native "$py"
@@ -111,6 +125,7 @@ if [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; t
     unset CUDA_MPS_PIPE_DIRECTORY
 fi
 if [ -x "$cli" ] && cumux_start; then
+    want solo && phase_cold cumux "$cli" run -- "$py"
     want solo && phase_solo cumux "$cli" run -- "$py"
     want trace && phase_solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
     want join && phase_join cumux "$cli" run -- "$py"
@@ -127,8 +142,10 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
         printf '%-14s %8s %12s %11s %9s %10s\n' "$m" "$(field "$l" import)" "$(field "$l" model_ready)" \
             "$(field "$l" first_step)" "$(field "$l" warm)" "$(field "$l" images_per_s)"
     done
+    n=$(field "${R[cold,native]:-}" warm) c=$(field "${R[cold,cumux]:-}" warm)
+    [ -n "$n" ] && [ -n "$c" ] && echo "start-up alone, compile caches empty (s): native $n, cumux $c: cumux/native $(ratio "$c" "$n")"
     n=$(field "${R[solo,native]:-}" warm) c=$(field "${R[solo,cumux]:-}" warm) m=$(field "${R[solo,mps]:-}" warm)
-    [ -n "$n" ] && [ -n "$c" ] && echo "start-up alone (warm): cumux/native $(ratio "$c" "$n")${m:+, MPS/native $(ratio "$m" "$n")}"
+    [ -n "$n" ] && [ -n "$c" ] && echo "start-up alone, caches warm (s): native $n, cumux $c: cumux/native $(ratio "$c" "$n")${m:+, MPS/native $(ratio "$m" "$n")}"
     jm=$(field "${R[join,mps]:-}" warm) jc=$(field "${R[join,cumux]:-}" warm)
     want join && echo "second training joining a running one, warm (s): MPS ${jm:--}, cumux ${jc:--}${jm:+${jc:+: cumux/MPS $(ratio "$jc" "$jm")}}"
     pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
