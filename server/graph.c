@@ -375,6 +375,41 @@ CUresult op_graph_add_child_node(struct srv_client *c, const struct cumux_graph_
     return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
+/* Event record and wait nodes: the event is kept past its destruction while the client has graphs (a
+ * node must never name a CUevent that another client gets since). */
+CUresult op_graph_add_event_node(struct srv_client *c, const struct cumux_graph_add_event_node *m,
+                                 struct srv_graph *graph, struct srv_event *event, const uint8_t *payload,
+                                 uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+{
+    if (m->wait > 1 || event->ctx->gpu != c->current_gpu)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_add a;
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
+    event->in_graph = true;
+    CUgraphNode node;
+    CUresult r = m->wait ? cuGraphAddEventWaitNode(&node, graph->g, a.deps, a.ndeps, event->cu)
+                         : cuGraphAddEventRecordNode(&node, graph->g, a.deps, a.ndeps, event->cu);
+    return node_add_end(c, graph->handle, r, node, out, out_len);
+}
+
+CUresult op_node_set_event(struct srv_client *c, const struct cumux_node_set_event *m, struct srv_graph_node *node,
+                           struct srv_graph_exec *exec, struct srv_event *event)
+{
+    use_gpu(c, c->current_gpu);
+    CUgraphNodeType type;
+    CHECK(cuGraphNodeGetType(node->n, &type));
+    if (type != (m->wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD) ||
+        event->ctx->gpu != c->current_gpu)
+        return CUDA_ERROR_INVALID_VALUE;
+    event->in_graph = true;
+    bool record = type == CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+    if (!exec)
+        return record ? cuGraphEventRecordNodeSetEvent(node->n, event->cu)
+                      : cuGraphEventWaitNodeSetEvent(node->n, event->cu);
+    return record ? cuGraphExecEventRecordNodeSetEvent(exec->e, node->n, event->cu)
+                  : cuGraphExecEventWaitNodeSetEvent(exec->e, node->n, event->cu);
+}
+
 CUresult op_graph_add_host_node(struct srv_client *c, const struct cumux_graph_add_host_node *m,
                                 struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                 uint8_t *out, uint32_t *out_len)
@@ -575,6 +610,20 @@ CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, u
         for (uint32_t i = 0; i < f->nparams; i++) /* offset + size <= param_bytes: module.c checked */
             memcpy(out + sizeof rep + f->param_offsets[i], p.kernelParams[i], f->param_sizes[i]);
         extra = f->param_bytes;
+        break;
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+        CUevent ev;
+        CHECK(type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? cuGraphEventRecordNodeGetEvent(node->n, &ev)
+                                                      : cuGraphEventWaitNodeGetEvent(node->n, &ev));
+        for (uint32_t h = 1; h <= c->nhandles && !rep.event; h++) {
+            struct srv_event *e = handle_get(c, h, OBJ_EVENT);
+            if (e && e->cu == ev)
+                rep.event = h;
+        }
+        if (!rep.event)
+            return CUDA_ERROR_NOT_SUPPORTED; /* an event the client has destroyed since */
         break;
     }
     default:

@@ -161,6 +161,10 @@ struct shim_table {
 void **shim_table_slot(struct shim_table *t, uint32_t handle);
 /* module.c: the function object of a server function handle, or NULL */
 struct CUfunc_st *shim_function_of(uint32_t handle);
+/* stream.c: events by server handle (event objects are never freed): remember one; the live one of a
+ * handle, or NULL */
+void shim_event_remember(struct CUevent_st *e);
+struct CUevent_st *shim_event_of(uint32_t handle);
 
 /* stream.c: set by graph.c once a stream capture has begun; until then no stream can be capturing */
 extern _Atomic bool shim_ever_captured;

@@ -595,6 +595,55 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode node, const C
     return set_kernel(e, node, p);
 }
 
+/* ---- event record and wait nodes ---- */
+static bool event_ok(CUevent e) { return e && e->magic == SHIM_MAGIC_EVENT; }
+
+static CUresult add_event_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUevent e,
+                               uint32_t wait)
+{
+    if (!node || !graph_ok(g) || !event_ok(e))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_msg m = {0};
+    struct cumux_graph_add_event_node body = {.graph = g->handle, .ndeps = (uint32_t)n, .event = e->handle,
+                                              .wait = wait};
+    CUresult r = msg_begin(&m, &body, sizeof body, deps, n, g);
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    return msg_send_node(CUMUX_OP_GRAPH_ADD_EVENT_NODE, &m, g, node);
+}
+
+CUresult cuGraphAddEventRecordNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUevent e)
+{
+    return add_event_node(node, g, deps, n, e, 0);
+}
+
+CUresult cuGraphAddEventWaitNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUevent e)
+{
+    return add_event_node(node, g, deps, n, e, 1);
+}
+
+static CUresult set_event(CUgraphExec x, CUgraphNode node, CUevent e, uint32_t wait)
+{
+    if (!node_ok(node) || !event_ok(e) || (x && !exec_ok(x)))
+        return CUDA_ERROR_INVALID_VALUE;
+    return shim_op_node_set_event(node->handle, x ? x->handle : 0, e->handle, wait);
+}
+
+CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode node, CUevent e) { return set_event(NULL, node, e, 0); }
+CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode node, CUevent e) { return set_event(NULL, node, e, 1); }
+
+CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec x, CUgraphNode node, CUevent e)
+{
+    return x ? set_event(x, node, e, 0) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec x, CUgraphNode node, CUevent e)
+{
+    return x ? set_event(x, node, e, 1) : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* ---- queries ---- */
 /* A node query (GRAPH_GET_NODES, GRAPH_GET_ROOT_NODES, NODE_GET_DEPS, NODE_GET_DEPENDENTS; body m): the
  * nodes of graph g it answers. */
@@ -736,6 +785,32 @@ CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS *p)
     p->fn = fn;
     p->userData = data;
     return CUDA_SUCCESS;
+}
+
+static CUresult node_event(CUgraphNode node, CUgraphNodeType type, CUevent *out)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_params_reply rep;
+    const uint8_t *packed;
+    CUresult r = node_params(node, type, &rep, &packed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUevent_st *e = shim_event_of(rep.event);
+    if (!e)
+        return cumux_unsupported("cuGraphEvent*NodeGetEvent of an event the shim no longer knows");
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode node, CUevent *out)
+{
+    return node_event(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, out);
+}
+
+CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode node, CUevent *out)
+{
+    return node_event(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, out);
 }
 
 CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)

@@ -153,6 +153,7 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
         return r;
     }
     *e = (struct CUevent_st){SHIM_MAGIC_EVENT, (uint32_t)h, c, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS};
+    shim_event_remember(e);
     *phEvent = e;
     return CUDA_SUCCESS;
 }

@@ -207,8 +207,31 @@ CUresult cuEventCreate(CUevent *ph, unsigned int flags)
     e->handle = (uint32_t)handle;
     e->ctx = c;
     e->flags = flags;
+    shim_event_remember(e);
     *ph = e;
     return CUDA_SUCCESS;
+}
+
+/* Every event object by its server handle (an event node names its event by handle). Event objects are
+ * never freed (a destroyed one is marked dead), so the table holds no dangling pointer. */
+static struct shim_table events_by_handle;
+static pthread_mutex_t event_table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shim_event_remember(struct CUevent_st *e)
+{
+    pthread_mutex_lock(&event_table_lock);
+    void **slot = shim_table_slot(&events_by_handle, e->handle);
+    if (slot)
+        *slot = e;
+    pthread_mutex_unlock(&event_table_lock);
+}
+
+struct CUevent_st *shim_event_of(uint32_t handle)
+{
+    pthread_mutex_lock(&event_table_lock);
+    struct CUevent_st *e = handle < events_by_handle.cap ? events_by_handle.v[handle] : NULL;
+    pthread_mutex_unlock(&event_table_lock);
+    return e && e->magic == SHIM_MAGIC_EVENT && e->handle == handle ? e : NULL;
 }
 
 CUresult cuEventDestroy(CUevent e)

@@ -704,6 +704,8 @@ struct cumux_node_params_reply {
     uint64_t width;
     uint64_t height;
     uint64_t host_fn_id;   /* host: the client's number for its function and argument */
+    uint32_t event;        /* event record or wait: the client's handle of the event */
+    uint32_t pad;
 };
 
 struct cumux_graph_create {
@@ -762,6 +764,22 @@ struct cumux_graph_add_child {
     uint32_t ndeps;
     uint32_t child; /* handle of a graph */
     uint32_t pad;
+};
+
+/* An event record (wait = 0) or wait (wait = 1) node (the dependencies follow as the payload) */
+struct cumux_graph_add_event_node {
+    uint32_t graph; /* handle of a graph */
+    uint32_t ndeps;
+    uint32_t event; /* handle of a event */
+    uint32_t wait;
+};
+
+/* cuGraph(Exec)EventRecordNodeSetEvent / EventWaitNodeSetEvent */
+struct cumux_node_set_event {
+    uint32_t node;  /* handle of a node */
+    uint32_t exec;  /* handle of a exec or 0; 0: the node's own graph */
+    uint32_t event; /* handle of a event */
+    uint32_t wait;  /* 0: the node must be a record node, 1: a wait node */
 };
 
 struct cumux_graph_add_host_node {
@@ -1031,6 +1049,8 @@ _Static_assert(sizeof(struct cumux_graph_exec_update) % 8 == 0, "graph_exec_upda
 _Static_assert(sizeof(struct cumux_exec_update_reply) % 8 == 0, "exec_update_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_node) % 8 == 0, "graph_add_node: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_child) % 8 == 0, "graph_add_child: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_add_event_node) % 8 == 0, "graph_add_event_node: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_node_set_event) % 8 == 0, "node_set_event: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_host_node) % 8 == 0, "graph_add_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_add_host_node, host_fn_id) % 8 == 0, "graph_add_host_node.host_fn_id: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_set_kernel_node) % 8 == 0, "graph_set_kernel_node: a multiple of 8 bytes");
@@ -1149,7 +1169,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(LINK_LOGS, cumux_link_ref, 0)                            \
     X(LINK_DESTROY, cumux_link_ref, 0)                         \
     X(NODE_GET_PARAMS, cumux_node_query, 0)                    \
-    X(GRAPH_ADD_CHILD_NODE, cumux_graph_add_child, 0)
+    X(GRAPH_ADD_CHILD_NODE, cumux_graph_add_child, 0)          \
+    X(GRAPH_ADD_EVENT_NODE, cumux_graph_add_event_node, 0)     \
+    X(NODE_SET_EVENT, cumux_node_set_event, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1258,6 +1280,8 @@ enum cumux_op {
     CUMUX_OP_LINK_DESTROY,
     CUMUX_OP_NODE_GET_PARAMS,
     CUMUX_OP_GRAPH_ADD_CHILD_NODE,
+    CUMUX_OP_GRAPH_ADD_EVENT_NODE,
+    CUMUX_OP_NODE_SET_EVENT,
     CUMUX_OP_COUNT
 };
 

@@ -107,6 +107,11 @@ CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, u
 CUresult op_graph_add_child_node(struct srv_client *c, const struct cumux_graph_add_child *m,
                                  struct srv_graph *graph, struct srv_graph *child, const uint8_t *payload,
                                  uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+CUresult op_graph_add_event_node(struct srv_client *c, const struct cumux_graph_add_event_node *m,
+                                 struct srv_graph *graph, struct srv_event *event, const uint8_t *payload,
+                                 uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+CUresult op_node_set_event(struct srv_client *c, const struct cumux_node_set_event *m,
+                           struct srv_graph_node *node, struct srv_graph_exec *exec, struct srv_event *event);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -338,6 +343,8 @@ static const struct {
     [CUMUX_OP_LINK_DESTROY] = {sizeof(struct cumux_link_ref), 0},
     [CUMUX_OP_NODE_GET_PARAMS] = {sizeof(struct cumux_node_query), 0},
     [CUMUX_OP_GRAPH_ADD_CHILD_NODE] = {sizeof(struct cumux_graph_add_child), 0},
+    [CUMUX_OP_GRAPH_ADD_EVENT_NODE] = {sizeof(struct cumux_graph_add_event_node), 0},
+    [CUMUX_OP_NODE_SET_EVENT] = {sizeof(struct cumux_node_set_event), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1321,6 +1328,41 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_graph_add_child_node(c, m, graph, child, payload, payload_len, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_ADD_EVENT_NODE: {
+        const struct cumux_graph_add_event_node *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_event *event = handle_get(c, m->event, OBJ_EVENT);
+        if (!event) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_add_event_node(c, m, graph, event, payload, payload_len, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_NODE_SET_EVENT: {
+        const struct cumux_node_set_event *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph_exec *exec = m->exec ? handle_get(c, m->exec, OBJ_GRAPH_EXEC) : NULL;
+        if (m->exec && !exec) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_event *event = handle_get(c, m->event, OBJ_EVENT);
+        if (!event) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_node_set_event(c, m, node, exec, event);
         return 0;
     }
     default:

@@ -616,4 +616,11 @@ static inline CUresult shim_op_link_destroy(uint32_t link)
     return shim_call(CUMUX_OP_LINK_DESTROY, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* NODE_SET_EVENT: answered */
+static inline CUresult shim_op_node_set_event(uint32_t node, uint32_t exec, uint32_t event, uint32_t wait)
+{
+    struct cumux_node_set_event m = {.node = node, .exec = exec, .event = event, .wait = wait};
+    return shim_call(CUMUX_OP_NODE_SET_EVENT, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

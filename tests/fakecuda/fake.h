@@ -75,7 +75,8 @@ extern struct fc_stats fc_stats;
 void fc_stats_start(void);
 
 /* ---- work: one op per asynchronous call, run in stream order (fake_stream.c) ---- */
-enum fc_op_kind { OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY };
+/* OP_EVENT_NODE: a graph's event record or wait node, made a record or a wait when the graph is launched. */
+enum fc_op_kind { OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY, OP_EVENT_NODE };
 
 struct fc_func;
 struct fc_event;
@@ -124,6 +125,10 @@ struct fc_op {
             struct fc_stream *s;
             uint64_t seq;
         } wait;
+        struct {
+            struct fc_event *ev; /* holds a reference */
+            bool wait;
+        } evn;
         uint64_t free_ptr;
         struct {
             struct fc_op **ops;
@@ -134,6 +139,13 @@ struct fc_op {
 
 struct fc_op *fc_op_new(enum fc_op_kind kind, const char *call);
 struct fc_op *fc_op_clone(const struct fc_op *op);
+/* Event nodes (fake_stream.c): a new node's op, its event changed, its event; a launch of a graph's ops,
+ * where each record node records the event at the graph's end and each wait node waits for where the
+ * event was last recorded when the graph is launched (both conservative: never earlier than CUDA). */
+CUresult fc_event_node_op(CUevent he, bool wait, struct fc_op **out);
+CUresult fc_event_node_set(struct fc_op *op, CUevent he);
+CUevent fc_event_node_event(const struct fc_op *op);
+CUresult fc_submit_graph(CUstream hs, struct fc_op *graph_op);
 void fc_op_free(struct fc_op *op);
 void fc_op_check(const struct fc_op *op); /* the oracle on what the op will touch */
 void fc_op_run(struct fc_op *op);

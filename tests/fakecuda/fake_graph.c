@@ -410,6 +410,9 @@ CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *type)
         case OP_COPY: *type = CU_GRAPH_NODE_TYPE_MEMCPY; break;
         case OP_HOSTFN: *type = CU_GRAPH_NODE_TYPE_HOST; break;
         case OP_GRAPH: *type = CU_GRAPH_NODE_TYPE_GRAPH; break;
+        case OP_EVENT_NODE:
+            *type = nd->op->u.evn.wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+            break;
         default: *type = CU_GRAPH_NODE_TYPE_EMPTY; break;
         }
     }
@@ -659,7 +662,7 @@ CUresult cuGraphLaunch(CUgraphExec he, CUstream s)
         fc_op_free(op);
         return r;
     }
-    return fc_submit(s, op);
+    return fc_submit_graph(s, op);
 }
 
 CUresult cuGraphUpload(CUgraphExec he, CUstream s)
@@ -731,4 +734,82 @@ CUresult cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdateResultIn
     exec_ops_free(ops, n);
     free(src);
     return r;
+}
+
+/* ---------------------------------------------------------------- event record and wait nodes */
+
+static CUresult add_event_node(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUevent ev,
+                               bool wait)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_op *op;
+    CHECK_RET(fc_event_node_op(ev, wait, &op));
+    return add_public(out, hg, deps, ndeps, op);
+}
+
+CUresult cuGraphAddEventRecordNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUevent ev)
+{
+    return add_event_node(out, hg, deps, ndeps, ev, false);
+}
+
+CUresult cuGraphAddEventWaitNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t ndeps, CUevent ev)
+{
+    return add_event_node(out, hg, deps, ndeps, ev, true);
+}
+
+static CUresult node_event(CUgraphNode hn, bool wait, CUevent *out)
+{
+    CHECK_RET(fc_check_init());
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_gnode *nd = node_of_kind(hn, OP_EVENT_NODE);
+    bool ok = nd && nd->op->u.evn.wait == wait;
+    if (ok)
+        *out = fc_event_node_event(nd->op);
+    pthread_mutex_unlock(&fc_graph_mu);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hn, CUevent *out) { return node_event(hn, false, out); }
+CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hn, CUevent *out) { return node_event(hn, true, out); }
+
+static CUresult node_set_event(CUgraphNode hn, bool wait, CUevent ev)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_gnode *nd = node_of_kind(hn, OP_EVENT_NODE);
+    CUresult r = nd && nd->op->u.evn.wait == wait ? fc_event_node_set(nd->op, ev) : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
+CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hn, CUevent ev) { return node_set_event(hn, false, ev); }
+CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hn, CUevent ev) { return node_set_event(hn, true, ev); }
+
+static CUresult exec_set_event(CUgraphExec he, CUgraphNode hn, bool wait, CUevent ev)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_exec *e = exec_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->n; i++) {
+        struct fc_op *op = e->ops[i];
+        if ((CUgraphNode)e->src[i] == hn && op && op->kind == OP_EVENT_NODE && op->u.evn.wait == wait) {
+            r = fc_event_node_set(op, ev);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return r;
+}
+
+CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec he, CUgraphNode hn, CUevent ev)
+{
+    return exec_set_event(he, hn, false, ev);
+}
+
+CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec he, CUgraphNode hn, CUevent ev)
+{
+    return exec_set_event(he, hn, true, ev);
 }

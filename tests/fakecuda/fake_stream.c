@@ -131,6 +131,9 @@ void fc_op_free(struct fc_op *op)
     case OP_WAIT:
         stream_unref(op->u.wait.s);
         break;
+    case OP_EVENT_NODE:
+        event_unref(op->u.evn.ev);
+        break;
     case OP_GRAPH:
         for (size_t i = 0; i < op->u.graph.n; i++)
             fc_op_free(op->u.graph.ops[i]);
@@ -172,7 +175,9 @@ struct fc_op *fc_op_clone(const struct fc_op *op)
             return NULL;
         }
     }
-    /* Graph nodes hold kernels, copies, memsets, host functions, child graphs: nothing that holds references. */
+    if (op->kind == OP_EVENT_NODE)
+        atomic_fetch_add(&op->u.evn.ev->refs, 1);
+    /* Other graph nodes hold kernels, copies, memsets, host functions, child graphs: no references. */
     return c;
 }
 
@@ -295,6 +300,7 @@ void fc_op_run(struct fc_op *op)
                 fc_op_run(op->u.graph.ops[i]);
         break;
     case OP_EMPTY:
+    case OP_EVENT_NODE: /* made a record or a wait at launch; one left is a graph never launched as such */
         break;
     }
 }
@@ -1051,6 +1057,125 @@ CUresult cuEventRecord(CUevent he, CUstream hs)
         fc_op_free(op);
     if (old)
         stream_unref(old);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- event nodes of graphs */
+
+CUresult fc_event_node_op(CUevent he, bool wait, struct fc_op **out)
+{
+    struct fc_event *e = event_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = fc_op_new(OP_EVENT_NODE, wait ? "graph event wait node" : "graph event record node");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    atomic_fetch_add(&e->refs, 1);
+    op->u.evn.ev = e;
+    op->u.evn.wait = wait;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult fc_event_node_set(struct fc_op *op, CUevent he)
+{
+    struct fc_event *e = event_get(he);
+    if (!e || op->kind != OP_EVENT_NODE)
+        return CUDA_ERROR_INVALID_VALUE;
+    atomic_fetch_add(&e->refs, 1);
+    event_unref(op->u.evn.ev);
+    op->u.evn.ev = e;
+    return CUDA_SUCCESS;
+}
+
+CUevent fc_event_node_event(const struct fc_op *op)
+{
+    return op->kind == OP_EVENT_NODE ? (CUevent)op->u.evn.ev : NULL;
+}
+
+static size_t count_records(const struct fc_op *op)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < op->u.graph.n; i++) {
+        const struct fc_op *o = op->u.graph.ops[i];
+        n += o && o->kind == OP_GRAPH ? count_records(o) : o && o->kind == OP_EVENT_NODE && !o->u.evn.wait;
+    }
+    return n;
+}
+
+/* Waits become waits for the events' last records; records get their generation, and their events go
+ * into recs with a reference of the caller's (the queued op may be gone when they are placed). ev_mu held. */
+static void resolve_event_nodes(struct fc_op *op, struct fc_event **recs, size_t *nrecs)
+{
+    for (size_t i = 0; i < op->u.graph.n; i++) {
+        struct fc_op *o = op->u.graph.ops[i];
+        if (o && o->kind == OP_GRAPH) {
+            resolve_event_nodes(o, recs, nrecs);
+        } else if (o && o->kind == OP_EVENT_NODE && o->u.evn.wait) {
+            struct fc_event *e = o->u.evn.ev;
+            if (e->s) {
+                stream_ref(e->s);
+                o->kind = OP_WAIT;
+                o->u.wait.s = e->s;
+                o->u.wait.seq = e->seq;
+            } else {
+                o->kind = OP_EMPTY; /* never recorded: nothing to wait for */
+            }
+            event_unref(e);
+        } else if (o && o->kind == OP_EVENT_NODE) {
+            struct fc_event *e = o->u.evn.ev; /* the node's reference passes to the record */
+            o->kind = OP_RECORD;
+            o->u.rec.ev = e;
+            o->u.rec.gen = ++e->gen;
+            atomic_fetch_add(&e->refs, 1);
+            recs[(*nrecs)++] = e;
+        }
+    }
+}
+
+CUresult fc_submit_graph(CUstream hs, struct fc_op *op)
+{
+    struct fc_stream *s = stream_get(hs);
+    if (!s) {
+        fc_op_free(op);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    fc_op_check(op);
+    pthread_mutex_lock(&fc_graph_mu);
+    if (s->cap) { /* a launch captured: its event nodes are resolved when the capture's graph is launched */
+        CUresult r = capture_op(s, op);
+        pthread_mutex_unlock(&fc_graph_mu);
+        return r;
+    }
+    size_t n = count_records(op), nrecs = 0;
+    struct fc_event **recs = calloc(n ? n : 1, sizeof *recs);
+    struct fc_stream **old = calloc(n ? n : 1, sizeof *old);
+    if (!recs || !old) {
+        pthread_mutex_unlock(&fc_graph_mu);
+        free(recs);
+        free(old);
+        fc_op_free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&ev_mu);
+    resolve_event_nodes(op, recs, &nrecs);
+    uint64_t seq = enqueue(s, op, NULL); /* the op is the executor's from here */
+    for (size_t i = 0; i < nrecs; i++) { /* each recorded event's position: the graph's end */
+        old[i] = recs[i]->s;
+        stream_ref(s);
+        recs[i]->s = s;
+        recs[i]->seq = seq;
+        recs[i]->cap_id = 0;
+    }
+    pthread_mutex_unlock(&ev_mu);
+    pthread_mutex_unlock(&fc_graph_mu);
+    for (size_t i = 0; i < nrecs; i++) {
+        if (old[i])
+            stream_unref(old[i]);
+        event_unref(recs[i]);
+    }
+    free(recs);
+    free(old);
     return CUDA_SUCCESS;
 }
 

@@ -227,6 +227,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_NODE_GET_PARAMS, CUMUX_NO_REPLY, sizeof(struct cumux_node_query), "NODE_GET_PARAMS (answered) one-way"},
     {CUMUX_OP_GRAPH_ADD_CHILD_NODE, 1, sizeof(struct cumux_graph_add_child) - 8, "GRAPH_ADD_CHILD_NODE with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_ADD_CHILD_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_child), "GRAPH_ADD_CHILD_NODE (answered) one-way"},
+    {CUMUX_OP_GRAPH_ADD_EVENT_NODE, 1, sizeof(struct cumux_graph_add_event_node) - 8, "GRAPH_ADD_EVENT_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_ADD_EVENT_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_event_node), "GRAPH_ADD_EVENT_NODE (answered) one-way"},
+    {CUMUX_OP_NODE_SET_EVENT, 1, sizeof(struct cumux_node_set_event) - 8, "NODE_SET_EVENT with a body 8 bytes short"},
+    {CUMUX_OP_NODE_SET_EVENT, CUMUX_NO_REPLY, sizeof(struct cumux_node_set_event), "NODE_SET_EVENT (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -309,6 +313,11 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_NODE_GET_PARAMS, sizeof(struct cumux_node_query), offsetof(struct cumux_node_query, node), "NODE_GET_PARAMS.node: a node never given"},
     {CUMUX_OP_GRAPH_ADD_CHILD_NODE, sizeof(struct cumux_graph_add_child), offsetof(struct cumux_graph_add_child, graph), "GRAPH_ADD_CHILD_NODE.graph: a graph never given"},
     {CUMUX_OP_GRAPH_ADD_CHILD_NODE, sizeof(struct cumux_graph_add_child), offsetof(struct cumux_graph_add_child, child), "GRAPH_ADD_CHILD_NODE.child: a graph never given"},
+    {CUMUX_OP_GRAPH_ADD_EVENT_NODE, sizeof(struct cumux_graph_add_event_node), offsetof(struct cumux_graph_add_event_node, graph), "GRAPH_ADD_EVENT_NODE.graph: a graph never given"},
+    {CUMUX_OP_GRAPH_ADD_EVENT_NODE, sizeof(struct cumux_graph_add_event_node), offsetof(struct cumux_graph_add_event_node, event), "GRAPH_ADD_EVENT_NODE.event: a event never given"},
+    {CUMUX_OP_NODE_SET_EVENT, sizeof(struct cumux_node_set_event), offsetof(struct cumux_node_set_event, node), "NODE_SET_EVENT.node: a node never given"},
+    {CUMUX_OP_NODE_SET_EVENT, sizeof(struct cumux_node_set_event), offsetof(struct cumux_node_set_event, exec), "NODE_SET_EVENT.exec: a exec never given"},
+    {CUMUX_OP_NODE_SET_EVENT, sizeof(struct cumux_node_set_event), offsetof(struct cumux_node_set_event, event), "NODE_SET_EVENT.event: a event never given"},
 };
 
 #endif

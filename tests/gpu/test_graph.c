@@ -1,7 +1,8 @@
 /* CUDA graphs through the driver API: stream capture (kernels, memset, copy to pinned memory, a host
  * function, work forked to a second stream by events), explicit graphs (kernel, memset, memcpy, empty
  * and host nodes with dependencies), instantiate, many launches, kernel parameters changed in an
- * instance, and cuGraphExecUpdate. Results against the CPU. */
+ * instance, and cuGraphExecUpdate; event record and wait nodes ordering two graphs on two streams. Results
+ * against the CPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,100 @@ static void expect_scaled(const float *got, const float *in, float a, float b, c
         if (got[i] != want)
             gt_fail("%s: element %d is %g, expected %g", what, i, got[i], want);
     }
+}
+
+/* Event record and wait nodes: one graph spins a kernel for a while, then sets a flag and records an
+ * event; another, launched at once on another stream, waits for the event and copies the flag. Without
+ * the wait the copy would read the flag before it is set. The nodes' events are read back and changed,
+ * in the graph and in an instance. */
+static void event_nodes(CUmodule mod, CUstream s, CUstream s2)
+{
+    CUfunction spin = gt_function(mod, "spin_flag"), copy = gt_function(mod, "copy_flag");
+    CUdevice dev;
+    CK(cuCtxGetDevice(&dev));
+    CUdeviceptr flag, got;
+    CK(cuMemAlloc(&flag, sizeof(int)));
+    CK(cuMemAlloc(&got, sizeof(int)));
+    CUevent ev, ev2;
+    CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventCreate(&ev2, CU_EVENT_DISABLE_TIMING));
+
+    long long cycles = gt_cycles_for_ms(dev, 100);
+    int value = 42;
+    void *sargs[] = {&cycles, &flag, &value};
+    CUDA_KERNEL_NODE_PARAMS kp = {.func = spin, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+                                  .blockDimY = 1, .blockDimZ = 1, .kernelParams = sargs};
+    CUgraph producer, consumer;
+    CUgraphNode k1, rec, wait, k2;
+    CK(cuGraphCreate(&producer, 0));
+    CK(cuGraphAddKernelNode(&k1, producer, NULL, 0, &kp));
+    CK(cuGraphAddEventRecordNode(&rec, producer, &k1, 1, ev));
+    void *cargs[] = {&flag, &got};
+    kp.func = copy;
+    kp.kernelParams = cargs;
+    CK(cuGraphCreate(&consumer, 0));
+    CK(cuGraphAddEventWaitNode(&wait, consumer, NULL, 0, ev));
+    CK(cuGraphAddKernelNode(&k2, consumer, &wait, 1, &kp));
+
+    CUgraphNodeType t;
+    CK(cuGraphNodeGetType(rec, &t));
+    if (t != CU_GRAPH_NODE_TYPE_EVENT_RECORD)
+        gt_fail("an event record node is of type %d", (int)t);
+    CK(cuGraphNodeGetType(wait, &t));
+    if (t != CU_GRAPH_NODE_TYPE_WAIT_EVENT)
+        gt_fail("an event wait node is of type %d", (int)t);
+    CUevent e_got;
+    CK(cuGraphEventRecordNodeGetEvent(rec, &e_got));
+    if (e_got != ev)
+        gt_fail("cuGraphEventRecordNodeGetEvent gave %p, not the node's event %p", (void *)e_got, (void *)ev);
+    CK(cuGraphEventWaitNodeGetEvent(wait, &e_got));
+    if (e_got != ev)
+        gt_fail("cuGraphEventWaitNodeGetEvent gave %p, not the node's event %p", (void *)e_got, (void *)ev);
+    EXPECT_RC(cuGraphEventWaitNodeGetEvent(rec, &e_got), CUDA_ERROR_INVALID_VALUE);
+
+    CUgraphExec pe, ce;
+    CK(cuGraphInstantiate(&pe, producer, 0));
+    CK(cuGraphInstantiate(&ce, consumer, 0));
+    for (int round = 0; round < 3; round++) {
+        int zero = 0, out = -1;
+        CK(cuMemcpyHtoD(flag, &zero, sizeof zero));
+        CK(cuMemcpyHtoD(got, &zero, sizeof zero));
+        value = 42 + round;
+        void *a[] = {&cycles, &flag, &value};
+        kp.func = spin;
+        kp.kernelParams = a;
+        CK(cuGraphExecKernelNodeSetParams(pe, k1, &kp));
+        if (round == 2) { /* the instance's nodes moved to ev2 and back to ev */
+            CK(cuGraphExecEventRecordNodeSetEvent(pe, rec, ev2));
+            CK(cuGraphExecEventWaitNodeSetEvent(ce, wait, ev2));
+        }
+        CK(cuGraphLaunch(pe, s));
+        CK(cuGraphLaunch(ce, s2));
+        CK(cuStreamSynchronize(s2));
+        CK(cuMemcpyDtoH(&out, got, sizeof out));
+        if (out != value)
+            gt_fail("round %d: the waiting graph copied %d, not the %d the other set before its event", round, out,
+                    value);
+        CK(cuStreamSynchronize(s));
+        CK(cuEventQuery(round == 2 ? ev2 : ev));
+    }
+
+    /* The graph's own node changed: an instance made after it uses ev2. */
+    CK(cuGraphEventRecordNodeSetEvent(rec, ev2));
+    CK(cuGraphEventRecordNodeGetEvent(rec, &e_got));
+    if (e_got != ev2)
+        gt_fail("after cuGraphEventRecordNodeSetEvent the node names %p, not %p", (void *)e_got, (void *)ev2);
+    CK(cuGraphEventWaitNodeSetEvent(wait, ev2));
+    EXPECT_RC(cuGraphEventRecordNodeSetEvent(wait, ev), CUDA_ERROR_INVALID_VALUE);
+
+    CK(cuGraphExecDestroy(pe));
+    CK(cuGraphExecDestroy(ce));
+    CK(cuGraphDestroy(producer));
+    CK(cuGraphDestroy(consumer));
+    CK(cuEventDestroy(ev));
+    CK(cuEventDestroy(ev2));
+    CK(cuMemFree(flag));
+    CK(cuMemFree(got));
 }
 
 int main(void)
@@ -308,6 +403,8 @@ int main(void)
     CK(cuGraphExecDestroy(pexec));
     CK(cuGraphDestroy(parent));
     CK(cuGraphDestroy(child));
+
+    event_nodes(mod, s, s2);
 
     CK(cuGraphExecDestroy(gexec));
     CK(cuGraphExecDestroy(ge));
