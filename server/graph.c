@@ -439,6 +439,37 @@ CUresult op_graph_set_kernel_node(struct srv_client *c, struct srv_graph_node *n
     return cuGraphExecKernelNodeSetParams(exec->e, node->n, &kp);
 }
 
+CUresult op_graph_set_memset_node(struct srv_client *c, struct srv_graph_node *node, struct srv_graph_exec *exec,
+                                  const uint8_t *payload, uint32_t payload_len)
+{
+    const struct cumux_memset *ms = (const void *)payload;
+    uint64_t span;
+    if (payload_len < sizeof *ms || !memset_span(ms, &span) || span == 0 || !dev_ok(c, ms->dst, span))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, c->current_gpu);
+    uint64_t row = ms->width * ms->elem_size; /* no overflow: memset_span checked it */
+    CUDA_MEMSET_NODE_PARAMS p = {.dst = ms->dst, .pitch = (size_t)(ms->pitch ? ms->pitch : row), .value = ms->value,
+                                 .elementSize = ms->elem_size, .width = (size_t)ms->width, .height = (size_t)ms->height};
+    if (!exec)
+        return cuGraphMemsetNodeSetParams(node->n, &p);
+    return cuGraphExecMemsetNodeSetParams(exec->e, node->n, &p, srv_gpus[c->current_gpu].ctx);
+}
+
+CUresult op_graph_set_host_node(struct srv_client *c, const struct cumux_graph_set_host_node *m,
+                                struct srv_graph_node *node, struct srv_graph_exec *exec)
+{
+    use_gpu(c, c->current_gpu);
+    struct hostfn_job *j = malloc(sizeof *j);
+    if (!j)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *j = (struct hostfn_job){.c = c, .id = m->host_fn_id, .persistent = true};
+    srv_keep_hostfn_job(c, j); /* kept for the client's life: an instance made before may still name the old one */
+    CUDA_HOST_NODE_PARAMS hp = {.fn = hostfn_trampoline, .userData = j};
+    if (!exec)
+        return cuGraphHostNodeSetParams(node->n, &hp);
+    return cuGraphExecHostNodeSetParams(exec->e, node->n, &hp);
+}
+
 CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, struct srv_graph *graph,
                            const uint8_t *payload, uint32_t payload_len)
 {

@@ -466,6 +466,48 @@ CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *d
     return add_node(CUMUX_OP_GRAPH_ADD_MEMSET_NODE, node, g, deps, n, 0, &ms, sizeof ms, NULL);
 }
 
+static CUresult set_memset(CUgraphExec x, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    if (!node_ok(node) || !p || (x && !exec_ok(x)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct {
+        struct cumux_graph_set_node h;
+        struct cumux_memset ms;
+    } m = {.h = {.node = node->handle, .exec = x ? x->handle : 0},
+           .ms = {.elem_size = p->elementSize, .dst = p->dst, .pitch = p->height > 1 ? p->pitch : 0,
+                  .width = p->width, .height = p->height, .value = p->value}};
+    _Static_assert(sizeof m == sizeof m.h + sizeof m.ms, "the memset follows the body unpadded");
+    return shim_call(CUMUX_OP_GRAPH_SET_MEMSET_NODE, &m, sizeof m, NULL, 0, NULL);
+}
+
+CUresult cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    return set_memset(NULL, node, p);
+}
+
+CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec x, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    (void)ctx;
+    return x ? set_memset(x, node, p) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult set_host(CUgraphExec x, CUgraphNode node, const CUDA_HOST_NODE_PARAMS *p)
+{
+    if (!node_ok(node) || !p || !p->fn || (x && !exec_ok(x)))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t id = shim_hostfn_register(p->fn, p->userData, true);
+    if (!id)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return shim_op_graph_set_host_node(node->handle, x ? x->handle : 0, id);
+}
+
+CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS *p) { return set_host(NULL, node, p); }
+
+CUresult cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode node, const CUDA_HOST_NODE_PARAMS *p)
+{
+    return x ? set_host(x, node, p) : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* One end of a copy node: device memory, or pinned host memory by the server's address. */
 static CUresult copy_end(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch, size_t span,
                          uint64_t *addr, bool *is_dev)

@@ -774,6 +774,19 @@ struct cumux_graph_add_event_node {
     uint32_t wait;
 };
 
+/* A memset node's new parameters (struct cumux_memset follows), in its graph or an instance */
+struct cumux_graph_set_node {
+    uint32_t node; /* handle of a node */
+    uint32_t exec; /* handle of a exec or 0; 0: the node's own graph */
+};
+
+/* A host node's new function and argument, in its graph or an instance */
+struct cumux_graph_set_host_node {
+    uint32_t node;       /* handle of a node */
+    uint32_t exec;       /* handle of a exec or 0; 0: the node's own graph */
+    uint64_t host_fn_id; /* the client's own number for the function and its argument */
+};
+
 /* cuGraph(Exec)EventRecordNodeSetEvent / EventWaitNodeSetEvent */
 struct cumux_node_set_event {
     uint32_t node;  /* handle of a node */
@@ -1050,6 +1063,9 @@ _Static_assert(sizeof(struct cumux_exec_update_reply) % 8 == 0, "exec_update_rep
 _Static_assert(sizeof(struct cumux_graph_add_node) % 8 == 0, "graph_add_node: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_child) % 8 == 0, "graph_add_child: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_event_node) % 8 == 0, "graph_add_event_node: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_set_node) % 8 == 0, "graph_set_node: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_set_host_node) % 8 == 0, "graph_set_host_node: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_graph_set_host_node, host_fn_id) % 8 == 0, "graph_set_host_node.host_fn_id: 8-aligned");
 _Static_assert(sizeof(struct cumux_node_set_event) % 8 == 0, "node_set_event: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_host_node) % 8 == 0, "graph_add_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_add_host_node, host_fn_id) % 8 == 0, "graph_add_host_node.host_fn_id: 8-aligned");
@@ -1171,7 +1187,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(NODE_GET_PARAMS, cumux_node_query, 0)                    \
     X(GRAPH_ADD_CHILD_NODE, cumux_graph_add_child, 0)          \
     X(GRAPH_ADD_EVENT_NODE, cumux_graph_add_event_node, 0)     \
-    X(NODE_SET_EVENT, cumux_node_set_event, 0)
+    X(NODE_SET_EVENT, cumux_node_set_event, 0)                 \
+    X(GRAPH_SET_MEMSET_NODE, cumux_graph_set_node, 0)          \
+    X(GRAPH_SET_HOST_NODE, cumux_graph_set_host_node, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1282,6 +1300,8 @@ enum cumux_op {
     CUMUX_OP_GRAPH_ADD_CHILD_NODE,
     CUMUX_OP_GRAPH_ADD_EVENT_NODE,
     CUMUX_OP_NODE_SET_EVENT,
+    CUMUX_OP_GRAPH_SET_MEMSET_NODE,
+    CUMUX_OP_GRAPH_SET_HOST_NODE,
     CUMUX_OP_COUNT
 };
 

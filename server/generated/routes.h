@@ -112,6 +112,10 @@ CUresult op_graph_add_event_node(struct srv_client *c, const struct cumux_graph_
                                  uint32_t payload_len, uint8_t *out, uint32_t *out_len);
 CUresult op_node_set_event(struct srv_client *c, const struct cumux_node_set_event *m,
                            struct srv_graph_node *node, struct srv_graph_exec *exec, struct srv_event *event);
+CUresult op_graph_set_memset_node(struct srv_client *c, struct srv_graph_node *node,
+                                  struct srv_graph_exec *exec, const uint8_t *payload, uint32_t payload_len);
+CUresult op_graph_set_host_node(struct srv_client *c, const struct cumux_graph_set_host_node *m,
+                                struct srv_graph_node *node, struct srv_graph_exec *exec);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -345,6 +349,8 @@ static const struct {
     [CUMUX_OP_GRAPH_ADD_CHILD_NODE] = {sizeof(struct cumux_graph_add_child), 0},
     [CUMUX_OP_GRAPH_ADD_EVENT_NODE] = {sizeof(struct cumux_graph_add_event_node), 0},
     [CUMUX_OP_NODE_SET_EVENT] = {sizeof(struct cumux_node_set_event), 0},
+    [CUMUX_OP_GRAPH_SET_MEMSET_NODE] = {sizeof(struct cumux_graph_set_node), 0},
+    [CUMUX_OP_GRAPH_SET_HOST_NODE] = {sizeof(struct cumux_graph_set_host_node), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1363,6 +1369,36 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_node_set_event(c, m, node, exec, event);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_SET_MEMSET_NODE: {
+        const struct cumux_graph_set_node *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph_exec *exec = m->exec ? handle_get(c, m->exec, OBJ_GRAPH_EXEC) : NULL;
+        if (m->exec && !exec) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_set_memset_node(c, node, exec, payload, payload_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_SET_HOST_NODE: {
+        const struct cumux_graph_set_host_node *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph_exec *exec = m->exec ? handle_get(c, m->exec, OBJ_GRAPH_EXEC) : NULL;
+        if (m->exec && !exec) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_set_host_node(c, m, node, exec);
         return 0;
     }
     default:

@@ -623,4 +623,11 @@ static inline CUresult shim_op_node_set_event(uint32_t node, uint32_t exec, uint
     return shim_call(CUMUX_OP_NODE_SET_EVENT, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* GRAPH_SET_HOST_NODE: answered */
+static inline CUresult shim_op_graph_set_host_node(uint32_t node, uint32_t exec, uint64_t host_fn_id)
+{
+    struct cumux_graph_set_host_node m = {.node = node, .exec = exec, .host_fn_id = host_fn_id};
+    return shim_call(CUMUX_OP_GRAPH_SET_HOST_NODE, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

@@ -174,16 +174,24 @@ CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *dep
     return add_public(out, g, deps, ndeps, NULL);
 }
 
-CUresult cuGraphAddHostNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                            const CUDA_HOST_NODE_PARAMS *p)
+static CUresult host_node_op(const CUDA_HOST_NODE_PARAMS *p, struct fc_op **out)
 {
     if (!p || !p->fn)
         return CUDA_ERROR_INVALID_VALUE;
-    struct fc_op *op = fc_op_new(OP_HOSTFN, "cuGraphAddHostNode");
+    struct fc_op *op = fc_op_new(OP_HOSTFN, "graph host node");
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
     op->u.h.fn = p->fn;
     op->u.h.data = p->userData;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddHostNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                            const CUDA_HOST_NODE_PARAMS *p)
+{
+    struct fc_op *op;
+    CHECK_RET(host_node_op(p, &op));
     return add_public(out, g, deps, ndeps, op);
 }
 
@@ -234,13 +242,11 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *de
     return add_public(out, g, deps, ndeps, op);
 }
 
-CUresult cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                              const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+static CUresult memset_node_op(const CUDA_MEMSET_NODE_PARAMS *p, struct fc_op **out)
 {
-    (void)ctx;
     if (!p || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) || !p->width || !p->height)
         return CUDA_ERROR_INVALID_VALUE;
-    struct fc_op *op = fc_op_new(OP_MEMSET, "cuGraphAddMemsetNode");
+    struct fc_op *op = fc_op_new(OP_MEMSET, "graph memset node");
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
     op->u.ms = (struct fc_memset){.dst = p->dst, .pitch = p->pitch, .width = p->width, .height = p->height,
@@ -251,7 +257,16 @@ CUresult cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g, const CUgraphNode *de
         return r;
     }
     fc_op_check(op);
-    op->call = "graph memset node";
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                              const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    (void)ctx;
+    struct fc_op *op;
+    CHECK_RET(memset_node_op(p, &op));
     return add_public(out, g, deps, ndeps, op);
 }
 
@@ -812,4 +827,77 @@ CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec he, CUgraphNode hn, CUev
 CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec he, CUgraphNode hn, CUevent ev)
 {
     return exec_set_event(he, hn, true, ev);
+}
+
+/* ---------------------------------------------------------------- memset and host node parameters */
+
+/* op (of kind) in place of the node's own, in its graph (he NULL) or in an instance; op is consumed. */
+static CUresult replace_op(CUgraphExec he, CUgraphNode hn, enum fc_op_kind kind, struct fc_op *op)
+{
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (!he) {
+        pthread_mutex_lock(&fc_graph_mu);
+        struct fc_gnode *nd = node_get(hn);
+        if (nd && nd->op && nd->op->kind == kind) {
+            fc_op_free(nd->op);
+            nd->op = op;
+            op = NULL;
+            r = CUDA_SUCCESS;
+        }
+        pthread_mutex_unlock(&fc_graph_mu);
+    } else {
+        struct fc_exec *e = exec_get(he);
+        if (e) {
+            pthread_mutex_lock(&e->mu);
+            for (size_t i = 0; i < e->n; i++) {
+                if ((CUgraphNode)e->src[i] == hn && e->ops[i] && e->ops[i]->kind == kind) {
+                    fc_op_free(e->ops[i]);
+                    e->ops[i] = op;
+                    op = NULL;
+                    r = CUDA_SUCCESS;
+                    break;
+                }
+            }
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+    fc_op_free(op);
+    return r;
+}
+
+CUresult cuGraphMemsetNodeSetParams(CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_op *op;
+    CHECK_RET(memset_node_op(p, &op));
+    return replace_op(NULL, hn, OP_MEMSET, op);
+}
+
+CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    (void)ctx;
+    CHECK_RET(fc_check_init());
+    if (!he)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op;
+    CHECK_RET(memset_node_op(p, &op));
+    return replace_op(he, hn, OP_MEMSET, op);
+}
+
+CUresult cuGraphHostNodeSetParams(CUgraphNode hn, const CUDA_HOST_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_op *op;
+    CHECK_RET(host_node_op(p, &op));
+    return replace_op(NULL, hn, OP_HOSTFN, op);
+}
+
+CUresult cuGraphExecHostNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_HOST_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    if (!he)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op;
+    CHECK_RET(host_node_op(p, &op));
+    return replace_op(he, hn, OP_HOSTFN, op);
 }

@@ -231,6 +231,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_ADD_EVENT_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_event_node), "GRAPH_ADD_EVENT_NODE (answered) one-way"},
     {CUMUX_OP_NODE_SET_EVENT, 1, sizeof(struct cumux_node_set_event) - 8, "NODE_SET_EVENT with a body 8 bytes short"},
     {CUMUX_OP_NODE_SET_EVENT, CUMUX_NO_REPLY, sizeof(struct cumux_node_set_event), "NODE_SET_EVENT (answered) one-way"},
+    {CUMUX_OP_GRAPH_SET_MEMSET_NODE, 1, sizeof(struct cumux_graph_set_node) - 8, "GRAPH_SET_MEMSET_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_SET_MEMSET_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_set_node), "GRAPH_SET_MEMSET_NODE (answered) one-way"},
+    {CUMUX_OP_GRAPH_SET_HOST_NODE, 1, sizeof(struct cumux_graph_set_host_node) - 8, "GRAPH_SET_HOST_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_SET_HOST_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_set_host_node), "GRAPH_SET_HOST_NODE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -318,6 +322,10 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_NODE_SET_EVENT, sizeof(struct cumux_node_set_event), offsetof(struct cumux_node_set_event, node), "NODE_SET_EVENT.node: a node never given"},
     {CUMUX_OP_NODE_SET_EVENT, sizeof(struct cumux_node_set_event), offsetof(struct cumux_node_set_event, exec), "NODE_SET_EVENT.exec: a exec never given"},
     {CUMUX_OP_NODE_SET_EVENT, sizeof(struct cumux_node_set_event), offsetof(struct cumux_node_set_event, event), "NODE_SET_EVENT.event: a event never given"},
+    {CUMUX_OP_GRAPH_SET_MEMSET_NODE, sizeof(struct cumux_graph_set_node), offsetof(struct cumux_graph_set_node, node), "GRAPH_SET_MEMSET_NODE.node: a node never given"},
+    {CUMUX_OP_GRAPH_SET_MEMSET_NODE, sizeof(struct cumux_graph_set_node), offsetof(struct cumux_graph_set_node, exec), "GRAPH_SET_MEMSET_NODE.exec: a exec never given"},
+    {CUMUX_OP_GRAPH_SET_HOST_NODE, sizeof(struct cumux_graph_set_host_node), offsetof(struct cumux_graph_set_host_node, node), "GRAPH_SET_HOST_NODE.node: a node never given"},
+    {CUMUX_OP_GRAPH_SET_HOST_NODE, sizeof(struct cumux_graph_set_host_node), offsetof(struct cumux_graph_set_host_node, exec), "GRAPH_SET_HOST_NODE.exec: a exec never given"},
 };
 
 #endif

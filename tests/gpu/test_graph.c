@@ -1,7 +1,8 @@
 /* CUDA graphs through the driver API: stream capture (kernels, memset, copy to pinned memory, a host
  * function, work forked to a second stream by events), explicit graphs (kernel, memset, memcpy, empty
  * and host nodes with dependencies), instantiate, many launches, kernel parameters changed in an
- * instance, and cuGraphExecUpdate; event record and wait nodes ordering two graphs on two streams. Results
+ * instance, memset and host nodes changed in a graph and in an instance, and cuGraphExecUpdate; event record
+ * and wait nodes ordering two graphs on two streams. Results
  * against the CPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,24 @@ static void CUDA_CB count_call(void *arg)
 {
     (void)arg;
     host_calls++;
+}
+
+static int other_calls;
+static void CUDA_CB count_other(void *arg)
+{
+    (void)arg;
+    other_calls++;
+}
+
+/* Every word of got[0..N) is v. */
+static void expect_words(const void *got, uint32_t v, const char *what)
+{
+    for (int i = 0; i < N; i++) {
+        uint32_t w;
+        memcpy(&w, (const char *)got + 4 * (size_t)i, 4);
+        if (w != v)
+            gt_fail("%s: word %d is 0x%x, expected 0x%x", what, i, w, v);
+    }
 }
 
 static void expect_scaled(const float *got, const float *in, float a, float b, const char *what)
@@ -324,6 +343,46 @@ int main(void)
     CK(cuGraphLaunch(gexec, s));
     CK(cuStreamSynchronize(s));
     expect_scaled(h_out, h_in, a1 * a2, b1 * a2 + b2, "instance after cuGraphExecUpdate");
+
+    /* ---- memset and host node parameters changed, in the graph and then in an instance ---- */
+    CUgraph mg;
+    CUgraphNode mset, mcpy, mhost;
+    CK(cuGraphCreate(&mg, 0));
+    CUDA_MEMSET_NODE_PARAMS m1 = {.dst = out, .value = 0x11111111u, .elementSize = 4, .width = N, .height = 1};
+    CK(cuGraphAddMemsetNode(&mset, mg, NULL, 0, &m1, NULL));
+    CK(cuGraphAddMemcpyNode(&mcpy, mg, &mset, 1, &cp, NULL)); /* out to h_out */
+    CUDA_HOST_NODE_PARAMS h1 = {.fn = count_call}, h2 = {.fn = count_other};
+    CK(cuGraphAddHostNode(&mhost, mg, &mcpy, 1, &h1));
+    m1.value = 0x22222222u;
+    CK(cuGraphMemsetNodeSetParams(mset, &m1));
+    CK(cuGraphHostNodeSetParams(mhost, &h2));
+    CUDA_MEMSET_NODE_PARAMS mgot;
+    CK(cuGraphMemsetNodeGetParams(mset, &mgot));
+    if (mgot.value != 0x22222222u)
+        gt_fail("a memset node's value reads back as 0x%x after it was set to 0x22222222", mgot.value);
+    CUgraphExec mx;
+    CK(cuGraphInstantiate(&mx, mg, 0));
+    host_calls = other_calls = 0;
+    CK(cuGraphLaunch(mx, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x22222222u, "memset node after cuGraphMemsetNodeSetParams");
+    if (host_calls != 0 || other_calls != 1)
+        gt_fail("after cuGraphHostNodeSetParams the old function ran %d times, the new %d (expected 0, 1)", host_calls,
+                other_calls);
+    m1.value = 0x33333333u;
+    CK(cuGraphExecMemsetNodeSetParams(mx, mset, &m1, NULL));
+    CK(cuGraphExecHostNodeSetParams(mx, mhost, &h1));
+    CK(cuGraphLaunch(mx, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x33333333u, "memset node after cuGraphExecMemsetNodeSetParams");
+    if (host_calls != 1 || other_calls != 1)
+        gt_fail("after cuGraphExecHostNodeSetParams the functions ran %d and %d times (expected 1, 1)", host_calls,
+                other_calls);
+    CK(cuGraphMemsetNodeGetParams(mset, &mgot));
+    if (mgot.value != 0x22222222u)
+        gt_fail("changing the instance changed the graph's memset node (0x%x)", mgot.value);
+    CK(cuGraphExecDestroy(mx));
+    CK(cuGraphDestroy(mg));
 
     /* ---- the capture's graph and dependencies, as PyTorch's conditional nodes use them: a kernel is
      * captured; the capture's graph gets an empty node after it by hand; the capture is told to depend
