@@ -62,21 +62,14 @@ wait_file() { # FILE SECONDS
     for ((i = 0; i < $2 * 10; i++)); do [ -e "$1" ] && return 0; sleep 0.1; done
     return 1
 }
-phase_cold() { # MODE CMD...: the first start-up, compile caches empty
-    local mode=$1
-    shift
-    prog "cold.$mode" -- "$@"
+# phase_solo PHASE MODE CMD...: one start-up alone (PHASE cold: the first, compile caches empty; solo: after)
+phase_solo() {
+    local phase=$1 mode=$2
+    shift 2
+    prog "$phase.$mode" -- "$@"
     wait $!
-    R[cold,$mode]=$(line_of "$out/cold.$mode.log")
-    log "cold $mode: ${R[cold,$mode]:-failed: $(tail -1 "$out/cold.$mode.log" | cut -c1-150)}"
-}
-phase_solo() { # MODE CMD...
-    local mode=$1
-    shift
-    prog "solo.$mode" -- "$@"
-    wait $!
-    R[solo,$mode]=$(line_of "$out/solo.$mode.log")
-    log "solo $mode: ${R[solo,$mode]:-failed: $(tail -1 "$out/solo.$mode.log" | cut -c1-150)}"
+    R[$phase,$mode]=$(line_of "$out/$phase.$mode.log")
+    log "$phase $mode: ${R[$phase,$mode]:-failed: $(tail -1 "$out/$phase.$mode.log" | cut -c1-150)}"
 }
 phase_join() { # MODE CMD...
     local mode=$1 d
@@ -112,22 +105,22 @@ phase_pair() { # MODE CMD...
     log "pair $mode: ${R[pair,$mode]:-failed} images/s (${ia:-?} + ${ib:-?})"
 }
 # native (the join phase is MPS's and cumux's: natively the two are time-sliced)
-want solo && phase_cold native "$py"
-want solo && phase_solo native "$py"
-[ -x "$cli" ] && want trace && phase_solo native_traced "$cli" trace --native -o "$out/trace-native.txt" -- "$py"
+want solo && phase_solo cold native "$py"
+want solo && phase_solo solo native "$py"
+[ -x "$cli" ] && want trace && phase_solo solo native_traced "$cli" trace --native -o "$out/trace-native.txt" -- "$py"
 want pair && phase_pair native "$py"
 if [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
     export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
-    want solo && phase_solo mps "$py"
+    want solo && phase_solo solo mps "$py"
     want join && phase_join mps "$py"
     want pair && phase_pair mps "$py"
     mps_stop
     unset CUDA_MPS_PIPE_DIRECTORY
 fi
 if [ -x "$cli" ] && cumux_start; then
-    want solo && phase_cold cumux "$cli" run -- "$py"
-    want solo && phase_solo cumux "$cli" run -- "$py"
-    want trace && phase_solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
+    want solo && phase_solo cold cumux "$cli" run -- "$py"
+    want solo && phase_solo solo cumux "$cli" run -- "$py"
+    want trace && phase_solo solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
     want join && phase_join cumux "$cli" run -- "$py"
     want pair && phase_pair cumux "$cli" run -- "$py"
     cumux_stop

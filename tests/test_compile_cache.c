@@ -13,17 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures, checks;
-
-#define EXPECT(cond, ...)                                                                              \
-    do {                                                                                               \
-        checks++;                                                                                      \
-        if (!(cond)) {                                                                                 \
-            failures++;                                                                                \
-            printf("FAIL: " __VA_ARGS__);                                                              \
-            printf("\n");                                                                              \
-        }                                                                                              \
-    } while (0)
+#include "test_util.h"
 
 typedef CUresult (*key_create_fn)(void **, int, const void *, size_t, const char *, const char *);
 typedef CUresult (*key_destroy_fn)(void *);
@@ -42,7 +32,7 @@ static void *key(int kind, const char *input, const char *options)
 {
     void *k = NULL;
     CUresult r = key_create(&k, kind, input, strlen(input), options, "HOST64");
-    EXPECT(r == CUDA_SUCCESS && k, "key_create: %d", r);
+    CHECK(r == CUDA_SUCCESS && k, "key_create: %d", r);
     return k;
 }
 
@@ -54,12 +44,12 @@ static int found(void *k, const char *want)
     CUresult r = lookup(k, 0, &out, &len);
     if (r == CUDA_ERROR_NOT_FOUND)
         return 0;
-    EXPECT(r == CUDA_SUCCESS, "lookup: %d", r);
+    CHECK(r == CUDA_SUCCESS, "lookup: %d", r);
     if (r != CUDA_SUCCESS)
         return -1;
     int same = want && len == strlen(want) && !memcmp(out, want, len);
-    EXPECT(same, "lookup gave %u bytes that are not the %zu stored", len, want ? strlen(want) : 0);
-    EXPECT(free_output(out) == CUDA_SUCCESS, "free_output");
+    CHECK(same, "lookup gave %u bytes that are not the %zu stored", len, want ? strlen(want) : 0);
+    CHECK(free_output(out) == CUDA_SUCCESS, "free_output");
     return same ? 1 : -1;
 }
 
@@ -129,10 +119,10 @@ int main(int argc, char **argv)
     static const CUuuid id = {{(char)0xda, (char)0x91, 0x51, (char)0xd3, 0x3a, (char)0xe6, (char)0xcc, 0x41,
                                (char)0xa5, (char)0xc0, 0x4f, 0x26, (char)0xd5, 0x33, (char)0xe3, 0x28}};
     const void *const *t = NULL;
-    EXPECT(get_table && get_table((const void **)&t, &id) == CUDA_SUCCESS && t, "the table is found");
+    CHECK(get_table && get_table((const void **)&t, &id) == CUDA_SUCCESS && t, "the table is found");
     if (!t)
         return 1;
-    EXPECT((uintptr_t)t[0] == 7 * sizeof(void *), "size word %zu", (size_t)(uintptr_t)t[0]);
+    CHECK((uintptr_t)t[0] == 7 * sizeof(void *), "size word %zu", (size_t)(uintptr_t)t[0]);
     key_create = (key_create_fn)(uintptr_t)t[1];
     key_destroy = (key_destroy_fn)(uintptr_t)t[2];
     lookup = (lookup_fn)(uintptr_t)t[3];
@@ -141,29 +131,29 @@ int main(int argc, char **argv)
 
     /* Miss, store, hit; the directory is made private. */
     void *a = key(2, "define void @k() { ret void }", "-Xopt -O3");
-    EXPECT(found(a, NULL) == 0, "an empty cache misses");
-    EXPECT(store(a, 0, "PTX-A", 5) == CUDA_SUCCESS, "store");
-    EXPECT(found(a, "PTX-A") == 1, "the stored output is found");
+    CHECK(found(a, NULL) == 0, "an empty cache misses");
+    CHECK(store(a, 0, "PTX-A", 5) == CUDA_SUCCESS, "store");
+    CHECK(found(a, "PTX-A") == 1, "the stored output is found");
     struct stat st;
-    EXPECT(stat(dir, &st) == 0 && (st.st_mode & 077) == 0, "the cache directory is private (mode %o)",
+    CHECK(stat(dir, &st) == 0 && (st.st_mode & 077) == 0, "the cache directory is private (mode %o)",
            (unsigned)st.st_mode & 0777);
     char a_name[256] = "", a_path[512];
-    EXPECT(entries(a_name) == 1, "one entry after one store");
+    CHECK(entries(a_name) == 1, "one entry after one store");
     snprintf(a_path, sizeof a_path, "%s/%s", dir, a_name);
-    EXPECT(store(a, 0, "PTX-A2", 6) == CUDA_SUCCESS && found(a, "PTX-A2") == 1, "a second store replaces");
+    CHECK(store(a, 0, "PTX-A2", 6) == CUDA_SUCCESS && found(a, "PTX-A2") == 1, "a second store replaces");
 
     /* Keys that differ in kind, options, input (same length) or target miss. */
     void *b = key(1, "define void @k() { ret void }", "-Xopt -O3");
     void *c = key(2, "define void @k() { ret void }", "-Xopt -O2");
     void *d = key(2, "define void @j() { ret void }", "-Xopt -O3");
     void *e = NULL;
-    EXPECT(key_create(&e, 2, "define void @k() { ret void }", 29, "-Xopt -O3", "HOST32") == CUDA_SUCCESS,
+    CHECK(key_create(&e, 2, "define void @k() { ret void }", 29, "-Xopt -O3", "HOST32") == CUDA_SUCCESS,
            "key_create");
-    EXPECT(found(b, NULL) == 0 && found(c, NULL) == 0 && found(d, NULL) == 0 && found(e, NULL) == 0,
+    CHECK(found(b, NULL) == 0 && found(c, NULL) == 0 && found(d, NULL) == 0 && found(e, NULL) == 0,
            "keys that differ in one part miss");
 
     /* A name collision: d's entry under a's name is not a's. */
-    EXPECT(store(d, 0, "PTX-D", 5) == CUDA_SUCCESS && found(d, "PTX-D") == 1, "store d");
+    CHECK(store(d, 0, "PTX-D", 5) == CUDA_SUCCESS && found(d, "PTX-D") == 1, "store d");
     char d_name[256] = "", d_path[512];
     DIR *dd = opendir(dir);
     struct dirent *de;
@@ -174,45 +164,45 @@ int main(int argc, char **argv)
         closedir(dd);
     snprintf(d_path, sizeof d_path, "%s/%s", dir, d_name);
     copy_file(d_path, a_path);
-    EXPECT(found(a, NULL) == 0, "another key's entry under this key's name misses");
+    CHECK(found(a, NULL) == 0, "another key's entry under this key's name misses");
 
     /* A truncated entry and a file that is no entry miss. */
-    EXPECT(store(a, 0, "PTX-A3", 6) == CUDA_SUCCESS && found(a, "PTX-A3") == 1, "store again");
-    EXPECT(truncate(a_path, 40) == 0 && found(a, NULL) == 0, "a truncated entry misses");
+    CHECK(store(a, 0, "PTX-A3", 6) == CUDA_SUCCESS && found(a, "PTX-A3") == 1, "store again");
+    CHECK(truncate(a_path, 40) == 0 && found(a, NULL) == 0, "a truncated entry misses");
     FILE *f = fopen(a_path, "wb");
     if (f) {
         fputs("not an entry at all, but long enough to hold a header and more of it", f);
         fclose(f);
     }
-    EXPECT(found(a, NULL) == 0, "a foreign file misses");
+    CHECK(found(a, NULL) == 0, "a foreign file misses");
 
     /* CUDA_CACHE_DISABLE: nothing is found, nothing is written. */
-    EXPECT(store(a, 0, "PTX-A4", 6) == CUDA_SUCCESS && found(a, "PTX-A4") == 1, "store again");
+    CHECK(store(a, 0, "PTX-A4", 6) == CUDA_SUCCESS && found(a, "PTX-A4") == 1, "store again");
     setenv("CUDA_CACHE_DISABLE", "1", 1);
-    EXPECT(found(a, NULL) == 0, "CUDA_CACHE_DISABLE=1: a stored entry is not used");
+    CHECK(found(a, NULL) == 0, "CUDA_CACHE_DISABLE=1: a stored entry is not used");
     clear_dir();
-    EXPECT(store(a, 0, "PTX-A5", 6) == CUDA_SUCCESS && entries(NULL) == 0, "CUDA_CACHE_DISABLE=1: nothing stored");
+    CHECK(store(a, 0, "PTX-A5", 6) == CUDA_SUCCESS && entries(NULL) == 0, "CUDA_CACHE_DISABLE=1: nothing stored");
     unsetenv("CUDA_CACHE_DISABLE");
 
     /* A directory that others may write is not used. */
-    EXPECT(store(a, 0, "PTX-A6", 6) == CUDA_SUCCESS && found(a, "PTX-A6") == 1, "store again");
+    CHECK(store(a, 0, "PTX-A6", 6) == CUDA_SUCCESS && found(a, "PTX-A6") == 1, "store again");
     chmod(dir, 0777);
-    EXPECT(found(a, NULL) == 0, "a directory others may write is not used");
+    CHECK(found(a, NULL) == 0, "a directory others may write is not used");
     chmod(dir, 0700);
-    EXPECT(found(a, "PTX-A6") == 1, "private again: used again");
+    CHECK(found(a, "PTX-A6") == 1, "private again: used again");
 
     /* CUDA_CACHE_MAXSIZE: the least recently used entries go first. */
     clear_dir();
     static char big[3000];
     memset(big, 'x', sizeof big - 1);
-    EXPECT(store(a, 0, big, sizeof big - 1) == CUDA_SUCCESS, "store big");
+    CHECK(store(a, 0, big, sizeof big - 1) == CUDA_SUCCESS, "store big");
     sleep(1); /* modification times one second apart at least, whatever the file system keeps */
-    EXPECT(store(b, 0, big, sizeof big - 1) == CUDA_SUCCESS, "store big");
+    CHECK(store(b, 0, big, sizeof big - 1) == CUDA_SUCCESS, "store big");
     sleep(1);
-    EXPECT(found(a, big) == 1, "a is used, so b is now the least recently used");
+    CHECK(found(a, big) == 1, "a is used, so b is now the least recently used");
     setenv("CUDA_CACHE_MAXSIZE", "9000", 1); /* two entries fit in three quarters of it, three do not fit */
-    EXPECT(store(c, 0, big, sizeof big - 1) == CUDA_SUCCESS, "store big");
-    EXPECT(found(b, NULL) == 0 && found(a, big) == 1 && found(c, big) == 1,
+    CHECK(store(c, 0, big, sizeof big - 1) == CUDA_SUCCESS, "store big");
+    CHECK(found(b, NULL) == 0 && found(a, big) == 1 && found(c, big) == 1,
            "over CUDA_CACHE_MAXSIZE, the least recently used entry went");
     unsetenv("CUDA_CACHE_MAXSIZE");
 
@@ -220,16 +210,16 @@ int main(int argc, char **argv)
     int junk = 7;
     void *out;
     uint32_t len;
-    EXPECT(lookup(&junk, 0, &out, &len) == CUDA_ERROR_INVALID_VALUE, "a lookup with something that is no key");
-    EXPECT(key_destroy(&junk) == CUDA_ERROR_INVALID_VALUE, "destroying something that is no key");
-    EXPECT(key_create(NULL, 1, "x", 1, "", "") == CUDA_ERROR_INVALID_VALUE, "key_create without an output");
-    EXPECT(store(a, 0, NULL, 4) == CUDA_ERROR_INVALID_VALUE, "store of nothing");
+    CHECK(lookup(&junk, 0, &out, &len) == CUDA_ERROR_INVALID_VALUE, "a lookup with something that is no key");
+    CHECK(key_destroy(&junk) == CUDA_ERROR_INVALID_VALUE, "destroying something that is no key");
+    CHECK(key_create(NULL, 1, "x", 1, "", "") == CUDA_ERROR_INVALID_VALUE, "key_create without an output");
+    CHECK(store(a, 0, NULL, 4) == CUDA_ERROR_INVALID_VALUE, "store of nothing");
 
     void *keys[] = {a, b, c, d, e};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        EXPECT(key_destroy(keys[i]) == CUDA_SUCCESS, "key_destroy");
+        CHECK(key_destroy(keys[i]) == CUDA_SUCCESS, "key_destroy");
     clear_dir();
     rmdir(dir);
-    printf("%s: %d checks, %d failed\n", failures ? "FAIL" : "PASS", checks, failures);
-    return failures ? 1 : 0;
+    printf("%s: %lu checks, %lu failed\n", test_failures ? "FAIL" : "PASS", test_checks, test_failures);
+    return test_failures ? 1 : 0;
 }

@@ -502,22 +502,46 @@ CUresult cuGraphHostNodeGetParams(CUgraphNode hn, CUDA_HOST_NODE_PARAMS *p)
     return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* op (of kind) in place of the node's own, in its graph (he NULL) or in an instance; op is consumed. */
+static CUresult replace_op(CUgraphExec he, CUgraphNode hn, enum fc_op_kind kind, struct fc_op *op)
+{
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (!he) {
+        pthread_mutex_lock(&fc_graph_mu);
+        struct fc_gnode *nd = node_get(hn);
+        if (nd && nd->op && nd->op->kind == kind) {
+            fc_op_free(nd->op);
+            nd->op = op;
+            op = NULL;
+            r = CUDA_SUCCESS;
+        }
+        pthread_mutex_unlock(&fc_graph_mu);
+    } else {
+        struct fc_exec *e = exec_get(he);
+        if (e) {
+            pthread_mutex_lock(&e->mu);
+            for (size_t i = 0; i < e->n; i++) {
+                if ((CUgraphNode)e->src[i] == hn && e->ops[i] && e->ops[i]->kind == kind) {
+                    fc_op_free(e->ops[i]);
+                    e->ops[i] = op;
+                    op = NULL;
+                    r = CUDA_SUCCESS;
+                    break;
+                }
+            }
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+    fc_op_free(op);
+    return r;
+}
+
 CUresult cuGraphKernelNodeSetParams(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p)
 {
     CHECK_RET(fc_check_init());
     struct fc_op *op;
     CHECK_RET(kernel_node_op(p, "cuGraphKernelNodeSetParams", &op));
-    pthread_mutex_lock(&fc_graph_mu);
-    struct fc_gnode *nd = node_get(hn);
-    CUresult r = nd && nd->op && nd->op->kind == OP_KERNEL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS) {
-        fc_op_free(nd->op);
-        nd->op = op;
-        op = NULL;
-    }
-    pthread_mutex_unlock(&fc_graph_mu);
-    fc_op_free(op);
-    return r;
+    return replace_op(NULL, hn, OP_KERNEL, op);
 }
 
 /* ---------------------------------------------------------------- executable graphs */
@@ -691,25 +715,11 @@ CUresult cuGraphUpload(CUgraphExec he, CUstream s)
 CUresult cuGraphExecKernelNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p)
 {
     CHECK_RET(fc_check_init());
-    struct fc_exec *e = exec_get(he);
-    if (!e)
+    if (!exec_get(he))
         return CUDA_ERROR_INVALID_VALUE;
     struct fc_op *op;
     CHECK_RET(kernel_node_op(p, "cuGraphExecKernelNodeSetParams", &op));
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&e->mu);
-    for (size_t i = 0; i < e->n; i++) {
-        if ((CUgraphNode)e->src[i] == hn && e->ops[i] && e->ops[i]->kind == OP_KERNEL) {
-            fc_op_free(e->ops[i]);
-            e->ops[i] = op;
-            op = NULL;
-            r = CUDA_SUCCESS;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&e->mu);
-    fc_op_free(op);
-    return r;
+    return replace_op(he, hn, OP_KERNEL, op);
 }
 
 CUresult cuGraphExecUpdate(CUgraphExec he, CUgraph hg, CUgraphExecUpdateResultInfo *info)
@@ -830,40 +840,6 @@ CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec he, CUgraphNode hn, CUeven
 }
 
 /* ---------------------------------------------------------------- memset and host node parameters */
-
-/* op (of kind) in place of the node's own, in its graph (he NULL) or in an instance; op is consumed. */
-static CUresult replace_op(CUgraphExec he, CUgraphNode hn, enum fc_op_kind kind, struct fc_op *op)
-{
-    CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (!he) {
-        pthread_mutex_lock(&fc_graph_mu);
-        struct fc_gnode *nd = node_get(hn);
-        if (nd && nd->op && nd->op->kind == kind) {
-            fc_op_free(nd->op);
-            nd->op = op;
-            op = NULL;
-            r = CUDA_SUCCESS;
-        }
-        pthread_mutex_unlock(&fc_graph_mu);
-    } else {
-        struct fc_exec *e = exec_get(he);
-        if (e) {
-            pthread_mutex_lock(&e->mu);
-            for (size_t i = 0; i < e->n; i++) {
-                if ((CUgraphNode)e->src[i] == hn && e->ops[i] && e->ops[i]->kind == kind) {
-                    fc_op_free(e->ops[i]);
-                    e->ops[i] = op;
-                    op = NULL;
-                    r = CUDA_SUCCESS;
-                    break;
-                }
-            }
-            pthread_mutex_unlock(&e->mu);
-        }
-    }
-    fc_op_free(op);
-    return r;
-}
 
 CUresult cuGraphMemsetNodeSetParams(CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *p)
 {
