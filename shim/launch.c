@@ -112,6 +112,18 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params
     return launch(f, grid, block, cfg->sharedMemBytes, cfg->hStream, params, extra, cfg->attrs, cfg->numAttrs);
 }
 
+/* A cooperative launch is a launch with the cooperative attribute (as cuLaunchKernelEx's). */
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                   unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params)
+{
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    CUlaunchAttribute coop;
+    memset(&coop, 0, sizeof coop);
+    coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    coop.value.cooperative = 1;
+    return launch(f, grid, block, shmem, s, params, NULL, &coop, 1);
+}
+
 /* Cluster occupancy: the launch configuration travels as a launch would, with no arguments. */
 static CUresult cluster_query(uint32_t query, int *out, CUfunction f, const CUlaunchConfig *cfg)
 {

@@ -746,3 +746,15 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction h, void **params, 
     CHECK_RET(fc_kernel_op(f, grid, block, c->sharedMemBytes, params, extra, "cuLaunchKernelEx", &op));
     return fc_submit(c->hStream, op);
 }
+
+CUresult cuLaunchCooperativeKernel(CUfunction h, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                   unsigned int by, unsigned int bz, unsigned int shmem, CUstream s, void **params)
+{
+    CUlaunchAttribute coop;
+    memset(&coop, 0, sizeof coop);
+    coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    coop.value.cooperative = 1;
+    CUlaunchConfig c = {.gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = bx, .blockDimY = by,
+                        .blockDimZ = bz, .sharedMemBytes = shmem, .hStream = s, .attrs = &coop, .numAttrs = 1};
+    return cuLaunchKernelEx(&c, h, params, NULL);
+}

@@ -224,7 +224,7 @@ static void check_functions_and_launch_ex(CUdevice dev)
     int n = N;
     void *args[] = {&da, &db, &dc, &n};
     int coop = attr(dev, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH);
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 3; variant++) {
         CK(cuMemsetD32(dc, 0x7fc00001u, N));
         CUlaunchAttribute at[1];
         memset(at, 0, sizeof at);
@@ -240,7 +240,11 @@ static void check_functions_and_launch_ex(CUdevice dev)
         /* Variant 1: cooperative (all blocks co-resident: the grid fits easily). */
         cfg.attrs = variant && coop ? at : NULL;
         cfg.numAttrs = variant && coop ? 1 : 0;
-        CK(cuLaunchKernelEx(&cfg, vadd, args, NULL));
+        /* Variant 2: the same through cuLaunchCooperativeKernel. */
+        if (variant == 2 && coop)
+            CK(cuLaunchCooperativeKernel(vadd, cfg.gridDimX, 1, 1, 256, 1, 1, 0, s, args));
+        else
+            CK(cuLaunchKernelEx(&cfg, vadd, args, NULL));
         CK(cuStreamSynchronize(s));
         memset(c, 0, sizeof c);
         CK(cuMemcpyDtoH(c, dc, sizeof c));
