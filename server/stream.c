@@ -114,6 +114,40 @@ CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wa
     return r;
 }
 
+/* One stream memory operation on the client's own memory: device memory, or pinned host memory by the
+ * server's address (the client's shared memory: the GPU reads and writes the client's, nothing else). A
+ * wait that is never satisfied holds only the client's stream, as a kernel that never ends would. */
+CUresult op_stream_mem_op(struct srv_client *c, const struct cumux_stream_mem_op *m, struct srv_stream *stream)
+{
+    (void)c;
+    uint64_t size = m->op == CU_STREAM_MEM_OP_WAIT_VALUE_64 || m->op == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
+    CUstreamBatchMemOpParams p;
+    memset(&p, 0, sizeof p);
+    p.operation = (CUstreamBatchMemOpType)m->op;
+    switch (m->op) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        if (m->address % size || (!dev_ok(c, m->address, size) && !host_ok(c, m->address, size)))
+            return CUDA_ERROR_INVALID_VALUE;
+        /* The wait and write layouts are the same: operation, address, value, flags. */
+        p.waitValue.address = m->address;
+        p.waitValue.value64 = size == 8 ? m->value : (uint32_t)m->value;
+        p.waitValue.flags = m->flags;
+        break;
+    case CU_STREAM_MEM_OP_BARRIER:
+        p.memoryBarrier.flags = m->flags;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CHECK(before_op(stream));
+    CUresult r = cuStreamBatchMemOp(stream->cu, 1, &p, 0);
+    after_op(stream);
+    return r;
+}
+
 /* ---------------------------------------------------------------- events */
 
 CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *m, struct srv_ctx *ctx,

@@ -334,3 +334,112 @@ CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuin
 {
     return capture_status(h, status, id);
 }
+
+/* ---- stream memory operations ---- */
+/* One operation on the program's memory: device memory as it is, pinned host memory by the server's
+ * address (unified addressing: the program may name either by its own pointer). */
+static CUresult mem_op(CUstream h, uint32_t op, CUdeviceptr addr, uint64_t value, unsigned flags)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (op != CU_STREAM_MEM_OP_BARRIER) {
+        uint64_t size = op == CU_STREAM_MEM_OP_WAIT_VALUE_64 || op == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
+        if (addr % size)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (!shim_is_device_ptr(addr, size) && !(addr = shim_pinned_server_addr((const void *)(uintptr_t)addr, size)))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return shim_op_stream_mem_op(s, op, addr, value, flags);
+}
+
+CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return mem_op(h, CU_STREAM_MEM_OP_WAIT_VALUE_32, addr, value, flags);
+}
+
+CUresult cuStreamWaitValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return mem_op(h, CU_STREAM_MEM_OP_WAIT_VALUE_64, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return mem_op(h, CU_STREAM_MEM_OP_WRITE_VALUE_32, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return mem_op(h, CU_STREAM_MEM_OP_WRITE_VALUE_64, addr, value, flags);
+}
+
+/* A batch is its operations in order on the stream (one message each: all are one-way). */
+CUresult cuStreamBatchMemOp_v2(CUstream h, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    if (count == 0 || !ops || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < count; i++) {
+        const CUstreamBatchMemOpParams *p = &ops[i];
+        CUresult r;
+        switch (p->operation) {
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+            r = mem_op(h, p->operation, p->waitValue.address,
+                       p->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? p->waitValue.value64 : p->waitValue.value,
+                       p->waitValue.flags);
+            break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+            r = mem_op(h, p->operation, p->writeValue.address,
+                       p->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? p->writeValue.value64 : p->writeValue.value,
+                       p->writeValue.flags);
+            break;
+        case CU_STREAM_MEM_OP_BARRIER:
+            r = mem_op(h, p->operation, 0, 0, p->memoryBarrier.flags);
+            break;
+        default:
+            return cumux_unsupported("cuStreamBatchMemOp with an operation other than waits, writes and barriers");
+        }
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The first forms (cuda.h maps the plain names to _v2): the same operations. */
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamBatchMemOp
+CUresult cuStreamWaitValue32(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult cuStreamWaitValue64(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult cuStreamWriteValue32(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult cuStreamWriteValue64(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult cuStreamBatchMemOp(CUstream h, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags);
+
+CUresult cuStreamWaitValue32(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return cuStreamWaitValue32_v2(h, addr, value, flags);
+}
+
+CUresult cuStreamWaitValue64(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return cuStreamWaitValue64_v2(h, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue32(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    return cuStreamWriteValue32_v2(h, addr, value, flags);
+}
+
+CUresult cuStreamWriteValue64(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    return cuStreamWriteValue64_v2(h, addr, value, flags);
+}
+
+CUresult cuStreamBatchMemOp(CUstream h, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    return cuStreamBatchMemOp_v2(h, count, ops, flags);
+}

@@ -5,7 +5,7 @@
  *   param-scribble  a thread rewrites the parameter layout in the reply slot while MODULE_GET_FUNCTION
  *                   runs, then the client launches (the server once read the offsets back from the slot)
  *   span-wrap       2-D memsets, copies, graph nodes, array copies and textures whose span wraps 64 bits
- *                   onto a 4 KiB buffer
+ *                   onto a 4 KiB buffer; textures and stream memory operations on memory not the client's
  *   ptx-no-nul      an image of bytes with no NUL that ends on a page boundary (the driver reads PTX as a
  *                   C string: it ran off the end of the server's mapping)
  *   capture-free    frees while a stream is being captured (fuzz_server: the allocation left the client's
@@ -306,6 +306,14 @@ static void case_span_wrap(void)
                                    .pitch = 64};
     r = call_reply(&s.c, CUMUX_OP_TEX_CREATE, &tc, sizeof tc, &tr, sizeof tr);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "a pitched texture over memory that is not the client's: %d", r);
+    /* Stream memory operations: a word past the buffer, one far away, one misaligned. */
+    uint64_t bad_words[] = {s.buf + 4096, s.buf + (1ull << 40), s.buf + 2};
+    for (size_t i = 0; i < sizeof bad_words / sizeof bad_words[0]; i++) {
+        struct cumux_stream_mem_op mo = {.stream = s.stream, .op = CU_STREAM_MEM_OP_WRITE_VALUE_32,
+                                         .address = bad_words[i], .value = 1};
+        put_msg(&s.c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
+        expect_refused_at_sync(&s, "a stream write outside the client's buffer or misaligned");
+    }
     struct cumux_array_destroy ad = {.array = arr};
     CHECK(call(&s.c, CUMUX_OP_ARRAY_DESTROY, &ad, sizeof ad) == CUDA_SUCCESS, "ARRAY_DESTROY");
     CHECK(sync_stream(&s) == CUDA_SUCCESS, "span-wrap: the client's stream is not usable afterwards");

@@ -560,6 +560,16 @@ struct cumux_event_record {
     uint32_t pad;
 };
 
+/* cuStreamWaitValue32/64, cuStreamWriteValue32/64 and a memory barrier, one operation of cuStreamBatchMemOp's */
+struct cumux_stream_mem_op {
+    uint32_t stream;  /* handle of a stream */
+    uint32_t op;      /* CUstreamBatchMemOpType: 1 wait 32, 2 write 32, 4 wait 64, 5 write 64, 6 barrier */
+    uint64_t address; /* the client's device memory, or pinned host memory by the server's address */
+    uint64_t value;
+    uint32_t flags;
+    uint32_t pad;
+};
+
 struct cumux_event_elapsed {
     uint32_t start; /* handle of a event */
     uint32_t end;   /* handle of a event */
@@ -1007,6 +1017,9 @@ _Static_assert(sizeof(struct cumux_event_destroy) % 8 == 0, "event_destroy: a mu
 _Static_assert(sizeof(struct cumux_event_query) % 8 == 0, "event_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_event_sync) % 8 == 0, "event_sync: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_event_record) % 8 == 0, "event_record: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_stream_mem_op) % 8 == 0, "stream_mem_op: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_stream_mem_op, address) % 8 == 0, "stream_mem_op.address: 8-aligned");
+_Static_assert(offsetof(struct cumux_stream_mem_op, value) % 8 == 0, "stream_mem_op.value: 8-aligned");
 _Static_assert(sizeof(struct cumux_event_elapsed) % 8 == 0, "event_elapsed: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_elapsed_reply) % 8 == 0, "elapsed_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_host_func) % 8 == 0, "host_func: a multiple of 8 bytes");
@@ -1189,7 +1202,8 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(GRAPH_ADD_EVENT_NODE, cumux_graph_add_event_node, 0)     \
     X(NODE_SET_EVENT, cumux_node_set_event, 0)                 \
     X(GRAPH_SET_MEMSET_NODE, cumux_graph_set_node, 0)          \
-    X(GRAPH_SET_HOST_NODE, cumux_graph_set_host_node, 0)
+    X(GRAPH_SET_HOST_NODE, cumux_graph_set_host_node, 0)       \
+    X(STREAM_MEM_OP, cumux_stream_mem_op, 1)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1302,6 +1316,7 @@ enum cumux_op {
     CUMUX_OP_NODE_SET_EVENT,
     CUMUX_OP_GRAPH_SET_MEMSET_NODE,
     CUMUX_OP_GRAPH_SET_HOST_NODE,
+    CUMUX_OP_STREAM_MEM_OP,
     CUMUX_OP_COUNT
 };
 

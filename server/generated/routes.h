@@ -207,6 +207,7 @@ CUresult op_event_query(struct srv_client *c, struct srv_event *event);
 CUresult op_event_sync(struct srv_client *c, struct srv_event *event);
 CUresult op_event_elapsed(struct srv_client *c, struct srv_event *start, struct srv_event *end, uint8_t *out,
                           uint32_t *out_len);
+CUresult op_stream_mem_op(struct srv_client *c, const struct cumux_stream_mem_op *m, struct srv_stream *stream);
 
 /* server/tensor_map.c */
 CUresult op_tensor_map_encode_tiled(struct srv_client *c, const struct cumux_tensor_map_tiled *m, uint8_t *out,
@@ -351,6 +352,7 @@ static const struct {
     [CUMUX_OP_NODE_SET_EVENT] = {sizeof(struct cumux_node_set_event), 0},
     [CUMUX_OP_GRAPH_SET_MEMSET_NODE] = {sizeof(struct cumux_graph_set_node), 0},
     [CUMUX_OP_GRAPH_SET_HOST_NODE] = {sizeof(struct cumux_graph_set_host_node), 0},
+    [CUMUX_OP_STREAM_MEM_OP] = {sizeof(struct cumux_stream_mem_op), 1},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1399,6 +1401,16 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_graph_set_host_node(c, m, node, exec);
+        return 0;
+    }
+    case CUMUX_OP_STREAM_MEM_OP: {
+        const struct cumux_stream_mem_op *m = body;
+        struct srv_stream *stream = stream_get(c, m->stream);
+        if (!stream) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_stream_mem_op(c, m, stream);
         return 0;
     }
     default:

@@ -630,4 +630,12 @@ static inline CUresult shim_op_graph_set_host_node(uint32_t node, uint32_t exec,
     return shim_call(CUMUX_OP_GRAPH_SET_HOST_NODE, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* STREAM_MEM_OP: one-way */
+static inline CUresult shim_op_stream_mem_op(uint32_t stream, uint32_t op, uint64_t address, uint64_t value,
+                                             uint32_t flags)
+{
+    struct cumux_stream_mem_op m = {.stream = stream, .op = op, .address = address, .value = value, .flags = flags};
+    return shim_send(CUMUX_OP_STREAM_MEM_OP, &m, sizeof m, NULL, 0);
+}
+
 #endif

@@ -76,7 +76,10 @@ void fc_stats_start(void);
 
 /* ---- work: one op per asynchronous call, run in stream order (fake_stream.c) ---- */
 /* OP_EVENT_NODE: a graph's event record or wait node, made a record or a wait when the graph is launched. */
-enum fc_op_kind { OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY, OP_EVENT_NODE };
+/* OP_MEMOP: one stream memory operation (a wait for a value, a write of one, a barrier). */
+enum fc_op_kind {
+    OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY, OP_EVENT_NODE, OP_MEMOP
+};
 
 struct fc_func;
 struct fc_event;
@@ -129,6 +132,10 @@ struct fc_op {
             struct fc_event *ev; /* holds a reference */
             bool wait;
         } evn;
+        struct {
+            unsigned op, flags; /* CUstreamBatchMemOpType, its flags */
+            uint64_t addr, value;
+        } mem;
         uint64_t free_ptr;
         struct {
             struct fc_op **ops;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "fake.h"
@@ -181,6 +182,26 @@ struct fc_op *fc_op_clone(const struct fc_op *op)
     return c;
 }
 
+static uint64_t memop_size(unsigned op)
+{
+    return op == CU_STREAM_MEM_OP_WAIT_VALUE_64 || op == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
+}
+
+/* Whether a stream wait's condition holds for the value now in memory (CUDA's definitions). */
+static bool memop_ready(const struct fc_op *op)
+{
+    bool wide = op->u.mem.op == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    uint64_t v = wide ? __atomic_load_n((uint64_t *)(uintptr_t)op->u.mem.addr, __ATOMIC_ACQUIRE)
+                      : __atomic_load_n((uint32_t *)(uintptr_t)op->u.mem.addr, __ATOMIC_ACQUIRE);
+    uint64_t want = op->u.mem.value, mask = wide ? ~0ull : 0xffffffffull;
+    switch (op->u.mem.flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH) {
+    case CU_STREAM_WAIT_VALUE_GEQ: return wide ? (int64_t)(v - want) >= 0 : (int32_t)(uint32_t)(v - want) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return v == want;
+    case CU_STREAM_WAIT_VALUE_AND: return (v & want) != 0;
+    default: return (~(v | want) & mask) != 0; /* NOR */
+    }
+}
+
 static uint64_t copy_span(uint64_t pitch, uint64_t slice, const struct fc_copy *c)
 {
     uint64_t rows = fc_add_sat(fc_mul_sat(c->depth - 1, slice), c->height - 1);
@@ -215,6 +236,10 @@ void fc_op_check(const struct fc_op *op)
     case OP_MEMSET:
         if (op->u.ms.width && op->u.ms.height)
             fc_oracle_any(op->call, op->u.ms.dst, memset_span(&op->u.ms)); /* unified: pinned memory too */
+        break;
+    case OP_MEMOP:
+        if (op->u.mem.op != CU_STREAM_MEM_OP_BARRIER)
+            fc_oracle_any(op->call, op->u.mem.addr, memop_size(op->u.mem.op));
         break;
     case OP_GRAPH:
         for (size_t i = 0; i < op->u.graph.n; i++)
@@ -298,6 +323,17 @@ void fc_op_run(struct fc_op *op)
         for (size_t i = 0; i < op->u.graph.n; i++)
             if (op->u.graph.ops[i])
                 fc_op_run(op->u.graph.ops[i]);
+        break;
+    case OP_MEMOP:
+        if (op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_64) {
+            __atomic_store_n((uint64_t *)(uintptr_t)op->u.mem.addr, op->u.mem.value, __ATOMIC_RELEASE);
+        } else if (op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_32) {
+            __atomic_store_n((uint32_t *)(uintptr_t)op->u.mem.addr, (uint32_t)op->u.mem.value, __ATOMIC_RELEASE);
+        } else if (op->u.mem.op != CU_STREAM_MEM_OP_BARRIER && !memop_ready(op)) {
+            fc_order_release(); /* it waits for other streams, or the host */
+            while (!memop_ready(op))
+                usleep(100);
+        }
         break;
     case OP_EMPTY:
     case OP_EVENT_NODE: /* made a record or a wait at launch; one left is a graph never launched as such */
@@ -1461,4 +1497,46 @@ CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data)
     op->u.h.fn = fn; /* runs on the stream's executor thread, never the caller's */
     op->u.h.data = data;
     return fc_submit(s, op);
+}
+
+/* ---------------------------------------------------------------- stream memory operations */
+
+CUresult cuStreamBatchMemOp_v2(CUstream hs, unsigned int count, CUstreamBatchMemOpParams *p, unsigned int flags)
+{
+    CHECK_RET(fc_check_init());
+    if (!count || !p || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < count; i++) {
+        unsigned kind = p[i].operation, f;
+        uint64_t addr = 0, value = 0;
+        switch (kind) {
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+            addr = p[i].waitValue.address, f = p[i].waitValue.flags;
+            value = kind == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? p[i].waitValue.value64 : p[i].waitValue.value;
+            if ((f & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH) > CU_STREAM_WAIT_VALUE_NOR)
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+            addr = p[i].writeValue.address, f = p[i].writeValue.flags;
+            value = kind == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? p[i].writeValue.value64 : p[i].writeValue.value;
+            if (f & ~(unsigned)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
+                return CUDA_ERROR_INVALID_VALUE;
+            break;
+        case CU_STREAM_MEM_OP_BARRIER:
+            f = p[i].memoryBarrier.flags;
+            break;
+        default:
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        if (addr % memop_size(kind))
+            return CUDA_ERROR_INVALID_VALUE;
+        struct fc_op *op = fc_op_new(OP_MEMOP, "cuStreamBatchMemOp");
+        if (!op)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        op->u.mem.op = kind, op->u.mem.flags = f, op->u.mem.addr = addr, op->u.mem.value = value;
+        CHECK_RET(fc_submit(hs, op));
+    }
+    return CUDA_SUCCESS;
 }

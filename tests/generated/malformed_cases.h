@@ -235,6 +235,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_SET_MEMSET_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_set_node), "GRAPH_SET_MEMSET_NODE (answered) one-way"},
     {CUMUX_OP_GRAPH_SET_HOST_NODE, 1, sizeof(struct cumux_graph_set_host_node) - 8, "GRAPH_SET_HOST_NODE with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_SET_HOST_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_set_host_node), "GRAPH_SET_HOST_NODE (answered) one-way"},
+    {CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, sizeof(struct cumux_stream_mem_op) - 8, "STREAM_MEM_OP with a body 8 bytes short"},
+    {CUMUX_OP_STREAM_MEM_OP, 1, sizeof(struct cumux_stream_mem_op), "STREAM_MEM_OP (one-way) with a reply slot"},
 };
 
 struct malformed_handle {
