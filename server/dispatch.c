@@ -108,6 +108,11 @@ void srv_client_release_all(struct srv_client *c)
     }
     cumux_ranges_free(&c->dev_ranges);
     for (int g = 0; g < srv_gpu_count; g++) {
+        if (c->alloc_stream[g]) {
+            use_gpu(c, g);
+            cuStreamSynchronize(c->alloc_stream[g]);
+            cuStreamDestroy(c->alloc_stream[g]);
+        }
         if (c->mem_stream[g]) {
             use_gpu(c, g);
             cuStreamSynchronize(c->mem_stream[g]);

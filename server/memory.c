@@ -82,9 +82,11 @@ CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, str
     if (m->size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     CUstream ms;
-    CHECK(mem_stream(c, ctx->gpu, &ms));
-    /* From the device's pool, on the client's own memory stream: cuMemFree of ordinary allocations waits
-     * for every kernel in the context, that is for every client; a stream-ordered free waits for none. */
+    CHECK(alloc_stream(c, ctx->gpu, &ms));
+    /* From the client's pool, on a stream of its own: cuMemFree of ordinary allocations waits for every
+     * kernel in the context, that is for every client; a stream-ordered free waits for none. Not on the
+     * stream of frees: waiting for this allocation would wait for every free queued there, and so for all
+     * the client's work before them. */
     struct srv_pool *pool;
     CHECK(default_pool(c, ctx->gpu, &pool));
     CUdeviceptr p;

@@ -162,6 +162,15 @@ CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
     return CUDA_SUCCESS;
 }
 
+CUresult alloc_stream(struct srv_client *c, int gpu, CUstream *out)
+{
+    use_gpu(c, gpu);
+    if (!c->alloc_stream[gpu])
+        CHECK(cuStreamCreate(&c->alloc_stream[gpu], CU_STREAM_NON_BLOCKING));
+    *out = c->alloc_stream[gpu];
+    return CUDA_SUCCESS;
+}
+
 CUresult after_client_work(struct srv_client *c, int gpu, CUstream *out)
 {
     CUstream ms;

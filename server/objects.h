@@ -22,8 +22,10 @@ CUresult before_op(struct srv_stream *s);
 void after_op(struct srv_stream *s);
 /* A stream handle of this client, its context made current; NULL when it is not one. */
 struct srv_stream *stream_get(struct srv_client *c, uint32_t h);
-/* The stream a client's allocations and frees are ordered on, for one GPU. */
+/* The stream a client's frees are ordered on, for one GPU. */
 CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out);
+/* The stream of the client's cuMemAlloc calls on a GPU: nothing else is queued there. */
+CUresult alloc_stream(struct srv_client *c, int gpu, CUstream *out);
 /* That stream, made to wait for everything the client has queued so far on its streams of that GPU. */
 CUresult after_client_work(struct srv_client *c, int gpu, CUstream *out);
 /* r, or the error a one-way command left for the next synchronizing call (invariant 2). */

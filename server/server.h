@@ -144,7 +144,10 @@ struct srv_client {
     CUresult pending_error;          /* first error of a one-way command, reported at the next sync */
     int current_gpu;
     bool staging_registered;
-    CUstream mem_stream[CUMUX_MAX_DEVICES]; /* allocations and frees, ordered after the client's own work */
+    CUstream mem_stream[CUMUX_MAX_DEVICES]; /* frees, ordered after the client's own work */
+    /* cuMemAlloc's: a stream with nothing queued before, so an allocation never waits for the client's
+     * kernels (the frees on mem_stream do) */
+    CUstream alloc_stream[CUMUX_MAX_DEVICES];
     struct srv_pool *default_pool[CUMUX_MAX_DEVICES];
     CUevent mem_event;
     pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
