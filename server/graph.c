@@ -321,14 +321,12 @@ CUresult op_graph_add_memset_node(struct srv_client *c, const struct cumux_graph
     return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
-CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph_add_node *m,
-                                  struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
-                                  uint8_t *out, uint32_t *out_len)
+/* A copy node's parameters from the client's description: both ends its own (device memory, or pinned
+ * memory by the server's address), every span computed with overflow checks. */
+static CUresult memcpy_node_params(struct srv_client *c, const uint8_t *params, uint32_t len, CUDA_MEMCPY3D *p)
 {
-    struct node_add a;
-    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
-    const struct cumux_copy_2d *cp = (const void *)a.params;
-    if (a.params_len < sizeof *cp)
+    const struct cumux_copy_2d *cp = (const void *)params;
+    if (len < sizeof *cp)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t ds, ss;
     bool ok = cumux_span_2d(cp->dst_pitch, cp->width, cp->height, &ds) &&
@@ -339,27 +337,48 @@ CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph
                                              : false);
     if (!ok)
         return CUDA_ERROR_INVALID_VALUE;
-    CUDA_MEMCPY3D p;
-    memset(&p, 0, sizeof p);
+    memset(p, 0, sizeof *p);
     if (cp->kind == CUMUX_COPY_HTOD) {
-        p.srcMemoryType = CU_MEMORYTYPE_HOST;
-        p.srcHost = (const void *)(uintptr_t)cp->src;
+        p->srcMemoryType = CU_MEMORYTYPE_HOST;
+        p->srcHost = (const void *)(uintptr_t)cp->src;
     } else {
-        p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-        p.srcDevice = cp->src;
+        p->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        p->srcDevice = cp->src;
     }
     if (cp->kind == CUMUX_COPY_DTOH) {
-        p.dstMemoryType = CU_MEMORYTYPE_HOST;
-        p.dstHost = (void *)(uintptr_t)cp->dst;
+        p->dstMemoryType = CU_MEMORYTYPE_HOST;
+        p->dstHost = (void *)(uintptr_t)cp->dst;
     } else {
-        p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-        p.dstDevice = cp->dst;
+        p->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        p->dstDevice = cp->dst;
     }
-    p.srcPitch = cp->src_pitch, p.dstPitch = cp->dst_pitch;
-    p.WidthInBytes = cp->width, p.Height = cp->height, p.Depth = 1;
+    p->srcPitch = cp->src_pitch, p->dstPitch = cp->dst_pitch;
+    p->WidthInBytes = cp->width, p->Height = cp->height, p->Depth = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult op_graph_add_memcpy_node(struct srv_client *c, const struct cumux_graph_add_node *m,
+                                  struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                  uint8_t *out, uint32_t *out_len)
+{
+    struct node_add a;
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
+    CUDA_MEMCPY3D p;
+    CHECK(memcpy_node_params(c, a.params, a.params_len, &p));
     CUgraphNode node;
     CUresult r = cuGraphAddMemcpyNode(&node, graph->g, a.deps, a.ndeps, &p, srv_gpus[c->current_gpu].ctx);
     return node_add_end(c, graph->handle, r, node, out, out_len);
+}
+
+CUresult op_graph_set_memcpy_node(struct srv_client *c, struct srv_graph_node *node, struct srv_graph_exec *exec,
+                                  const uint8_t *payload, uint32_t payload_len)
+{
+    CUDA_MEMCPY3D p;
+    CHECK(memcpy_node_params(c, payload, payload_len, &p));
+    use_gpu(c, c->current_gpu);
+    if (!exec)
+        return cuGraphMemcpyNodeSetParams(node->n, &p);
+    return cuGraphExecMemcpyNodeSetParams(exec->e, node->n, &p, srv_gpus[c->current_gpu].ctx);
 }
 
 CUresult op_graph_add_child_node(struct srv_client *c, const struct cumux_graph_add_child *m, struct srv_graph *graph,
@@ -641,6 +660,21 @@ CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, u
         for (uint32_t i = 0; i < f->nparams; i++) /* offset + size <= param_bytes: module.c checked */
             memcpy(out + sizeof rep + f->param_offsets[i], p.kernelParams[i], f->param_sizes[i]);
         extra = f->param_bytes;
+        break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+        CUDA_MEMCPY3D p;
+        CHECK(cuGraphMemcpyNodeGetParams(node->n, &p));
+        /* The plain copies cumux makes and captures make: no arrays, offsets or slices. */
+        bool sd = p.srcMemoryType == CU_MEMORYTYPE_DEVICE || p.srcMemoryType == CU_MEMORYTYPE_UNIFIED;
+        bool dd = p.dstMemoryType == CU_MEMORYTYPE_DEVICE || p.dstMemoryType == CU_MEMORYTYPE_UNIFIED;
+        if ((!sd && p.srcMemoryType != CU_MEMORYTYPE_HOST) || (!dd && p.dstMemoryType != CU_MEMORYTYPE_HOST) ||
+            p.srcXInBytes || p.srcY || p.srcZ || p.dstXInBytes || p.dstY || p.dstZ || p.Depth > 1)
+            return CUDA_ERROR_NOT_SUPPORTED;
+        rep.src = sd ? p.srcDevice : (uint64_t)(uintptr_t)p.srcHost;
+        rep.dst = dd ? p.dstDevice : (uint64_t)(uintptr_t)p.dstHost;
+        rep.src_pitch = p.srcPitch, rep.pitch = p.dstPitch, rep.width = p.WidthInBytes, rep.height = p.Height;
+        rep.copy_kind = sd && dd ? CUMUX_COPY_DTOD : dd ? CUMUX_COPY_HTOD : sd ? CUMUX_COPY_DTOH : 0 /* host to host */;
         break;
     }
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:

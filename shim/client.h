@@ -174,6 +174,8 @@ CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuu
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
 /* The server's address of [p, p+len) when it lies in pinned memory from the server; 0 otherwise. */
 uint64_t shim_pinned_server_addr(const void *p, uint64_t len);
+/* The reverse: the program's address of a server address of its pinned memory, or 0. */
+uint64_t shim_pinned_client_addr(uint64_t a);
 /* Take an allocation (not a module global) out of the shim's table; false when p starts none. */
 bool shim_forget_device_range(uint64_t p);
 #define SHIM_RANGE_GLOBAL (1ull << 32) /* not cuMemFree's to free: a module global, IPC or VMM memory */

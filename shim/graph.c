@@ -535,10 +535,9 @@ static CUresult copy_end(CUmemorytype t, const void *host, CUdeviceptr dev, size
     return CUDA_SUCCESS;
 }
 
-CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_MEMCPY3D *p,
-                              CUcontext ctx)
+/* A copy node's description for the server, from the driver's structure. */
+static CUresult memcpy_desc(const CUDA_MEMCPY3D *p, struct cumux_copy_2d *c)
 {
-    (void)ctx;
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
     if (p->Depth > 1)
@@ -554,9 +553,43 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *d
         return r;
     if (!sd && !dd)
         return cumux_unsupported("graph memcpy node from host to host");
-    struct cumux_copy_2d c = {.kind = sd && dd ? CUMUX_COPY_DTOD : dd ? CUMUX_COPY_HTOD : CUMUX_COPY_DTOH,
-                              .dst = dst, .dst_pitch = dp, .src = src, .src_pitch = sp, .width = w, .height = h};
+    *c = (struct cumux_copy_2d){.kind = sd && dd ? CUMUX_COPY_DTOD : dd ? CUMUX_COPY_HTOD : CUMUX_COPY_DTOH,
+                                .dst = dst, .dst_pitch = dp, .src = src, .src_pitch = sp, .width = w, .height = h};
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_MEMCPY3D *p,
+                              CUcontext ctx)
+{
+    (void)ctx;
+    struct cumux_copy_2d c;
+    CUresult r = memcpy_desc(p, &c);
+    if (r != CUDA_SUCCESS)
+        return r;
     return add_node(CUMUX_OP_GRAPH_ADD_MEMCPY_NODE, node, g, deps, n, 0, &c, sizeof c, NULL);
+}
+
+static CUresult set_memcpy(CUgraphExec x, CUgraphNode node, const CUDA_MEMCPY3D *p)
+{
+    if (!node_ok(node) || (x && !exec_ok(x)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct {
+        struct cumux_graph_set_node h;
+        struct cumux_copy_2d c;
+    } m = {.h = {.node = node->handle, .exec = x ? x->handle : 0}};
+    _Static_assert(sizeof m == sizeof m.h + sizeof m.c, "the copy follows the body unpadded");
+    CUresult r = memcpy_desc(p, &m.c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return shim_call(CUMUX_OP_GRAPH_SET_MEMCPY_NODE, &m, sizeof m, NULL, 0, NULL);
+}
+
+CUresult cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D *p) { return set_memcpy(NULL, node, p); }
+
+CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNode node, const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+    (void)ctx;
+    return x ? set_memcpy(x, node, p) : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuGraphAddHostNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_HOST_NODE_PARAMS *p)
@@ -808,6 +841,38 @@ CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *p
     *p = (CUDA_MEMSET_NODE_PARAMS){.dst = rep.dst, .pitch = (size_t)rep.pitch, .value = rep.value,
                                    .elementSize = rep.element_size, .width = (size_t)rep.width,
                                    .height = (size_t)rep.height};
+    return CUDA_SUCCESS;
+}
+
+/* A copy node's parameters: device ends as they are, pinned ends at the program's own addresses. */
+CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_params_reply rep;
+    const uint8_t *packed;
+    CUresult r = node_params(node, CU_GRAPH_NODE_TYPE_MEMCPY, &rep, &packed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    bool sd = rep.copy_kind == CUMUX_COPY_DTOH || rep.copy_kind == CUMUX_COPY_DTOD;
+    bool dd = rep.copy_kind == CUMUX_COPY_HTOD || rep.copy_kind == CUMUX_COPY_DTOD;
+    uint64_t src = sd ? rep.src : shim_pinned_client_addr(rep.src);
+    uint64_t dst = dd ? rep.dst : shim_pinned_client_addr(rep.dst);
+    if (!src || !dst)
+        return cumux_unsupported("cuGraphMemcpyNodeGetParams of a copy with a host end the program no longer has");
+    memset(p, 0, sizeof *p);
+    p->srcMemoryType = sd ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    p->dstMemoryType = dd ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    if (sd)
+        p->srcDevice = src;
+    else
+        p->srcHost = (const void *)(uintptr_t)src;
+    if (dd)
+        p->dstDevice = dst;
+    else
+        p->dstHost = (void *)(uintptr_t)dst;
+    p->srcPitch = (size_t)rep.src_pitch, p->dstPitch = (size_t)rep.pitch;
+    p->WidthInBytes = (size_t)rep.width, p->Height = (size_t)rep.height, p->Depth = 1;
     return CUDA_SUCCESS;
 }
 

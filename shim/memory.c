@@ -59,6 +59,20 @@ uint64_t shim_pinned_server_addr(const void *p, uint64_t len)
     return a;
 }
 
+/* The program's address of the server's address a of pinned memory; 0 when it is none of the program's. */
+uint64_t shim_pinned_client_addr(uint64_t a)
+{
+    uint64_t p = 0;
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    for (size_t i = 0; i < shim.pinned_ranges.n && !p; i++) {
+        const struct cumux_range *r = &shim.pinned_ranges.v[i];
+        if (a >= r->extra && a - r->extra < r->size)
+            p = r->base + (a - r->extra);
+    }
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return p;
+}
+
 /* ---- allocation ---- */
 CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
 {

@@ -699,7 +699,7 @@ struct cumux_node_query {
     uint32_t pad;
 };
 
-/* A node's parameters, for the kinds cumux answers (kernel, memset, host, empty) */
+/* A node's parameters, for the kinds cumux answers (kernel, memset, memcpy, host, event, empty) */
 struct cumux_node_params_reply {
     uint32_t type;         /* CUgraphNodeType */
     uint32_t function;     /* kernel: the client's function handle */
@@ -715,7 +715,9 @@ struct cumux_node_params_reply {
     uint64_t height;
     uint64_t host_fn_id;   /* host: the client's number for its function and argument */
     uint32_t event;        /* event record or wait: the client's handle of the event */
-    uint32_t pad;
+    uint32_t copy_kind;    /* memcpy: cumux_copy_kind (dst, pitch, width and height above are the copy's too) */
+    uint64_t src;          /* memcpy: the source, a device address or the server's address of pinned memory */
+    uint64_t src_pitch;
 };
 
 struct cumux_graph_create {
@@ -784,7 +786,8 @@ struct cumux_graph_add_event_node {
     uint32_t wait;
 };
 
-/* A memset node's new parameters (struct cumux_memset follows), in its graph or an instance */
+/* A memset or memcpy node's new parameters (struct cumux_memset or cumux_copy_2d follows), in its graph or
+ * an instance */
 struct cumux_graph_set_node {
     uint32_t node; /* handle of a node */
     uint32_t exec; /* handle of a exec or 0; 0: the node's own graph */
@@ -1064,6 +1067,8 @@ _Static_assert(offsetof(struct cumux_node_params_reply, pitch) % 8 == 0, "node_p
 _Static_assert(offsetof(struct cumux_node_params_reply, width) % 8 == 0, "node_params_reply.width: 8-aligned");
 _Static_assert(offsetof(struct cumux_node_params_reply, height) % 8 == 0, "node_params_reply.height: 8-aligned");
 _Static_assert(offsetof(struct cumux_node_params_reply, host_fn_id) % 8 == 0, "node_params_reply.host_fn_id: 8-aligned");
+_Static_assert(offsetof(struct cumux_node_params_reply, src) % 8 == 0, "node_params_reply.src: 8-aligned");
+_Static_assert(offsetof(struct cumux_node_params_reply, src_pitch) % 8 == 0, "node_params_reply.src_pitch: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_create) % 8 == 0, "graph_create: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_destroy) % 8 == 0, "graph_destroy: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_instantiate) % 8 == 0, "graph_instantiate: a multiple of 8 bytes");
@@ -1203,7 +1208,8 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(NODE_SET_EVENT, cumux_node_set_event, 0)                 \
     X(GRAPH_SET_MEMSET_NODE, cumux_graph_set_node, 0)          \
     X(GRAPH_SET_HOST_NODE, cumux_graph_set_host_node, 0)       \
-    X(STREAM_MEM_OP, cumux_stream_mem_op, 1)
+    X(STREAM_MEM_OP, cumux_stream_mem_op, 1)                   \
+    X(GRAPH_SET_MEMCPY_NODE, cumux_graph_set_node, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1317,6 +1323,7 @@ enum cumux_op {
     CUMUX_OP_GRAPH_SET_MEMSET_NODE,
     CUMUX_OP_GRAPH_SET_HOST_NODE,
     CUMUX_OP_STREAM_MEM_OP,
+    CUMUX_OP_GRAPH_SET_MEMCPY_NODE,
     CUMUX_OP_COUNT
 };
 

@@ -116,6 +116,8 @@ CUresult op_graph_set_memset_node(struct srv_client *c, struct srv_graph_node *n
                                   struct srv_graph_exec *exec, const uint8_t *payload, uint32_t payload_len);
 CUresult op_graph_set_host_node(struct srv_client *c, const struct cumux_graph_set_host_node *m,
                                 struct srv_graph_node *node, struct srv_graph_exec *exec);
+CUresult op_graph_set_memcpy_node(struct srv_client *c, struct srv_graph_node *node,
+                                  struct srv_graph_exec *exec, const uint8_t *payload, uint32_t payload_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -353,6 +355,7 @@ static const struct {
     [CUMUX_OP_GRAPH_SET_MEMSET_NODE] = {sizeof(struct cumux_graph_set_node), 0},
     [CUMUX_OP_GRAPH_SET_HOST_NODE] = {sizeof(struct cumux_graph_set_host_node), 0},
     [CUMUX_OP_STREAM_MEM_OP] = {sizeof(struct cumux_stream_mem_op), 1},
+    [CUMUX_OP_GRAPH_SET_MEMCPY_NODE] = {sizeof(struct cumux_graph_set_node), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1411,6 +1414,21 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_stream_mem_op(c, m, stream);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_SET_MEMCPY_NODE: {
+        const struct cumux_graph_set_node *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph_exec *exec = m->exec ? handle_get(c, m->exec, OBJ_GRAPH_EXEC) : NULL;
+        if (m->exec && !exec) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_set_memcpy_node(c, node, exec, payload, payload_len);
         return 0;
     }
     default:

@@ -215,10 +215,8 @@ CUresult cuGraphAddKernelNode(CUgraphNode *out, CUgraph g, const CUgraphNode *de
     return add_public(out, g, deps, ndeps, op);
 }
 
-CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
-                              const CUDA_MEMCPY3D *p, CUcontext ctx)
+static CUresult memcpy_node_op(const CUDA_MEMCPY3D *p, struct fc_op **out)
 {
-    (void)ctx;
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
     for (int side = 0; side < 2; side++) {
@@ -226,7 +224,7 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *de
         if (t != CU_MEMORYTYPE_HOST && t != CU_MEMORYTYPE_DEVICE && t != CU_MEMORYTYPE_UNIFIED)
             return CUDA_ERROR_INVALID_VALUE; /* arrays: not emulated */
     }
-    struct fc_op *op = fc_op_new(OP_COPY, "cuGraphAddMemcpyNode");
+    struct fc_op *op = fc_op_new(OP_COPY, "graph memcpy node");
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fc_copy_from_3d(&op->u.cp, p);
@@ -238,7 +236,16 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *de
         return r;
     }
     fc_op_check(op); /* when added, and again when run */
-    op->call = "graph memcpy node";
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                              const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+    (void)ctx;
+    struct fc_op *op;
+    CHECK_RET(memcpy_node_op(p, &op));
     return add_public(out, g, deps, ndeps, op);
 }
 
@@ -876,4 +883,49 @@ CUresult cuGraphExecHostNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA
     struct fc_op *op;
     CHECK_RET(host_node_op(p, &op));
     return replace_op(he, hn, OP_HOSTFN, op);
+}
+
+CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hn, const CUDA_MEMCPY3D *p)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_op *op;
+    CHECK_RET(memcpy_node_op(p, &op));
+    return replace_op(NULL, hn, OP_COPY, op);
+}
+
+CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+    (void)ctx;
+    CHECK_RET(fc_check_init());
+    if (!he)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op;
+    CHECK_RET(memcpy_node_op(p, &op));
+    return replace_op(he, hn, OP_COPY, op);
+}
+
+/* A copy node as the driver gives it back: its two ends, pitches and extent (no offsets: folded in). */
+CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hn, CUDA_MEMCPY3D *p)
+{
+    CHECK_RET(fc_check_init());
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_gnode *nd = node_of_kind(hn, OP_COPY);
+    if (nd) {
+        const struct fc_copy *c = &nd->op->u.cp;
+        memset(p, 0, sizeof *p);
+        p->srcMemoryType = c->stype, p->dstMemoryType = c->dtype;
+        if (c->stype == CU_MEMORYTYPE_HOST)
+            p->srcHost = (const void *)(uintptr_t)c->src;
+        else
+            p->srcDevice = c->src;
+        if (c->dtype == CU_MEMORYTYPE_HOST)
+            p->dstHost = (void *)(uintptr_t)c->dst;
+        else
+            p->dstDevice = c->dst;
+        p->srcPitch = c->spitch, p->dstPitch = c->dpitch, p->srcHeight = c->sslice, p->dstHeight = c->dslice;
+        p->WidthInBytes = c->width, p->Height = c->height, p->Depth = c->depth;
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

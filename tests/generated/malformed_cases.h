@@ -237,6 +237,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_SET_HOST_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_set_host_node), "GRAPH_SET_HOST_NODE (answered) one-way"},
     {CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, sizeof(struct cumux_stream_mem_op) - 8, "STREAM_MEM_OP with a body 8 bytes short"},
     {CUMUX_OP_STREAM_MEM_OP, 1, sizeof(struct cumux_stream_mem_op), "STREAM_MEM_OP (one-way) with a reply slot"},
+    {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, 1, sizeof(struct cumux_graph_set_node) - 8, "GRAPH_SET_MEMCPY_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_set_node), "GRAPH_SET_MEMCPY_NODE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -328,6 +330,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_SET_MEMSET_NODE, sizeof(struct cumux_graph_set_node), offsetof(struct cumux_graph_set_node, exec), "GRAPH_SET_MEMSET_NODE.exec: a exec never given"},
     {CUMUX_OP_GRAPH_SET_HOST_NODE, sizeof(struct cumux_graph_set_host_node), offsetof(struct cumux_graph_set_host_node, node), "GRAPH_SET_HOST_NODE.node: a node never given"},
     {CUMUX_OP_GRAPH_SET_HOST_NODE, sizeof(struct cumux_graph_set_host_node), offsetof(struct cumux_graph_set_host_node, exec), "GRAPH_SET_HOST_NODE.exec: a exec never given"},
+    {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, sizeof(struct cumux_graph_set_node), offsetof(struct cumux_graph_set_node, node), "GRAPH_SET_MEMCPY_NODE.node: a node never given"},
+    {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, sizeof(struct cumux_graph_set_node), offsetof(struct cumux_graph_set_node, exec), "GRAPH_SET_MEMCPY_NODE.exec: a exec never given"},
 };
 
 #endif

@@ -1,7 +1,7 @@
 /* CUDA graphs through the driver API: stream capture (kernels, memset, copy to pinned memory, a host
  * function, work forked to a second stream by events), explicit graphs (kernel, memset, memcpy, empty
  * and host nodes with dependencies), instantiate, many launches, kernel parameters changed in an
- * instance, memset and host nodes changed in a graph and in an instance, and cuGraphExecUpdate; event record
+ * instance, memset, memcpy and host nodes read back and changed in a graph and in an instance, and cuGraphExecUpdate; event record
  * and wait nodes ordering two graphs on two streams. Results
  * against the CPU. */
 #include <stdio.h>
@@ -381,6 +381,28 @@ int main(void)
     CK(cuGraphMemsetNodeGetParams(mset, &mgot));
     if (mgot.value != 0x22222222u)
         gt_fail("changing the instance changed the graph's memset node (0x%x)", mgot.value);
+    /* The copy node read back; the instance's copy pointed at another source. */
+    CUDA_MEMCPY3D cgot;
+    CK(cuGraphMemcpyNodeGetParams(mcpy, &cgot));
+    if (cgot.srcMemoryType != CU_MEMORYTYPE_DEVICE || cgot.srcDevice != out || cgot.dstMemoryType != CU_MEMORYTYPE_HOST ||
+        cgot.dstHost != h_out || cgot.WidthInBytes != N * sizeof(float))
+        gt_fail("cuGraphMemcpyNodeGetParams: types %d -> %d, %#llx -> %p, %zu bytes", (int)cgot.srcMemoryType,
+                (int)cgot.dstMemoryType, (unsigned long long)cgot.srcDevice, cgot.dstHost, cgot.WidthInBytes);
+    CUDA_MEMCPY3D cp2 = cp;
+    cp2.srcDevice = in;
+    CK(cuGraphExecMemcpyNodeSetParams(mx, mcpy, &cp2, NULL));
+    CK(cuGraphLaunch(mx, s));
+    CK(cuStreamSynchronize(s));
+    if (memcmp(h_out, h_in, N * sizeof(float)) != 0)
+        gt_fail("the instance's copy node did not copy from its new source");
+    CK(cuGraphMemcpyNodeGetParams(mcpy, &cgot));
+    if (cgot.srcDevice != out)
+        gt_fail("changing the instance changed the graph's copy node");
+    CK(cuGraphMemcpyNodeSetParams(mcpy, &cp2));
+    CK(cuGraphMemcpyNodeGetParams(mcpy, &cgot));
+    if (cgot.srcDevice != in)
+        gt_fail("cuGraphMemcpyNodeSetParams: the node copies from %#llx, not %#llx", (unsigned long long)cgot.srcDevice,
+                (unsigned long long)in);
     CK(cuGraphExecDestroy(mx));
     CK(cuGraphDestroy(mg));
 
