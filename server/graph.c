@@ -489,8 +489,8 @@ CUresult op_graph_set_host_node(struct srv_client *c, const struct cumux_graph_s
     return cuGraphExecHostNodeSetParams(exec->e, node->n, &hp);
 }
 
-CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, struct srv_graph *graph,
-                           const uint8_t *payload, uint32_t payload_len)
+static CUresult change_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, struct srv_graph *graph,
+                            const uint8_t *payload, uint32_t payload_len, bool remove)
 {
     if (m->ndeps > MAX_DEPS)
         return CUDA_ERROR_INVALID_VALUE;
@@ -503,9 +503,50 @@ CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_de
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = node_list(c, (const uint32_t *)(const void *)payload, m->ndeps * 2, graph->handle, ends);
     if (r == CUDA_SUCCESS)
-        r = cuGraphAddDependencies(graph->g, ends, ends + m->ndeps, NULL, m->ndeps);
+        r = remove ? cuGraphRemoveDependencies(graph->g, ends, ends + m->ndeps, NULL, m->ndeps)
+                   : cuGraphAddDependencies(graph->g, ends, ends + m->ndeps, NULL, m->ndeps);
     free(ends);
     return r;
+}
+
+CUresult op_graph_add_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, struct srv_graph *graph,
+                           const uint8_t *payload, uint32_t payload_len)
+{
+    return change_deps(c, m, graph, payload, payload_len, false);
+}
+
+CUresult op_graph_remove_deps(struct srv_client *c, const struct cumux_graph_add_deps *m, struct srv_graph *graph,
+                              const uint8_t *payload, uint32_t payload_len)
+{
+    return change_deps(c, m, graph, payload, payload_len, true);
+}
+
+CUresult op_node_destroy(struct srv_client *c, struct srv_graph_node *node)
+{
+    struct srv_graph *graph = handle_get(c, node->graph, OBJ_GRAPH);
+    if (!graph || graph->capture) /* a running capture's nodes are the capture's */
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, c->current_gpu);
+    CHECK(cuGraphDestroyNode(node->n));
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        if (handle_get(c, h, OBJ_GRAPH_NODE) == node) {
+            handle_drop(c, h);
+            break;
+        }
+    }
+    free(node);
+    return CUDA_SUCCESS;
+}
+
+CUresult op_node_enabled(struct srv_client *c, const struct cumux_node_enabled *m, struct srv_graph_exec *exec,
+                         struct srv_graph_node *node, uint8_t *out, uint32_t *out_len)
+{
+    use_gpu(c, c->current_gpu);
+    if (m->set)
+        CHECK(cuGraphNodeSetEnabled(exec->e, node->n, m->enabled ? 1 : 0));
+    unsigned on = 0;
+    CHECK(cuGraphNodeGetEnabled(exec->e, node->n, &on));
+    return reply_u64(out, out_len, on);
 }
 
 /* ---- queries ---- */

@@ -20,6 +20,7 @@ struct CUgraph_st {
 struct CUgraphExec_st {
     uint32_t magic;
     uint32_t handle;
+    unsigned long long flags; /* as instantiated, for cuGraphExecGetFlags */
 };
 
 struct CUgraphNode_st {
@@ -267,7 +268,16 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long
     }
     e->magic = SHIM_MAGIC_GRAPH_EXEC;
     e->handle = (uint32_t)handle;
+    e->flags = flags;
     *exec = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecGetFlags(CUgraphExec x, cuuint64_t *flags)
+{
+    if (!exec_ok(x) || !flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = x->flags;
     return CUDA_SUCCESS;
 }
 
@@ -275,9 +285,17 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph g, CUDA_GRAPH_I
 {
     if (!params)
         return CUDA_ERROR_INVALID_VALUE;
-    if (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
-        return cumux_unsupported("cuGraphInstantiateWithParams with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD");
-    CUresult r = cuGraphInstantiateWithFlags(exec, g, params->flags);
+    /* Uploading is the instance's first cuGraphUpload, on the stream given. */
+    bool upload = params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    CUresult r = cuGraphInstantiateWithFlags(exec, g, params->flags & ~(cuuint64_t)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
+    if (r == CUDA_SUCCESS && upload) {
+        (*exec)->flags = params->flags;
+        r = cuGraphUpload(*exec, params->hUploadStream);
+        if (r != CUDA_SUCCESS) {
+            cuGraphExecDestroy(*exec);
+            *exec = NULL;
+        }
+    }
     params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
     params->hErrNode_out = NULL;
     return r;
@@ -616,13 +634,13 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph g, const CUgraphNod
     return msg_send_node(CUMUX_OP_GRAPH_ADD_CHILD_NODE, &m, g, node);
 }
 
-CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edges,
-                                size_t n)
+static CUresult change_deps(uint16_t op, CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+                            const CUgraphEdgeData *edges, size_t n)
 {
     if (!graph_ok(g) || (n && (!from || !to)))
         return CUDA_ERROR_INVALID_VALUE;
     if (edges)
-        return cumux_unsupported("cuGraphAddDependencies with edge data");
+        return cumux_unsupported("cuGraphAdd/RemoveDependencies with edge data");
     struct node_msg m = {0};
     struct cumux_graph_add_deps h = {.graph = g->handle, .ndeps = (uint32_t)n};
     CUresult r = msg_put(&m, &h, sizeof h) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
@@ -639,7 +657,49 @@ CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgrap
         free(m.buf);
         return r;
     }
-    return msg_send_node(CUMUX_OP_GRAPH_ADD_DEPS, &m, g, NULL);
+    return msg_send_node(op, &m, g, NULL);
+}
+
+CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edges,
+                                size_t n)
+{
+    return change_deps(CUMUX_OP_GRAPH_ADD_DEPS, g, from, to, edges, n);
+}
+
+CUresult cuGraphRemoveDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+                                   const CUgraphEdgeData *edges, size_t n)
+{
+    return change_deps(CUMUX_OP_GRAPH_REMOVE_DEPS, g, from, to, edges, n);
+}
+
+/* The node and its edges go; its object stays, dead (a stale handle is refused, not followed). */
+CUresult cuGraphDestroyNode(CUgraphNode node)
+{
+    if (!node_ok(node))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_query q = {.node = node->handle};
+    CUresult r = shim_call(CUMUX_OP_NODE_DESTROY, &q, sizeof q, NULL, 0, NULL);
+    if (r == CUDA_SUCCESS)
+        node->magic = SHIM_MAGIC_DEAD;
+    return r;
+}
+
+static CUresult node_enabled(CUgraphExec x, CUgraphNode node, uint32_t set, unsigned *on)
+{
+    if (!exec_ok(x) || !node_ok(node))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    CUresult r = shim_op_node_enabled(x->handle, node->handle, set, on && set ? *on != 0 : 0, &v);
+    if (r == CUDA_SUCCESS && !set)
+        *on = (unsigned)v;
+    return r;
+}
+
+CUresult cuGraphNodeSetEnabled(CUgraphExec x, CUgraphNode node, unsigned int on) { return node_enabled(x, node, 1, &on); }
+
+CUresult cuGraphNodeGetEnabled(CUgraphExec x, CUgraphNode node, unsigned int *on)
+{
+    return on ? node_enabled(x, node, 0, on) : CUDA_ERROR_INVALID_VALUE;
 }
 
 static CUresult set_kernel(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
@@ -981,6 +1041,20 @@ CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphE
 }
 
 /* The CUDA 12 forms, without edge data. */
+#undef cuGraphAddDependencies
+CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t n);
+CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t n)
+{
+    return cuGraphAddDependencies_v2(g, from, to, NULL, n);
+}
+
+#undef cuGraphRemoveDependencies
+CUresult cuGraphRemoveDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t n);
+CUresult cuGraphRemoveDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t n)
+{
+    return cuGraphRemoveDependencies_v2(g, from, to, NULL, n);
+}
+
 #undef cuGraphNodeGetDependentNodes
 CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *out, size_t *num);
 CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *out, size_t *num)

@@ -800,6 +800,14 @@ struct cumux_graph_set_host_node {
     uint64_t host_fn_id; /* the client's own number for the function and its argument */
 };
 
+/* cuGraphNodeSetEnabled / cuGraphNodeGetEnabled: a node of an instance turned off or on, or asked */
+struct cumux_node_enabled {
+    uint32_t exec;    /* handle of a exec */
+    uint32_t node;    /* handle of a node */
+    uint32_t set;     /* 0: only answer */
+    uint32_t enabled; /* when set: 1 on, 0 off */
+};
+
 /* cuGraph(Exec)EventRecordNodeSetEvent / EventWaitNodeSetEvent */
 struct cumux_node_set_event {
     uint32_t node;  /* handle of a node */
@@ -1084,6 +1092,7 @@ _Static_assert(sizeof(struct cumux_graph_add_event_node) % 8 == 0, "graph_add_ev
 _Static_assert(sizeof(struct cumux_graph_set_node) % 8 == 0, "graph_set_node: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_set_host_node) % 8 == 0, "graph_set_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_set_host_node, host_fn_id) % 8 == 0, "graph_set_host_node.host_fn_id: 8-aligned");
+_Static_assert(sizeof(struct cumux_node_enabled) % 8 == 0, "node_enabled: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_set_event) % 8 == 0, "node_set_event: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_host_node) % 8 == 0, "graph_add_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_add_host_node, host_fn_id) % 8 == 0, "graph_add_host_node.host_fn_id: 8-aligned");
@@ -1209,7 +1218,10 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(GRAPH_SET_MEMSET_NODE, cumux_graph_set_node, 0)          \
     X(GRAPH_SET_HOST_NODE, cumux_graph_set_host_node, 0)       \
     X(STREAM_MEM_OP, cumux_stream_mem_op, 1)                   \
-    X(GRAPH_SET_MEMCPY_NODE, cumux_graph_set_node, 0)
+    X(GRAPH_SET_MEMCPY_NODE, cumux_graph_set_node, 0)          \
+    X(NODE_ENABLED, cumux_node_enabled, 0)                     \
+    X(NODE_DESTROY, cumux_node_query, 0)                       \
+    X(GRAPH_REMOVE_DEPS, cumux_graph_add_deps, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1324,6 +1336,9 @@ enum cumux_op {
     CUMUX_OP_GRAPH_SET_HOST_NODE,
     CUMUX_OP_STREAM_MEM_OP,
     CUMUX_OP_GRAPH_SET_MEMCPY_NODE,
+    CUMUX_OP_NODE_ENABLED,
+    CUMUX_OP_NODE_DESTROY,
+    CUMUX_OP_GRAPH_REMOVE_DEPS,
     CUMUX_OP_COUNT
 };
 

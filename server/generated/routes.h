@@ -118,6 +118,11 @@ CUresult op_graph_set_host_node(struct srv_client *c, const struct cumux_graph_s
                                 struct srv_graph_node *node, struct srv_graph_exec *exec);
 CUresult op_graph_set_memcpy_node(struct srv_client *c, struct srv_graph_node *node,
                                   struct srv_graph_exec *exec, const uint8_t *payload, uint32_t payload_len);
+CUresult op_node_enabled(struct srv_client *c, const struct cumux_node_enabled *m, struct srv_graph_exec *exec,
+                         struct srv_graph_node *node, uint8_t *out, uint32_t *out_len);
+CUresult op_node_destroy(struct srv_client *c, struct srv_graph_node *node);
+CUresult op_graph_remove_deps(struct srv_client *c, const struct cumux_graph_add_deps *m,
+                              struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -356,6 +361,9 @@ static const struct {
     [CUMUX_OP_GRAPH_SET_HOST_NODE] = {sizeof(struct cumux_graph_set_host_node), 0},
     [CUMUX_OP_STREAM_MEM_OP] = {sizeof(struct cumux_stream_mem_op), 1},
     [CUMUX_OP_GRAPH_SET_MEMCPY_NODE] = {sizeof(struct cumux_graph_set_node), 0},
+    [CUMUX_OP_NODE_ENABLED] = {sizeof(struct cumux_node_enabled), 0},
+    [CUMUX_OP_NODE_DESTROY] = {sizeof(struct cumux_node_query), 0},
+    [CUMUX_OP_GRAPH_REMOVE_DEPS] = {sizeof(struct cumux_graph_add_deps), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1429,6 +1437,41 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_graph_set_memcpy_node(c, node, exec, payload, payload_len);
+        return 0;
+    }
+    case CUMUX_OP_NODE_ENABLED: {
+        const struct cumux_node_enabled *m = body;
+        struct srv_graph_exec *exec = handle_get(c, m->exec, OBJ_GRAPH_EXEC);
+        if (!exec) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_node_enabled(c, m, exec, node, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_NODE_DESTROY: {
+        const struct cumux_node_query *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_node_destroy(c, node);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_REMOVE_DEPS: {
+        const struct cumux_graph_add_deps *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_remove_deps(c, m, graph, payload, payload_len);
         return 0;
     }
     default:

@@ -638,4 +638,23 @@ static inline CUresult shim_op_stream_mem_op(uint32_t stream, uint32_t op, uint6
     return shim_send(CUMUX_OP_STREAM_MEM_OP, &m, sizeof m, NULL, 0);
 }
 
+/* NODE_ENABLED: answered */
+static inline CUresult shim_op_node_enabled(uint32_t exec, uint32_t node, uint32_t set, uint32_t enabled,
+                                            uint64_t *answer)
+{
+    struct cumux_node_enabled m = {.exec = exec, .node = node, .set = set, .enabled = enabled};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_NODE_ENABLED, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* NODE_DESTROY: answered */
+static inline CUresult shim_op_node_destroy(uint32_t node)
+{
+    struct cumux_node_query m = {.node = node};
+    return shim_call(CUMUX_OP_NODE_DESTROY, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

@@ -27,6 +27,7 @@ struct fc_exec {
     pthread_mutex_t mu;
     struct fc_op **ops;      /* in run order; NULL for empty nodes */
     struct fc_gnode **src;   /* the node of the instantiated graph each came from */
+    bool *off;               /* turned off by cuGraphNodeSetEnabled: not run */
     size_t n;
 };
 
@@ -655,8 +656,14 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph hg, unsigned long
     pthread_mutex_lock(&fc_graph_mu);
     struct fc_graph *g = graph_get(hg);
     CUresult r = g ? snapshot(g, &e->ops, &e->src) : CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         e->n = g->n;
+        if (!(e->off = calloc(e->n ? e->n : 1, sizeof *e->off))) {
+            exec_ops_free(e->ops, e->n);
+            free(e->src);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
     pthread_mutex_unlock(&fc_graph_mu);
     if (r != CUDA_SUCCESS) {
         free(e);
@@ -679,6 +686,7 @@ CUresult cuGraphExecDestroy(CUgraphExec he)
     e->magic = FC_MAGIC_DEAD;
     exec_ops_free(e->ops, e->n);
     free(e->src);
+    free(e->off);
     pthread_mutex_destroy(&e->mu);
     free(e);
     atomic_fetch_sub(&fc_stats.graph_execs, 1);
@@ -699,7 +707,7 @@ CUresult cuGraphLaunch(CUgraphExec he, CUstream s)
     op->u.graph.ops = calloc(e->n ? e->n : 1, sizeof *op->u.graph.ops);
     CUresult r = op->u.graph.ops ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t i = 0; r == CUDA_SUCCESS && i < e->n; i++) {
-        if (e->ops[i] && !(op->u.graph.ops[i] = fc_op_clone(e->ops[i])))
+        if (e->ops[i] && !e->off[i] && !(op->u.graph.ops[i] = fc_op_clone(e->ops[i])))
             r = CUDA_ERROR_OUT_OF_MEMORY;
         op->u.graph.n = i + 1;
     }
@@ -928,4 +936,103 @@ CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hn, CUDA_MEMCPY3D *p)
     }
     pthread_mutex_unlock(&fc_graph_mu);
     return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---------------------------------------------------------------- nodes turned off, removed; edges removed */
+
+/* Kernel, copy and memset nodes can be turned off in an instance, as in CUDA. */
+static CUresult exec_node_enabled(CUgraphExec he, CUgraphNode hn, const unsigned *set, unsigned *get)
+{
+    CHECK_RET(fc_check_init());
+    struct fc_exec *e = exec_get(he);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->n; i++) {
+        const struct fc_op *op = e->ops[i];
+        if ((CUgraphNode)e->src[i] != hn)
+            continue;
+        if (op && (op->kind == OP_KERNEL || op->kind == OP_COPY || op->kind == OP_MEMSET)) {
+            if (set)
+                e->off[i] = !*set;
+            if (get)
+                *get = !e->off[i];
+            r = CUDA_SUCCESS;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return r;
+}
+
+CUresult cuGraphNodeSetEnabled(CUgraphExec he, CUgraphNode hn, unsigned int on)
+{
+    return exec_node_enabled(he, hn, &on, NULL);
+}
+
+CUresult cuGraphNodeGetEnabled(CUgraphExec he, CUgraphNode hn, unsigned int *on)
+{
+    return on ? exec_node_enabled(he, hn, NULL, on) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static void drop_dep(struct fc_gnode *n, const struct fc_gnode *d)
+{
+    for (size_t j = 0; j < n->ndeps; j++) {
+        if (n->deps[j] == d) {
+            memmove(&n->deps[j], &n->deps[j + 1], (n->ndeps - j - 1) * sizeof *n->deps);
+            n->ndeps--;
+            return;
+        }
+    }
+}
+
+CUresult cuGraphDestroyNode(CUgraphNode hn)
+{
+    CHECK_RET(fc_check_init());
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *nd = node_get(hn);
+    if (!nd) {
+        pthread_mutex_unlock(&fc_graph_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct fc_graph *g = nd->g;
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->nodes[i] == nd) {
+            memmove(&g->nodes[i], &g->nodes[i + 1], (g->n - i - 1) * sizeof *g->nodes);
+            g->n--;
+            i--;
+        } else {
+            drop_dep(g->nodes[i], nd);
+        }
+    }
+    fc_op_free(nd->op);
+    free(nd->deps);
+    free(nd->argv);
+    nd->magic = FC_MAGIC_DEAD;
+    free(nd);
+    pthread_mutex_unlock(&fc_graph_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphRemoveDependencies(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
+                                   const CUgraphEdgeData *edges, size_t n)
+{
+    (void)edges;
+    CHECK_RET(fc_check_init());
+    if (n && (!from || !to))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    CUresult r = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+        struct fc_gnode *a = node_get(from[i]), *b = node_get(to[i]);
+        size_t before = b ? b->ndeps : 0;
+        if (!a || !b || a->g != g || b->g != g)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else if (drop_dep(b, a), b->ndeps == before)
+            r = CUDA_ERROR_INVALID_VALUE; /* no such edge */
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
 }

@@ -239,6 +239,12 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_STREAM_MEM_OP, 1, sizeof(struct cumux_stream_mem_op), "STREAM_MEM_OP (one-way) with a reply slot"},
     {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, 1, sizeof(struct cumux_graph_set_node) - 8, "GRAPH_SET_MEMCPY_NODE with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_set_node), "GRAPH_SET_MEMCPY_NODE (answered) one-way"},
+    {CUMUX_OP_NODE_ENABLED, 1, sizeof(struct cumux_node_enabled) - 8, "NODE_ENABLED with a body 8 bytes short"},
+    {CUMUX_OP_NODE_ENABLED, CUMUX_NO_REPLY, sizeof(struct cumux_node_enabled), "NODE_ENABLED (answered) one-way"},
+    {CUMUX_OP_NODE_DESTROY, 1, sizeof(struct cumux_node_query) - 8, "NODE_DESTROY with a body 8 bytes short"},
+    {CUMUX_OP_NODE_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_node_query), "NODE_DESTROY (answered) one-way"},
+    {CUMUX_OP_GRAPH_REMOVE_DEPS, 1, sizeof(struct cumux_graph_add_deps) - 8, "GRAPH_REMOVE_DEPS with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_REMOVE_DEPS, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_deps), "GRAPH_REMOVE_DEPS (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -332,6 +338,10 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_SET_HOST_NODE, sizeof(struct cumux_graph_set_host_node), offsetof(struct cumux_graph_set_host_node, exec), "GRAPH_SET_HOST_NODE.exec: a exec never given"},
     {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, sizeof(struct cumux_graph_set_node), offsetof(struct cumux_graph_set_node, node), "GRAPH_SET_MEMCPY_NODE.node: a node never given"},
     {CUMUX_OP_GRAPH_SET_MEMCPY_NODE, sizeof(struct cumux_graph_set_node), offsetof(struct cumux_graph_set_node, exec), "GRAPH_SET_MEMCPY_NODE.exec: a exec never given"},
+    {CUMUX_OP_NODE_ENABLED, sizeof(struct cumux_node_enabled), offsetof(struct cumux_node_enabled, exec), "NODE_ENABLED.exec: a exec never given"},
+    {CUMUX_OP_NODE_ENABLED, sizeof(struct cumux_node_enabled), offsetof(struct cumux_node_enabled, node), "NODE_ENABLED.node: a node never given"},
+    {CUMUX_OP_NODE_DESTROY, sizeof(struct cumux_node_query), offsetof(struct cumux_node_query, node), "NODE_DESTROY.node: a node never given"},
+    {CUMUX_OP_GRAPH_REMOVE_DEPS, sizeof(struct cumux_graph_add_deps), offsetof(struct cumux_graph_add_deps, graph), "GRAPH_REMOVE_DEPS.graph: a graph never given"},
 };
 
 #endif

@@ -1,7 +1,8 @@
 /* CUDA graphs through the driver API: stream capture (kernels, memset, copy to pinned memory, a host
  * function, work forked to a second stream by events), explicit graphs (kernel, memset, memcpy, empty
  * and host nodes with dependencies), instantiate, many launches, kernel parameters changed in an
- * instance, memset, memcpy and host nodes read back and changed in a graph and in an instance, and cuGraphExecUpdate; event record
+ * instance, memset, memcpy and host nodes read back and changed in a graph and in an instance, a node turned
+ * off and on, an instance uploaded when made, an edge removed and a node destroyed, and cuGraphExecUpdate; event record
  * and wait nodes ordering two graphs on two streams. Results
  * against the CPU. */
 #include <stdio.h>
@@ -405,6 +406,61 @@ int main(void)
                 (unsigned long long)in);
     CK(cuGraphExecDestroy(mx));
     CK(cuGraphDestroy(mg));
+
+    /* ---- a node turned off and on in an instance; instance flags; an instance uploaded when made ---- */
+    CUgraph og;
+    CUgraphNode oset, ocpy;
+    CK(cuGraphCreate(&og, 0));
+    CUDA_MEMSET_NODE_PARAMS m4 = {.dst = out, .value = 0x44444444u, .elementSize = 4, .width = N, .height = 1};
+    CK(cuGraphAddMemsetNode(&oset, og, NULL, 0, &m4, NULL));
+    CK(cuGraphAddMemcpyNode(&ocpy, og, &oset, 1, &cp, NULL));
+    CUgraphExec ox;
+    CK(cuGraphInstantiateWithFlags(&ox, og, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));
+    cuuint64_t oflags = 0;
+    CK(cuGraphExecGetFlags(ox, &oflags));
+    if (oflags != CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)
+        gt_fail("cuGraphExecGetFlags gave %#llx", (unsigned long long)oflags);
+    CK(cuMemsetD32(out, 0x55555555u, N));
+    CK(cuGraphNodeSetEnabled(ox, oset, 0));
+    unsigned on = 1;
+    CK(cuGraphNodeGetEnabled(ox, oset, &on));
+    if (on != 0)
+        gt_fail("a node turned off reads as on");
+    CK(cuGraphLaunch(ox, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x55555555u, "the copy after a memset node turned off");
+    CK(cuGraphNodeSetEnabled(ox, oset, 1));
+    CK(cuGraphLaunch(ox, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x44444444u, "the copy after the memset node turned on again");
+    CK(cuGraphExecDestroy(ox));
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip = {.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, .hUploadStream = s};
+    CK(cuGraphInstantiateWithParams(&ox, og, &ip));
+    if (ip.result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS)
+        gt_fail("cuGraphInstantiateWithParams(UPLOAD): result %d", (int)ip.result_out);
+    CK(cuMemsetD32(out, 0, N));
+    CK(cuGraphLaunch(ox, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x44444444u, "an instance uploaded when made");
+    CK(cuGraphExecDestroy(ox));
+
+    /* ---- an edge removed, a node destroyed ---- */
+    CUgraphNode e1, e2;
+    CK(cuGraphAddEmptyNode(&e1, og, &ocpy, 1));
+    CK(cuGraphAddEmptyNode(&e2, og, &e1, 1));
+    CK(cuGraphRemoveDependencies(og, &e1, &e2, NULL, 1));
+    nedges = 0;
+    CK(cuGraphGetEdges(og, NULL, NULL, NULL, &nedges));
+    if (nedges != 2)
+        gt_fail("%zu edges after one of three was removed", nedges);
+    EXPECT_RC(cuGraphRemoveDependencies(og, &e1, &e2, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+    CK(cuGraphDestroyNode(e1));
+    size_t nnodes = 0;
+    CK(cuGraphGetNodes(og, NULL, &nnodes));
+    CK(cuGraphGetEdges(og, NULL, NULL, NULL, &nedges));
+    if (nnodes != 3 || nedges != 1)
+        gt_fail("after a node was destroyed: %zu nodes and %zu edges, expected 3 and 1", nnodes, nedges);
+    CK(cuGraphDestroy(og));
 
     /* ---- the capture's graph and dependencies, as PyTorch's conditional nodes use them: a kernel is
      * captured; the capture's graph gets an empty node after it by hand; the capture is told to depend
