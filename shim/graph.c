@@ -1076,6 +1076,98 @@ CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, size_t 
     return cuGraphNodeGetDependencies_v2(node, deps, NULL, num);
 }
 
+/* The CUDA 11 forms that programs built against CUDA 11 still ask cuGetProcAddress for. */
+#undef cuGraphInstantiate
+#undef cuGraphInstantiate_v2
+CUresult cuGraphInstantiate(CUgraphExec *x, CUgraph g, CUgraphNode *err, char *log, size_t log_size);
+CUresult cuGraphInstantiate_v2(CUgraphExec *x, CUgraph g, CUgraphNode *err, char *log, size_t log_size);
+
+CUresult cuGraphInstantiate_v2(CUgraphExec *x, CUgraph g, CUgraphNode *err, char *log, size_t log_size)
+{
+    CUresult r = cuGraphInstantiateWithFlags(x, g, 0);
+    if (err)
+        *err = NULL;
+    if (log && log_size)
+        log[0] = 0;
+    return r;
+}
+
+CUresult cuGraphInstantiate(CUgraphExec *x, CUgraph g, CUgraphNode *err, char *log, size_t log_size)
+{
+    return cuGraphInstantiate_v2(x, g, err, log, log_size);
+}
+
+#undef cuGraphExecUpdate
+CUresult cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *result);
+CUresult cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *result)
+{
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    CUresult r = cuGraphExecUpdate_v2(x, g, &info);
+    if (err)
+        *err = info.errorNode;
+    if (result)
+        *result = info.result;
+    return r;
+}
+
+/* Kernel node parameters of the first layout: the same fields, without the kernel and context. */
+_Static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS, extra) == offsetof(CUDA_KERNEL_NODE_PARAMS_v1, extra),
+               "the first layout is the start of the second");
+static const CUDA_KERNEL_NODE_PARAMS *kernel_params_v2(const CUDA_KERNEL_NODE_PARAMS_v1 *p, CUDA_KERNEL_NODE_PARAMS *v2)
+{
+    if (!p)
+        return NULL;
+    memset(v2, 0, sizeof *v2);
+    v2->func = p->func;
+    v2->gridDimX = p->gridDimX, v2->gridDimY = p->gridDimY, v2->gridDimZ = p->gridDimZ;
+    v2->blockDimX = p->blockDimX, v2->blockDimY = p->blockDimY, v2->blockDimZ = p->blockDimZ;
+    v2->sharedMemBytes = p->sharedMemBytes;
+    v2->kernelParams = p->kernelParams;
+    v2->extra = p->extra;
+    return v2;
+}
+
+#undef cuGraphAddKernelNode
+#undef cuGraphKernelNodeGetParams
+#undef cuGraphKernelNodeSetParams
+#undef cuGraphExecKernelNodeSetParams
+CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_KERNEL_NODE_PARAMS_v1 *p);
+CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1 *p);
+CUresult cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p);
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p);
+
+CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    CUDA_KERNEL_NODE_PARAMS v2;
+    return cuGraphAddKernelNode_v2(node, g, deps, n, kernel_params_v2(p, &v2));
+}
+
+CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS v2;
+    CUresult r = cuGraphKernelNodeGetParams_v2(node, &v2);
+    if (r == CUDA_SUCCESS)
+        memcpy(p, &v2, sizeof *p); /* the first layout is the start of the second */
+    return r;
+}
+
+CUresult cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    CUDA_KERNEL_NODE_PARAMS v2;
+    return cuGraphKernelNodeSetParams_v2(node, kernel_params_v2(p, &v2));
+}
+
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    CUDA_KERNEL_NODE_PARAMS v2;
+    return cuGraphExecKernelNodeSetParams_v2(x, node, kernel_params_v2(p, &v2));
+}
+
 /* The graph in Graphviz's language, from what the queries answer: each node with its kind, each edge. */
 CUresult cuGraphDebugDotPrint(CUgraph g, const char *path, unsigned int flags)
 {

@@ -443,6 +443,20 @@ int main(void)
     CK(cuStreamSynchronize(s));
     expect_words(h_out, 0x44444444u, "an instance uploaded when made");
     CK(cuGraphExecDestroy(ox));
+    /* The CUDA 11 form of cuGraphInstantiate, as a program built against CUDA 11 finds it. */
+    CUresult (*instantiate11)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t) = NULL;
+    CUdriverProcAddressQueryResult found;
+    CK(cuGetProcAddress("cuGraphInstantiate", (void **)&instantiate11, 11040, 0, &found));
+    if (!instantiate11 || found != CU_GET_PROC_ADDRESS_SUCCESS)
+        gt_fail("cuGetProcAddress(cuGraphInstantiate, 11040) found nothing");
+    CUgraphNode err_node = NULL;
+    char log[64] = "";
+    CK(instantiate11(&ox, og, &err_node, log, sizeof log));
+    CK(cuMemsetD32(out, 0, N));
+    CK(cuGraphLaunch(ox, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x44444444u, "an instance made by the CUDA 11 cuGraphInstantiate");
+    CK(cuGraphExecDestroy(ox));
 
     /* ---- an edge removed, a node destroyed ---- */
     CUgraphNode e1, e2;
