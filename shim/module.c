@@ -506,6 +506,20 @@ CUresult cuKernelGetFunction(CUfunction *fn, CUkernel k)
     return CUDA_SUCCESS;
 }
 
+/* The library a kernel came from (a kernel is only ever looked up in a library). */
+CUresult cuKernelGetLibrary(CUlibrary *lib, CUkernel k)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct CUfunc_st *f = (struct CUfunc_st *)k;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION || !f->module || f->module->magic != SHIM_MAGIC_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!lib)
+        return CUDA_ERROR_INVALID_VALUE;
+    *lib = (CUlibrary)f->module;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuKernelGetName(const char **name, CUkernel k)
 {
     struct CUfunc_st *f = (struct CUfunc_st *)k;

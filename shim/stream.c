@@ -169,6 +169,17 @@ CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx)
     return r;
 }
 
+/* cumux has no green contexts: a stream's green context is always NULL. */
+CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *green)
+{
+    if (!pctx || !green)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuStreamGetCtx(h, pctx);
+    if (r == CUDA_SUCCESS)
+        *green = NULL;
+    return r;
+}
+
 CUresult cuStreamGetDevice(CUstream h, CUdevice *dev)
 {
     if (!dev)

@@ -221,6 +221,12 @@ static void check_functions_and_launch_ex(CUdevice dev)
     CK(cuMemcpyHtoD(db, b, sizeof b));
     CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUcontext sctx = NULL, cur = NULL;
+    CUgreenCtx green = (CUgreenCtx)&green;
+    CK(cuStreamGetCtx_v2(s, &sctx, &green));
+    CK(cuCtxGetCurrent(&cur));
+    if (sctx != cur || green != NULL)
+        gt_fail("cuStreamGetCtx_v2: context %p (current %p), green context %p", (void *)sctx, (void *)cur, (void *)green);
     int n = N;
     void *args[] = {&da, &db, &dc, &n};
     int coop = attr(dev, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH);

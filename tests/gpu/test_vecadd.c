@@ -20,6 +20,10 @@ int main(void)
     free(img);
     CUkernel kern;
     CK(cuLibraryGetKernel(&kern, lib, "vec_add"));
+    CUlibrary owner = NULL;
+    CK(cuKernelGetLibrary(&owner, kern));
+    if (owner != lib)
+        gt_fail("cuKernelGetLibrary gave %p, not the library %p", (void *)owner, (void *)lib);
 
     size_t bytes = (size_t)N * sizeof(float);
     float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
