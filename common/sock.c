@@ -71,7 +71,7 @@ int cumux_sock_listen(const char *path, int backlog)
     return s;
 }
 
-int cumux_sock_send(int sock, const void *buf, size_t len, int fd)
+static int send_with(int sock, const void *buf, size_t len, int fd, int flags)
 {
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
     union {
@@ -91,7 +91,7 @@ int cumux_sock_send(int sock, const void *buf, size_t len, int fd)
     }
     size_t done = 0;
     while (done < len) {
-        ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+        ssize_t n = sendmsg(sock, &msg, flags);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -104,6 +104,16 @@ int cumux_sock_send(int sock, const void *buf, size_t len, int fd)
         msg.msg_controllen = 0;
     }
     return 0;
+}
+
+int cumux_sock_send(int sock, const void *buf, size_t len, int fd)
+{
+    return send_with(sock, buf, len, fd, MSG_NOSIGNAL);
+}
+
+int cumux_sock_send_now(int sock, const void *buf, size_t len, int fd)
+{
+    return send_with(sock, buf, len, fd, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* The descriptors that came with a message: the first into *fd if the caller wants one and has none yet;

@@ -18,6 +18,8 @@ int cumux_sock_listen(const char *path, int backlog);
 
 /* Send len bytes, with fd attached when fd >= 0. Returns 0 or -1 (errno set). */
 int cumux_sock_send(int sock, const void *buf, size_t len, int fd);
+/* The same, never waiting for room: -1 when the peer's socket is full (a peer that does not read). */
+int cumux_sock_send_now(int sock, const void *buf, size_t len, int fd);
 /* Receive exactly len bytes; a descriptor that came with them is stored in *fd (else -1).
  * Returns 0, or -1 on error or when the peer closed (errno ECONNRESET). */
 int cumux_sock_recv(int sock, void *buf, size_t len, int *fd);

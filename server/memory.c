@@ -100,6 +100,23 @@ CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, str
     return reply_u64(out, out_len, p);
 }
 
+/* A dma-buf descriptor for a range of the client's own device memory. It goes to the client over its
+ * socket before the answer, without waiting: a client that never reads its socket gets an error, the
+ * worker is never stuck on it. */
+CUresult op_mem_range_handle(struct srv_client *c, const struct cumux_mem_range_handle *m)
+{
+    if (m->handle_type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || m->size == 0 || !dev_ok(c, m->ptr, m->size))
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
+    use_gpu(c, (int)r->extra);
+    int fd = -1;
+    CHECK(cuMemGetHandleForAddressRange(&fd, m->ptr, (size_t)m->size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, m->flags));
+    uint64_t tag = CUMUX_MAGIC;
+    int sent = cumux_sock_send_now(c->sock, &tag, sizeof tag, fd);
+    close(fd);
+    return sent == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 /* Free after everything the client has queued so far, on any of its streams, is done. */
 static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
 {

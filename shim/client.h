@@ -123,6 +123,8 @@ void shim_send_end(void);
 /* Send a descriptor over the socket for the next command (HOST_ALLOC, MODULE_LOAD); the caller holds
  * sock_lock from here until that command is sent. */
 CUresult shim_send_fd(int fd);
+/* The descriptor the server sent before answering the caller's last call, or -1 (sock_lock held). */
+int shim_recv_fd(void);
 /* A memfd the server can seal, holding those bytes (an image, a link input); -1 on failure. */
 int shim_sealable_memfd(const char *name, const void *data, size_t size);
 /* Reply slot of the calling thread (for commands that need the slot for more than one answer). */

@@ -194,6 +194,20 @@ CUresult shim_send_fd(int fd)
     return cumux_sock_send(shim.sock, &tag, sizeof tag, fd) == 0 ? CUDA_SUCCESS : CUDA_ERROR_MPS_CONNECTION_FAILED;
 }
 
+/* The descriptor the server sent just before answering the call the caller made (sock_lock held). */
+int shim_recv_fd(void)
+{
+    struct pollfd p = {.fd = shim.sock, .events = POLLIN};
+    uint64_t tag = 0;
+    int fd = -1;
+    if (poll(&p, 1, 1000) != 1 || cumux_sock_recv(shim.sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* ---- cuInit ---- */
 static void after_fork_child(void)
 {

@@ -275,3 +275,28 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     *handle = rep.alloc;
     return CUDA_SUCCESS;
 }
+
+/* A dma-buf descriptor for a range of the program's device memory: the server asks the driver and sends
+ * the descriptor over the socket before its answer. */
+CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size, CUmemRangeHandleType type,
+                                       unsigned long long flags)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)
+        return cumux_unsupported("cuMemGetHandleForAddressRange of a handle type other than a dma-buf descriptor");
+    if (!shim_is_device_ptr(p, size))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_mem_range_handle m = {.ptr = p, .size = size, .handle_type = (uint32_t)type, .flags = flags};
+    pthread_mutex_lock(&shim.sock_lock);
+    CUresult r = shim_call(CUMUX_OP_MEM_RANGE_HANDLE, &m, sizeof m, NULL, 0, NULL);
+    int fd = r == CUDA_SUCCESS ? shim_recv_fd() : -1;
+    pthread_mutex_unlock(&shim.sock_lock);
+    if (r == CUDA_SUCCESS && fd < 0)
+        r = CUDA_ERROR_OPERATING_SYSTEM;
+    if (r == CUDA_SUCCESS)
+        *(int *)handle = fd;
+    return r;
+}

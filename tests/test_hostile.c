@@ -314,6 +314,14 @@ static void case_span_wrap(void)
         put_msg(&s.c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
         expect_refused_at_sync(&s, "a stream write outside the client's buffer or misaligned");
     }
+    /* A dma-buf of memory that is not the client's. */
+    struct cumux_mem_range_handle rh = {.ptr = s.buf + (1ull << 40), .size = 4096,
+                                        .handle_type = CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD};
+    r = call(&s.c, CUMUX_OP_MEM_RANGE_HANDLE, &rh, sizeof rh);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a dma-buf of memory far from the buffer: %d", r);
+    rh = (struct cumux_mem_range_handle){.ptr = s.buf + 2048, .size = 4096, .handle_type = CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD};
+    r = call(&s.c, CUMUX_OP_MEM_RANGE_HANDLE, &rh, sizeof rh);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a dma-buf running past the buffer: %d", r);
     struct cumux_array_destroy ad = {.array = arr};
     CHECK(call(&s.c, CUMUX_OP_ARRAY_DESTROY, &ad, sizeof ad) == CUDA_SUCCESS, "ARRAY_DESTROY");
     CHECK(sync_stream(&s) == CUDA_SUCCESS, "span-wrap: the client's stream is not usable afterwards");

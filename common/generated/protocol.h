@@ -66,6 +66,16 @@ struct cumux_mem_alloc {
     uint64_t size;
 };
 
+/* cuMemGetHandleForAddressRange: a descriptor for a range of the client's device memory, sent back over the
+ * socket just before the answer */
+struct cumux_mem_range_handle {
+    uint64_t ptr;         /* device address */
+    uint64_t size;
+    uint32_t handle_type; /* CUmemRangeHandleType */
+    uint32_t pad;
+    uint64_t flags;
+};
+
 struct cumux_mem_free {
     uint64_t ptr;
 };
@@ -879,6 +889,10 @@ _Static_assert(sizeof(struct cumux_ctx_limit) % 8 == 0, "ctx_limit: a multiple o
 _Static_assert(offsetof(struct cumux_ctx_limit, value) % 8 == 0, "ctx_limit.value: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_alloc) % 8 == 0, "mem_alloc: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_alloc, size) % 8 == 0, "mem_alloc.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_mem_range_handle) % 8 == 0, "mem_range_handle: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_mem_range_handle, ptr) % 8 == 0, "mem_range_handle.ptr: 8-aligned");
+_Static_assert(offsetof(struct cumux_mem_range_handle, size) % 8 == 0, "mem_range_handle.size: 8-aligned");
+_Static_assert(offsetof(struct cumux_mem_range_handle, flags) % 8 == 0, "mem_range_handle.flags: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_free) % 8 == 0, "mem_free: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_free, ptr) % 8 == 0, "mem_free.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_info_query) % 8 == 0, "mem_info_query: a multiple of 8 bytes");
@@ -1221,7 +1235,8 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(GRAPH_SET_MEMCPY_NODE, cumux_graph_set_node, 0)          \
     X(NODE_ENABLED, cumux_node_enabled, 0)                     \
     X(NODE_DESTROY, cumux_node_query, 0)                       \
-    X(GRAPH_REMOVE_DEPS, cumux_graph_add_deps, 0)
+    X(GRAPH_REMOVE_DEPS, cumux_graph_add_deps, 0)              \
+    X(MEM_RANGE_HANDLE, cumux_mem_range_handle, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1339,6 +1354,7 @@ enum cumux_op {
     CUMUX_OP_NODE_ENABLED,
     CUMUX_OP_NODE_DESTROY,
     CUMUX_OP_GRAPH_REMOVE_DEPS,
+    CUMUX_OP_MEM_RANGE_HANDLE,
     CUMUX_OP_COUNT
 };
 

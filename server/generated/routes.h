@@ -162,6 +162,7 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
                             struct srv_stream *stream, struct srv_pool *pool, uint8_t *out, uint32_t *out_len);
 CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m,
                            struct srv_stream *stream);
+CUresult op_mem_range_handle(struct srv_client *c, const struct cumux_mem_range_handle *m);
 
 /* server/module.c */
 CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, const uint8_t *payload,
@@ -364,6 +365,7 @@ static const struct {
     [CUMUX_OP_NODE_ENABLED] = {sizeof(struct cumux_node_enabled), 0},
     [CUMUX_OP_NODE_DESTROY] = {sizeof(struct cumux_node_query), 0},
     [CUMUX_OP_GRAPH_REMOVE_DEPS] = {sizeof(struct cumux_graph_add_deps), 0},
+    [CUMUX_OP_MEM_RANGE_HANDLE] = {sizeof(struct cumux_mem_range_handle), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1472,6 +1474,11 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_graph_remove_deps(c, m, graph, payload, payload_len);
+        return 0;
+    }
+    case CUMUX_OP_MEM_RANGE_HANDLE: {
+        const struct cumux_mem_range_handle *m = body;
+        *result = op_mem_range_handle(c, m);
         return 0;
     }
     default:

@@ -657,4 +657,12 @@ static inline CUresult shim_op_node_destroy(uint32_t node)
     return shim_call(CUMUX_OP_NODE_DESTROY, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* MEM_RANGE_HANDLE: answered */
+static inline CUresult shim_op_mem_range_handle(uint64_t ptr, uint64_t size, uint32_t handle_type,
+                                                uint64_t flags)
+{
+    struct cumux_mem_range_handle m = {.ptr = ptr, .size = size, .handle_type = handle_type, .flags = flags};
+    return shim_call(CUMUX_OP_MEM_RANGE_HANDLE, &m, sizeof m, NULL, 0, NULL);
+}
+
 #endif

@@ -1127,3 +1127,25 @@ void fc_stats_start(void)
         fprintf(stderr, "fakecuda: no thread for CUMUX_FAKE_STATS\n");
     pthread_attr_destroy(&a);
 }
+
+/* A dma-buf stands in as a memfd of the range's size: what the fake can give for memory in one allocation. */
+CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size, CUmemRangeHandleType type,
+                                       unsigned long long flags)
+{
+    INIT_OR_RETURN();
+    if (!handle || !size || type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&dev_lock);
+    bool ok = dev_covers(p, size);
+    pthread_rwlock_unlock(&dev_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = memfd_create("fakecuda-dmabuf", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)handle = fd;
+    return CUDA_SUCCESS;
+}

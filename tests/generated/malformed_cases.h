@@ -245,6 +245,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_NODE_DESTROY, CUMUX_NO_REPLY, sizeof(struct cumux_node_query), "NODE_DESTROY (answered) one-way"},
     {CUMUX_OP_GRAPH_REMOVE_DEPS, 1, sizeof(struct cumux_graph_add_deps) - 8, "GRAPH_REMOVE_DEPS with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_REMOVE_DEPS, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_deps), "GRAPH_REMOVE_DEPS (answered) one-way"},
+    {CUMUX_OP_MEM_RANGE_HANDLE, 1, sizeof(struct cumux_mem_range_handle) - 8, "MEM_RANGE_HANDLE with a body 8 bytes short"},
+    {CUMUX_OP_MEM_RANGE_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_mem_range_handle), "MEM_RANGE_HANDLE (answered) one-way"},
 };
 
 struct malformed_handle {

@@ -3,10 +3,13 @@
  * kernel and copies across the seam between the two mappings, checked against the CPU. Also what must
  * be refused: mapping outside a reservation or over a mapping, freeing a reservation that still has
  * mappings, cuMemFree of mapped memory, copies to memory no longer mapped; an allocation released while
- * mapped stays usable until it is unmapped; and what a program leaves mapped at exit is freed. */
+ * mapped stays usable until it is unmapped; and what a program leaves mapped at exit is freed. A dma-buf
+ * descriptor for a range of device memory (cuMemGetHandleForAddressRange). */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_test.h"
 
@@ -127,6 +130,22 @@ int main(void)
     CK(cuMemSetAccess(left + gran, gran, &acc, 1));
     CK(cuMemsetD32(left + gran, 7, gran / 4));
     CK(cuCtxSynchronize());
+
+    /* A dma-buf descriptor for a range of ordinary device memory, where the device supports them. */
+    int dmabuf = 0;
+    CK(cuDeviceGetAttribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev));
+    CUdeviceptr plain;
+    CK(cuMemAlloc(&plain, 2u << 20));
+    int fd = -1;
+    CUresult dr = cuMemGetHandleForAddressRange(&fd, plain, 2u << 20, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (dmabuf) {
+        if (dr != CUDA_SUCCESS || fd < 0 || fcntl(fd, F_GETFD) < 0)
+            gt_fail("cuMemGetHandleForAddressRange: %s, descriptor %d", gt_err_name(dr), fd);
+        close(fd);
+    } else if (dr == CUDA_SUCCESS) {
+        gt_fail("a dma-buf descriptor where the device says it has none");
+    }
+    CK(cuMemFree(plain));
     free(ha);
     free(hb);
     free(hc);
