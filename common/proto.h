@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 1u
+#define CUMUX_PROTO_VERSION 2u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -57,6 +57,8 @@ struct cumux_welcome {
 #define CUMUX_STAGING_BYTES (8u << 20)
 #define CUMUX_NO_REPLY 0xffffu
 #define CUMUX_HOSTFN_RING 256
+#define CUMUX_HOSTFN_STREAMS 1024 /* streams of a client whose host functions hold them with a stream wait */
+#define CUMUX_HOSTFN_NO_SLOT 0xffffffffu
 
 /* Staging slot states (futex words). H2D: FREE -> (client fills) FULL -> (server's DMA done) FREE.
  * D2H: FREE -> (server's DMA done) READY -> (client copied out) FREE. */
@@ -80,11 +82,17 @@ struct cumux_shm {
     _Atomic uint32_t server_sleeping;             /* set while it sleeps: the client rings */
     alignas(64) _Atomic uint32_t stage_state[CUMUX_STAGING_SLOTS];
     _Atomic uint32_t stage_seq[CUMUX_STAGING_SLOTS]; /* bumped on every state change, futex word */
-    /* Host functions (cuLaunchHostFunc): when a stream reaches one, the server posts its id here and
-     * waits until the client's callback thread has run it. */
+    /* Host functions (cuLaunchHostFunc): when a stream reaches one, the server posts its id here. The
+     * stream then waits, on the GPU, until the client's callback thread has run it and written its number
+     * into the stream's word of hostfn_stream_done (a word the GPU reads: no server thread waits, so one
+     * client's slow function holds no one else's). Functions of graphs have no word (slot
+     * CUMUX_HOSTFN_NO_SLOT): the server's driver thread waits for hostfn_done instead. */
     alignas(64) _Atomic uint32_t hostfn_posted; /* futex word: ids posted so far */
     _Atomic uint32_t hostfn_done;               /* futex word: ids run so far */
     uint64_t hostfn_ids[CUMUX_HOSTFN_RING];
+    uint32_t hostfn_slot[CUMUX_HOSTFN_RING]; /* the stream's word, or CUMUX_HOSTFN_NO_SLOT */
+    uint32_t hostfn_seq[CUMUX_HOSTFN_RING];  /* the number to write there once run */
+    alignas(4096) _Atomic uint32_t hostfn_stream_done[CUMUX_HOSTFN_STREAMS];
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];
     alignas(4096) uint8_t staging[CUMUX_STAGING_SLOTS][CUMUX_STAGING_BYTES];

@@ -47,6 +47,17 @@ void srv_worker_begin(struct srv_client *c)
         cumux_logf("client %u: cannot pin staging buffers (%d): pageable copies will fail", c->id, (int)r);
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
         cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
+    /* The page of host-function words, which streams wait on (hostfn.c): the GPU reads it. Without it, the
+     * driver's thread waits for each host function, as for graphs. */
+    void *words = (void *)c->shm->hostfn_stream_done;
+    CUdeviceptr d = 0;
+    if (cuMemHostRegister(words, sizeof c->shm->hostfn_stream_done,
+                          CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS) {
+        if (cuMemHostGetDevicePointer(&d, words, 0) == CUDA_SUCCESS)
+            c->hostfn_words = d;
+        else
+            cuMemHostUnregister(words);
+    }
 }
 
 int srv_worker_step(struct srv_client *c, uint64_t *tail, void *msg)
@@ -144,13 +155,19 @@ fail:
 void srv_client_free(struct srv_client *c)
 {
     pthread_join(c->worker, NULL);
+    /* Unregistering waits for every kernel in the context: the reaper unregisters, then unmaps (the
+     * host-function page first: its hole in the mapping is then unmapped again, harmlessly). */
+    if (c->hostfn_words)
+        srv_reap(REAP_HOST_MEMORY, 0, (void *)c->shm->hostfn_stream_done, sizeof c->shm->hostfn_stream_done, NULL);
     if (c->staging_registered) {
-        /* Unregistering waits for every kernel in the context: the reaper unregisters, then unmaps. */
         srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
         srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);
+    } else if (c->hostfn_words) {
+        srv_reap(REAP_UNMAP, -1, c->shm, sizeof(struct cumux_shm), NULL);
     } else {
         munmap(c->shm, sizeof(struct cumux_shm));
     }
+    free(c->hostfn_last);
     close(c->shm_fd);
     close(c->sock);
     if (c->stdout_fd >= 0)

@@ -438,7 +438,7 @@ CUresult op_graph_add_host_node(struct srv_client *c, const struct cumux_graph_a
     struct hostfn_job *j = malloc(sizeof *j);
     if (!j)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *j = (struct hostfn_job){.c = c, .id = m->host_fn_id, .persistent = true};
+    *j = (struct hostfn_job){.c = c, .id = m->host_fn_id, .persistent = true, .slot = CUMUX_HOSTFN_NO_SLOT};
     srv_keep_hostfn_job(c, j);
     CUDA_HOST_NODE_PARAMS hp = {.fn = hostfn_trampoline, .userData = j};
     CUgraphNode node;
@@ -481,7 +481,7 @@ CUresult op_graph_set_host_node(struct srv_client *c, const struct cumux_graph_s
     struct hostfn_job *j = malloc(sizeof *j);
     if (!j)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *j = (struct hostfn_job){.c = c, .id = m->host_fn_id, .persistent = true};
+    *j = (struct hostfn_job){.c = c, .id = m->host_fn_id, .persistent = true, .slot = CUMUX_HOSTFN_NO_SLOT};
     srv_keep_hostfn_job(c, j); /* kept for the client's life: an instance made before may still name the old one */
     CUDA_HOST_NODE_PARAMS hp = {.fn = hostfn_trampoline, .userData = j};
     if (!exec)

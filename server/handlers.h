@@ -59,9 +59,12 @@ struct hostfn_job {
     struct srv_client *c;
     uint64_t id;
     bool persistent; /* in a graph: run at every launch, freed with the client */
+    uint32_t slot, seq; /* the stream's word and number (CUMUX_HOSTFN_NO_SLOT: the trampoline waits) */
     struct hostfn_job *next;
 };
 void CUDA_CB hostfn_trampoline(void *arg);
+/* At a client's end: every stream's host-function word gets its last number, so no stream waits on. */
+void srv_hostfn_release(struct srv_client *c);
 /* A graph's host function job lives as long as the client. */
 void srv_keep_hostfn_job(struct srv_client *c, struct hostfn_job *j);
 

@@ -1,32 +1,68 @@
 /* Host functions (cuLaunchHostFunc, graph host nodes): they run in the client, which the server asks
- * through the channel when the stream gets there. */
+ * through the channel when the stream gets there.
+ *
+ * A stream's own host function is posted by the driver's host-function thread, which returns at once;
+ * the stream then waits on the GPU (a stream memory wait) for the word the client writes once it has run
+ * the function. The driver's thread, which every client's host functions share, is never held by one
+ * client's slow function. A graph's host node cannot carry a number of its own (the graph runs again), so
+ * for those the driver's thread waits for the client as CUDA's own does. */
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/channel.h"
 #include "server/handlers.h"
 
-/* Runs on the driver's host-function thread when the stream gets there: hands the function to the client
- * and holds the stream until the client has run it, as CUDA does. A client that goes away releases it. */
-void CUDA_CB hostfn_trampoline(void *arg)
+/* Posts the job's function to the client (room in the ring: waits only when 256 are outstanding). */
+static uint32_t post(struct hostfn_job *j)
 {
-    struct hostfn_job *j = arg;
     struct srv_client *c = j->c;
     struct cumux_shm *shm = c->shm;
     pthread_mutex_lock(&c->hostfn_lock);
     uint32_t n = atomic_load(&shm->hostfn_posted);
-    shm->hostfn_ids[n % CUMUX_HOSTFN_RING] = j->id;
-    atomic_store(&shm->hostfn_posted, n + 1);
-    pthread_mutex_unlock(&c->hostfn_lock);
-    cumux_futex_wake(&shm->hostfn_posted, 1);
     for (;;) {
         uint32_t done = atomic_load(&shm->hostfn_done);
-        if ((int32_t)(done - (n + 1)) >= 0 || atomic_load(&c->dead))
+        if ((uint32_t)(n - done) < CUMUX_HOSTFN_RING || atomic_load(&c->dead))
             break;
         cumux_futex_wait(&shm->hostfn_done, done, 100000000);
     }
+    shm->hostfn_ids[n % CUMUX_HOSTFN_RING] = j->id;
+    shm->hostfn_slot[n % CUMUX_HOSTFN_RING] = j->slot;
+    shm->hostfn_seq[n % CUMUX_HOSTFN_RING] = j->seq;
+    atomic_store(&shm->hostfn_posted, n + 1);
+    pthread_mutex_unlock(&c->hostfn_lock);
+    cumux_futex_wake(&shm->hostfn_posted, 1);
+    return n;
+}
+
+/* Runs on the driver's host-function thread when the stream gets there. A graph's function: the thread
+ * holds the stream until the client has run it (or is gone). A stream's own: the GPU holds the stream. */
+void CUDA_CB hostfn_trampoline(void *arg)
+{
+    struct hostfn_job *j = arg;
+    struct srv_client *c = j->c;
+    uint32_t n = post(j);
+    if (j->slot == CUMUX_HOSTFN_NO_SLOT) {
+        for (;;) {
+            uint32_t done = atomic_load(&c->shm->hostfn_done);
+            if ((int32_t)(done - (n + 1)) >= 0 || atomic_load(&c->dead))
+                break;
+            cumux_futex_wait(&c->shm->hostfn_done, done, 100000000);
+        }
+    }
     if (!j->persistent)
         free(j);
+}
+
+/* The stream's word, given on its first host function; none when the client's words are not registered
+ * with the GPU or all are taken (then the driver's thread waits, as for graphs). */
+static uint32_t stream_slot(struct srv_client *c, struct srv_stream *stream)
+{
+    if (!c->hostfn_last && c->hostfn_words)
+        c->hostfn_last = calloc(CUMUX_HOSTFN_STREAMS, sizeof *c->hostfn_last);
+    if (!stream->hostfn_slot1 && c->hostfn_last && c->hostfn_slots_used < CUMUX_HOSTFN_STREAMS)
+        stream->hostfn_slot1 = ++c->hostfn_slots_used;
+    return stream->hostfn_slot1 ? stream->hostfn_slot1 - 1 : CUMUX_HOSTFN_NO_SLOT;
 }
 
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream)
@@ -34,18 +70,32 @@ CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, str
     struct hostfn_job *j = malloc(sizeof *j);
     if (!j)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    j->c = c;
-    j->id = m->id;
+    *j = (struct hostfn_job){.c = c, .id = m->id, .slot = CUMUX_HOSTFN_NO_SLOT};
     /* Captured into a graph, it runs at every launch of the graph: it lives as long as the client. */
     j->persistent = srv_stream_capturing(c, stream);
     if (j->persistent)
         srv_keep_hostfn_job(c, j);
+    else if ((j->slot = stream_slot(c, stream)) != CUMUX_HOSTFN_NO_SLOT)
+        j->seq = c->hostfn_last[j->slot] = ++stream->hostfn_seq;
     CUresult r = before_op(stream);
     if (r == CUDA_SUCCESS)
         r = cuLaunchHostFunc(stream->cu, hostfn_trampoline, j);
+    if (r != CUDA_SUCCESS) {
+        after_op(stream);
+        if (!j->persistent)
+            free(j);
+        return r;
+    }
+    if (j->slot != CUMUX_HOSTFN_NO_SLOT) {
+        CUstreamBatchMemOpParams w;
+        memset(&w, 0, sizeof w);
+        w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+        w.waitValue.address = c->hostfn_words + 4ull * j->slot;
+        w.waitValue.value = j->seq;
+        w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+        r = cuStreamBatchMemOp(stream->cu, 1, &w, 0);
+    }
     after_op(stream);
-    if (r != CUDA_SUCCESS && !j->persistent)
-        free(j);
     return r;
 }
 
@@ -56,4 +106,10 @@ void srv_keep_hostfn_job(struct srv_client *c, struct hostfn_job *j)
     j->next = c->graph_hostfns;
     c->graph_hostfns = j;
     pthread_mutex_unlock(&c->hostfn_lock);
+}
+
+void srv_hostfn_release(struct srv_client *c)
+{
+    for (uint32_t i = 0; c->hostfn_last && i < c->hostfn_slots_used; i++)
+        atomic_store(&c->shm->hostfn_stream_done[i], c->hostfn_last[i]);
 }

@@ -56,6 +56,8 @@ struct srv_stream {
     bool capturing;      /* cuStreamBeginCapture on it: its work is recorded, not run */
     struct srv_graph *capture_graph; /* the capture's graph, once the client asked for it */
     uint64_t seen_epoch; /* blocking stream: the legacy epoch it already waits for */
+    uint32_t hostfn_slot1;  /* 1 + its word in the client's hostfn_stream_done, 0 before its first host function */
+    uint32_t hostfn_seq;    /* the number of its last host function */
     struct srv_stream *next_in_ctx;
 };
 
@@ -144,6 +146,10 @@ struct srv_client {
     CUresult pending_error;          /* first error of a one-way command, reported at the next sync */
     int current_gpu;
     bool staging_registered;
+    CUdeviceptr hostfn_words;     /* the device's address of shm->hostfn_stream_done, 0 when not registered */
+    uint32_t hostfn_slots_used;   /* words given to streams (never taken back) */
+    uint32_t *hostfn_last;        /* per word, the number of its stream's last host function (released at
+                                   * the end even for streams destroyed since) */
     CUstream mem_stream[CUMUX_MAX_DEVICES]; /* frees, ordered after the client's own work */
     /* cuMemAlloc's: a stream with nothing queued before, so an allocation never waits for the client's
      * kernels (the frees on mem_stream do) */

@@ -1,6 +1,7 @@
 /* Host functions and stream callbacks (cuLaunchHostFunc, cuStreamAddCallback). They must run in this
  * process, with this process's memory: the server holds the stream at that point and posts the
- * function's id into the channel; a thread of the shim runs it and says so. */
+ * function's id into the channel; a thread of the shim runs it and says so: in the stream's word, which
+ * the GPU waits on, and in the count of functions run. */
 #include <stdlib.h>
 
 #include "common/channel.h"
@@ -36,6 +37,8 @@ static void *callback_thread(void *arg)
             continue;
         }
         uint64_t id = shm->hostfn_ids[consumed % CUMUX_HOSTFN_RING];
+        uint32_t slot = shm->hostfn_slot[consumed % CUMUX_HOSTFN_RING];
+        uint32_t seq = shm->hostfn_seq[consumed % CUMUX_HOSTFN_RING];
         struct pending_fn f = {0};
         pthread_mutex_lock(&pending_lock);
         for (int k = 0; k < PENDING_MAX; k++) {
@@ -54,6 +57,9 @@ static void *callback_thread(void *arg)
             f.cb(f.stream, CUDA_SUCCESS, f.data);
         else
             cumux_logf("host function %llu posted by the server is unknown", (unsigned long long)id);
+        /* The stream waits, on the GPU, for its word to reach the function's number. */
+        if (slot < CUMUX_HOSTFN_STREAMS)
+            atomic_store_explicit(&shm->hostfn_stream_done[slot], seq, memory_order_release);
         consumed++;
         atomic_store(&shm->hostfn_done, consumed);
         cumux_futex_wake(&shm->hostfn_done, 1);

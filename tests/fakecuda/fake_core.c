@@ -1149,3 +1149,18 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size,
     *(int *)handle = fd;
     return CUDA_SUCCESS;
 }
+
+/* Unified addressing: registered host memory has the same address on the device. */
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
+{
+    INIT_OR_RETURN();
+    if (!dptr || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&host_lock);
+    bool ok = table_find(&host_tab, (uint64_t)(uintptr_t)p) >= 0;
+    pthread_rwlock_unlock(&host_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}

@@ -297,10 +297,16 @@ void fc_op_run(struct fc_op *op)
         }
         break;
     }
-    case OP_HOSTFN:
+    case OP_HOSTFN: {
+        /* The driver runs a context's host functions on one thread of its own: one at a time, whatever
+         * their streams (a function that blocks holds up every other stream's). */
+        static pthread_mutex_t hostfn_thread = PTHREAD_MUTEX_INITIALIZER;
         fc_order_release(); /* it may wait for anything (cumuxd's waits for its client) */
+        pthread_mutex_lock(&hostfn_thread);
         op->u.h.fn(op->u.h.data);
+        pthread_mutex_unlock(&hostfn_thread);
         break;
+    }
     case OP_RECORD: {
         struct fc_event *e = op->u.rec.ev;
         pthread_mutex_lock(&ev_mu);
