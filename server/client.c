@@ -10,6 +10,7 @@
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "server/objects.h"
 #include "server/server.h"
 
 int srv_wake_fd = -1;
@@ -53,7 +54,14 @@ void srv_worker_begin(struct srv_client *c)
     CUdeviceptr d = 0;
     if (cuMemHostRegister(words, sizeof c->shm->hostfn_stream_done,
                           CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS) {
-        if (cuMemHostGetDevicePointer(&d, words, 0) == CUDA_SUCCESS)
+        /* And a stream can wait on it (one wait, already satisfied, on the client's memory stream). */
+        CUstream ms;
+        CUstreamBatchMemOpParams w;
+        memset(&w, 0, sizeof w);
+        w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+        w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+        if (cuMemHostGetDevicePointer(&d, words, 0) == CUDA_SUCCESS && mem_stream(c, 0, &ms) == CUDA_SUCCESS &&
+            (w.waitValue.address = d, cuStreamBatchMemOp(ms, 1, &w, 0) == CUDA_SUCCESS))
             c->hostfn_words = d;
         else
             cuMemHostUnregister(words);
