@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -310,7 +311,8 @@ static CUresult cc_store(void *p, int flags, const void *output, size_t output_l
     char path[4200], tmp[4300];
     if (flags != 0 || output_len > CC_MAX_BYTES || !entry_path(k, path, sizeof path))
         return CUDA_SUCCESS;
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    static _Atomic unsigned stores; /* a name of its own per store: threads may store the same key at once */
+    snprintf(tmp, sizeof tmp, "%s.%d.%u.tmp", path, (int)getpid(), atomic_fetch_add(&stores, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return CUDA_SUCCESS;
