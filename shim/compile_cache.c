@@ -274,10 +274,18 @@ static void trim(const char *dir)
     size_t n = 0, capn = 0;
     uint64_t total = 0;
     struct dirent *de;
+    time_t now = time(NULL);
     while ((de = readdir(d)) != NULL) {
         struct stat st;
-        if (strlen(de->d_name) != 16 || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISREG(st.st_mode))
+        size_t len = strlen(de->d_name);
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        /* A store that never finished (its process died) is gone after an hour. */
+        if (len > 4 && !strcmp(de->d_name + len - 4, ".tmp") && now - st.st_mtim.tv_sec > 3600) {
+            unlinkat(dirfd(d), de->d_name, 0);
+            continue;
+        }
+        if (len != 16)
             continue;
         if (n == capn) {
             struct aged *nv = realloc(v, (capn = capn ? 2 * capn : 64) * sizeof *v);
