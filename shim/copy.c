@@ -330,6 +330,29 @@ CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
     return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, dp, src, sp, w, w * h);
 }
 
+/* A batch: each copy as cuMemcpyAsync makes it, in order on the stream (CUDA promises no order within a
+ * batch, so in order is one of the orders it allows). Pageable sources are read during the call, which
+ * every source access order accepts. The attributes are checked as the driver checks them. */
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                               CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, CUstream h)
+{
+    if (!count || !dsts || !srcs || !sizes || !attrs || !idxs || !nattrs || nattrs > count || idxs[0] != 0 ||
+        (h == NULL && !cumux_tls_ptds) || h == CU_STREAM_LEGACY)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t k = 0; k < nattrs; k++) {
+        if ((k && idxs[k] <= idxs[k - 1]) || idxs[k] >= count ||
+            attrs[k].srcAccessOrder < CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+            attrs[k].srcAccessOrder > CU_MEMCPY_SRC_ACCESS_ORDER_ANY)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < count; i++) {
+        CUresult r = cuMemcpyAsync(dsts[i], srcs[i], sizes[i], h);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* cuMemcpy2D and its forms are array.c's: they may name arrays. */
 
 /* ---- memset ---- */

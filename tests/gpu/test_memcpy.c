@@ -147,6 +147,27 @@ int main(void)
         if (edge[i] != POISON_DEV)
             gt_fail("device byte past a DtoD copy changed to 0x%02x", edge[i]);
 
+    /* A batch of three copies (pageable to device, device to device, device to pinned) in one call. */
+    enum { BATCH = 1 << 20 };
+    unsigned char *bsrc = malloc(BATCH), *bdst;
+    CK(cuMemAllocHost((void **)&bdst, BATCH));
+    gt_fill_random(bsrc, BATCH, 4321);
+    memset(bdst, 0, BATCH);
+    CUdeviceptr dsts[3] = {d1, d2, (CUdeviceptr)(uintptr_t)bdst}, srcs[3] = {(CUdeviceptr)(uintptr_t)bsrc, d1, d2};
+    size_t bsizes[3] = {BATCH, BATCH, BATCH}, idx[1] = {0};
+    CUmemcpyAttributes at;
+    memset(&at, 0, sizeof at);
+    at.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    /* Copies within a batch have no order: the chain is three batches of one. */
+    for (int k = 0; k < 3; k++)
+        CK(cuMemcpyBatchAsync(&dsts[k], &srcs[k], &bsizes[k], 1, &at, idx, 1, s));
+    CK(cuStreamSynchronize(s));
+    if (memcmp(bsrc, bdst, BATCH) != 0)
+        gt_fail("cuMemcpyBatchAsync: the bytes that came back differ");
+    EXPECT_RC(cuMemcpyBatchAsync(dsts, srcs, bsizes, 1, &at, idx, 1, NULL), CUDA_ERROR_INVALID_VALUE);
+    free(bsrc);
+    CK(cuMemFreeHost(bdst));
+
     CK(cuMemFree(d1));
     CK(cuMemFree(d2));
     CK(cuStreamDestroy(s));
