@@ -677,3 +677,41 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
     return ctx_limit(limit, true, &value);
 }
+
+/* Shared memory banks are four bytes wide on every GPU cumux serves (Volta and later): the setting has no
+ * effect there, and the driver accepts any valid value and reports four-byte banks. */
+static bool shared_config_ok(CUsharedconfig c)
+{
+    return c == CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE || c == CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE ||
+           c == CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE;
+}
+
+CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return shared_config_ok(config) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuCtxGetSharedMemConfig(CUsharedconfig *config)
+{
+    struct CUctx_st *c;
+    CUresult r = shim_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!config)
+        return CUDA_ERROR_INVALID_VALUE;
+    *config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetSharedMemConfig(CUfunction f, CUsharedconfig config)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return shared_config_ok(config) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}

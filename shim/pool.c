@@ -170,3 +170,36 @@ CUresult cuMemFreeAsync(CUdeviceptr p, CUstream hstream)
         return CUDA_ERROR_INVALID_VALUE;
     return shim_op_mem_free_async(stream, p);
 }
+
+/* The pools of a location (CUDA 13): a device's pinned pools are the device's pools above. Host and
+ * managed pools are not cumux's yet. */
+static CUresult device_location(const CUmemLocation *l, CUmemAllocationType type, CUdevice *dev)
+{
+    if (!l || (type != CU_MEM_ALLOCATION_TYPE_PINNED && type != CU_MEM_ALLOCATION_TYPE_MANAGED))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_ALLOCATION_TYPE_PINNED || l->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return cumux_unsupported("memory pools of host or managed memory (cuMemGetDefaultMemPool, cuMemGet/SetMemPool)");
+    *dev = l->id;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *l, CUmemAllocationType type)
+{
+    CUdevice dev = 0;
+    CUresult r = device_location(l, type, &dev);
+    return r == CUDA_SUCCESS ? cuDeviceGetDefaultMemPool(pool, dev) : r;
+}
+
+CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *l, CUmemAllocationType type)
+{
+    CUdevice dev = 0;
+    CUresult r = device_location(l, type, &dev);
+    return r == CUDA_SUCCESS ? cuDeviceGetMemPool(pool, dev) : r;
+}
+
+CUresult cuMemSetMemPool(CUmemLocation *l, CUmemAllocationType type, CUmemoryPool pool)
+{
+    CUdevice dev = 0;
+    CUresult r = device_location(l, type, &dev);
+    return r == CUDA_SUCCESS ? cuDeviceSetMemPool(dev, pool) : r;
+}

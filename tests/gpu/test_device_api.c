@@ -266,6 +266,30 @@ static void check_functions_and_launch_ex(CUdevice dev)
     CK(cuModuleUnload(mod));
 }
 
+/* Settings that have no effect on this GPU still answer as the driver does; a device's pinned pools by
+ * location (CUDA 13) are the device's pools. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* the bank-size calls: deprecated, still answered */
+static void check_settings_and_pools(CUdevice dev)
+{
+    CK(cuCtxSetSharedMemConfig(CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE));
+    CUsharedconfig sc = (CUsharedconfig)99;
+    CK(cuCtxGetSharedMemConfig(&sc));
+    if (sc != CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE && sc != CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE &&
+        sc != CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        gt_fail("cuCtxGetSharedMemConfig gave %d", (int)sc);
+    EXPECT_RC(cuCtxSetSharedMemConfig((CUsharedconfig)7), CUDA_ERROR_INVALID_VALUE);
+    CUmemoryPool byd, byl, cur;
+    CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
+    CK(cuDeviceGetDefaultMemPool(&byd, dev));
+    CK(cuMemGetDefaultMemPool(&byl, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CK(cuMemGetMemPool(&cur, &loc, CU_MEM_ALLOCATION_TYPE_PINNED));
+    if (byl != byd || cur != byd)
+        gt_fail("the device's pool by location %p and current %p, by device %p", (void *)byl, (void *)cur, (void *)byd);
+    CK(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, byd));
+}
+#pragma GCC diagnostic pop
+
 int main(void)
 {
     gt_begin("device_api");
@@ -277,6 +301,7 @@ int main(void)
     check_created_ctx(dev, primary);
     check_pointers(primary);
     check_functions_and_launch_ex(dev);
+    check_settings_and_pools(dev);
     CK(cuDevicePrimaryCtxRelease(dev));
     gt_pass();
 }
