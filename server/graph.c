@@ -11,6 +11,7 @@ struct srv_graph {
     CUgraph g;
     uint32_t handle;
     bool capture; /* a capture's graph, handed out while the capture runs: the capture owns it */
+    bool into;    /* the client's own graph that a capture adds to (cuStreamBeginCaptureToGraph): it stays */
 };
 
 struct srv_graph_exec {
@@ -92,6 +93,10 @@ CUresult op_capture_end(struct srv_client *c, struct srv_stream *stream, uint8_t
     stream->capturing = false;
     struct srv_graph *handed = stream->capture_graph;
     stream->capture_graph = NULL;
+    if (handed && handed->into) { /* the client's graph, with what was captured into it (or not) */
+        handed->capture = handed->into = false;
+        return r == CUDA_SUCCESS ? reply_u64(out, out_len, handed->handle) : r;
+    }
     if (handed) {
         /* The graph the client already names: now its own, the same handle (and node handles). A failed
          * capture's graph is the driver's to drop. */
@@ -549,6 +554,27 @@ CUresult op_node_enabled(struct srv_client *c, const struct cumux_node_enabled *
     return reply_u64(out, out_len, on);
 }
 
+/* ---- capture into a graph of the client's ---- */
+CUresult op_capture_begin_to_graph(struct srv_client *c, const struct cumux_capture_begin_to_graph *m,
+                                   struct srv_stream *stream, struct srv_graph *graph, const uint8_t *payload,
+                                   uint32_t payload_len)
+{
+    if (stream->kind == STREAM_LEGACY)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (m->mode > CU_STREAM_CAPTURE_MODE_RELAXED || graph->capture || stream->capturing || m->ndeps > MAX_DEPS ||
+        ((uint64_t)m->ndeps * 4 + 7) / 8 * 8 > payload_len)
+        return CUDA_ERROR_INVALID_VALUE;
+    static _Thread_local CUgraphNode deps[MAX_DEPS];
+    CHECK(node_list(c, (const uint32_t *)(const void *)payload, m->ndeps, graph->handle, deps));
+    /* Relaxed in the driver whatever the client asked, as every capture (op_capture_begin). */
+    CHECK(cuStreamBeginCaptureToGraph(stream->cu, graph->g, deps, NULL, m->ndeps, CU_STREAM_CAPTURE_MODE_RELAXED));
+    stream->capturing = true;
+    stream->capture_graph = graph;
+    graph->capture = graph->into = true; /* not destroyed while the capture adds to it */
+    c->ever_captured = true;
+    return CUDA_SUCCESS;
+}
+
 /* ---- queries ---- */
 /* The handle of a driver node of graph `graph`, made now if the client has not seen it (captured). */
 static uint32_t node_handle(struct srv_client *c, uint32_t graph, CUgraphNode n)
@@ -802,10 +828,13 @@ void srv_capture_abandon(struct srv_client *c, struct srv_stream *s)
         return;
     use_gpu(c, s->ctx->gpu);
     CUgraph g = NULL;
-    if (cuStreamEndCapture(s->cu, &g) == CUDA_SUCCESS && g)
+    struct srv_graph *into = s->capture_graph && s->capture_graph->into ? s->capture_graph : NULL;
+    if (cuStreamEndCapture(s->cu, &g) == CUDA_SUCCESS && g && !into)
         cuGraphDestroy(g);
     s->capturing = false;
-    if (s->capture_graph)
+    if (into)
+        into->capture = into->into = false; /* the client's graph: it stays the client's */
+    else if (s->capture_graph)
         graph_free(c, s->capture_graph); /* its graph was the capture's: destroyed just above */
     s->capture_graph = NULL;
 }

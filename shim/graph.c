@@ -730,6 +730,29 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode node, const C
     return set_kernel(e, node, p);
 }
 
+/* ---- capture into a graph of the program's ---- */
+CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                     size_t n, CUstreamCaptureMode mode)
+{
+    uint32_t s;
+    CUresult r = shim_resolve_stream(h, &s, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (edges)
+        return cumux_unsupported("cuStreamBeginCaptureToGraph with edge data");
+    atomic_store(&shim_ever_captured, true);
+    struct node_msg m = {0};
+    struct cumux_capture_begin_to_graph body = {.stream = s, .graph = g->handle, .mode = (uint32_t)mode,
+                                                .ndeps = (uint32_t)n};
+    r = msg_begin(&m, &body, sizeof body, deps, n, g);
+    if (r == CUDA_SUCCESS)
+        r = shim_call(CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, m.buf, m.len, NULL, 0, NULL);
+    free(m.buf);
+    return r;
+}
+
 /* ---- event record and wait nodes ---- */
 static bool event_ok(CUevent e) { return e && e->magic == SHIM_MAGIC_EVENT; }
 

@@ -672,6 +672,15 @@ struct cumux_capture_begin {
     uint32_t mode;   /* CUstreamCaptureMode */
 };
 
+/* cuStreamBeginCaptureToGraph: a capture into one of the client's graphs, after the given nodes of it (ndeps
+ * node handles follow as the payload, padded to 8 bytes) */
+struct cumux_capture_begin_to_graph {
+    uint32_t stream; /* handle of a stream */
+    uint32_t graph;  /* handle of a graph */
+    uint32_t mode;   /* CUstreamCaptureMode */
+    uint32_t ndeps;
+};
+
 struct cumux_capture_end {
     uint32_t stream; /* handle of a stream */
     uint32_t pad;
@@ -1074,6 +1083,7 @@ _Static_assert(sizeof(struct cumux_launch) % 8 == 0, "launch: a multiple of 8 by
 _Static_assert(sizeof(struct cumux_cluster_occupancy) % 8 == 0, "cluster_occupancy: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_launch_attr) % 8 == 0, "launch_attr: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_begin) % 8 == 0, "capture_begin: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_capture_begin_to_graph) % 8 == 0, "capture_begin_to_graph: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_end) % 8 == 0, "capture_end: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_query) % 8 == 0, "capture_query: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_capture_info) % 8 == 0, "capture_info: a multiple of 8 bytes");
@@ -1236,7 +1246,8 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(NODE_ENABLED, cumux_node_enabled, 0)                     \
     X(NODE_DESTROY, cumux_node_query, 0)                       \
     X(GRAPH_REMOVE_DEPS, cumux_graph_add_deps, 0)              \
-    X(MEM_RANGE_HANDLE, cumux_mem_range_handle, 0)
+    X(MEM_RANGE_HANDLE, cumux_mem_range_handle, 0)             \
+    X(CAPTURE_BEGIN_TO_GRAPH, cumux_capture_begin_to_graph, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1355,6 +1366,7 @@ enum cumux_op {
     CUMUX_OP_NODE_DESTROY,
     CUMUX_OP_GRAPH_REMOVE_DEPS,
     CUMUX_OP_MEM_RANGE_HANDLE,
+    CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH,
     CUMUX_OP_COUNT
 };
 

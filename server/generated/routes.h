@@ -123,6 +123,9 @@ CUresult op_node_enabled(struct srv_client *c, const struct cumux_node_enabled *
 CUresult op_node_destroy(struct srv_client *c, struct srv_graph_node *node);
 CUresult op_graph_remove_deps(struct srv_client *c, const struct cumux_graph_add_deps *m,
                               struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len);
+CUresult op_capture_begin_to_graph(struct srv_client *c, const struct cumux_capture_begin_to_graph *m,
+                                   struct srv_stream *stream, struct srv_graph *graph, const uint8_t *payload,
+                                   uint32_t payload_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -366,6 +369,7 @@ static const struct {
     [CUMUX_OP_NODE_DESTROY] = {sizeof(struct cumux_node_query), 0},
     [CUMUX_OP_GRAPH_REMOVE_DEPS] = {sizeof(struct cumux_graph_add_deps), 0},
     [CUMUX_OP_MEM_RANGE_HANDLE] = {sizeof(struct cumux_mem_range_handle), 0},
+    [CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH] = {sizeof(struct cumux_capture_begin_to_graph), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1479,6 +1483,21 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_MEM_RANGE_HANDLE: {
         const struct cumux_mem_range_handle *m = body;
         *result = op_mem_range_handle(c, m);
+        return 0;
+    }
+    case CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH: {
+        const struct cumux_capture_begin_to_graph *m = body;
+        struct srv_stream *stream = stream_get(c, m->stream);
+        if (!stream) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_capture_begin_to_graph(c, m, stream, graph, payload, payload_len);
         return 0;
     }
     default:

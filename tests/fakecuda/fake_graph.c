@@ -1036,3 +1036,14 @@ CUresult cuGraphRemoveDependencies(CUgraph hg, const CUgraphNode *from, const CU
     pthread_mutex_unlock(&fc_graph_mu);
     return r;
 }
+
+struct fc_graph *fc_graph_of(CUgraph h)
+{
+    return graph_get(h);
+}
+
+bool fc_node_of(CUgraphNode h, const struct fc_graph *g)
+{
+    struct fc_gnode *nd = node_get(h);
+    return nd && nd->g == g;
+}

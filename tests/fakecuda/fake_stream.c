@@ -13,6 +13,7 @@
 struct fc_capture {
     uint64_t id;
     struct fc_graph *g;
+    bool into; /* cuStreamBeginCaptureToGraph: g is the caller's, never freed here */
     bool invalid;
     CUstreamCaptureMode mode;
     pthread_t thread; /* that began it */
@@ -885,6 +886,51 @@ CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
     return r;
 }
 
+/* A capture into the caller's graph, after the given nodes of it. */
+CUresult cuStreamBeginCaptureToGraph(CUstream hs, CUgraph hg, const CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                     size_t n, CUstreamCaptureMode mode)
+{
+    (void)edges;
+    CHECK_RET(fc_check_init());
+    struct fc_stream *s = stream_get(hs);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (s == default_stream)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED || (n && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = fc_graph_of(hg);
+    CUresult r = g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++)
+        if (!fc_node_of(deps[i], g))
+            r = CUDA_ERROR_INVALID_VALUE;
+    struct fc_capture *cap = NULL;
+    if (r == CUDA_SUCCESS && s->cap)
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    else if (r == CUDA_SUCCESS && !(cap = calloc(1, sizeof *cap)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        *cap = (struct fc_capture){.id = next_capture_id++, .g = g, .into = true, .origin = s, .mode = mode,
+                                   .thread = pthread_self()};
+        if (capture_add_member(cap, s) < 0) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            free(cap);
+        } else if (set_deps(s, (struct fc_gnode *const *)deps, n, false) < 0) { /* after: joining clears them */
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            s->cap = NULL;
+            stream_unref(s);
+            free(cap->members);
+            free(cap);
+        } else {
+            cap->next = captures;
+            captures = cap;
+        }
+    }
+    pthread_mutex_unlock(&fc_graph_mu);
+    return r;
+}
+
 /* The stream behind hs for the capture calls that answer through out: a bad handle is named before a
  * missing out. */
 static CUresult capture_stream(CUstream hs, const void *out, struct fc_stream **s)
@@ -928,7 +974,8 @@ CUresult cuStreamEndCapture(CUstream hs, CUgraph *out)
     free(cap->members);
     CUresult r = CUDA_SUCCESS;
     if (cap->invalid) {
-        fc_graph_free(cap->g);
+        if (!cap->into)
+            fc_graph_free(cap->g);
         *out = NULL;
         r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else {

@@ -247,6 +247,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_REMOVE_DEPS, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_deps), "GRAPH_REMOVE_DEPS (answered) one-way"},
     {CUMUX_OP_MEM_RANGE_HANDLE, 1, sizeof(struct cumux_mem_range_handle) - 8, "MEM_RANGE_HANDLE with a body 8 bytes short"},
     {CUMUX_OP_MEM_RANGE_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_mem_range_handle), "MEM_RANGE_HANDLE (answered) one-way"},
+    {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, 1, sizeof(struct cumux_capture_begin_to_graph) - 8, "CAPTURE_BEGIN_TO_GRAPH with a body 8 bytes short"},
+    {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, CUMUX_NO_REPLY, sizeof(struct cumux_capture_begin_to_graph), "CAPTURE_BEGIN_TO_GRAPH (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -344,6 +346,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_NODE_ENABLED, sizeof(struct cumux_node_enabled), offsetof(struct cumux_node_enabled, node), "NODE_ENABLED.node: a node never given"},
     {CUMUX_OP_NODE_DESTROY, sizeof(struct cumux_node_query), offsetof(struct cumux_node_query, node), "NODE_DESTROY.node: a node never given"},
     {CUMUX_OP_GRAPH_REMOVE_DEPS, sizeof(struct cumux_graph_add_deps), offsetof(struct cumux_graph_add_deps, graph), "GRAPH_REMOVE_DEPS.graph: a graph never given"},
+    {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, sizeof(struct cumux_capture_begin_to_graph), offsetof(struct cumux_capture_begin_to_graph, stream), "CAPTURE_BEGIN_TO_GRAPH.stream: a stream never given"},
+    {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, sizeof(struct cumux_capture_begin_to_graph), offsetof(struct cumux_capture_begin_to_graph, graph), "CAPTURE_BEGIN_TO_GRAPH.graph: a graph never given"},
 };
 
 #endif

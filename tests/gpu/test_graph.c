@@ -2,7 +2,8 @@
  * function, work forked to a second stream by events), explicit graphs (kernel, memset, memcpy, empty
  * and host nodes with dependencies), instantiate, many launches, kernel parameters changed in an
  * instance, memset, memcpy and host nodes read back and changed in a graph and in an instance, a node turned
- * off and on, an instance uploaded when made, an edge removed and a node destroyed, and cuGraphExecUpdate; event record
+ * off and on, an instance uploaded when made, a capture into an existing graph, an edge removed and a node
+ * destroyed, and cuGraphExecUpdate; event record
  * and wait nodes ordering two graphs on two streams. Results
  * against the CPU. */
 #include <stdio.h>
@@ -457,6 +458,32 @@ int main(void)
     CK(cuStreamSynchronize(s));
     expect_words(h_out, 0x44444444u, "an instance made by the CUDA 11 cuGraphInstantiate");
     CK(cuGraphExecDestroy(ox));
+
+    /* ---- a capture into an existing graph, after one of its nodes ---- */
+    CUgraph tg, tg_out = NULL;
+    CUgraphNode tset;
+    CK(cuGraphCreate(&tg, 0));
+    CUDA_MEMSET_NODE_PARAMS m6 = {.dst = out, .value = 0x66666666u, .elementSize = 4, .width = N, .height = 1};
+    CK(cuGraphAddMemsetNode(&tset, tg, NULL, 0, &m6, NULL));
+    CK(cuStreamBeginCaptureToGraph(s, tg, &tset, NULL, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuMemcpyDtoHAsync(h_out, out, N * sizeof(float), s));
+    CK(cuStreamEndCapture(s, &tg_out));
+    if (tg_out != tg)
+        gt_fail("cuStreamEndCapture after cuStreamBeginCaptureToGraph gave %p, not the graph %p", (void *)tg_out,
+                (void *)tg);
+    size_t tn = 0, te = 0;
+    CK(cuGraphGetNodes(tg, NULL, &tn));
+    CK(cuGraphGetEdges(tg, NULL, NULL, NULL, &te));
+    if (tn != 2 || te != 1)
+        gt_fail("a capture into a graph of one node: %zu nodes and %zu edges, expected 2 and 1", tn, te);
+    CUgraphExec tx;
+    CK(cuGraphInstantiate(&tx, tg, 0));
+    memset(h_out, 0, N * sizeof(float));
+    CK(cuGraphLaunch(tx, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x66666666u, "a graph with a copy captured into it after its memset");
+    CK(cuGraphExecDestroy(tx));
+    CK(cuGraphDestroy(tg));
 
     /* ---- an edge removed, a node destroyed ---- */
     CUgraphNode e1, e2;
