@@ -595,6 +595,28 @@ static uint32_t node_handle(struct srv_client *c, uint32_t graph, CUgraphNode n)
     return h;
 }
 
+/* ---- clones ---- */
+CUresult op_graph_clone(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
+{
+    if (graph->capture) /* a capture's graph is not finished */
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, c->current_gpu);
+    CUgraph clone;
+    CHECK(cuGraphClone(&clone, graph->g));
+    return graph_new(c, clone, out, out_len);
+}
+
+CUresult op_node_find_in_clone(struct srv_client *c, struct srv_graph_node *node, struct srv_graph *clone,
+                               uint8_t *out, uint32_t *out_len)
+{
+    use_gpu(c, c->current_gpu);
+    CUgraphNode n;
+    CHECK(cuGraphNodeFindInClone(&n, node->n, clone->g));
+    uint32_t h = node_handle(c, clone->handle, n);
+    return h ? reply_u64(out, out_len, h) : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+
 /* The driver's node lists, each asked the same way: NULL for the count, then an array. */
 typedef CUresult (*node_lister)(const void *of, CUgraphNode *nodes, size_t *n);
 static CUresult list_nodes(const void *g, CUgraphNode *v, size_t *n) { return cuGraphGetNodes((CUgraph)g, v, n); }

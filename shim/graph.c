@@ -730,6 +730,34 @@ CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode node, const C
     return set_kernel(e, node, p);
 }
 
+/* ---- clones ---- */
+CUresult cuGraphClone(CUgraph *out, CUgraph g)
+{
+    if (!out || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_graph_destroy m = {.graph = g->handle};
+    uint64_t h;
+    CUresult r = shim_call(CUMUX_OP_GRAPH_CLONE, &m, sizeof m, &h, sizeof h, NULL);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return new_graph((uint32_t)h, out);
+}
+
+CUresult cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode node, CUgraph clone)
+{
+    if (!out || !node_ok(node) || !graph_ok(clone))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t h;
+    CUresult r = shim_op_node_find_in_clone(node->handle, clone->handle, &h);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUgraphNode_st *n = node_object((uint32_t)h, clone);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
 /* ---- capture into a graph of the program's ---- */
 CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
                                      size_t n, CUstreamCaptureMode mode)

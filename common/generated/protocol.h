@@ -749,6 +749,12 @@ struct cumux_graph_destroy {
     uint32_t pad;
 };
 
+/* cuGraphNodeFindInClone: the node of a clone that was copied from a node of the original */
+struct cumux_node_find_in_clone {
+    uint32_t node;  /* handle of a node */
+    uint32_t clone; /* handle of a graph */
+};
+
 struct cumux_graph_instantiate {
     uint32_t graph; /* handle of a graph */
     uint32_t pad;
@@ -1103,6 +1109,7 @@ _Static_assert(offsetof(struct cumux_node_params_reply, src) % 8 == 0, "node_par
 _Static_assert(offsetof(struct cumux_node_params_reply, src_pitch) % 8 == 0, "node_params_reply.src_pitch: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_create) % 8 == 0, "graph_create: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_destroy) % 8 == 0, "graph_destroy: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_node_find_in_clone) % 8 == 0, "node_find_in_clone: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_instantiate) % 8 == 0, "graph_instantiate: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_instantiate, flags) % 8 == 0, "graph_instantiate.flags: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_exec_destroy) % 8 == 0, "graph_exec_destroy: a multiple of 8 bytes");
@@ -1247,7 +1254,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(NODE_DESTROY, cumux_node_query, 0)                       \
     X(GRAPH_REMOVE_DEPS, cumux_graph_add_deps, 0)              \
     X(MEM_RANGE_HANDLE, cumux_mem_range_handle, 0)             \
-    X(CAPTURE_BEGIN_TO_GRAPH, cumux_capture_begin_to_graph, 0)
+    X(CAPTURE_BEGIN_TO_GRAPH, cumux_capture_begin_to_graph, 0) \
+    X(GRAPH_CLONE, cumux_graph_destroy, 0)                     \
+    X(NODE_FIND_IN_CLONE, cumux_node_find_in_clone, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1367,6 +1376,8 @@ enum cumux_op {
     CUMUX_OP_GRAPH_REMOVE_DEPS,
     CUMUX_OP_MEM_RANGE_HANDLE,
     CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH,
+    CUMUX_OP_GRAPH_CLONE,
+    CUMUX_OP_NODE_FIND_IN_CLONE,
     CUMUX_OP_COUNT
 };
 

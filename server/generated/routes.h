@@ -126,6 +126,9 @@ CUresult op_graph_remove_deps(struct srv_client *c, const struct cumux_graph_add
 CUresult op_capture_begin_to_graph(struct srv_client *c, const struct cumux_capture_begin_to_graph *m,
                                    struct srv_stream *stream, struct srv_graph *graph, const uint8_t *payload,
                                    uint32_t payload_len);
+CUresult op_graph_clone(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
+CUresult op_node_find_in_clone(struct srv_client *c, struct srv_graph_node *node, struct srv_graph *clone,
+                               uint8_t *out, uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -370,6 +373,8 @@ static const struct {
     [CUMUX_OP_GRAPH_REMOVE_DEPS] = {sizeof(struct cumux_graph_add_deps), 0},
     [CUMUX_OP_MEM_RANGE_HANDLE] = {sizeof(struct cumux_mem_range_handle), 0},
     [CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH] = {sizeof(struct cumux_capture_begin_to_graph), 0},
+    [CUMUX_OP_GRAPH_CLONE] = {sizeof(struct cumux_graph_destroy), 0},
+    [CUMUX_OP_NODE_FIND_IN_CLONE] = {sizeof(struct cumux_node_find_in_clone), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1498,6 +1503,31 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_capture_begin_to_graph(c, m, stream, graph, payload, payload_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_CLONE: {
+        const struct cumux_graph_destroy *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_clone(c, graph, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_NODE_FIND_IN_CLONE: {
+        const struct cumux_node_find_in_clone *m = body;
+        struct srv_graph_node *node = handle_get(c, m->node, OBJ_GRAPH_NODE);
+        if (!node) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        struct srv_graph *clone = handle_get(c, m->clone, OBJ_GRAPH);
+        if (!clone) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_node_find_in_clone(c, node, clone, out, out_len);
         return 0;
     }
     default:

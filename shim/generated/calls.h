@@ -665,4 +665,26 @@ static inline CUresult shim_op_mem_range_handle(uint64_t ptr, uint64_t size, uin
     return shim_call(CUMUX_OP_MEM_RANGE_HANDLE, &m, sizeof m, NULL, 0, NULL);
 }
 
+/* GRAPH_CLONE: answered */
+static inline CUresult shim_op_graph_clone(uint32_t graph, uint64_t *answer)
+{
+    struct cumux_graph_destroy m = {.graph = graph};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_GRAPH_CLONE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
+/* NODE_FIND_IN_CLONE: answered */
+static inline CUresult shim_op_node_find_in_clone(uint32_t node, uint32_t clone, uint64_t *answer)
+{
+    struct cumux_node_find_in_clone m = {.node = node, .clone = clone};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_NODE_FIND_IN_CLONE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
 #endif

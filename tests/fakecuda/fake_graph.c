@@ -14,6 +14,7 @@ struct fc_gnode {
     struct fc_gnode **deps;
     size_t ndeps, capdeps;
     void **argv; /* cuGraphKernelNodeGetParams's pointers into the op's arguments */
+    const struct fc_gnode *orig; /* in a clone: the node it was copied from (cuGraphNodeFindInClone) */
 };
 
 struct fc_graph {
@@ -1046,4 +1047,61 @@ bool fc_node_of(CUgraphNode h, const struct fc_graph *g)
 {
     struct fc_gnode *nd = node_get(h);
     return nd && nd->g == g;
+}
+
+/* ---------------------------------------------------------------- clones */
+
+CUresult cuGraphClone(CUgraph *out, CUgraph horig)
+{
+    CHECK_RET(fc_check_init());
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(horig), *c = g ? fc_graph_new() : NULL;
+    CUresult r = !g ? CUDA_ERROR_INVALID_VALUE : !c ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    /* Nodes are kept in the order they were added, so each one's dependencies are copied before it. */
+    for (size_t i = 0; r == CUDA_SUCCESS && i < g->n; i++) {
+        const struct fc_gnode *o = g->nodes[i];
+        struct fc_gnode **deps = calloc(o->ndeps ? o->ndeps : 1, sizeof *deps);
+        struct fc_op *op = o->op ? fc_op_clone(o->op) : NULL;
+        if (!deps || (o->op && !op)) {
+            free(deps);
+            fc_op_free(op);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        for (size_t d = 0; d < o->ndeps; d++)
+            for (size_t k = 0; k < c->n; k++)
+                if (c->nodes[k]->orig == o->deps[d])
+                    deps[d] = c->nodes[k];
+        struct fc_gnode *n;
+        r = fc_graph_add(c, deps, o->ndeps, op, &n);
+        free(deps);
+        if (r == CUDA_SUCCESS)
+            n->orig = o;
+    }
+    if (r != CUDA_SUCCESS && c)
+        fc_graph_free(c);
+    pthread_mutex_unlock(&fc_graph_mu);
+    if (r == CUDA_SUCCESS)
+        *out = (CUgraph)c;
+    return r;
+}
+
+CUresult cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode horig, CUgraph hclone)
+{
+    CHECK_RET(fc_check_init());
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *c = graph_get(hclone);
+    struct fc_gnode *o = node_get(horig), *found = NULL;
+    for (size_t i = 0; c && o && i < c->n && !found; i++)
+        if (c->nodes[i]->orig == o)
+            found = c->nodes[i];
+    pthread_mutex_unlock(&fc_graph_mu);
+    if (!found)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUgraphNode)found;
+    return CUDA_SUCCESS;
 }

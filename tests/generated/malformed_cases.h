@@ -249,6 +249,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_MEM_RANGE_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_mem_range_handle), "MEM_RANGE_HANDLE (answered) one-way"},
     {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, 1, sizeof(struct cumux_capture_begin_to_graph) - 8, "CAPTURE_BEGIN_TO_GRAPH with a body 8 bytes short"},
     {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, CUMUX_NO_REPLY, sizeof(struct cumux_capture_begin_to_graph), "CAPTURE_BEGIN_TO_GRAPH (answered) one-way"},
+    {CUMUX_OP_GRAPH_CLONE, 1, sizeof(struct cumux_graph_destroy) - 8, "GRAPH_CLONE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_CLONE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_destroy), "GRAPH_CLONE (answered) one-way"},
+    {CUMUX_OP_NODE_FIND_IN_CLONE, 1, sizeof(struct cumux_node_find_in_clone) - 8, "NODE_FIND_IN_CLONE with a body 8 bytes short"},
+    {CUMUX_OP_NODE_FIND_IN_CLONE, CUMUX_NO_REPLY, sizeof(struct cumux_node_find_in_clone), "NODE_FIND_IN_CLONE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -348,6 +352,9 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_REMOVE_DEPS, sizeof(struct cumux_graph_add_deps), offsetof(struct cumux_graph_add_deps, graph), "GRAPH_REMOVE_DEPS.graph: a graph never given"},
     {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, sizeof(struct cumux_capture_begin_to_graph), offsetof(struct cumux_capture_begin_to_graph, stream), "CAPTURE_BEGIN_TO_GRAPH.stream: a stream never given"},
     {CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, sizeof(struct cumux_capture_begin_to_graph), offsetof(struct cumux_capture_begin_to_graph, graph), "CAPTURE_BEGIN_TO_GRAPH.graph: a graph never given"},
+    {CUMUX_OP_GRAPH_CLONE, sizeof(struct cumux_graph_destroy), offsetof(struct cumux_graph_destroy, graph), "GRAPH_CLONE.graph: a graph never given"},
+    {CUMUX_OP_NODE_FIND_IN_CLONE, sizeof(struct cumux_node_find_in_clone), offsetof(struct cumux_node_find_in_clone, node), "NODE_FIND_IN_CLONE.node: a node never given"},
+    {CUMUX_OP_NODE_FIND_IN_CLONE, sizeof(struct cumux_node_find_in_clone), offsetof(struct cumux_node_find_in_clone, clone), "NODE_FIND_IN_CLONE.clone: a graph never given"},
 };
 
 #endif

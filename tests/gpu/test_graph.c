@@ -2,8 +2,8 @@
  * function, work forked to a second stream by events), explicit graphs (kernel, memset, memcpy, empty
  * and host nodes with dependencies), instantiate, many launches, kernel parameters changed in an
  * instance, memset, memcpy and host nodes read back and changed in a graph and in an instance, a node turned
- * off and on, an instance uploaded when made, a capture into an existing graph, an edge removed and a node
- * destroyed, and cuGraphExecUpdate; event record
+ * off and on, an instance uploaded when made, a capture into an existing graph, a clone changed apart from its
+ * original, an edge removed and a node destroyed, and cuGraphExecUpdate; event record
  * and wait nodes ordering two graphs on two streams. Results
  * against the CPU. */
 #include <stdio.h>
@@ -482,6 +482,23 @@ int main(void)
     CK(cuGraphLaunch(tx, s));
     CK(cuStreamSynchronize(s));
     expect_words(h_out, 0x66666666u, "a graph with a copy captured into it after its memset");
+    /* A clone: its node found from the original's, changed there alone; both run. */
+    CUgraph tc;
+    CUgraphNode cset;
+    CK(cuGraphClone(&tc, tg));
+    CK(cuGraphNodeFindInClone(&cset, tset, tc));
+    m6.value = 0x77777777u;
+    CK(cuGraphMemsetNodeSetParams(cset, &m6));
+    CUgraphExec cx;
+    CK(cuGraphInstantiate(&cx, tc, 0));
+    CK(cuGraphLaunch(cx, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x77777777u, "a clone with its memset node changed");
+    CK(cuGraphLaunch(tx, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x66666666u, "the original after its clone was changed");
+    CK(cuGraphExecDestroy(cx));
+    CK(cuGraphDestroy(tc));
     CK(cuGraphExecDestroy(tx));
     CK(cuGraphDestroy(tg));
 
