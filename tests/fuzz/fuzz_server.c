@@ -47,6 +47,7 @@ static size_t fatbin_size;
 static size_t baseline_free;
 static uint32_t next_id = 1;
 static struct cumux_shm *shm;   /* one channel, reused by every client */
+static CUdeviceptr hostfn_words; /* its host-function words, registered once */
 static void *msg_buf;           /* the worker's copy of a command */
 
 static _Noreturn void finding(const char *what)
@@ -72,6 +73,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     cumux_log_init("fuzz_server");
     setenv("CUMUX_FAKE_ORDER", "0", 0); /* the fake's emulated dispatch order only slows fuzzing down */
+    /* A stream wait for a value nobody writes holds only the client's own stream, as on a GPU; here it
+     * would be a hang, so the fake gives such waits up after a while. */
+    setenv("CUMUX_FAKE_WAIT_LIMIT_MS", "50", 0);
     const char *path = getenv("FUZZ_FATBIN");
     if (!path)
         path = FUZZ_DEFAULT_FATBIN;
@@ -97,6 +101,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     msg_buf = malloc(CUMUX_MAX_MSG);
     static pthread_t helper;
     if (shm == MAP_FAILED || !msg_buf || pthread_create(&helper, NULL, client_helper, NULL) != 0)
+        exit(2);
+    /* The host-function words, registered once for every client of this channel (as srv_worker_begin does). */
+    cuCtxSetCurrent(srv_gpus[0].ctx);
+    if (cuMemHostRegister((void *)shm->hostfn_stream_done, sizeof shm->hostfn_stream_done,
+                          CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS ||
+        cuMemHostGetDevicePointer(&hostfn_words, (void *)shm->hostfn_stream_done, 0) != CUDA_SUCCESS)
         exit(2);
     cuCtxSetCurrent(srv_gpus[0].ctx);
     if (cuMemHostRegister(shm->staging, sizeof shm->staging, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS)
@@ -125,7 +135,14 @@ static void *client_helper(void *arg)
     (void)arg;
     uint32_t seen[CUMUX_STAGING_SLOTS] = {0};
     for (;;) {
-        atomic_store(&shm->hostfn_done, atomic_load(&shm->hostfn_posted));
+        /* Each posted function "runs": its stream's word gets its number (hostfn.c), then the count. */
+        uint32_t done = atomic_load(&shm->hostfn_done), now = atomic_load(&shm->hostfn_posted);
+        for (uint32_t k = done; k != now; k++) {
+            uint32_t slot = shm->hostfn_slot[k % CUMUX_HOSTFN_RING];
+            if (slot < CUMUX_HOSTFN_STREAMS)
+                atomic_store(&shm->hostfn_stream_done[slot], shm->hostfn_seq[k % CUMUX_HOSTFN_RING]);
+        }
+        atomic_store(&shm->hostfn_done, now);
         cumux_futex_wake(&shm->hostfn_done, 1);
         /* A slot the server filled is emptied at once. One the input left in another state (FULL for a
          * copy that never came, or garbage) is freed when it is still so a millisecond later: a server
@@ -345,6 +362,8 @@ static void client_new(struct fclient *f)
     cuCtxSetCurrent(srv_gpus[0].ctx);
     c->current_gpu = 0;
     c->staging_registered = true;
+    memset((void *)shm->hostfn_stream_done, 0, sizeof shm->hostfn_stream_done);
+    c->hostfn_words = hostfn_words;
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
         if (cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
             finding("staging events");
@@ -362,6 +381,7 @@ static void client_end(struct fclient *f)
     pthread_mutex_destroy(&c->hostfn_lock);
     close(c->sock);
     close(f->sock);
+    free(c->hostfn_last);
     free(c);
     f->c = NULL;
     srv_reaper_drain();

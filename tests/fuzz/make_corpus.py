@@ -190,6 +190,31 @@ seeds['ipc'] = msg('IPC_GET_MEM_HANDLE', struct.pack('<Q', addr(BUF4K))) + msg('
     msg('IPC_CLOSE_MEM_HANDLE', struct.pack('<Q', addr(BUF4K))) + msg('MEM_FREE', struct.pack('<Q', addr(BUF4K))) + \
     msg('EVENT_CREATE', struct.pack('<II', CTX, 0x6)) + msg('IPC_GET_EVENT_HANDLE', h(6)) + \
     msg('IPC_OPEN_EVENT_HANDLE', struct.pack('<IIQ', CTX, 0, 1)) + msg('EVENT_DESTROY', h(6), False)
+# Stream memory operations: a write, a wait it satisfies, a barrier, a 64-bit write; a wait nobody satisfies.
+def memop(stream, op, address, value=0, flags=0):
+    return struct.pack('<IIQQII', stream, op, address, value, flags, 0)
+
+
+seeds['memops'] = msg('STREAM_MEM_OP', memop(STREAM, 2, addr(BUF4K), 7), False) + \
+    msg('STREAM_MEM_OP', memop(STREAM, 1, addr(BUF4K), 7, 1), False) + msg('STREAM_MEM_OP', memop(STREAM, 6, 0), False) + \
+    msg('STREAM_MEM_OP', memop(LEGACY, 5, addr(BUF4K, 8), 1 << 40), False) + \
+    msg('STREAM_MEM_OP', memop(STREAM, 4, addr(HOST), 1 << 33), False) + msg('STREAM_SYNC', h(STREAM)) + \
+    msg('MEM_RANGE_HANDLE', struct.pack('<QQIIQ', addr(BUF1M), 1 << 20, 1, 0, 0))
+# Graphs: event nodes (event 7), parameters changed in the graph and an instance (10), nodes off and on,
+# an edge removed, a node destroyed, a clone (11) and its node, a capture into the graph.
+seeds['graph_more'] = msg('GRAPH_CREATE', two(0)) + msg('EVENT_CREATE', struct.pack('<II', CTX, 0)) + \
+    msg('GRAPH_ADD_MEMSET_NODE', add_node(6, ms_payload)) + \
+    msg('GRAPH_ADD_EVENT_NODE', struct.pack('<IIII', 6, 1, 7, 0) + struct.pack('<II', 8, 0)) + \
+    msg('GRAPH_ADD_EVENT_NODE', struct.pack('<IIII', 6, 0, 7, 1)) + \
+    msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', 6, 0, 0)) + \
+    msg('GRAPH_SET_MEMSET_NODE', two(8, 11) + ms_payload) + msg('GRAPH_SET_MEMCPY_NODE', two(8, 0) + cp_payload) + \
+    msg('GRAPH_SET_HOST_NODE', two(8, 0) + struct.pack('<Q', 5)) + msg('NODE_SET_EVENT', struct.pack('<IIII', 9, 11, 7, 0)) + \
+    msg('NODE_GET_PARAMS', two(9)) + msg('NODE_ENABLED', struct.pack('<IIII', 11, 8, 1, 0)) + \
+    msg('NODE_ENABLED', struct.pack('<IIII', 11, 8, 0, 0)) + msg('GRAPH_LAUNCH', two(11, STREAM), False) + \
+    msg('GRAPH_REMOVE_DEPS', two(6, 1) + struct.pack('<II', 8, 9)) + msg('NODE_DESTROY', two(10)) + \
+    msg('GRAPH_CLONE', two(6)) + msg('NODE_FIND_IN_CLONE', two(8, 12)) + \
+    msg('CAPTURE_BEGIN_TO_GRAPH', struct.pack('<IIII', STREAM, 6, 0, 1) + struct.pack('<II', 8, 0)) + \
+    msg('LAUNCH', va, False) + msg('CAPTURE_END', two(STREAM)) + msg('STREAM_SYNC', h(STREAM))
 seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
 seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
     msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)
