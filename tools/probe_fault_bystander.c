@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe_util.h"
+
 static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry fault_write(.param .u64 p)\n{\n .reg .b64 %rd<2>;\n .reg .b32 %r<2>;\n"
                           " ld.param.u64 %rd1, [p];\n mov.u32 %r1, 1;\n st.global.u32 [%rd1], %r1;\n ret;\n}\n"
@@ -26,20 +28,6 @@ static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
                           " sub.s64 %rd5, %rd4, %rd3;\n setp.lt.s64 %p1, %rd5, %rd2;\n @%p1 bra SPIN;\n"
                           " add.u32 %r2, %r2, 1;\n st.volatile.global.u32 [%rd1], %r2;\n membar.sys;\n"
                           " setp.lt.u32 %p2, %r2, %r1;\n @%p2 bra LOOP;\n ret;\n}\n";
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static const char *ename(CUresult r)
-{
-    const char *s = NULL;
-    cuGetErrorName(r, &s);
-    return s ? s : "?";
-}
 
 static void sleep_ms(long ms)
 {

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe_util.h"
+
 static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry fault_write(.param .u64 p)\n{\n .reg .b64 %rd<2>;\n .reg .b32 %r<2>;\n"
                           " ld.param.u64 %rd1, [p];\n mov.u32 %r1, 1;\n st.global.u32 [%rd1], %r1;\n ret;\n}\n";
@@ -32,13 +34,6 @@ struct report {
     int intact;
     int result;          /* CUresult of the step's last call */
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void send_fd(int sock, int fd, const void *data, size_t len)
 {

@@ -855,62 +855,68 @@ CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec he, CUgraphNode hn, CUeven
     return exec_set_event(he, hn, true, ev);
 }
 
-/* ---------------------------------------------------------------- memset and host node parameters */
+/* ---------------------------------------------------------------- memset, host and copy node parameters */
+
+/* A node's new op, which made built (or failed to), in its graph or, for exec, in the instance he. */
+static CUresult set_node(bool exec, CUgraphExec he, CUgraphNode hn, enum fc_op_kind kind, CUresult made, struct fc_op *op)
+{
+    if (made != CUDA_SUCCESS)
+        return made;
+    if (exec && !he) {
+        fc_op_free(op);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return replace_op(exec ? he : NULL, hn, kind, op);
+}
 
 CUresult cuGraphMemsetNodeSetParams(CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *p)
 {
     CHECK_RET(fc_check_init());
-    struct fc_op *op;
-    CHECK_RET(memset_node_op(p, &op));
-    return replace_op(NULL, hn, OP_MEMSET, op);
+    struct fc_op *op = NULL;
+    CUresult made = memset_node_op(p, &op);
+    return set_node(false, NULL, hn, OP_MEMSET, made, op);
 }
 
 CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {
     (void)ctx;
     CHECK_RET(fc_check_init());
-    if (!he)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fc_op *op;
-    CHECK_RET(memset_node_op(p, &op));
-    return replace_op(he, hn, OP_MEMSET, op);
+    struct fc_op *op = NULL;
+    CUresult made = memset_node_op(p, &op);
+    return set_node(true, he, hn, OP_MEMSET, made, op);
 }
 
 CUresult cuGraphHostNodeSetParams(CUgraphNode hn, const CUDA_HOST_NODE_PARAMS *p)
 {
     CHECK_RET(fc_check_init());
-    struct fc_op *op;
-    CHECK_RET(host_node_op(p, &op));
-    return replace_op(NULL, hn, OP_HOSTFN, op);
+    struct fc_op *op = NULL;
+    CUresult made = host_node_op(p, &op);
+    return set_node(false, NULL, hn, OP_HOSTFN, made, op);
 }
 
 CUresult cuGraphExecHostNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_HOST_NODE_PARAMS *p)
 {
     CHECK_RET(fc_check_init());
-    if (!he)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fc_op *op;
-    CHECK_RET(host_node_op(p, &op));
-    return replace_op(he, hn, OP_HOSTFN, op);
+    struct fc_op *op = NULL;
+    CUresult made = host_node_op(p, &op);
+    return set_node(true, he, hn, OP_HOSTFN, made, op);
 }
 
 CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hn, const CUDA_MEMCPY3D *p)
 {
     CHECK_RET(fc_check_init());
-    struct fc_op *op;
-    CHECK_RET(memcpy_node_op(p, &op));
-    return replace_op(NULL, hn, OP_COPY, op);
+    struct fc_op *op = NULL;
+    CUresult made = memcpy_node_op(p, &op);
+    return set_node(false, NULL, hn, OP_COPY, made, op);
 }
 
 CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec he, CUgraphNode hn, const CUDA_MEMCPY3D *p, CUcontext ctx)
 {
     (void)ctx;
     CHECK_RET(fc_check_init());
-    if (!he)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct fc_op *op;
-    CHECK_RET(memcpy_node_op(p, &op));
-    return replace_op(he, hn, OP_COPY, op);
+    struct fc_op *op = NULL;
+    CUresult made = memcpy_node_op(p, &op);
+    return set_node(true, he, hn, OP_COPY, made, op);
 }
 
 /* A copy node as the driver gives it back: its two ends, pitches and extent (no offsets: folded in). */

@@ -853,7 +853,8 @@ static int set_deps(struct fc_stream *s, struct fc_gnode *const *nodes, size_t n
     return 0;
 }
 
-CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
+/* The stream a capture may begin on (not the NULL stream), in a valid mode. */
+static CUresult capture_start_stream(CUstream hs, CUstreamCaptureMode mode, struct fc_stream **out)
 {
     CHECK_RET(fc_check_init());
     struct fc_stream *s = stream_get(hs);
@@ -863,6 +864,14 @@ CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
         return CUDA_ERROR_INVALID_VALUE;
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamBeginCapture(CUstream hs, CUstreamCaptureMode mode)
+{
+    struct fc_stream *s;
+    CHECK_RET(capture_start_stream(hs, mode, &s));
     pthread_mutex_lock(&fc_graph_mu);
     CUresult r = CUDA_SUCCESS;
     struct fc_capture *cap = NULL;
@@ -894,13 +903,9 @@ CUresult cuStreamBeginCaptureToGraph(CUstream hs, CUgraph hg, const CUgraphNode 
                                      size_t n, CUstreamCaptureMode mode)
 {
     (void)edges;
-    CHECK_RET(fc_check_init());
-    struct fc_stream *s = stream_get(hs);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (s == default_stream)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED || (n && !deps))
+    struct fc_stream *s;
+    CHECK_RET(capture_start_stream(hs, mode, &s));
+    if (n && !deps)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fc_graph_mu);
     struct fc_graph *g = fc_graph_of(hg);

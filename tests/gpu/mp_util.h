@@ -76,4 +76,54 @@ static inline void mp_kill_wait(pid_t pid)
     }
 }
 
+/* Two clients, B then A, for "does B wait for A?" tests. B runs b(wfd, go_fd) and sends 'R' once set up,
+ * then waits for a byte on go_fd; A runs a(wfd) and sends a_tag once what B must not wait for has begun;
+ * then B is told to go. Fills B's and A's next messages (b_tag, a_end) and fails the test when a client
+ * hangs, fails or exits non-zero; a_first gets A's first message. */
+static inline void mp_two_clients(void (*b)(int, int), void (*a)(int), char a_tag, char b_tag, char a_end, mp_msg *a_first,
+                                  mp_msg *b_msg, mp_msg *a_msg)
+{
+    int pa[2], pb[2], pg[2];
+    if (pipe(pa) || pipe(pb) || pipe(pg))
+        gt_fail("pipe: %s", strerror(errno));
+    pid_t bp = mp_fork();
+    if (bp == 0) {
+        close(pb[0]);
+        close(pg[1]);
+        b(pb[1], pg[0]);
+        exit(0);
+    }
+    close(pb[1]);
+    close(pg[0]);
+    mp_msg rb;
+    if (mp_recv(pb[0], &rb, 60000) || rb.tag != 'R') {
+        mp_kill_wait(bp);
+        gt_fail("client B did not get ready");
+    }
+    pid_t ap = mp_fork();
+    if (ap == 0) {
+        close(pa[0]);
+        a(pa[1]);
+        exit(0);
+    }
+    close(pa[1]);
+    if (mp_recv(pa[0], a_first, 60000) || a_first->tag != a_tag) {
+        mp_kill_wait(ap);
+        mp_kill_wait(bp);
+        gt_fail("client A did not get to the point B must not wait for");
+    }
+    if (write(pg[1], "g", 1) != 1)
+        gt_fail("pipe write: %s", strerror(errno));
+    int b_ok = mp_recv(pb[0], b_msg, 60000) == 0 && b_msg->tag == b_tag;
+    int a_ok = mp_recv(pa[0], a_msg, 60000) == 0 && a_msg->tag == a_end;
+    if (!b_ok || !a_ok) {
+        mp_kill_wait(ap);
+        mp_kill_wait(bp);
+        gt_fail("client %s failed or hung", !b_ok ? "B" : "A");
+    }
+    int sa = mp_wait(ap), sb = mp_wait(bp);
+    if (sa != 0 || sb != 0)
+        gt_fail("clients exited with %d (A) and %d (B)", sa, sb);
+}
+
 #endif

@@ -65,45 +65,8 @@ int main(void)
 {
     gt_begin("hostfn_shared");
     gt_require_gpu_in_child();
-    int pa[2], pb[2], pg[2];
-    if (pipe(pa) || pipe(pb) || pipe(pg))
-        gt_fail("pipe: %s", strerror(errno));
-    pid_t b = mp_fork();
-    if (b == 0) {
-        close(pb[0]);
-        close(pg[1]);
-        client_b(pb[1], pg[0]);
-    }
-    close(pb[1]);
-    close(pg[0]);
-    mp_msg rb, sa, da, mb;
-    if (mp_recv(pb[0], &rb, 60000) || rb.tag != 'R') {
-        mp_kill_wait(b);
-        gt_fail("client B did not get ready");
-    }
-    pid_t a = mp_fork();
-    if (a == 0) {
-        close(pa[0]);
-        client_a(pa[1]);
-    }
-    close(pa[1]);
-    if (mp_recv(pa[0], &sa, 60000) || sa.tag != 'S') {
-        mp_kill_wait(a);
-        mp_kill_wait(b);
-        gt_fail("client A's host function did not start");
-    }
-    if (write(pg[1], "g", 1) != 1)
-        gt_fail("pipe write: %s", strerror(errno));
-    int b_ok = mp_recv(pb[0], &mb, 60000) == 0 && mb.tag == 'B';
-    int a_ok = mp_recv(pa[0], &da, 60000) == 0 && da.tag == 'D';
-    if (!b_ok || !a_ok) {
-        mp_kill_wait(a);
-        mp_kill_wait(b);
-        gt_fail("client %s failed or hung", !b_ok ? "B" : "A");
-    }
-    int xa = mp_wait(a), xb = mp_wait(b);
-    if (xa != 0 || xb != 0)
-        gt_fail("clients exited with %d (A) and %d (B)", xa, xb);
+    mp_msg sa, da, mb;
+    mp_two_clients(client_b, client_a, 'S', 'B', 'D', &sa, &mb, &da);
     double b_ms = (mb.v[1] - mb.v[0]) / 1e6, a_ms = (da.v[0] - sa.v[0]) / 1e6;
     printf("hostfn_shared: A's host function %.0f ms; B's host function and stream %.1f ms meanwhile\n", a_ms, b_ms);
     if (a_ms < A_SLEEP_MS * 0.9)

@@ -90,46 +90,8 @@ int main(void)
     gt_begin("two_clients");
     gt_require_gpu_in_child();
 
-    int pa[2], pb[2], pg[2];
-    if (pipe(pa) || pipe(pb) || pipe(pg))
-        gt_fail("pipe: %s", strerror(errno));
-    pid_t b = mp_fork();
-    if (b == 0) {
-        close(pb[0]);
-        close(pg[1]);
-        client_b(pb[1], pg[0]);
-    }
-    close(pb[1]);
-    close(pg[0]);
-    mp_msg rb;
-    if (mp_recv(pb[0], &rb, 60000) || rb.tag != 'R') {
-        mp_kill_wait(b);
-        gt_fail("client B did not get ready");
-    }
-    pid_t a = mp_fork();
-    if (a == 0) {
-        close(pa[0]);
-        client_a(pa[1]);
-    }
-    close(pa[1]);
     mp_msg la, da, mb;
-    if (mp_recv(pa[0], &la, 60000) || la.tag != 'L') {
-        mp_kill_wait(a);
-        mp_kill_wait(b);
-        gt_fail("client A did not launch its spin kernel");
-    }
-    if (write(pg[1], "g", 1) != 1)
-        gt_fail("pipe write: %s", strerror(errno));
-    int b_ok = mp_recv(pb[0], &mb, 60000) == 0 && mb.tag == 'B';
-    int a_ok = mp_recv(pa[0], &da, 60000) == 0 && da.tag == 'D';
-    if (!b_ok || !a_ok) {
-        mp_kill_wait(a);
-        mp_kill_wait(b);
-        gt_fail("client %s failed or hung", !b_ok ? "B" : "A");
-    }
-    int sa = mp_wait(a), sb = mp_wait(b);
-    if (sa != 0 || sb != 0)
-        gt_fail("clients exited with %d (A) and %d (B)", sa, sb);
+    mp_two_clients(client_b, client_a, 'L', 'B', 'D', &la, &mb, &da);
 
     double b_work = (mb.v[2] - mb.v[1]) / 1e6, b_total = (mb.v[2] - mb.v[0]) / 1e6;
     double a_kernel = da.v[1], b_end_vs_a_end = (da.v[0] - mb.v[2]) / 1e6;
