@@ -77,6 +77,9 @@ CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, str
         srv_keep_hostfn_job(c, j);
     else if ((j->slot = stream_slot(c, stream)) != CUMUX_HOSTFN_NO_SLOT)
         j->seq = c->hostfn_last[j->slot] = ++stream->hostfn_seq;
+    /* The job is the driver thread's once launched (it may run and free it at once): what the wait below
+     * needs is copied first. */
+    uint32_t slot = j->slot, seq = j->seq;
     CUresult r = before_op(stream);
     if (r == CUDA_SUCCESS)
         r = cuLaunchHostFunc(stream->cu, hostfn_trampoline, j);
@@ -86,12 +89,12 @@ CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, str
             free(j);
         return r;
     }
-    if (j->slot != CUMUX_HOSTFN_NO_SLOT) {
+    if (slot != CUMUX_HOSTFN_NO_SLOT) {
         CUstreamBatchMemOpParams w;
         memset(&w, 0, sizeof w);
         w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-        w.waitValue.address = c->hostfn_words + 4ull * j->slot;
-        w.waitValue.value = j->seq;
+        w.waitValue.address = c->hostfn_words + 4ull * slot;
+        w.waitValue.value = seq;
         w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
         r = cuStreamBatchMemOp(stream->cu, 1, &w, 0);
     }
