@@ -17,7 +17,8 @@
  *   capture-left    a client asks for its capture's graph, adds to it, tries to destroy it, and goes with the
  *                   capture still running (the capture's graph and the handed-out handle must both go)
  *   counts          counts and sizes of the newer commands that say more than their message holds: JIT
- *                   options, link inputs, capture dependencies, tensor map ranks
+ *                   options, link inputs, capture dependencies, tensor map ranks, graph event nodes, edges
+ *                   removed, captures into a graph, stream memory operations of no known kind
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
  *                   a bystander command (after --) runs meanwhile and must succeed every time
  * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
@@ -536,9 +537,28 @@ static void case_counts(void)
     struct cumux_tensor_map_im2col ti = {.data_type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32, .rank = 2, .global_address = s.buf};
     r = call_reply(&s.c, CUMUX_OP_TENSOR_MAP_ENCODE_IM2COL, &ti, sizeof ti, &tm, sizeof tm);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "an im2col tensor map of rank 2: %d", r);
-    /* Capture dependencies said to follow, not sent (a capture whose graph was handed out). */
+    /* This session's graph commands: dependencies said to follow, not sent; a wait flag out of range. */
     struct cumux_stream_create sc = {.ctx = s.ctx, .flags = CU_STREAM_NON_BLOCKING};
     uint32_t st = (uint32_t)call_u64(&s.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    struct cumux_graph_create gc = {0};
+    uint32_t graph = (uint32_t)call_u64(&s.c, CUMUX_OP_GRAPH_CREATE, &gc, sizeof gc, "GRAPH_CREATE");
+    struct cumux_event_create ec = {.ctx = s.ctx};
+    uint32_t ev = (uint32_t)call_u64(&s.c, CUMUX_OP_EVENT_CREATE, &ec, sizeof ec, "EVENT_CREATE");
+    struct cumux_graph_add_event_node en = {.graph = graph, .ndeps = 1000, .event = ev};
+    r = call(&s.c, CUMUX_OP_GRAPH_ADD_EVENT_NODE, &en, sizeof en);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_EVENT_NODE after 1000 nodes, none sent: %d", r);
+    en = (struct cumux_graph_add_event_node){.graph = graph, .event = ev, .wait = 7};
+    r = call(&s.c, CUMUX_OP_GRAPH_ADD_EVENT_NODE, &en, sizeof en);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_EVENT_NODE with wait 7: %d", r);
+    struct cumux_graph_add_deps gd = {.graph = graph, .ndeps = 1000};
+    r = call(&s.c, CUMUX_OP_GRAPH_REMOVE_DEPS, &gd, sizeof gd);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_REMOVE_DEPS of 1000 edges, none sent: %d", r);
+    struct cumux_capture_begin_to_graph ct = {.stream = st, .graph = graph, .ndeps = 1000};
+    r = call(&s.c, CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, &ct, sizeof ct);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "CAPTURE_BEGIN_TO_GRAPH after 1000 nodes, none sent: %d", r);
+    struct cumux_stream_mem_op mo = {.stream = st, .op = 99, .address = s.buf};
+    put_msg(&s.c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
+    /* Capture dependencies said to follow, not sent (a capture whose graph was handed out). */
     struct cumux_capture_begin cb = {.stream = st, .mode = CU_STREAM_CAPTURE_MODE_RELAXED};
     REQUIRE(call(&s.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN");
     struct cumux_capture_query q = {.stream = st};
