@@ -218,7 +218,11 @@ static CUresult cc_lookup(void *p, int flags, void **output, uint32_t *output_le
     if (!k || !output || !output_len)
         return CUDA_ERROR_INVALID_VALUE;
     char path[4200];
-    if (flags != 0 || !entry_path(k, path, sizeof path))
+    if (flags != 0) { /* never seen: named once, and a miss (the caller compiles) */
+        cumux_unsupported("export table COMPILE_CACHE slot 3 with flags");
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    if (!entry_path(k, path, sizeof path))
         return CUDA_ERROR_NOT_FOUND;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
@@ -317,8 +321,10 @@ static CUresult cc_store(void *p, int flags, const void *output, size_t output_l
     if (!k || !output || output_len == 0)
         return CUDA_ERROR_INVALID_VALUE;
     char path[4200], tmp[4300];
-    if (flags != 0 || output_len > CC_MAX_BYTES || !entry_path(k, path, sizeof path))
-        return CUDA_SUCCESS;
+    if (flags != 0)
+        return cumux_unsupported("export table COMPILE_CACHE slot 4 with flags");
+    if (output_len > CC_MAX_BYTES || !entry_path(k, path, sizeof path))
+        return CUDA_SUCCESS; /* not kept (too large, or caching off): a cache may always forget */
     static _Atomic unsigned stores; /* a name of its own per store: threads may store the same key at once */
     snprintf(tmp, sizeof tmp, "%s.%d.%u.tmp", path, (int)getpid(), atomic_fetch_add(&stores, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

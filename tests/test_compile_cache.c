@@ -214,6 +214,8 @@ int main(int argc, char **argv)
     CHECK(key_destroy(&junk) == CUDA_ERROR_INVALID_VALUE, "destroying something that is no key");
     CHECK(key_create(NULL, 1, "x", 1, "", "") == CUDA_ERROR_INVALID_VALUE, "key_create without an output");
     CHECK(store(a, 0, NULL, 4) == CUDA_ERROR_INVALID_VALUE, "store of nothing");
+    CHECK(store(a, 1, "x", 1) == CUDA_ERROR_NOT_SUPPORTED, "a store with flags cumux does not know");
+    CHECK(lookup(a, 1, &out, &len) == CUDA_ERROR_NOT_FOUND, "a lookup with flags cumux does not know: a miss");
 
     void *keys[] = {a, b, c, d, e};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
