@@ -308,19 +308,27 @@ CUresult op_graph_add_kernel_node(struct srv_client *c, const struct cumux_graph
     return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
+/* A memset node's parameters from the client's description: the span its own, computed with overflow checks. */
+static CUresult memset_node_params(struct srv_client *c, const uint8_t *params, uint32_t len, CUDA_MEMSET_NODE_PARAMS *p)
+{
+    const struct cumux_memset *ms = (const void *)params;
+    uint64_t span;
+    if (len < sizeof *ms || !memset_span(ms, &span) || span == 0 || !dev_ok(c, ms->dst, span))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t row = ms->width * ms->elem_size; /* no overflow: memset_span checked it */
+    *p = (CUDA_MEMSET_NODE_PARAMS){.dst = ms->dst, .pitch = (size_t)(ms->pitch ? ms->pitch : row), .value = ms->value,
+                                   .elementSize = ms->elem_size, .width = (size_t)ms->width, .height = (size_t)ms->height};
+    return CUDA_SUCCESS;
+}
+
 CUresult op_graph_add_memset_node(struct srv_client *c, const struct cumux_graph_add_node *m,
                                   struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                   uint8_t *out, uint32_t *out_len)
 {
     struct node_add a;
     CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
-    const struct cumux_memset *ms = (const void *)a.params;
-    uint64_t span;
-    if (a.params_len < sizeof *ms || !memset_span(ms, &span) || span == 0 || !dev_ok(c, ms->dst, span))
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t row = ms->width * ms->elem_size; /* no overflow: memset_span checked it */
-    CUDA_MEMSET_NODE_PARAMS p = {.dst = ms->dst, .pitch = (size_t)(ms->pitch ? ms->pitch : row), .value = ms->value,
-                                 .elementSize = ms->elem_size, .width = (size_t)ms->width, .height = (size_t)ms->height};
+    CUDA_MEMSET_NODE_PARAMS p;
+    CHECK(memset_node_params(c, a.params, a.params_len, &p));
     CUgraphNode node;
     CUresult r = cuGraphAddMemsetNode(&node, graph->g, a.deps, a.ndeps, &p, srv_gpus[c->current_gpu].ctx);
     return node_add_end(c, graph->handle, r, node, out, out_len);
@@ -434,18 +442,27 @@ CUresult op_node_set_event(struct srv_client *c, const struct cumux_node_set_eve
                   : cuGraphExecEventWaitNodeSetEvent(exec->e, node->n, event->cu);
 }
 
+/* A graph host node's parameters: a job of the client's that lives as long as the client (instances made
+ * earlier may still name an old one), run by the server's trampoline. */
+static CUresult host_node_params(struct srv_client *c, uint64_t host_fn_id, CUDA_HOST_NODE_PARAMS *p)
+{
+    struct hostfn_job *j = malloc(sizeof *j);
+    if (!j)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *j = (struct hostfn_job){.c = c, .id = host_fn_id, .persistent = true, .slot = CUMUX_HOSTFN_NO_SLOT};
+    srv_keep_hostfn_job(c, j);
+    *p = (CUDA_HOST_NODE_PARAMS){.fn = hostfn_trampoline, .userData = j};
+    return CUDA_SUCCESS;
+}
+
 CUresult op_graph_add_host_node(struct srv_client *c, const struct cumux_graph_add_host_node *m,
                                 struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                 uint8_t *out, uint32_t *out_len)
 {
     struct node_add a;
     CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
-    struct hostfn_job *j = malloc(sizeof *j);
-    if (!j)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *j = (struct hostfn_job){.c = c, .id = m->host_fn_id, .persistent = true, .slot = CUMUX_HOSTFN_NO_SLOT};
-    srv_keep_hostfn_job(c, j);
-    CUDA_HOST_NODE_PARAMS hp = {.fn = hostfn_trampoline, .userData = j};
+    CUDA_HOST_NODE_PARAMS hp;
+    CHECK(host_node_params(c, m->host_fn_id, &hp));
     CUgraphNode node;
     CUresult r = cuGraphAddHostNode(&node, graph->g, a.deps, a.ndeps, &hp);
     return node_add_end(c, graph->handle, r, node, out, out_len);
@@ -466,14 +483,9 @@ CUresult op_graph_set_kernel_node(struct srv_client *c, struct srv_graph_node *n
 CUresult op_graph_set_memset_node(struct srv_client *c, struct srv_graph_node *node, struct srv_graph_exec *exec,
                                   const uint8_t *payload, uint32_t payload_len)
 {
-    const struct cumux_memset *ms = (const void *)payload;
-    uint64_t span;
-    if (payload_len < sizeof *ms || !memset_span(ms, &span) || span == 0 || !dev_ok(c, ms->dst, span))
-        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_MEMSET_NODE_PARAMS p;
+    CHECK(memset_node_params(c, payload, payload_len, &p));
     use_gpu(c, c->current_gpu);
-    uint64_t row = ms->width * ms->elem_size; /* no overflow: memset_span checked it */
-    CUDA_MEMSET_NODE_PARAMS p = {.dst = ms->dst, .pitch = (size_t)(ms->pitch ? ms->pitch : row), .value = ms->value,
-                                 .elementSize = ms->elem_size, .width = (size_t)ms->width, .height = (size_t)ms->height};
     if (!exec)
         return cuGraphMemsetNodeSetParams(node->n, &p);
     return cuGraphExecMemsetNodeSetParams(exec->e, node->n, &p, srv_gpus[c->current_gpu].ctx);
@@ -483,12 +495,8 @@ CUresult op_graph_set_host_node(struct srv_client *c, const struct cumux_graph_s
                                 struct srv_graph_node *node, struct srv_graph_exec *exec)
 {
     use_gpu(c, c->current_gpu);
-    struct hostfn_job *j = malloc(sizeof *j);
-    if (!j)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *j = (struct hostfn_job){.c = c, .id = m->host_fn_id, .persistent = true, .slot = CUMUX_HOSTFN_NO_SLOT};
-    srv_keep_hostfn_job(c, j); /* kept for the client's life: an instance made before may still name the old one */
-    CUDA_HOST_NODE_PARAMS hp = {.fn = hostfn_trampoline, .userData = j};
+    CUDA_HOST_NODE_PARAMS hp;
+    CHECK(host_node_params(c, m->host_fn_id, &hp));
     if (!exec)
         return cuGraphHostNodeSetParams(node->n, &hp);
     return cuGraphExecHostNodeSetParams(exec->e, node->n, &hp);

@@ -473,14 +473,20 @@ CUresult cuGraphAddEmptyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *de
     return add_node(CUMUX_OP_GRAPH_ADD_EMPTY_NODE, node, g, deps, n, 0, NULL, 0, NULL);
 }
 
+/* A memset node's description for the server (one row names no pitch). */
+static struct cumux_memset memset_desc(const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    return (struct cumux_memset){.elem_size = p->elementSize, .dst = p->dst, .pitch = p->height > 1 ? p->pitch : 0,
+                                 .width = p->width, .height = p->height, .value = p->value};
+}
+
 CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
                               const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {
     (void)ctx;
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_memset ms = {.elem_size = p->elementSize, .dst = p->dst, .pitch = p->height > 1 ? p->pitch : 0,
-                              .width = p->width, .height = p->height, .value = p->value};
+    struct cumux_memset ms = memset_desc(p);
     return add_node(CUMUX_OP_GRAPH_ADD_MEMSET_NODE, node, g, deps, n, 0, &ms, sizeof ms, NULL);
 }
 
@@ -491,9 +497,7 @@ static CUresult set_memset(CUgraphExec x, CUgraphNode node, const CUDA_MEMSET_NO
     struct {
         struct cumux_graph_set_node h;
         struct cumux_memset ms;
-    } m = {.h = {.node = node->handle, .exec = x ? x->handle : 0},
-           .ms = {.elem_size = p->elementSize, .dst = p->dst, .pitch = p->height > 1 ? p->pitch : 0,
-                  .width = p->width, .height = p->height, .value = p->value}};
+    } m = {.h = {.node = node->handle, .exec = x ? x->handle : 0}, .ms = memset_desc(p)};
     _Static_assert(sizeof m == sizeof m.h + sizeof m.ms, "the memset follows the body unpadded");
     return shim_call(CUMUX_OP_GRAPH_SET_MEMSET_NODE, &m, sizeof m, NULL, 0, NULL);
 }
