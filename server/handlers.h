@@ -68,6 +68,11 @@ void srv_hostfn_release(struct srv_client *c);
 /* A graph's host function job lives as long as the client. */
 void srv_keep_hostfn_job(struct srv_client *c, struct hostfn_job *j);
 
+/* waits.c: a stream memory wait is noted by address (refused when no value can satisfy it); at the
+ * client's end each one still on its memory is satisfied, so that none of its streams waits forever. */
+CUresult srv_wait_note(struct srv_client *c, int gpu, uint64_t address, uint8_t size, uint64_t value, uint32_t flags);
+void srv_waits_release(struct srv_client *c);
+
 /* graph.c */
 void srv_graph_release_all(struct srv_client *c);
 /* A stream's capture that will never be ended by its client (the stream or the client goes): ended, and

@@ -150,6 +150,8 @@ struct srv_client {
     uint32_t hostfn_slots_used;   /* words given to streams (never taken back) */
     uint32_t *hostfn_last;        /* per word, the number of its stream's last host function (released at
                                    * the end even for streams destroyed since) */
+    struct srv_wait *waits;       /* stream memory waits sent, by address (waits.c), released at the end */
+    uint32_t waits_cap, waits_n;
     CUstream mem_stream[CUMUX_MAX_DEVICES]; /* frees, ordered after the client's own work */
     /* cuMemAlloc's: a stream with nothing queued before, so an allocation never waits for the client's
      * kernels (the frees on mem_stream do) */

@@ -119,7 +119,6 @@ CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wa
  * wait that is never satisfied holds only the client's stream, as a kernel that never ends would. */
 CUresult op_stream_mem_op(struct srv_client *c, const struct cumux_stream_mem_op *m, struct srv_stream *stream)
 {
-    (void)c;
     uint64_t size = m->op == CU_STREAM_MEM_OP_WAIT_VALUE_64 || m->op == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
     CUstreamBatchMemOpParams p;
     memset(&p, 0, sizeof p);
@@ -135,6 +134,8 @@ CUresult op_stream_mem_op(struct srv_client *c, const struct cumux_stream_mem_op
         p.waitValue.address = m->address;
         p.waitValue.value64 = size == 8 ? m->value : (uint32_t)m->value;
         p.waitValue.flags = m->flags;
+        if (m->op == CU_STREAM_MEM_OP_WAIT_VALUE_32 || m->op == CU_STREAM_MEM_OP_WAIT_VALUE_64)
+            CHECK(srv_wait_note(c, stream->ctx->gpu, m->address, (uint8_t)size, p.waitValue.value64, m->flags));
         break;
     case CU_STREAM_MEM_OP_BARRIER:
         p.memoryBarrier.flags = m->flags;

@@ -19,6 +19,8 @@
  *   counts          counts and sizes of the newer commands that say more than their message holds: JIT
  *                   options, link inputs, capture dependencies, tensor map ranks, graph event nodes, edges
  *                   removed, captures into a graph, stream memory operations of no known kind
+ *   wait-orphan     a client goes while its streams wait on words of its memory nobody will write (its
+ *                   worker waited forever in the final synchronization); waits no value can satisfy
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
  *                   a bystander command (after --) runs meanwhile and must succeed every time
  * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
@@ -577,6 +579,67 @@ static void case_counts(void)
     check_server_ok("after counts");
 }
 
+/* ---- wait-orphan: a client goes while its streams wait on its memory ---- */
+static void mem_op(struct session *s, uint32_t stream, uint32_t op, uint64_t address, uint64_t value, uint32_t flags)
+{
+    struct cumux_stream_mem_op mo = {.stream = stream, .op = op, .address = address, .value = value, .flags = flags};
+    put_msg(&s->c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
+}
+
+static void case_wait_orphan(void)
+{
+    struct session a;
+    session_open(&a);
+    uint32_t fa = vec_add_function(&a);
+    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
+    uint32_t st[4];
+    for (int i = 0; i < 4; i++)
+        st[i] = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    /* The words waited on: 64 zero bytes of memory of their own (the kernels queued behind the waits work
+     * on the session's buffer). */
+    struct cumux_mem_alloc ma = {.ctx = a.ctx, .size = 64};
+    uint64_t words = call_u64(&a.c, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma, "MEM_ALLOC 64 bytes");
+    for (uint64_t off = 0; off < 64; off += 8)
+        mem_op(&a, st[0], CU_STREAM_MEM_OP_WRITE_VALUE_64, words + off, 0, 0);
+    struct handle_body h = {.handle = st[0]};
+    REQUIRE(call(&a.c, CUMUX_OP_STREAM_SYNC, &h, sizeof h) == CUDA_SUCCESS, "zeroing the words");
+    /* Conditions no value meets are refused (at the stream's next synchronization: one-way). */
+    mem_op(&a, st[0], CU_STREAM_MEM_OP_WAIT_VALUE_32, words, 0, CU_STREAM_WAIT_VALUE_AND);
+    int r = call(&a.c, CUMUX_OP_STREAM_SYNC, &h, sizeof h);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a wait for (x & 0) != 0: %d", r);
+    mem_op(&a, st[0], CU_STREAM_MEM_OP_WAIT_VALUE_64, words, UINT64_MAX, CU_STREAM_WAIT_VALUE_NOR);
+    r = call(&a.c, CUMUX_OP_STREAM_SYNC, &h, sizeof h);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "a wait for ~(x | ~0) != 0: %d", r);
+    /* Waits nobody will satisfy, with work queued behind them; GEQ twice on one word (the later value
+     * must be the one written), each condition on a word of its own. */
+    mem_op(&a, st[0], CU_STREAM_MEM_OP_WAIT_VALUE_32, words, 5, CU_STREAM_WAIT_VALUE_GEQ);
+    mem_op(&a, st[0], CU_STREAM_MEM_OP_WAIT_VALUE_32, words, 9, CU_STREAM_WAIT_VALUE_GEQ);
+    mem_op(&a, st[0], CU_STREAM_MEM_OP_WAIT_VALUE_32, words, 7, CU_STREAM_WAIT_VALUE_GEQ);
+    mem_op(&a, st[1], CU_STREAM_MEM_OP_WAIT_VALUE_32, words + 8, 7, CU_STREAM_WAIT_VALUE_EQ);
+    mem_op(&a, st[2], CU_STREAM_MEM_OP_WAIT_VALUE_32, words + 16, 0x10, CU_STREAM_WAIT_VALUE_AND);
+    mem_op(&a, st[3], CU_STREAM_MEM_OP_WAIT_VALUE_64, words + 24, 0, CU_STREAM_WAIT_VALUE_GEQ);
+    mem_op(&a, st[3], CU_STREAM_MEM_OP_WAIT_VALUE_64, words + 32, 0, CU_STREAM_WAIT_VALUE_NOR); /* met */
+    mem_op(&a, st[3], CU_STREAM_MEM_OP_WAIT_VALUE_64, words + 32, ~(uint64_t)0 >> 1, CU_STREAM_WAIT_VALUE_EQ);
+    for (int i = 0; i < 4; i++) {
+        a.stream = st[i];
+        launch_vec_add(&a, fa, 1024);
+    }
+    struct cumux_stream_query q = {.stream = st[1]};
+    r = call(&a.c, CUMUX_OP_STREAM_QUERY, &q, sizeof q);
+    CHECK(r == CUDA_ERROR_NOT_READY, "a stream waiting for a word nobody wrote: %d", r);
+    /* It goes: its streams must finish (the wrapper then finds all it held freed, and no client left). */
+    session_close(&a);
+    int n = -1;
+    for (int i = 0; i < 100 && n != 0; i++) {
+        if (test_cumux_status(cli, &n) != 0)
+            n = -1;
+        if (n != 0)
+            usleep(100000);
+    }
+    CHECK(n == 0, "the client that went with its streams waiting is still listed 10 s later (%d clients)", n);
+    check_server_ok("after wait-orphan");
+}
+
 /* ---- vmm-foreign: one client's VMM objects are out of another's reach ---- */
 static void case_vmm_foreign(void)
 {
@@ -801,6 +864,8 @@ int main(int argc, char **argv)
             case_vmm_foreign();
         else if (!strcmp(name, "ipc-owner-frees"))
             case_ipc_owner_frees();
+        else if (!strcmp(name, "wait-orphan"))
+            case_wait_orphan();
         else if (!strcmp(name, "scribble-all"))
             case_scribble_all();
         else {
