@@ -53,6 +53,8 @@ static CUresult graph_new(struct srv_client *c, CUgraph g, uint8_t *out, uint32_
     return r;
 }
 
+static void capture_allocs_end(struct srv_client *c, struct srv_stream *s, bool ok);
+
 static void graph_free(struct srv_client *c, struct srv_graph *g)
 {
     /* Its nodes go with it. */
@@ -63,8 +65,25 @@ static void graph_free(struct srv_client *c, struct srv_graph *g)
             free(n);
         }
     }
-    if (!g->capture)
-        cuGraphDestroy(g->g);
+    if (!g->capture) {
+        /* Its allocations' addresses stay reserved while the client may name them (graph memory above). */
+        if (c->graph_mem && c->nparked_graphs < UINT32_MAX) {
+            if (c->nparked_graphs == c->capparked_graphs) {
+                uint32_t nc = c->capparked_graphs ? c->capparked_graphs * 2 : 8;
+                CUgraph *v = realloc(c->parked_graphs, nc * sizeof *v);
+                if (v) {
+                    c->parked_graphs = v;
+                    c->capparked_graphs = nc;
+                }
+            }
+            if (c->nparked_graphs < c->capparked_graphs)
+                c->parked_graphs[c->nparked_graphs++] = g->g;
+            else
+                cumux_logf("client %u: cannot keep a graph with memory: it leaks until cumuxd stops", c->id);
+        } else {
+            cuGraphDestroy(g->g);
+        }
+    }
     handle_drop(c, g->handle);
     free(g);
 }
@@ -91,6 +110,7 @@ CUresult op_capture_end(struct srv_client *c, struct srv_stream *stream, uint8_t
     CUgraph graph = NULL;
     CUresult r = cuStreamEndCapture(stream->cu, &graph);
     stream->capturing = false;
+    capture_allocs_end(c, stream, r == CUDA_SUCCESS);
     struct srv_graph *handed = stream->capture_graph;
     stream->capture_graph = NULL;
     if (handed && handed->into) { /* the client's graph, with what was captured into it (or not) */
@@ -281,6 +301,169 @@ static CUresult node_add_end(struct srv_client *c, uint32_t graph, CUresult r, C
     nd->n = node;
     nd->graph = graph;
     return new_handle(c, OBJ_GRAPH_NODE, nd, NULL, out, out_len);
+}
+
+/* ---- graph memory ----
+ * A graph's allocation has an address fixed while the graph (or an instance of it) lives; the memory
+ * behind it exists from the launch that allocates it to the free (in that graph, another, or by
+ * cuMemFreeAsync). The client may name the address for copies and memsets from the moment the node is
+ * made: no one else can be given it while the graph lives, and its graphs are parked, not destroyed, until
+ * it goes. A capture that fails takes its allocations' addresses with it. */
+
+static bool push_u64(uint64_t **v, uint32_t *n, uint32_t *cap, uint64_t x)
+{
+    if (*n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 16;
+        uint64_t *nv = realloc(*v, nc * sizeof *nv);
+        if (!nv)
+            return false;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = x;
+    return true;
+}
+
+/* [ptr, ptr + size) joins the client's graph memory, merged with the graph ranges it overlaps (a graph
+ * reuses an address for allocations whose lifetimes do not meet). */
+static CUresult graph_mem_add(struct srv_client *c, uint64_t ptr, uint64_t size, int gpu)
+{
+    uint64_t lo = ptr, hi;
+    if (!ptr || !size || !cumux_add_u64(ptr, size, &hi))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < c->dev_ranges.n;) {
+        const struct cumux_range *r = &c->dev_ranges.v[i];
+        if (r->base >= hi || r->base + r->size <= lo) {
+            i++;
+            continue;
+        }
+        if (r->tag != RANGE_GRAPH) /* the driver gave an address the client already names otherwise */
+            return CUDA_ERROR_INVALID_VALUE;
+        lo = r->base < lo ? r->base : lo;
+        hi = r->base + r->size > hi ? r->base + r->size : hi;
+        cumux_ranges_remove(&c->dev_ranges, r->base, NULL);
+        i = 0;
+    }
+    if (cumux_ranges_add(&c->dev_ranges, lo, hi - lo, RANGE_GRAPH, (uint64_t)gpu) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint32_t i = 0; i < c->ngraph_allocs; i++)
+        if (c->graph_allocs[i] == ptr)
+            return CUDA_SUCCESS;
+    if (!push_u64(&c->graph_allocs, &c->ngraph_allocs, &c->capgraph_allocs, ptr))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->graph_mem = true;
+    return CUDA_SUCCESS;
+}
+
+bool srv_capture_adds_to_graph(const struct srv_stream *s)
+{
+    return s->capture_graph && s->capture_graph->into;
+}
+
+bool srv_graph_mem_is(struct srv_client *c, uint64_t ptr)
+{
+    for (uint32_t i = 0; i < c->ngraph_allocs; i++)
+        if (c->graph_allocs[i] == ptr)
+            return true;
+    return false;
+}
+
+CUresult srv_graph_mem_captured(struct srv_client *c, struct srv_stream *s, uint64_t ptr, uint64_t size, int gpu)
+{
+    CHECK(graph_mem_add(c, ptr, size, gpu));
+    if (!push_u64(&s->cap_allocs, &s->ncap_allocs, &s->capcap_allocs, ptr))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+/* A capture ended: its allocations are its graph's now (ok), or gone with it. */
+static void capture_allocs_end(struct srv_client *c, struct srv_stream *s, bool ok)
+{
+    for (uint32_t i = 0; !ok && i < s->ncap_allocs; i++) {
+        const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, s->cap_allocs[i]);
+        if (r && r->tag == RANGE_GRAPH)
+            cumux_ranges_remove(&c->dev_ranges, r->base, NULL);
+        for (uint32_t j = 0; j < c->ngraph_allocs; j++) {
+            if (c->graph_allocs[j] == s->cap_allocs[i]) {
+                c->graph_allocs[j] = c->graph_allocs[--c->ngraph_allocs];
+                break;
+            }
+        }
+    }
+    free(s->cap_allocs);
+    s->cap_allocs = NULL;
+    s->ncap_allocs = s->capcap_allocs = 0;
+}
+
+CUresult op_graph_add_mem_alloc_node(struct srv_client *c, const struct cumux_graph_add_mem_alloc_node *m,
+                                     struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                     uint8_t *out, uint32_t *out_len)
+{
+    /* A capture's graph: its allocations would go with a failed capture unseen. */
+    if (graph->capture)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (m->bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_add a;
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = srv_gpus[c->current_gpu].dev;
+    p.bytesize = (size_t)m->bytesize;
+    CUgraphNode node;
+    CUresult r = cuGraphAddMemAllocNode(&node, graph->g, a.deps, a.ndeps, &p);
+    if (r == CUDA_SUCCESS && (r = graph_mem_add(c, p.dptr, m->bytesize, c->current_gpu)) != CUDA_SUCCESS) {
+        cuGraphDestroyNode(node);
+        return r;
+    }
+    CHECK(node_add_end(c, graph->handle, r, node, out, out_len));
+    struct cumux_u64_reply h;
+    memcpy(&h, out, sizeof h); /* the server's own reply buffer */
+    struct cumux_graph_mem_alloc_reply rep = {.node = (uint32_t)h.value, .dptr = p.dptr};
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
+}
+
+CUresult op_graph_add_mem_free_node(struct srv_client *c, const struct cumux_graph_add_mem_free_node *m,
+                                    struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                    uint8_t *out, uint32_t *out_len)
+{
+    if (graph->capture || !srv_graph_mem_is(c, m->dptr))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_add a;
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
+    CUgraphNode node;
+    CUresult r = cuGraphAddMemFreeNode(&node, graph->g, a.deps, a.ndeps, m->dptr);
+    return node_add_end(c, graph->handle, r, node, out, out_len);
+}
+
+/* At the client's end, once its streams are done and its instances gone: the allocations still live are
+ * freed while their graphs still hold the addresses (a free of one that is not live fails, harmlessly),
+ * then the graphs go. */
+static void graph_mem_release(struct srv_client *c)
+{
+    for (uint32_t i = 0; i < c->ngraph_allocs; i++) {
+        const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, c->graph_allocs[i]);
+        CUstream ms;
+        if (r && mem_stream(c, (int)r->extra, &ms) == CUDA_SUCCESS) {
+            cuMemFreeAsync(c->graph_allocs[i], ms);
+            cuStreamSynchronize(ms);
+        }
+    }
+    for (size_t i = c->dev_ranges.n; i-- > 0;)
+        if (c->dev_ranges.v[i].tag == RANGE_GRAPH)
+            cumux_ranges_remove(&c->dev_ranges, c->dev_ranges.v[i].base, NULL);
+    free(c->graph_allocs);
+    c->graph_allocs = NULL;
+    c->ngraph_allocs = c->capgraph_allocs = 0;
+    for (uint32_t i = 0; i < c->nparked_graphs; i++)
+        cuGraphDestroy(c->parked_graphs[i]);
+    free(c->parked_graphs);
+    c->parked_graphs = NULL;
+    c->nparked_graphs = c->capparked_graphs = 0;
 }
 
 CUresult op_graph_add_empty_node(struct srv_client *c, const struct cumux_graph_add_node *m,
@@ -540,6 +723,11 @@ CUresult op_node_destroy(struct srv_client *c, struct srv_graph_node *node)
     if (!graph || graph->capture) /* a running capture's nodes are the capture's */
         return CUDA_ERROR_INVALID_VALUE;
     use_gpu(c, c->current_gpu);
+    /* An allocation node holds the address the client may name: it stays (graph memory above). */
+    CUgraphNodeType type;
+    CHECK(cuGraphNodeGetType(node->n, &type));
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        return CUDA_ERROR_NOT_SUPPORTED;
     CHECK(cuGraphDestroyNode(node->n));
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         if (handle_get(c, h, OBJ_GRAPH_NODE) == node) {
@@ -774,6 +962,19 @@ CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, u
         rep.copy_kind = sd && dd ? CUMUX_COPY_DTOD : dd ? CUMUX_COPY_HTOD : sd ? CUMUX_COPY_DTOH : 0 /* host to host */;
         break;
     }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+        CUDA_MEM_ALLOC_NODE_PARAMS p;
+        memset(&p, 0, sizeof p);
+        CHECK(cuGraphMemAllocNodeGetParams(node->n, &p));
+        rep.dst = p.dptr, rep.width = p.bytesize;
+        break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: {
+        CUdeviceptr p = 0;
+        CHECK(cuGraphMemFreeNodeGetParams(node->n, &p));
+        rep.dst = p;
+        break;
+    }
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
         CUevent ev;
@@ -859,6 +1060,7 @@ void srv_capture_abandon(struct srv_client *c, struct srv_stream *s)
     use_gpu(c, s->ctx->gpu);
     CUgraph g = NULL;
     struct srv_graph *into = s->capture_graph && s->capture_graph->into ? s->capture_graph : NULL;
+    capture_allocs_end(c, s, false); /* before the graph, which holds their addresses, goes */
     if (cuStreamEndCapture(s->cu, &g) == CUDA_SUCCESS && g && !into)
         cuGraphDestroy(g);
     s->capturing = false;
@@ -890,6 +1092,7 @@ void srv_graph_release_all(struct srv_client *c)
         if (g)
             graph_free(c, g);
     }
+    graph_mem_release(c);
     while (c->graph_hostfns) {
         struct hostfn_job *j = c->graph_hostfns;
         c->graph_hostfns = j->next;

@@ -74,6 +74,12 @@ CUresult srv_wait_note(struct srv_client *c, int gpu, uint64_t address, uint8_t 
 void srv_waits_release(struct srv_client *c);
 
 /* graph.c */
+/* Graph memory: a captured allocation (memory.c) joins the client's memory and the capture's list; whether
+ * ptr is one of the client's graph allocations (a free of it keeps the address the client's). */
+CUresult srv_graph_mem_captured(struct srv_client *c, struct srv_stream *s, uint64_t ptr, uint64_t size, int gpu);
+bool srv_graph_mem_is(struct srv_client *c, uint64_t ptr);
+/* Whether the stream's capture adds to one of the client's graphs (cuStreamBeginCaptureToGraph). */
+bool srv_capture_adds_to_graph(const struct srv_stream *s);
 void srv_graph_release_all(struct srv_client *c);
 /* A stream's capture that will never be ended by its client (the stream or the client goes): ended, and
  * its graph freed. */

@@ -14,17 +14,34 @@
 /* ---------------------------------------------------------------- memory */
 
 
+static CUresult alloc_reply(uint8_t *out, uint32_t *out_len, uint64_t ptr, bool graph)
+{
+    struct cumux_mem_alloc_async_reply rep = {.ptr = ptr, .graph = graph};
+    memcpy(out, &rep, sizeof rep);
+    *out_len = sizeof rep;
+    return CUDA_SUCCESS;
+}
+
 CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_async *m,
                             struct srv_stream *stream, struct srv_pool *pool, uint8_t *out, uint32_t *out_len)
 {
     if (m->size == 0 || pool->gpu != stream->ctx->gpu)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Captured, it would be a graph'stream allocation: memory that exists only while the graph runs, which the
-     * client'stream table of what it owns cannot describe. Not supported (docs/compatibility.md). */
-    if (srv_stream_capturing(c, stream))
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    CHECK(before_op(stream));
     CUdeviceptr ptr;
+    /* Captured: a graph allocation (graph.c), from the graph's memory whatever the pool. Not in a capture
+     * that adds to one of the client's graphs: whether a failed one leaves its nodes there is unknown. */
+    if (srv_stream_capturing(c, stream)) {
+        if (srv_capture_adds_to_graph(stream))
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        CHECK(before_op(stream));
+        CUresult r = cuMemAllocAsync(&ptr, (size_t)m->size, stream->cu);
+        after_op(stream);
+        if (r != CUDA_SUCCESS)
+            return r;
+        CHECK(srv_graph_mem_captured(c, stream, ptr, m->size, pool->gpu));
+        return alloc_reply(out, out_len, ptr, true);
+    }
+    CHECK(before_op(stream));
     CUresult r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, pool->pool, stream->cu);
     after_op(stream);
     if (r != CUDA_SUCCESS)
@@ -34,7 +51,7 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     atomic_fetch_add(&c->mem_bytes, m->size);
-    return reply_u64(out, out_len, ptr);
+    return alloc_reply(out, out_len, ptr, false);
 }
 
 /* The allocation that starts at ptr (not a global), or NULL. */
@@ -56,6 +73,14 @@ static void take_allocation(struct srv_client *c, uint64_t ptr)
 CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m,
                            struct srv_stream *stream)
 {
+    /* A graph allocation's free (a free node when captured): the address stays the client's while its
+     * graph lives, freed or not. */
+    if (srv_graph_mem_is(c, m->ptr)) {
+        CHECK(before_op(stream));
+        CUresult res = cuMemFreeAsync(m->ptr, stream->cu);
+        after_op(stream);
+        return res;
+    }
     const struct cumux_range *r = allocation_at(c, m->ptr);
     if (!r)
         return CUDA_ERROR_INVALID_VALUE;
@@ -127,6 +152,13 @@ static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
 
 CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
 {
+    if (srv_graph_mem_is(c, m->ptr)) { /* after the client's work, as cuMemFree waits for it */
+        const struct cumux_range *g = cumux_ranges_find(&c->dev_ranges, m->ptr);
+        CUstream ms;
+        CHECK(g ? mem_stream(c, (int)g->extra, &ms) : CUDA_ERROR_INVALID_VALUE);
+        CHECK(cuMemFreeAsync(m->ptr, ms));
+        return cuStreamSynchronize(ms);
+    }
     const struct cumux_range *r = allocation_at(c, m->ptr);
     if (!r)
         return CUDA_ERROR_INVALID_VALUE;

@@ -55,6 +55,8 @@ struct srv_stream {
     bool dirty;          /* blocking stream: work since the legacy stream last joined it */
     bool capturing;      /* cuStreamBeginCapture on it: its work is recorded, not run */
     struct srv_graph *capture_graph; /* the capture's graph, once the client asked for it */
+    uint64_t *cap_allocs;    /* graph allocations the capture made: not the client's if it fails */
+    uint32_t ncap_allocs, capcap_allocs;
     uint64_t seen_epoch; /* blocking stream: the legacy epoch it already waits for */
     uint32_t hostfn_slot1;  /* 1 + its word in the client's hostfn_stream_done, 0 before its first host function */
     uint32_t hostfn_seq;    /* the number of its last host function */
@@ -119,7 +121,7 @@ struct srv_handle {
 
 extern uint32_t srv_max_handles; /* per client (dispatch.c) */
 
-enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3, RANGE_VMM = 4, RANGE_IPC = 5 };
+enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3, RANGE_VMM = 4, RANGE_IPC = 5, RANGE_GRAPH = 6 };
 
 struct srv_client {
     uint32_t id;
@@ -161,6 +163,14 @@ struct srv_client {
     pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
     struct hostfn_job *graph_hostfns; /* host functions that graphs hold */
     bool ever_captured;
+    /* Graph memory (graph.c): the address of a graph's allocation is fixed while the graph lives, and the
+     * client may name it; so once the client has made one, none of its graphs is destroyed before it goes
+     * (they are parked), and the allocations' starts are kept to free the live ones then. */
+    bool graph_mem;
+    CUgraph *parked_graphs;
+    uint32_t nparked_graphs, capparked_graphs;
+    uint64_t *graph_allocs;
+    uint32_t ngraph_allocs, capgraph_allocs;
     struct srv_event *parked_events; /* destroyed by the client, kept for its graphs (srv_event.in_graph) */
     bool graphs_released;
     CUevent stage_event[CUMUX_STAGING_SLOTS];

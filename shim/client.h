@@ -178,10 +178,12 @@ bool shim_is_device_ptr(uint64_t p, uint64_t len);
 uint64_t shim_pinned_server_addr(const void *p, uint64_t len);
 /* The reverse: the program's address of a server address of its pinned memory, or 0. */
 uint64_t shim_pinned_client_addr(uint64_t a);
-/* Take an allocation (not a module global) out of the shim's table; false when p starts none. */
+/* Take an allocation (not a module global) out of the shim's table; false when p starts none. A graph's
+ * allocation stays: its address is the program's while the graph lives, freed or not. */
 bool shim_forget_device_range(uint64_t p);
 #define SHIM_RANGE_GLOBAL (1ull << 32) /* not cuMemFree's to free: a module global, IPC or VMM memory */
 #define SHIM_RANGE_VMM (1ull << 33)    /* VMM: back-to-back mappings are one span, as in CUDA */
+#define SHIM_RANGE_GRAPH (1ull << 34)  /* a graph's allocation (captured, or an allocation node) */
 void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, uint64_t flags);
 
 #endif

@@ -1267,3 +1267,89 @@ CUresult cuGraphDebugDotPrint(CUgraph g, const char *path, unsigned int flags)
     free(to);
     return r;
 }
+
+/* ---- graph memory: allocation and free nodes ---- */
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    if (!node || !graph_ok(g) || !p || p->bytesize == 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *ctx = shim_current_ctx();
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* Memory of the current context's GPU, read-write there: the one kind cumux's server makes. */
+    if (p->poolProps.location.id != ctx->device || p->poolProps.handleTypes != CU_MEM_HANDLE_TYPE_NONE)
+        return cumux_unsupported("cuGraphAddMemAllocNode of memory on another device or with shareable handles");
+    for (size_t i = 0; i < p->accessDescCount; i++) {
+        const CUmemAccessDesc *d = &p->accessDescs[i];
+        if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || d->location.id != ctx->device ||
+            d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return cumux_unsupported("cuGraphAddMemAllocNode with access for another device");
+    }
+    struct node_msg m = {0};
+    struct cumux_graph_add_mem_alloc_node body = {.graph = g->handle, .ndeps = (uint32_t)n, .bytesize = p->bytesize};
+    CUresult r = msg_begin(&m, &body, sizeof body, deps, n, g);
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    struct cumux_graph_mem_alloc_reply rep;
+    r = shim_call(CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE, m.buf, m.len, &rep, sizeof rep, NULL);
+    free(m.buf);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUgraphNode_st *nd = node_object(rep.node, g);
+    if (!nd)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    shim_add_device_range(rep.dptr, p->bytesize, ctx, SHIM_RANGE_GRAPH);
+    p->dptr = rep.dptr;
+    *node = nd;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUdeviceptr dptr)
+{
+    if (!node || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_msg m = {0};
+    struct cumux_graph_add_mem_free_node body = {.graph = g->handle, .ndeps = (uint32_t)n, .dptr = dptr};
+    CUresult r = msg_begin(&m, &body, sizeof body, deps, n, g);
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    return msg_send_node(CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, &m, g, node);
+}
+
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_params_reply rep;
+    const uint8_t *packed;
+    CUresult r = node_params(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &rep, &packed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUctx_st *ctx = shim_current_ctx();
+    memset(p, 0, sizeof *p);
+    p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->poolProps.location.id = ctx ? ctx->device : 0;
+    p->bytesize = (size_t)rep.width;
+    p->dptr = rep.dst;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr *dptr)
+{
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cumux_node_params_reply rep;
+    const uint8_t *packed;
+    CUresult r = node_params(node, CU_GRAPH_NODE_TYPE_MEM_FREE, &rep, &packed);
+    if (r == CUDA_SUCCESS)
+        *dptr = rep.dst;
+    return r;
+}

@@ -23,7 +23,7 @@ bool shim_forget_device_range(uint64_t p)
     pthread_rwlock_wrlock(&shim.ranges_lock);
     const struct cumux_range *rg = cumux_ranges_find(&shim.dev_ranges, p);
     bool ok = rg && rg->base == p && !(rg->tag & SHIM_RANGE_GLOBAL);
-    if (ok)
+    if (ok && !(rg->tag & SHIM_RANGE_GRAPH))
         cumux_ranges_remove(&shim.dev_ranges, p, NULL);
     pthread_rwlock_unlock(&shim.ranges_lock);
     return ok;

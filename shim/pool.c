@@ -139,12 +139,12 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
         return r;
     if (pool->magic != SHIM_MAGIC_POOL)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t ptr;
-    r = shim_op_mem_alloc_async(stream, pool->handle, size, &ptr);
+    struct cumux_mem_alloc_async_reply rep;
+    r = shim_op_mem_alloc_async(stream, pool->handle, size, &rep);
     if (r != CUDA_SUCCESS)
         return r;
-    shim_add_device_range(ptr, size, ctx, 0);
-    *dptr = (CUdeviceptr)ptr;
+    shim_add_device_range(rep.ptr, size, ctx, rep.graph ? SHIM_RANGE_GRAPH : 0);
+    *dptr = (CUdeviceptr)rep.ptr;
     return CUDA_SUCCESS;
 }
 

@@ -10,7 +10,7 @@
  *                   C string: it ran off the end of the server's mapping)
  *   capture-free    frees while a stream is being captured (fuzz_server: the allocation left the client's
  *                   table, the captured free never ran, and the memory outlived the client; the wrapper's
- *                   leak check catches that)
+ *                   leak check catches that); a captured allocation's address after its capture failed
  *   capture-global  one client captures in global mode while another queries and waits for an event (the
  *                   server began captures in the client's mode: the driver then refused the other
  *                   client's calls from any server thread and invalidated the capture)
@@ -367,18 +367,33 @@ static void case_capture_free(void)
     struct cumux_mem_free mf = {.ptr = b};
     int r = call(&s.c, CUMUX_OP_MEM_FREE, &mf, sizeof mf);
     CHECK(r == CUDA_SUCCESS, "cuMemFree while another stream captures: %d", r);
+    /* A captured allocation is the graph's: its address is the client's while the graph lives. */
     struct cumux_mem_alloc_async aa = {.stream = stream, .pool = 0, .size = 4096};
-    struct cumux_u64_reply rep;
+    struct cumux_mem_alloc_async_reply rep = {0};
     struct cumux_pool_default po = {.device = 0};
     aa.pool = (uint32_t)call_u64(&s.c, CUMUX_OP_POOL_DEFAULT, &po, sizeof po, "POOL_DEFAULT");
     r = call_reply(&s.c, CUMUX_OP_MEM_ALLOC_ASYNC, &aa, sizeof aa, &rep, sizeof rep);
-    CHECK(r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemAllocAsync on a capturing stream: %d", r);
+    CHECK(r == CUDA_SUCCESS && rep.ptr && rep.graph == 1, "cuMemAllocAsync on a capturing stream: %d, graph %u", r,
+          rep.graph);
+    /* A stream memory operation in the capture (the fake driver cannot capture one: the capture fails). */
+    struct cumux_stream_mem_op mo = {.stream = stream, .op = CU_STREAM_MEM_OP_WRITE_VALUE_32, .address = rep.ptr};
+    put_msg(&s.c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
     struct cumux_u64_reply g;
     struct cumux_capture_end ce = {.stream = stream};
     r = call_reply(&s.c, CUMUX_OP_CAPTURE_END, &ce, sizeof ce, &g, sizeof g);
     /* The captured free was refused: the capture may end in error, as CUDA's does after a failed call. */
     CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
           "CAPTURE_END: %d", r);
+    if (r != CUDA_SUCCESS && rep.ptr) {
+        /* The failed capture's graph went, and with it the address: no longer the client's to name. (The
+         * refused captured free's error is reported first.) */
+        (void)sync_stream(&s);
+        struct cumux_memset m = {.stream = s.stream, .elem_size = 4, .dst = rep.ptr, .pitch = 4096, .width = 1024,
+                                 .height = 1};
+        put_msg(&s.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &m, sizeof m);
+        int sr2 = sync_stream(&s);
+        CHECK(sr2 == CUDA_ERROR_INVALID_VALUE, "a memset of a failed capture's graph allocation: %d", sr2);
+    }
     /* The client goes with `a` still its own: the server must free it (with_server.sh --fake checks). */
     session_close(&s);
     check_server_ok("after capture-free");

@@ -128,6 +128,14 @@ struct cumux_mem_alloc_async {
     uint64_t size;
 };
 
+/* The allocation; graph = 1 when the stream was being captured: a graph's allocation, whose address stays
+ * the program's while the graph lives, freed or not */
+struct cumux_mem_alloc_async_reply {
+    uint64_t ptr;
+    uint32_t graph;
+    uint32_t pad;
+};
+
 struct cumux_mem_free_async {
     uint32_t stream; /* handle of a stream */
     uint32_t pad;
@@ -811,6 +819,28 @@ struct cumux_graph_add_event_node {
     uint32_t wait;
 };
 
+/* A graph memory allocation node (cuGraphAddMemAllocNode: device memory of the client's current GPU; the
+ * dependencies follow as the payload): answered with the node and the address the graph gives it */
+struct cumux_graph_add_mem_alloc_node {
+    uint32_t graph;    /* handle of a graph */
+    uint32_t ndeps;
+    uint64_t bytesize;
+};
+
+struct cumux_graph_mem_alloc_reply {
+    uint32_t node;
+    uint32_t pad;
+    uint64_t dptr;
+};
+
+/* A graph memory free node (cuGraphAddMemFreeNode) of one of the client's graph allocations (the
+ * dependencies follow as the payload) */
+struct cumux_graph_add_mem_free_node {
+    uint32_t graph; /* handle of a graph */
+    uint32_t ndeps;
+    uint64_t dptr;
+};
+
 /* A memset or memcpy node's new parameters (struct cumux_memset or cumux_copy_2d follows), in its graph or
  * an instance */
 struct cumux_graph_set_node {
@@ -924,6 +954,8 @@ _Static_assert(sizeof(struct cumux_pool_trim) % 8 == 0, "pool_trim: a multiple o
 _Static_assert(offsetof(struct cumux_pool_trim, keep) % 8 == 0, "pool_trim.keep: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_alloc_async) % 8 == 0, "mem_alloc_async: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_alloc_async, size) % 8 == 0, "mem_alloc_async.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_mem_alloc_async_reply) % 8 == 0, "mem_alloc_async_reply: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_mem_alloc_async_reply, ptr) % 8 == 0, "mem_alloc_async_reply.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_mem_free_async) % 8 == 0, "mem_free_async: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_mem_free_async, ptr) % 8 == 0, "mem_free_async.ptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_vmm_granularity) % 8 == 0, "vmm_granularity: a multiple of 8 bytes");
@@ -1120,6 +1152,12 @@ _Static_assert(sizeof(struct cumux_exec_update_reply) % 8 == 0, "exec_update_rep
 _Static_assert(sizeof(struct cumux_graph_add_node) % 8 == 0, "graph_add_node: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_child) % 8 == 0, "graph_add_child: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_add_event_node) % 8 == 0, "graph_add_event_node: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_add_mem_alloc_node) % 8 == 0, "graph_add_mem_alloc_node: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_graph_add_mem_alloc_node, bytesize) % 8 == 0, "graph_add_mem_alloc_node.bytesize: 8-aligned");
+_Static_assert(sizeof(struct cumux_graph_mem_alloc_reply) % 8 == 0, "graph_mem_alloc_reply: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_graph_mem_alloc_reply, dptr) % 8 == 0, "graph_mem_alloc_reply.dptr: 8-aligned");
+_Static_assert(sizeof(struct cumux_graph_add_mem_free_node) % 8 == 0, "graph_add_mem_free_node: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_graph_add_mem_free_node, dptr) % 8 == 0, "graph_add_mem_free_node.dptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_set_node) % 8 == 0, "graph_set_node: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_set_host_node) % 8 == 0, "graph_set_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_set_host_node, host_fn_id) % 8 == 0, "graph_set_host_node.host_fn_id: 8-aligned");
@@ -1137,126 +1175,128 @@ _Static_assert(sizeof(struct cumux_node_get_dependents) % 8 == 0, "node_get_depe
 _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a multiple of 8 bytes");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
-#define CUMUX_OPS(X)                                           \
-    X(PAD, cumux_none, 1)                                      \
-    X(INIT, cumux_none, 0)                                     \
-    X(CTX_CREATE, cumux_ctx_create, 0)                         \
-    X(CTX_DESTROY, cumux_ctx_destroy, 0)                       \
-    X(CTX_SYNC, cumux_ctx_sync, 0)                             \
-    X(CTX_LIMIT, cumux_ctx_limit, 0)                           \
-    X(MEM_ALLOC, cumux_mem_alloc, 0)                           \
-    X(MEM_FREE, cumux_mem_free, 0)                             \
-    X(MEM_INFO, cumux_mem_info_query, 0)                       \
-    X(HOST_ALLOC, cumux_host_alloc, 0)                         \
-    X(HOST_FREE, cumux_mem_free, 0)                            \
-    X(MODULE_LOAD, cumux_module_load, 0)                       \
-    X(MODULE_UNLOAD, cumux_module_unload, 0)                   \
-    X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)             \
-    X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)               \
-    X(LIBRARY_GET_MODULE, cumux_library_get_module, 0)         \
-    X(MODULE_FUNCTION_NAMES, cumux_function_names_query, 0)    \
-    X(ARCH_DATA, cumux_arch_data_query, 0)                     \
-    X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                  \
-    X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                  \
-    X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)                 \
-    X(FUNC_CLUSTER_OCCUPANCY, cumux_cluster_occupancy, 0)      \
-    X(STREAM_CREATE, cumux_stream_create, 0)                   \
-    X(STREAM_DESTROY, cumux_stream_destroy, 1)                 \
-    X(STREAM_SYNC, cumux_stream_sync, 0)                       \
-    X(STREAM_QUERY, cumux_stream_query, 0)                     \
-    X(STREAM_WAIT_EVENT, cumux_stream_wait_event, 1)           \
-    X(EVENT_CREATE, cumux_event_create, 0)                     \
-    X(EVENT_DESTROY, cumux_event_destroy, 1)                   \
-    X(EVENT_RECORD, cumux_event_record, 1)                     \
-    X(EVENT_QUERY, cumux_event_query, 0)                       \
-    X(EVENT_SYNC, cumux_event_sync, 0)                         \
-    X(EVENT_ELAPSED, cumux_event_elapsed, 0)                   \
-    X(COPY, cumux_copy, 2)                                     \
-    X(COPY_2D, cumux_copy_2d, 2)                               \
-    X(COPY_HTOD_STAGED, cumux_copy_staged, 1)                  \
-    X(COPY_DTOH_STAGED, cumux_copy_staged, 0)                  \
-    X(MEMSET, cumux_memset, 1)                                 \
-    X(LAUNCH, cumux_launch, 1)                                 \
-    X(POOL_DEFAULT, cumux_pool_default, 0)                     \
-    X(POOL_CREATE, cumux_pool_create, 0)                       \
-    X(POOL_DESTROY, cumux_pool_destroy, 0)                     \
-    X(POOL_ATTRIBUTE, cumux_pool_attribute, 0)                 \
-    X(POOL_TRIM, cumux_pool_trim, 0)                           \
-    X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)               \
-    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)                 \
-    X(HOST_FUNC, cumux_host_func, 1)                           \
-    X(CAPTURE_BEGIN, cumux_capture_begin, 0)                   \
-    X(CAPTURE_END, cumux_capture_end, 0)                       \
-    X(CAPTURE_INFO, cumux_capture_query, 0)                    \
-    X(GRAPH_CREATE, cumux_graph_create, 0)                     \
-    X(GRAPH_DESTROY, cumux_graph_destroy, 1)                   \
-    X(GRAPH_INSTANTIATE, cumux_graph_instantiate, 0)           \
-    X(GRAPH_EXEC_DESTROY, cumux_graph_exec_destroy, 1)         \
-    X(GRAPH_LAUNCH, cumux_graph_launch, 1)                     \
-    X(GRAPH_UPLOAD, cumux_graph_upload, 1)                     \
-    X(GRAPH_EXEC_UPDATE, cumux_graph_exec_update, 0)           \
-    X(GRAPH_ADD_EMPTY_NODE, cumux_graph_add_node, 0)           \
-    X(GRAPH_ADD_KERNEL_NODE, cumux_graph_add_node, 0)          \
-    X(GRAPH_ADD_MEMSET_NODE, cumux_graph_add_node, 0)          \
-    X(GRAPH_ADD_MEMCPY_NODE, cumux_graph_add_node, 0)          \
-    X(GRAPH_ADD_HOST_NODE, cumux_graph_add_host_node, 0)       \
-    X(GRAPH_SET_KERNEL_NODE, cumux_graph_set_kernel_node, 0)   \
-    X(GRAPH_ADD_DEPS, cumux_graph_add_deps, 0)                 \
-    X(GRAPH_GET_NODES, cumux_graph_get_nodes, 0)               \
-    X(NODE_GET_DEPS, cumux_node_get_deps, 0)                   \
-    X(NODE_GET_TYPE, cumux_node_get_type, 0)                   \
-    X(VMM_GRANULARITY, cumux_vmm_granularity, 0)               \
-    X(VMM_CREATE, cumux_vmm_create, 0)                         \
-    X(VMM_RELEASE, cumux_vmm_release, 0)                       \
-    X(VMM_RESERVE, cumux_vmm_reserve, 0)                       \
-    X(VMM_ADDRESS_FREE, cumux_vmm_address_free, 0)             \
-    X(VMM_MAP, cumux_vmm_map, 0)                               \
-    X(VMM_UNMAP, cumux_vmm_unmap, 0)                           \
-    X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)                 \
-    X(IPC_GET_MEM_HANDLE, cumux_ipc_get_mem_handle, 0)         \
-    X(IPC_OPEN_MEM_HANDLE, cumux_ipc_open_mem_handle, 0)       \
-    X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)     \
-    X(IPC_GET_EVENT_HANDLE, cumux_ipc_get_event_handle, 0)     \
-    X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0)   \
-    X(VMM_GET_ACCESS, cumux_vmm_get_access, 0)                 \
-    X(VMM_RETAIN, cumux_vmm_retain, 0)                         \
-    X(GRAPH_GET_ROOT_NODES, cumux_graph_get_root_nodes, 0)     \
-    X(NODE_GET_DEPENDENTS, cumux_node_get_dependents, 0)       \
-    X(GRAPH_GET_EDGES, cumux_graph_get_edges, 0)               \
-    X(VMM_EXPORT, cumux_vmm_export, 0)                         \
-    X(VMM_IMPORT, cumux_vmm_import, 0)                         \
-    X(TENSOR_MAP_ENCODE_TILED, cumux_tensor_map_tiled, 0)      \
-    X(TENSOR_MAP_ENCODE_IM2COL, cumux_tensor_map_im2col, 0)    \
-    X(TENSOR_MAP_REPLACE_ADDRESS, cumux_tensor_map_replace, 0) \
-    X(ARRAY_CREATE, cumux_array_create, 0)                     \
-    X(ARRAY_DESTROY, cumux_array_destroy, 0)                   \
-    X(COPY_3D, cumux_copy_3d, 2)                               \
-    X(TEX_CREATE, cumux_tex_create, 0)                         \
-    X(SURF_CREATE, cumux_surf_create, 0)                       \
-    X(TEX_DESTROY, cumux_tex_destroy, 0)                       \
-    X(CAPTURE_GRAPH, cumux_capture_query, 0)                   \
-    X(CAPTURE_UPDATE_DEPS, cumux_capture_update_deps, 0)       \
-    X(LINK_CREATE, cumux_link_create, 0)                       \
-    X(LINK_ADD, cumux_link_add, 0)                             \
-    X(LINK_COMPLETE, cumux_link_ref, 0)                        \
-    X(LINK_READ, cumux_link_read, 0)                           \
-    X(LINK_LOGS, cumux_link_ref, 0)                            \
-    X(LINK_DESTROY, cumux_link_ref, 0)                         \
-    X(NODE_GET_PARAMS, cumux_node_query, 0)                    \
-    X(GRAPH_ADD_CHILD_NODE, cumux_graph_add_child, 0)          \
-    X(GRAPH_ADD_EVENT_NODE, cumux_graph_add_event_node, 0)     \
-    X(NODE_SET_EVENT, cumux_node_set_event, 0)                 \
-    X(GRAPH_SET_MEMSET_NODE, cumux_graph_set_node, 0)          \
-    X(GRAPH_SET_HOST_NODE, cumux_graph_set_host_node, 0)       \
-    X(STREAM_MEM_OP, cumux_stream_mem_op, 1)                   \
-    X(GRAPH_SET_MEMCPY_NODE, cumux_graph_set_node, 0)          \
-    X(NODE_ENABLED, cumux_node_enabled, 0)                     \
-    X(NODE_DESTROY, cumux_node_query, 0)                       \
-    X(GRAPH_REMOVE_DEPS, cumux_graph_add_deps, 0)              \
-    X(MEM_RANGE_HANDLE, cumux_mem_range_handle, 0)             \
-    X(CAPTURE_BEGIN_TO_GRAPH, cumux_capture_begin_to_graph, 0) \
-    X(GRAPH_CLONE, cumux_graph_destroy, 0)                     \
-    X(NODE_FIND_IN_CLONE, cumux_node_find_in_clone, 0)
+#define CUMUX_OPS(X)                                               \
+    X(PAD, cumux_none, 1)                                          \
+    X(INIT, cumux_none, 0)                                         \
+    X(CTX_CREATE, cumux_ctx_create, 0)                             \
+    X(CTX_DESTROY, cumux_ctx_destroy, 0)                           \
+    X(CTX_SYNC, cumux_ctx_sync, 0)                                 \
+    X(CTX_LIMIT, cumux_ctx_limit, 0)                               \
+    X(MEM_ALLOC, cumux_mem_alloc, 0)                               \
+    X(MEM_FREE, cumux_mem_free, 0)                                 \
+    X(MEM_INFO, cumux_mem_info_query, 0)                           \
+    X(HOST_ALLOC, cumux_host_alloc, 0)                             \
+    X(HOST_FREE, cumux_mem_free, 0)                                \
+    X(MODULE_LOAD, cumux_module_load, 0)                           \
+    X(MODULE_UNLOAD, cumux_module_unload, 0)                       \
+    X(MODULE_GET_FUNCTION, cumux_module_symbol, 0)                 \
+    X(MODULE_GET_GLOBAL, cumux_module_symbol, 0)                   \
+    X(LIBRARY_GET_MODULE, cumux_library_get_module, 0)             \
+    X(MODULE_FUNCTION_NAMES, cumux_function_names_query, 0)        \
+    X(ARCH_DATA, cumux_arch_data_query, 0)                         \
+    X(FUNC_GET_ATTRIBUTE, cumux_func_attr, 0)                      \
+    X(FUNC_SET_ATTRIBUTE, cumux_func_attr, 0)                      \
+    X(FUNC_OCCUPANCY, cumux_func_occupancy, 0)                     \
+    X(FUNC_CLUSTER_OCCUPANCY, cumux_cluster_occupancy, 0)          \
+    X(STREAM_CREATE, cumux_stream_create, 0)                       \
+    X(STREAM_DESTROY, cumux_stream_destroy, 1)                     \
+    X(STREAM_SYNC, cumux_stream_sync, 0)                           \
+    X(STREAM_QUERY, cumux_stream_query, 0)                         \
+    X(STREAM_WAIT_EVENT, cumux_stream_wait_event, 1)               \
+    X(EVENT_CREATE, cumux_event_create, 0)                         \
+    X(EVENT_DESTROY, cumux_event_destroy, 1)                       \
+    X(EVENT_RECORD, cumux_event_record, 1)                         \
+    X(EVENT_QUERY, cumux_event_query, 0)                           \
+    X(EVENT_SYNC, cumux_event_sync, 0)                             \
+    X(EVENT_ELAPSED, cumux_event_elapsed, 0)                       \
+    X(COPY, cumux_copy, 2)                                         \
+    X(COPY_2D, cumux_copy_2d, 2)                                   \
+    X(COPY_HTOD_STAGED, cumux_copy_staged, 1)                      \
+    X(COPY_DTOH_STAGED, cumux_copy_staged, 0)                      \
+    X(MEMSET, cumux_memset, 1)                                     \
+    X(LAUNCH, cumux_launch, 1)                                     \
+    X(POOL_DEFAULT, cumux_pool_default, 0)                         \
+    X(POOL_CREATE, cumux_pool_create, 0)                           \
+    X(POOL_DESTROY, cumux_pool_destroy, 0)                         \
+    X(POOL_ATTRIBUTE, cumux_pool_attribute, 0)                     \
+    X(POOL_TRIM, cumux_pool_trim, 0)                               \
+    X(MEM_ALLOC_ASYNC, cumux_mem_alloc_async, 0)                   \
+    X(MEM_FREE_ASYNC, cumux_mem_free_async, 1)                     \
+    X(HOST_FUNC, cumux_host_func, 1)                               \
+    X(CAPTURE_BEGIN, cumux_capture_begin, 0)                       \
+    X(CAPTURE_END, cumux_capture_end, 0)                           \
+    X(CAPTURE_INFO, cumux_capture_query, 0)                        \
+    X(GRAPH_CREATE, cumux_graph_create, 0)                         \
+    X(GRAPH_DESTROY, cumux_graph_destroy, 1)                       \
+    X(GRAPH_INSTANTIATE, cumux_graph_instantiate, 0)               \
+    X(GRAPH_EXEC_DESTROY, cumux_graph_exec_destroy, 1)             \
+    X(GRAPH_LAUNCH, cumux_graph_launch, 1)                         \
+    X(GRAPH_UPLOAD, cumux_graph_upload, 1)                         \
+    X(GRAPH_EXEC_UPDATE, cumux_graph_exec_update, 0)               \
+    X(GRAPH_ADD_EMPTY_NODE, cumux_graph_add_node, 0)               \
+    X(GRAPH_ADD_KERNEL_NODE, cumux_graph_add_node, 0)              \
+    X(GRAPH_ADD_MEMSET_NODE, cumux_graph_add_node, 0)              \
+    X(GRAPH_ADD_MEMCPY_NODE, cumux_graph_add_node, 0)              \
+    X(GRAPH_ADD_HOST_NODE, cumux_graph_add_host_node, 0)           \
+    X(GRAPH_SET_KERNEL_NODE, cumux_graph_set_kernel_node, 0)       \
+    X(GRAPH_ADD_DEPS, cumux_graph_add_deps, 0)                     \
+    X(GRAPH_GET_NODES, cumux_graph_get_nodes, 0)                   \
+    X(NODE_GET_DEPS, cumux_node_get_deps, 0)                       \
+    X(NODE_GET_TYPE, cumux_node_get_type, 0)                       \
+    X(VMM_GRANULARITY, cumux_vmm_granularity, 0)                   \
+    X(VMM_CREATE, cumux_vmm_create, 0)                             \
+    X(VMM_RELEASE, cumux_vmm_release, 0)                           \
+    X(VMM_RESERVE, cumux_vmm_reserve, 0)                           \
+    X(VMM_ADDRESS_FREE, cumux_vmm_address_free, 0)                 \
+    X(VMM_MAP, cumux_vmm_map, 0)                                   \
+    X(VMM_UNMAP, cumux_vmm_unmap, 0)                               \
+    X(VMM_SET_ACCESS, cumux_vmm_set_access, 0)                     \
+    X(IPC_GET_MEM_HANDLE, cumux_ipc_get_mem_handle, 0)             \
+    X(IPC_OPEN_MEM_HANDLE, cumux_ipc_open_mem_handle, 0)           \
+    X(IPC_CLOSE_MEM_HANDLE, cumux_ipc_close_mem_handle, 0)         \
+    X(IPC_GET_EVENT_HANDLE, cumux_ipc_get_event_handle, 0)         \
+    X(IPC_OPEN_EVENT_HANDLE, cumux_ipc_open_event_handle, 0)       \
+    X(VMM_GET_ACCESS, cumux_vmm_get_access, 0)                     \
+    X(VMM_RETAIN, cumux_vmm_retain, 0)                             \
+    X(GRAPH_GET_ROOT_NODES, cumux_graph_get_root_nodes, 0)         \
+    X(NODE_GET_DEPENDENTS, cumux_node_get_dependents, 0)           \
+    X(GRAPH_GET_EDGES, cumux_graph_get_edges, 0)                   \
+    X(VMM_EXPORT, cumux_vmm_export, 0)                             \
+    X(VMM_IMPORT, cumux_vmm_import, 0)                             \
+    X(TENSOR_MAP_ENCODE_TILED, cumux_tensor_map_tiled, 0)          \
+    X(TENSOR_MAP_ENCODE_IM2COL, cumux_tensor_map_im2col, 0)        \
+    X(TENSOR_MAP_REPLACE_ADDRESS, cumux_tensor_map_replace, 0)     \
+    X(ARRAY_CREATE, cumux_array_create, 0)                         \
+    X(ARRAY_DESTROY, cumux_array_destroy, 0)                       \
+    X(COPY_3D, cumux_copy_3d, 2)                                   \
+    X(TEX_CREATE, cumux_tex_create, 0)                             \
+    X(SURF_CREATE, cumux_surf_create, 0)                           \
+    X(TEX_DESTROY, cumux_tex_destroy, 0)                           \
+    X(CAPTURE_GRAPH, cumux_capture_query, 0)                       \
+    X(CAPTURE_UPDATE_DEPS, cumux_capture_update_deps, 0)           \
+    X(LINK_CREATE, cumux_link_create, 0)                           \
+    X(LINK_ADD, cumux_link_add, 0)                                 \
+    X(LINK_COMPLETE, cumux_link_ref, 0)                            \
+    X(LINK_READ, cumux_link_read, 0)                               \
+    X(LINK_LOGS, cumux_link_ref, 0)                                \
+    X(LINK_DESTROY, cumux_link_ref, 0)                             \
+    X(NODE_GET_PARAMS, cumux_node_query, 0)                        \
+    X(GRAPH_ADD_CHILD_NODE, cumux_graph_add_child, 0)              \
+    X(GRAPH_ADD_EVENT_NODE, cumux_graph_add_event_node, 0)         \
+    X(NODE_SET_EVENT, cumux_node_set_event, 0)                     \
+    X(GRAPH_SET_MEMSET_NODE, cumux_graph_set_node, 0)              \
+    X(GRAPH_SET_HOST_NODE, cumux_graph_set_host_node, 0)           \
+    X(STREAM_MEM_OP, cumux_stream_mem_op, 1)                       \
+    X(GRAPH_SET_MEMCPY_NODE, cumux_graph_set_node, 0)              \
+    X(NODE_ENABLED, cumux_node_enabled, 0)                         \
+    X(NODE_DESTROY, cumux_node_query, 0)                           \
+    X(GRAPH_REMOVE_DEPS, cumux_graph_add_deps, 0)                  \
+    X(MEM_RANGE_HANDLE, cumux_mem_range_handle, 0)                 \
+    X(CAPTURE_BEGIN_TO_GRAPH, cumux_capture_begin_to_graph, 0)     \
+    X(GRAPH_CLONE, cumux_graph_destroy, 0)                         \
+    X(NODE_FIND_IN_CLONE, cumux_node_find_in_clone, 0)             \
+    X(GRAPH_ADD_MEM_ALLOC_NODE, cumux_graph_add_mem_alloc_node, 0) \
+    X(GRAPH_ADD_MEM_FREE_NODE, cumux_graph_add_mem_free_node, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1378,6 +1418,8 @@ enum cumux_op {
     CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH,
     CUMUX_OP_GRAPH_CLONE,
     CUMUX_OP_NODE_FIND_IN_CLONE,
+    CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE,
+    CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE,
     CUMUX_OP_COUNT
 };
 

@@ -302,14 +302,11 @@ static inline CUresult shim_op_pool_trim(uint32_t pool, uint64_t keep)
 }
 
 /* MEM_ALLOC_ASYNC: answered */
-static inline CUresult shim_op_mem_alloc_async(uint32_t stream, uint32_t pool, uint64_t size, uint64_t *answer)
+static inline CUresult shim_op_mem_alloc_async(uint32_t stream, uint32_t pool, uint64_t size,
+                                               struct cumux_mem_alloc_async_reply *reply)
 {
     struct cumux_mem_alloc_async m = {.stream = stream, .pool = pool, .size = size};
-    struct cumux_u64_reply rep = {0};
-    CUresult r = shim_call(CUMUX_OP_MEM_ALLOC_ASYNC, &m, sizeof m, &rep, sizeof rep, NULL);
-    if (r == CUDA_SUCCESS && answer)
-        *answer = rep.value;
-    return r;
+    return shim_call(CUMUX_OP_MEM_ALLOC_ASYNC, &m, sizeof m, reply, sizeof *reply, NULL);
 }
 
 /* MEM_FREE_ASYNC: one-way */

@@ -54,11 +54,18 @@ uint64_t fc_add_sat(uint64_t a, uint64_t b);
 /* ---- device state (fake_core.c) ---- */
 CUresult fc_check_init(void);
 bool fc_is_device_ptr(uint64_t p);
-enum fc_alloc_kind { FC_ALLOC = 1, FC_GLOBAL = 2, FC_VMM = 3 };
+struct fc_gmem; /* a graph allocation's memory, counted (fake_graph.c) */
+enum fc_alloc_kind { FC_ALLOC = 1, FC_GLOBAL = 2, FC_VMM = 3, FC_GMEM = 4 };
 struct fc_pool;
 CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *pool, uint64_t *out);
 void fc_mem_release(uint64_t base); /* the stream reached the free: unmapped now */
 CUresult fc_mem_free_begin(uint64_t base); /* a free is queued: a second one is an error */
+/* Graph memory (fake_graph.c): an allocation node's op, made with its memory; whether ptr is graph memory
+ * (freed by a free node or cuMemFreeAsync without effect: its graph holds it); a reference more or less. */
+struct fc_op *fc_gmem_op(uint64_t size, CUresult *r);
+bool fc_gmem_is(uint64_t ptr);
+void fc_gmem_ref(struct fc_gmem *m);
+void fc_gmem_unref(struct fc_gmem *m);
 /* VMM (fake_vmm.c): device memory taken (+) or given back (-), and mapped ranges the oracle accepts. */
 CUresult fc_mem_account(int64_t bytes);
 /* Address space for VMM reservations, inside the device's (set at cuInit; inaccessible until mapped). */
@@ -76,9 +83,13 @@ void fc_stats_start(void);
 
 /* ---- work: one op per asynchronous call, run in stream order (fake_stream.c) ---- */
 /* OP_EVENT_NODE: a graph's event record or wait node, made a record or a wait when the graph is launched. */
-/* OP_MEMOP: one stream memory operation (a wait for a value, a write of one, a barrier). */
+/* OP_MEMOP: one stream memory operation (a wait for a value, a write of one, a barrier).
+ * OP_GMEM: a graph memory node: an allocation (its memory, shared by the copies of the node, exists from the
+ * node's making until the last copy goes: an address fixed while the graph lives, as the driver's) or a
+ * free (nothing to do). */
 enum fc_op_kind {
-    OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY, OP_EVENT_NODE, OP_MEMOP
+    OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY, OP_EVENT_NODE, OP_MEMOP,
+    OP_GMEM
 };
 
 struct fc_func;
@@ -137,6 +148,10 @@ struct fc_op {
             uint64_t addr, value;
         } mem;
         uint64_t free_ptr;
+        struct {
+            struct fc_gmem *m; /* the allocation's (NULL in a free node) */
+            uint64_t ptr, size;
+        } gm;
         struct {
             struct fc_op **ops;
             size_t n;

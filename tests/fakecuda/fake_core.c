@@ -584,9 +584,40 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t size, CUmemoryPool h, 
     return CUDA_SUCCESS;
 }
 
+/* Captured: a graph allocation node (fake_graph.c); otherwise made at once, as cuMemAllocFromPoolAsync. */
+CUresult cuMemAllocAsync(CUdeviceptr *out, size_t size, CUstream s)
+{
+    INIT_OR_RETURN();
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_RET(cuStreamIsCapturing(s, &st));
+    if (st == CU_STREAM_CAPTURE_STATUS_NONE) {
+        uint64_t ptr;
+        CHECK_RET(fc_mem_alloc(size, FC_ALLOC, NULL, &ptr));
+        *out = ptr;
+        return CUDA_SUCCESS;
+    }
+    CUresult r;
+    struct fc_op *op = fc_gmem_op(size, &r);
+    if (!op)
+        return r;
+    uint64_t ptr = op->u.gm.ptr;
+    CHECK_RET(fc_submit(s, op));
+    *out = ptr;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream s)
 {
     INIT_OR_RETURN();
+    if (fc_gmem_is(ptr)) { /* graph memory: a free node when captured; its graph holds the memory */
+        struct fc_op *op = fc_op_new(OP_GMEM, "cuMemFreeAsync of graph memory");
+        if (!op)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        op->u.gm.ptr = ptr;
+        return fc_submit(s, op);
+    }
     CHECK_RET(fc_stream_usable(s));
     CHECK_RET(fc_mem_free_begin(ptr));
     struct fc_op *op = fc_op_new(OP_FREE, "cuMemFreeAsync");

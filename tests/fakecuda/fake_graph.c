@@ -434,6 +434,7 @@ CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *type)
         case OP_COPY: *type = CU_GRAPH_NODE_TYPE_MEMCPY; break;
         case OP_HOSTFN: *type = CU_GRAPH_NODE_TYPE_HOST; break;
         case OP_GRAPH: *type = CU_GRAPH_NODE_TYPE_GRAPH; break;
+        case OP_GMEM: *type = nd->op->u.gm.m ? CU_GRAPH_NODE_TYPE_MEM_ALLOC : CU_GRAPH_NODE_TYPE_MEM_FREE; break;
         case OP_EVENT_NODE:
             *type = nd->op->u.evn.wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD;
             break;
@@ -1109,5 +1110,132 @@ CUresult cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode horig, CUgraph hcl
     if (!found)
         return CUDA_ERROR_INVALID_VALUE;
     *out = (CUgraphNode)found;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- graph memory */
+
+struct fc_gmem {
+    _Atomic int refs; /* the allocation node's op and its copies (instances, clones, launches) */
+    uint64_t ptr;
+    struct fc_gmem *next;
+};
+static pthread_mutex_t gmem_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fc_gmem *gmem_all;
+
+struct fc_op *fc_gmem_op(uint64_t size, CUresult *r)
+{
+    struct fc_gmem *m = calloc(1, sizeof *m);
+    struct fc_op *op = fc_op_new(OP_GMEM, "graph memory allocation node");
+    *r = m && op ? fc_mem_alloc(size, FC_GMEM, NULL, &m->ptr) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (*r != CUDA_SUCCESS) {
+        free(m);
+        free(op);
+        return NULL;
+    }
+    atomic_store(&m->refs, 1);
+    op->u.gm.m = m;
+    op->u.gm.ptr = m->ptr;
+    op->u.gm.size = size;
+    pthread_mutex_lock(&gmem_mu);
+    m->next = gmem_all;
+    gmem_all = m;
+    pthread_mutex_unlock(&gmem_mu);
+    return op;
+}
+
+bool fc_gmem_is(uint64_t ptr)
+{
+    pthread_mutex_lock(&gmem_mu);
+    struct fc_gmem *m = gmem_all;
+    while (m && m->ptr != ptr)
+        m = m->next;
+    pthread_mutex_unlock(&gmem_mu);
+    return m != NULL;
+}
+
+void fc_gmem_ref(struct fc_gmem *m)
+{
+    atomic_fetch_add(&m->refs, 1);
+}
+
+void fc_gmem_unref(struct fc_gmem *m)
+{
+    if (atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    pthread_mutex_lock(&gmem_mu);
+    for (struct fc_gmem **p = &gmem_all; *p; p = &(*p)->next) {
+        if (*p == m) {
+            *p = m->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&gmem_mu);
+    fc_mem_release(m->ptr);
+    free(m);
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    CHECK_RET(fc_check_init());
+    if (!p || p->bytesize == 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || p->poolProps.location.id != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r;
+    struct fc_op *op = fc_gmem_op(p->bytesize, &r);
+    if (!op)
+        return r;
+    uint64_t ptr = op->u.gm.ptr;
+    r = add_public(out, g, deps, ndeps, op);
+    if (r == CUDA_SUCCESS)
+        p->dptr = ptr;
+    return r;
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUdeviceptr dptr)
+{
+    CHECK_RET(fc_check_init());
+    if (!fc_gmem_is(dptr))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = fc_op_new(OP_GMEM, "graph memory free node");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.gm.ptr = dptr;
+    return add_public(out, g, deps, ndeps, op);
+}
+
+static CUresult gmem_node(CUgraphNode hn, bool alloc, struct fc_op *copy)
+{
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_gnode *nd = node_get(hn);
+    bool ok = nd && nd->op && nd->op->kind == OP_GMEM && (nd->op->u.gm.m != NULL) == alloc;
+    if (ok)
+        *copy = *nd->op;
+    pthread_mutex_unlock(&fc_graph_mu);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hn, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    struct fc_op op;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_RET(gmem_node(hn, true, &op));
+    memset(p, 0, sizeof *p);
+    p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->bytesize = op.u.gm.size;
+    p->dptr = op.u.gm.ptr;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr *dptr)
+{
+    struct fc_op op;
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_RET(gmem_node(hn, false, &op));
+    *dptr = op.u.gm.ptr;
     return CUDA_SUCCESS;
 }

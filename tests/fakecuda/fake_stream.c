@@ -136,6 +136,10 @@ void fc_op_free(struct fc_op *op)
     case OP_EVENT_NODE:
         event_unref(op->u.evn.ev);
         break;
+    case OP_GMEM:
+        if (op->u.gm.m)
+            fc_gmem_unref(op->u.gm.m);
+        break;
     case OP_GRAPH:
         for (size_t i = 0; i < op->u.graph.n; i++)
             fc_op_free(op->u.graph.ops[i]);
@@ -179,6 +183,8 @@ struct fc_op *fc_op_clone(const struct fc_op *op)
     }
     if (op->kind == OP_EVENT_NODE)
         atomic_fetch_add(&op->u.evn.ev->refs, 1);
+    if (op->kind == OP_GMEM && op->u.gm.m)
+        fc_gmem_ref(op->u.gm.m);
     /* Other graph nodes hold kernels, copies, memsets, host functions, child graphs: no references. */
     return c;
 }
@@ -346,6 +352,7 @@ void fc_op_run(struct fc_op *op)
         }
         break;
     case OP_EMPTY:
+    case OP_GMEM: /* the memory exists as long as its graph */
     case OP_EVENT_NODE: /* made a record or a wait at launch; one left is a graph never launched as such */
         break;
     }
@@ -659,7 +666,8 @@ static uint64_t submitted(struct fc_stream *s)
 static CUresult capture_op(struct fc_stream *s, struct fc_op *op)
 {
     struct fc_capture *cap = s->cap;
-    if (op->kind != OP_KERNEL && op->kind != OP_COPY && op->kind != OP_MEMSET && op->kind != OP_HOSTFN) {
+    if (op->kind != OP_KERNEL && op->kind != OP_COPY && op->kind != OP_MEMSET && op->kind != OP_HOSTFN &&
+        op->kind != OP_GMEM) {
         fc_op_free(op);
         cap->invalid = true;
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;

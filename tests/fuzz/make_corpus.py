@@ -215,6 +215,17 @@ seeds['graph_more'] = msg('GRAPH_CREATE', two(0)) + msg('EVENT_CREATE', struct.p
     msg('GRAPH_CLONE', two(6)) + msg('NODE_FIND_IN_CLONE', two(8, 12)) + \
     msg('CAPTURE_BEGIN_TO_GRAPH', struct.pack('<IIII', STREAM, 6, 0, 1) + struct.pack('<II', 8, 0)) + \
     msg('LAUNCH', va, False) + msg('CAPTURE_END', two(STREAM)) + msg('STREAM_SYNC', h(STREAM))
+# Graph memory: an allocation node (7) and its parameters, a free node of memory that is not the graph's
+# (refused), the node's destruction (refused), an instance (8) launched; a captured allocation (pool 9) and
+# its free, the capture's graph (10); both graphs destroyed (kept by the server while the client lives).
+seeds['graph_mem'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_ADD_MEM_ALLOC_NODE', struct.pack('<IIQ', 6, 0, 4096)) + \
+    msg('NODE_GET_PARAMS', two(7)) + \
+    msg('GRAPH_ADD_MEM_FREE_NODE', struct.pack('<IIQ', 6, 1, addr(BUF4K)) + struct.pack('<II', 7, 0)) + \
+    msg('NODE_DESTROY', two(7)) + msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', 6, 0, 0)) + \
+    msg('GRAPH_LAUNCH', two(8, STREAM), False) + msg('STREAM_SYNC', h(STREAM)) + \
+    msg('POOL_DEFAULT', struct.pack('<iI', 0, 0)) + msg('CAPTURE_BEGIN', two(STREAM, 2)) + \
+    msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, 9, 4096)) + msg('CAPTURE_END', two(STREAM)) + \
+    msg('GRAPH_DESTROY', two(6)) + msg('GRAPH_DESTROY', two(10)) + msg('STREAM_SYNC', h(STREAM))
 seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
 seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
     msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)

@@ -253,6 +253,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_CLONE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_destroy), "GRAPH_CLONE (answered) one-way"},
     {CUMUX_OP_NODE_FIND_IN_CLONE, 1, sizeof(struct cumux_node_find_in_clone) - 8, "NODE_FIND_IN_CLONE with a body 8 bytes short"},
     {CUMUX_OP_NODE_FIND_IN_CLONE, CUMUX_NO_REPLY, sizeof(struct cumux_node_find_in_clone), "NODE_FIND_IN_CLONE (answered) one-way"},
+    {CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE, 1, sizeof(struct cumux_graph_add_mem_alloc_node) - 8, "GRAPH_ADD_MEM_ALLOC_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_mem_alloc_node), "GRAPH_ADD_MEM_ALLOC_NODE (answered) one-way"},
+    {CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, 1, sizeof(struct cumux_graph_add_mem_free_node) - 8, "GRAPH_ADD_MEM_FREE_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_mem_free_node), "GRAPH_ADD_MEM_FREE_NODE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -355,6 +359,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_CLONE, sizeof(struct cumux_graph_destroy), offsetof(struct cumux_graph_destroy, graph), "GRAPH_CLONE.graph: a graph never given"},
     {CUMUX_OP_NODE_FIND_IN_CLONE, sizeof(struct cumux_node_find_in_clone), offsetof(struct cumux_node_find_in_clone, node), "NODE_FIND_IN_CLONE.node: a node never given"},
     {CUMUX_OP_NODE_FIND_IN_CLONE, sizeof(struct cumux_node_find_in_clone), offsetof(struct cumux_node_find_in_clone, clone), "NODE_FIND_IN_CLONE.clone: a graph never given"},
+    {CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE, sizeof(struct cumux_graph_add_mem_alloc_node), offsetof(struct cumux_graph_add_mem_alloc_node, graph), "GRAPH_ADD_MEM_ALLOC_NODE.graph: a graph never given"},
+    {CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, sizeof(struct cumux_graph_add_mem_free_node), offsetof(struct cumux_graph_add_mem_free_node, graph), "GRAPH_ADD_MEM_FREE_NODE.graph: a graph never given"},
 };
 
 #endif

@@ -146,6 +146,130 @@ static void event_nodes(CUmodule mod, CUstream s, CUstream s2)
     CK(cuMemFree(got));
 }
 
+/* Graph memory: an allocation captured with its free (the graph's scratch buffer), the same made by hand
+ * with a memset on it, and one the graph leaves live, read and freed after the launch. */
+static int count_nodes(CUgraph g, CUgraphNodeType type, CUgraphNode *first)
+{
+    size_t n = 0;
+    CK(cuGraphGetNodes(g, NULL, &n));
+    CUgraphNode *v = calloc(n ? n : 1, sizeof *v);
+    if (!v)
+        gt_fail("out of memory");
+    CK(cuGraphGetNodes(g, v, &n));
+    int count = 0;
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNodeType t;
+        CK(cuGraphNodeGetType(v[i], &t));
+        if (t == type && count++ == 0 && first)
+            *first = v[i];
+    }
+    free(v);
+    return count;
+}
+
+static void graph_memory(CUfunction scale, CUstream s, CUdeviceptr out, const float *h_in, float *h_out)
+{
+    int n = N;
+    size_t bytes = N * sizeof(float);
+    /* Captured: scratch = in; out = 2 * scratch + 1; scratch freed; out copied back. */
+    CUdeviceptr scratch = 0;
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuMemAllocAsync(&scratch, bytes, s));
+    CK(cuMemcpyHtoDAsync(scratch, h_in, bytes, s));
+    float a = 2.0f, b = 1.0f;
+    void *args[] = {&scratch, &out, &a, &b, &n};
+    CK(cuLaunchKernel(scale, 16, 1, 1, 256, 1, 1, 0, s, args, NULL));
+    CK(cuMemFreeAsync(scratch, s));
+    CK(cuMemcpyDtoHAsync(h_out, out, bytes, s));
+    CUgraph g;
+    CK(cuStreamEndCapture(s, &g));
+    if (!scratch)
+        gt_fail("a captured cuMemAllocAsync gave no address");
+    CUgraphNode an = NULL, fn = NULL;
+    if (count_nodes(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &an) != 1 || count_nodes(g, CU_GRAPH_NODE_TYPE_MEM_FREE, &fn) != 1)
+        gt_fail("the captured graph has not one allocation and one free node");
+    CUDA_MEM_ALLOC_NODE_PARAMS ap;
+    memset(&ap, 0, sizeof ap);
+    CK(cuGraphMemAllocNodeGetParams(an, &ap));
+    if (ap.dptr != scratch || ap.bytesize != bytes || ap.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        gt_fail("allocation node: address 0x%llx (captured 0x%llx), %zu bytes", (unsigned long long)ap.dptr,
+                (unsigned long long)scratch, ap.bytesize);
+    CUdeviceptr freed = 0;
+    CK(cuGraphMemFreeNodeGetParams(fn, &freed));
+    if (freed != scratch)
+        gt_fail("free node frees 0x%llx, not 0x%llx", (unsigned long long)freed, (unsigned long long)scratch);
+    CUgraphExec ge;
+    CK(cuGraphInstantiate(&ge, g, 0));
+    for (int k = 0; k < 3; k++) {
+        memset(h_out, 0, bytes);
+        CK(cuGraphLaunch(ge, s));
+        CK(cuStreamSynchronize(s));
+        expect_scaled(h_out, h_in, a, b, "a graph with a captured allocation and free");
+    }
+    CK(cuGraphExecDestroy(ge));
+    CK(cuGraphDestroy(g));
+
+    /* By hand: alloc -> memset 1.5 -> out = 2 * it -> free. */
+    CUgraph eg;
+    CK(cuGraphCreate(&eg, 0));
+    CUgraphNode nalloc, nset, nk, nfree;
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ap.poolProps.location.id = 0;
+    ap.bytesize = bytes;
+    CK(cuGraphAddMemAllocNode(&nalloc, eg, NULL, 0, &ap));
+    CUdeviceptr buf = ap.dptr;
+    if (!buf)
+        gt_fail("cuGraphAddMemAllocNode gave no address");
+    float fill = 1.5f;
+    uint32_t fill_bits;
+    memcpy(&fill_bits, &fill, 4);
+    CUDA_MEMSET_NODE_PARAMS ms = {.dst = buf, .value = fill_bits, .elementSize = 4, .width = N, .height = 1};
+    CK(cuGraphAddMemsetNode(&nset, eg, &nalloc, 1, &ms, NULL));
+    float a2 = 2.0f, b2 = 0.0f;
+    void *args2[] = {&buf, &out, &a2, &b2, &n};
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = scale;
+    kp.gridDimX = 16, kp.gridDimY = 1, kp.gridDimZ = 1;
+    kp.blockDimX = 256, kp.blockDimY = 1, kp.blockDimZ = 1;
+    kp.kernelParams = args2;
+    CK(cuGraphAddKernelNode(&nk, eg, &nset, 1, &kp));
+    CK(cuGraphAddMemFreeNode(&nfree, eg, &nk, 1, buf));
+    EXPECT_RC(cuGraphAddMemFreeNode(&nfree, eg, &nk, 1, out), CUDA_ERROR_INVALID_VALUE); /* not graph memory */
+    CK(cuGraphInstantiate(&ge, eg, 0));
+    for (int k = 0; k < 2; k++) {
+        CK(cuMemsetD32Async(out, 0, N, s));
+        CK(cuGraphLaunch(ge, s));
+        CK(cuMemcpyDtoHAsync(h_out, out, bytes, s));
+        CK(cuStreamSynchronize(s));
+        expect_words(h_out, 0x40400000u /* 3.0f */, "a graph with an allocation node, a memset on it, a free node");
+    }
+    CK(cuGraphExecDestroy(ge));
+    CK(cuGraphDestroy(eg));
+
+    /* An allocation the graph leaves live: read after the launch, then freed by the program. */
+    CK(cuGraphCreate(&eg, 0));
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ap.bytesize = bytes;
+    CK(cuGraphAddMemAllocNode(&nalloc, eg, NULL, 0, &ap));
+    ms.dst = ap.dptr;
+    ms.value = 0x12345678u;
+    CK(cuGraphAddMemsetNode(&nset, eg, &nalloc, 1, &ms, NULL));
+    CK(cuGraphInstantiate(&ge, eg, 0));
+    CK(cuGraphLaunch(ge, s));
+    CK(cuMemcpyDtoHAsync(h_out, ap.dptr, bytes, s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x12345678u, "graph memory left live after the launch");
+    CK(cuMemFreeAsync(ap.dptr, s));
+    CK(cuStreamSynchronize(s));
+    CK(cuGraphExecDestroy(ge));
+    CK(cuGraphDestroy(eg));
+}
+
 int main(void)
 {
     gt_begin("graph");
@@ -600,6 +724,7 @@ int main(void)
     CK(cuGraphDestroy(child));
 
     event_nodes(mod, s, s2);
+    graph_memory(scale, s, out, h_in, h_out);
 
     CK(cuGraphExecDestroy(gexec));
     CK(cuGraphExecDestroy(ge));
