@@ -125,7 +125,7 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     hp="$logs/hostile-pipe"
     if CUMUX_PIPE_DIRECTORY="$hp" CUMUX_LOG_DIRECTORY="$logs/hostile-server" "$build/cli/cumux" start >"$logs/hostile.txt" 2>&1; then
         CUMUX_PIPE_DIRECTORY="$hp" LD_LIBRARY_PATH="$build/lib" timeout -k 5 90 "$build/tests/test_hostile" \
-            "$build/cli/cumux" "$build/tests/gpu/gpu_kernels.fatbin" param-scribble span-wrap ptx-no-nul capture-free capture-global capture-left counts vmm-foreign ipc-owner-frees scribble-all \
+            "$build/cli/cumux" "$build/tests/gpu/gpu_kernels.fatbin" param-scribble span-wrap ptx-no-nul capture-free capture-global capture-left counts vmm-foreign ipc-owner-frees wait-orphan scribble-all \
             -- "$build/tests/gpu/gpu_vecadd" >>"$logs/hostile.txt" 2>&1
         hrc=$?
         alive=no
