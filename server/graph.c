@@ -17,6 +17,10 @@ struct srv_graph {
 struct srv_graph_exec {
     CUgraphExec e;
     uint32_t handle;
+    /* Graph memory it allocates (mem[0..nalloc)) and frees (the nfree after), read at instantiation: a
+     * launch makes the first live and the second not (graph memory below). */
+    uint64_t *mem;
+    uint32_t nalloc, nfree;
 };
 
 struct srv_graph_node {
@@ -54,6 +58,8 @@ static CUresult graph_new(struct srv_client *c, CUgraph g, uint8_t *out, uint32_
 }
 
 static void capture_allocs_end(struct srv_client *c, struct srv_stream *s, bool ok);
+static void exec_mem_launched(struct srv_client *c, struct srv_graph_exec *e);
+static CUresult exec_mem_scan(struct srv_graph_exec *e, CUgraph g);
 
 static void graph_free(struct srv_client *c, struct srv_graph *g)
 {
@@ -174,6 +180,14 @@ CUresult op_graph_instantiate(struct srv_client *c, const struct cumux_graph_ins
         free(e);
         return r;
     }
+    e->mem = NULL;
+    e->nalloc = e->nfree = 0;
+    if (c->graph_mem && (r = exec_mem_scan(e, graph->g)) != CUDA_SUCCESS) {
+        cuGraphExecDestroy(e->e);
+        free(e->mem);
+        free(e);
+        return r;
+    }
     return new_handle(c, OBJ_GRAPH_EXEC, e, &e->handle, out, out_len);
 }
 
@@ -181,6 +195,7 @@ CUresult op_graph_exec_destroy(struct srv_client *c, struct srv_graph_exec *exec
 {
     cuGraphExecDestroy(exec->e);
     handle_drop(c, exec->handle);
+    free(exec->mem);
     free(exec);
     return CUDA_SUCCESS;
 }
@@ -197,8 +212,10 @@ static CUresult exec_on_stream(CUresult (*run)(CUgraphExec, CUstream), struct sr
 
 CUresult op_graph_launch(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream)
 {
-    (void)c;
-    return exec_on_stream(cuGraphLaunch, exec, stream);
+    CUresult r = exec_on_stream(cuGraphLaunch, exec, stream);
+    if (r == CUDA_SUCCESS && exec->mem)
+        exec_mem_launched(c, exec);
+    return r;
 }
 
 CUresult op_graph_upload(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream)
@@ -440,19 +457,97 @@ CUresult op_graph_add_mem_free_node(struct srv_client *c, const struct cumux_gra
     return node_add_end(c, graph->handle, r, node, out, out_len);
 }
 
+/* Which graph allocations are live (allocated by a launch, not freed since): only those are freed at the
+ * client's end (freeing one that is not is undefined in CUDA). */
+static void live_remove(struct srv_client *c, uint64_t ptr)
+{
+    for (uint32_t i = 0; i < c->ngraph_live; i++) {
+        if (c->graph_live[i] == ptr) {
+            c->graph_live[i] = c->graph_live[--c->ngraph_live];
+            return;
+        }
+    }
+}
+
+void srv_graph_mem_freed(struct srv_client *c, uint64_t ptr)
+{
+    live_remove(c, ptr);
+}
+
+static void exec_mem_launched(struct srv_client *c, struct srv_graph_exec *e)
+{
+    const uint64_t *frees = e->mem + e->nalloc;
+    for (uint32_t i = 0; i < e->nfree; i++)
+        live_remove(c, frees[i]);
+    for (uint32_t i = 0; i < e->nalloc; i++) {
+        bool freed_here = false;
+        for (uint32_t j = 0; j < e->nfree && !freed_here; j++)
+            freed_here = frees[j] == e->mem[i];
+        bool live = false;
+        for (uint32_t j = 0; j < c->ngraph_live && !live; j++)
+            live = c->graph_live[j] == e->mem[i];
+        if (!freed_here && !live && !push_u64(&c->graph_live, &c->ngraph_live, &c->capgraph_live, e->mem[i]))
+            cumux_logf("client %u: out of memory tracking graph memory: 0x%llx leaks at its end", c->id,
+                       (unsigned long long)e->mem[i]);
+    }
+}
+
+/* The graph memory an instance allocates and frees, from its graph's nodes. */
+static CUresult exec_mem_scan(struct srv_graph_exec *e, CUgraph g)
+{
+    size_t n = 0;
+    CHECK(cuGraphGetNodes(g, NULL, &n));
+    CUgraphNode *v = calloc(n ? n : 1, sizeof *v);
+    uint64_t *allocs = calloc(n ? n : 1, sizeof *allocs), *frees = calloc(n ? n : 1, sizeof *frees);
+    CUresult r = v && allocs && frees ? cuGraphGetNodes(g, v, &n) : CUDA_ERROR_OUT_OF_MEMORY;
+    uint32_t na = 0, nf = 0;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {
+        CUgraphNodeType t;
+        if ((r = cuGraphNodeGetType(v[i], &t)) != CUDA_SUCCESS)
+            break;
+        if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+            CUDA_MEM_ALLOC_NODE_PARAMS p;
+            memset(&p, 0, sizeof p);
+            if ((r = cuGraphMemAllocNodeGetParams(v[i], &p)) == CUDA_SUCCESS)
+                allocs[na++] = p.dptr;
+        } else if (t == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+            CUdeviceptr p = 0;
+            if ((r = cuGraphMemFreeNodeGetParams(v[i], &p)) == CUDA_SUCCESS)
+                frees[nf++] = p;
+        }
+    }
+    if (r == CUDA_SUCCESS && (na || nf)) {
+        e->mem = malloc((na + nf) * sizeof *e->mem);
+        if (e->mem) {
+            memcpy(e->mem, allocs, na * sizeof *allocs);
+            memcpy(e->mem + na, frees, nf * sizeof *frees);
+            e->nalloc = na;
+            e->nfree = nf;
+        } else {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    free(v);
+    free(allocs);
+    free(frees);
+    return r;
+}
+
 /* At the client's end, once its streams are done and its instances gone: the allocations still live are
- * freed while their graphs still hold the addresses (a free of one that is not live fails, harmlessly),
- * then the graphs go. */
+ * freed while their graphs still hold the addresses, then the graphs go. */
 static void graph_mem_release(struct srv_client *c)
 {
-    for (uint32_t i = 0; i < c->ngraph_allocs; i++) {
-        const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, c->graph_allocs[i]);
+    for (uint32_t i = 0; i < c->ngraph_live; i++) {
+        const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, c->graph_live[i]);
         CUstream ms;
-        if (r && mem_stream(c, (int)r->extra, &ms) == CUDA_SUCCESS) {
-            cuMemFreeAsync(c->graph_allocs[i], ms);
+        if (r && r->tag == RANGE_GRAPH && mem_stream(c, (int)r->extra, &ms) == CUDA_SUCCESS) {
+            cuMemFreeAsync(c->graph_live[i], ms);
             cuStreamSynchronize(ms);
         }
     }
+    free(c->graph_live);
+    c->graph_live = NULL;
+    c->ngraph_live = c->capgraph_live = 0;
     for (size_t i = c->dev_ranges.n; i-- > 0;)
         if (c->dev_ranges.v[i].tag == RANGE_GRAPH)
             cumux_ranges_remove(&c->dev_ranges, c->dev_ranges.v[i].base, NULL);
@@ -1084,6 +1179,7 @@ void srv_graph_release_all(struct srv_client *c)
         if (e) {
             cuGraphExecDestroy(e->e);
             handle_drop(c, h);
+            free(e->mem);
             free(e);
         }
     }

@@ -78,6 +78,8 @@ void srv_waits_release(struct srv_client *c);
  * ptr is one of the client's graph allocations (a free of it keeps the address the client's). */
 CUresult srv_graph_mem_captured(struct srv_client *c, struct srv_stream *s, uint64_t ptr, uint64_t size, int gpu);
 bool srv_graph_mem_is(struct srv_client *c, uint64_t ptr);
+/* A graph allocation freed outside a graph: no longer live. */
+void srv_graph_mem_freed(struct srv_client *c, uint64_t ptr);
 /* Whether the stream's capture adds to one of the client's graphs (cuStreamBeginCaptureToGraph). */
 bool srv_capture_adds_to_graph(const struct srv_stream *s);
 void srv_graph_release_all(struct srv_client *c);

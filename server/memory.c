@@ -76,9 +76,12 @@ CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_asy
     /* A graph allocation's free (a free node when captured): the address stays the client's while its
      * graph lives, freed or not. */
     if (srv_graph_mem_is(c, m->ptr)) {
+        bool captured = srv_stream_capturing(c, stream);
         CHECK(before_op(stream));
         CUresult res = cuMemFreeAsync(m->ptr, stream->cu);
         after_op(stream);
+        if (res == CUDA_SUCCESS && !captured)
+            srv_graph_mem_freed(c, m->ptr);
         return res;
     }
     const struct cumux_range *r = allocation_at(c, m->ptr);
@@ -157,6 +160,7 @@ CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
         CUstream ms;
         CHECK(g ? mem_stream(c, (int)g->extra, &ms) : CUDA_ERROR_INVALID_VALUE);
         CHECK(cuMemFreeAsync(m->ptr, ms));
+        srv_graph_mem_freed(c, m->ptr);
         return cuStreamSynchronize(ms);
     }
     const struct cumux_range *r = allocation_at(c, m->ptr);

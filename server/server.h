@@ -171,6 +171,8 @@ struct srv_client {
     uint32_t nparked_graphs, capparked_graphs;
     uint64_t *graph_allocs;
     uint32_t ngraph_allocs, capgraph_allocs;
+    uint64_t *graph_live; /* allocated by a launch, not freed since */
+    uint32_t ngraph_live, capgraph_live;
     struct srv_event *parked_events; /* destroyed by the client, kept for its graphs (srv_event.in_graph) */
     bool graphs_released;
     CUevent stage_event[CUMUX_STAGING_SLOTS];
