@@ -146,6 +146,18 @@ static void event_nodes(CUmodule mod, CUstream s, CUstream s2)
     CK(cuMemFree(got));
 }
 
+/* A kernel node of scale_add over the N elements, with the given arguments. */
+static CUDA_KERNEL_NODE_PARAMS scale_node(CUfunction scale, void **args)
+{
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = scale;
+    kp.gridDimX = 16, kp.gridDimY = 1, kp.gridDimZ = 1;
+    kp.blockDimX = 256, kp.blockDimY = 1, kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    return kp;
+}
+
 /* Graph memory: an allocation captured with its free (the graph's scratch buffer), the same made by hand
  * with a memset on it, and one the graph leaves live, read and freed after the launch. */
 static int count_nodes(CUgraph g, CUgraphNodeType type, CUgraphNode *first)
@@ -229,12 +241,7 @@ static void graph_memory(CUfunction scale, CUstream s, CUdeviceptr out, const fl
     CK(cuGraphAddMemsetNode(&nset, eg, &nalloc, 1, &ms, NULL));
     float a2 = 2.0f, b2 = 0.0f;
     void *args2[] = {&buf, &out, &a2, &b2, &n};
-    CUDA_KERNEL_NODE_PARAMS kp;
-    memset(&kp, 0, sizeof kp);
-    kp.func = scale;
-    kp.gridDimX = 16, kp.gridDimY = 1, kp.gridDimZ = 1;
-    kp.blockDimX = 256, kp.blockDimY = 1, kp.blockDimZ = 1;
-    kp.kernelParams = args2;
+    CUDA_KERNEL_NODE_PARAMS kp = scale_node(scale, args2);
     CK(cuGraphAddKernelNode(&nk, eg, &nset, 1, &kp));
     CK(cuGraphAddMemFreeNode(&nfree, eg, &nk, 1, buf));
     EXPECT_RC(cuGraphAddMemFreeNode(&nfree, eg, &nk, 1, out), CUDA_ERROR_INVALID_VALUE); /* not graph memory */
@@ -338,12 +345,7 @@ int main(void)
     CUgraphNode nset, nk1, nk2, ncpy, nhost, nempty;
     CUDA_MEMSET_NODE_PARAMS ms = {.dst = mid, .pitch = 0, .value = 0, .elementSize = 4, .width = N, .height = 1};
     CK(cuGraphAddMemsetNode(&nset, eg, NULL, 0, &ms, NULL));
-    CUDA_KERNEL_NODE_PARAMS kp;
-    memset(&kp, 0, sizeof kp);
-    kp.func = scale;
-    kp.gridDimX = 16, kp.gridDimY = 1, kp.gridDimZ = 1;
-    kp.blockDimX = 256, kp.blockDimY = 1, kp.blockDimZ = 1;
-    kp.kernelParams = args1;
+    CUDA_KERNEL_NODE_PARAMS kp = scale_node(scale, args1);
     CK(cuGraphAddKernelNode(&nk1, eg, &nset, 1, &kp));
     kp.kernelParams = args2;
     CK(cuGraphAddKernelNode(&nk2, eg, NULL, 0, &kp));
