@@ -1095,6 +1095,138 @@ CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphE
     return CUDA_SUCCESS;
 }
 
+/* ---- the generic forms (CUDA 12.2+): cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams ----
+ * Each kind goes to its own call above; a context named in the parameters must be the current one. */
+
+static bool edges_plain(const CUgraphEdgeData *e, size_t n)
+{
+    static const CUgraphEdgeData plain;
+    for (size_t i = 0; e && i < n; i++)
+        if (memcmp(&e[i], &plain, sizeof plain))
+            return false;
+    return true;
+}
+
+static bool ctx_current(CUcontext ctx)
+{
+    return !ctx || ctx == shim_current_ctx();
+}
+
+static CUDA_KERNEL_NODE_PARAMS kernel_v2(const CUDA_KERNEL_NODE_PARAMS_v3 *k)
+{
+    return (CUDA_KERNEL_NODE_PARAMS){.func = k->func, .gridDimX = k->gridDimX, .gridDimY = k->gridDimY,
+                                     .gridDimZ = k->gridDimZ, .blockDimX = k->blockDimX, .blockDimY = k->blockDimY,
+                                     .blockDimZ = k->blockDimZ, .sharedMemBytes = k->sharedMemBytes,
+                                     .kernelParams = k->kernelParams, .extra = k->extra, .kern = k->kern,
+                                     .ctx = k->ctx};
+}
+
+static CUDA_MEMSET_NODE_PARAMS memset_v1(const CUDA_MEMSET_NODE_PARAMS_v2 *m)
+{
+    return (CUDA_MEMSET_NODE_PARAMS){.dst = m->dst, .pitch = m->pitch, .value = m->value,
+                                     .elementSize = m->elementSize, .width = m->width, .height = m->height};
+}
+
+CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges, size_t n,
+                        CUgraphNodeParams *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!edges_plain(edges, n))
+        return cumux_unsupported("cuGraphAddNode with edge data other than the default");
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+        return cuGraphAddEmptyNode(node, g, deps, n);
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        CUDA_KERNEL_NODE_PARAMS k = kernel_v2(&p->kernel);
+        return cuGraphAddKernelNode(node, g, deps, n, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        if (!ctx_current(p->memset.ctx))
+            return cumux_unsupported("cuGraphAddNode of a memset in another context");
+        CUDA_MEMSET_NODE_PARAMS m = memset_v1(&p->memset);
+        return cuGraphAddMemsetNode(node, g, deps, n, &m, p->memset.ctx ? p->memset.ctx : shim_current_ctx());
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (p->memcpy.flags || p->memcpy.reserved)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (!ctx_current(p->memcpy.copyCtx))
+            return cumux_unsupported("cuGraphAddNode of a copy in another context");
+        return cuGraphAddMemcpyNode(node, g, deps, n, &p->memcpy.copyParams,
+                                    p->memcpy.copyCtx ? p->memcpy.copyCtx : shim_current_ctx());
+    case CU_GRAPH_NODE_TYPE_HOST: {
+        CUDA_HOST_NODE_PARAMS h = {.fn = p->host.fn, .userData = p->host.userData};
+        return cuGraphAddHostNode(node, g, deps, n, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        if (p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE)
+            return cumux_unsupported("cuGraphAddNode of a child graph moved into its parent");
+        return cuGraphAddChildGraphNode(node, g, deps, n, p->graph.graph);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        return cuGraphAddEventRecordNode(node, g, deps, n, p->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        return cuGraphAddEventWaitNode(node, g, deps, n, p->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+        CUDA_MEM_ALLOC_NODE_PARAMS a = {.poolProps = p->alloc.poolProps, .accessDescs = p->alloc.accessDescs,
+                                        .accessDescCount = p->alloc.accessDescCount, .bytesize = p->alloc.bytesize};
+        CUresult r = cuGraphAddMemAllocNode(node, g, deps, n, &a);
+        if (r == CUDA_SUCCESS)
+            p->alloc.dptr = a.dptr;
+        return r;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        return cuGraphAddMemFreeNode(node, g, deps, n, p->free.dptr);
+    default:
+        return cumux_unsupported("cuGraphAddNode of this kind (external semaphores, memory operations, conditionals)");
+    }
+}
+
+/* The node in its graph (x NULL) or in an instance. */
+static CUresult set_node_params(CUgraphExec x, CUgraphNode node, CUgraphNodeParams *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        CUDA_KERNEL_NODE_PARAMS k = kernel_v2(&p->kernel);
+        return x ? cuGraphExecKernelNodeSetParams(x, node, &k) : cuGraphKernelNodeSetParams(node, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        if (!ctx_current(p->memset.ctx))
+            return cumux_unsupported("cuGraph(Exec)NodeSetParams of a memset in another context");
+        CUDA_MEMSET_NODE_PARAMS m = memset_v1(&p->memset);
+        return x ? cuGraphExecMemsetNodeSetParams(x, node, &m, shim_current_ctx()) : cuGraphMemsetNodeSetParams(node, &m);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (!ctx_current(p->memcpy.copyCtx))
+            return cumux_unsupported("cuGraph(Exec)NodeSetParams of a copy in another context");
+        return x ? cuGraphExecMemcpyNodeSetParams(x, node, &p->memcpy.copyParams, shim_current_ctx())
+                 : cuGraphMemcpyNodeSetParams(node, &p->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_HOST: {
+        CUDA_HOST_NODE_PARAMS h = {.fn = p->host.fn, .userData = p->host.userData};
+        return x ? cuGraphExecHostNodeSetParams(x, node, &h) : cuGraphHostNodeSetParams(node, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        return x ? cuGraphExecEventRecordNodeSetEvent(x, node, p->eventRecord.event)
+                 : cuGraphEventRecordNodeSetEvent(node, p->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        return x ? cuGraphExecEventWaitNodeSetEvent(x, node, p->eventWait.event)
+                 : cuGraphEventWaitNodeSetEvent(node, p->eventWait.event);
+    default:
+        return cumux_unsupported("cuGraph(Exec)NodeSetParams of this kind of node");
+    }
+}
+
+CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams *p)
+{
+    return set_node_params(NULL, node, p);
+}
+
+CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode node, CUgraphNodeParams *p)
+{
+    return x ? set_node_params(x, node, p) : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* The CUDA 12 forms, without edge data. */
 #undef cuGraphAddDependencies
 CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t n);
@@ -1352,4 +1484,12 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr *dptr)
     if (r == CUDA_SUCCESS)
         *dptr = rep.dst;
     return r;
+}
+
+/* cuGraphAddNode of CUDA 12.2, without edge data. */
+#undef cuGraphAddNode
+CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p);
+CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p)
+{
+    return cuGraphAddNode_v2(node, g, deps, NULL, n, p);
 }

@@ -277,6 +277,68 @@ static void graph_memory(CUfunction scale, CUstream s, CUdeviceptr out, const fl
     CK(cuGraphDestroy(eg));
 }
 
+/* The generic forms: cuGraphAddNode for a memset, a kernel, an allocation and its free; the kernel's
+ * arguments changed with cuGraphNodeSetParams in the graph and cuGraphExecNodeSetParams in an instance. */
+static void generic_nodes(CUfunction scale, CUstream s, CUdeviceptr out, float *h_out)
+{
+    int n = N;
+    CUgraph g;
+    CK(cuGraphCreate(&g, 0));
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    p.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.alloc.bytesize = N * sizeof(float);
+    CUgraphNode na, ns, nk, nf;
+    CK(cuGraphAddNode(&na, g, NULL, NULL, 0, &p));
+    CUdeviceptr buf = p.alloc.dptr;
+    if (!buf)
+        gt_fail("cuGraphAddNode of an allocation gave no address");
+    float one = 1.0f;
+    uint32_t one_bits;
+    memcpy(&one_bits, &one, 4);
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset = (CUDA_MEMSET_NODE_PARAMS_v2){.dst = buf, .value = one_bits, .elementSize = 4, .width = N, .height = 1};
+    CK(cuGraphAddNode(&ns, g, &na, NULL, 1, &p));
+    float a = 3.0f, b = 1.0f; /* 3 * 1 + 1 */
+    void *args[] = {&buf, &out, &a, &b, &n};
+    CUDA_KERNEL_NODE_PARAMS kp = scale_node(scale, args);
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    memcpy(&p.kernel, &kp, sizeof kp); /* the same layout, v2 and v3 */
+    CK(cuGraphAddNode(&nk, g, &ns, NULL, 1, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+    p.free.dptr = buf;
+    CK(cuGraphAddNode(&nf, g, &nk, NULL, 1, &p));
+    /* In the graph: 5 * 1 + 1, before the instance is made. */
+    a = 5.0f;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    kp = scale_node(scale, args);
+    memcpy(&p.kernel, &kp, sizeof kp);
+    CK(cuGraphNodeSetParams(nk, &p));
+    CUgraphExec ge;
+    CK(cuGraphInstantiate(&ge, g, 0));
+    CK(cuGraphLaunch(ge, s));
+    CK(cuMemcpyDtoHAsync(h_out, out, N * sizeof(float), s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x40c00000u /* 6.0f */, "a graph made with cuGraphAddNode");
+    /* In the instance: 7 * 1 + 1. */
+    a = 7.0f;
+    kp = scale_node(scale, args);
+    memcpy(&p.kernel, &kp, sizeof kp);
+    CK(cuGraphExecNodeSetParams(ge, nk, &p));
+    CK(cuGraphLaunch(ge, s));
+    CK(cuMemcpyDtoHAsync(h_out, out, N * sizeof(float), s));
+    CK(cuStreamSynchronize(s));
+    expect_words(h_out, 0x41000000u /* 8.0f */, "an instance changed with cuGraphExecNodeSetParams");
+    CK(cuGraphExecDestroy(ge));
+    CK(cuGraphDestroy(g));
+}
+
 int main(void)
 {
     gt_begin("graph");
@@ -727,6 +789,7 @@ int main(void)
 
     event_nodes(mod, s, s2);
     graph_memory(scale, s, out, h_in, h_out);
+    generic_nodes(scale, s, out, h_out);
 
     CK(cuGraphExecDestroy(gexec));
     CK(cuGraphExecDestroy(ge));
