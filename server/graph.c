@@ -12,6 +12,9 @@ struct srv_graph {
     uint32_t handle;
     bool capture; /* a capture's graph, handed out while the capture runs: the capture owns it */
     bool into;    /* the client's own graph that a capture adds to (cuStreamBeginCaptureToGraph): it stays */
+    uint32_t parent; /* a conditional node's body: the handle of the graph that holds the node (it owns it) */
+    uint64_t *conds; /* its conditional handles (cuGraphConditionalHandleCreate) */
+    uint32_t nconds, capconds;
 };
 
 struct srv_graph_exec {
@@ -44,7 +47,7 @@ static CUresult new_handle(struct srv_client *c, enum srv_obj_type t, void *obj,
 
 static CUresult graph_new(struct srv_client *c, CUgraph g, uint8_t *out, uint32_t *out_len)
 {
-    struct srv_graph *sg = malloc(sizeof *sg);
+    struct srv_graph *sg = calloc(1, sizeof *sg);
     if (!sg) {
         cuGraphDestroy(g);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -63,6 +66,12 @@ static CUresult exec_mem_scan(struct srv_graph_exec *e, CUgraph g);
 
 static void graph_free(struct srv_client *c, struct srv_graph *g)
 {
+    /* Its conditional nodes' bodies go with it (the driver's, destroyed with the graph). */
+    for (uint32_t i = 1; i <= c->nhandles; i++) {
+        struct srv_graph *b = handle_get(c, i, OBJ_GRAPH);
+        if (b && b->parent == g->handle)
+            graph_free(c, b);
+    }
     /* Its nodes go with it. */
     for (uint32_t i = 1; i <= c->nhandles; i++) {
         struct srv_graph_node *n = handle_get(c, i, OBJ_GRAPH_NODE);
@@ -71,7 +80,7 @@ static void graph_free(struct srv_client *c, struct srv_graph *g)
             free(n);
         }
     }
-    if (!g->capture) {
+    if (!g->capture && !g->parent) {
         /* Its allocations' addresses stay reserved while the client may name them (graph memory above). */
         if (c->graph_mem && c->nparked_graphs < UINT32_MAX) {
             if (c->nparked_graphs == c->capparked_graphs) {
@@ -91,6 +100,7 @@ static void graph_free(struct srv_client *c, struct srv_graph *g)
         }
     }
     handle_drop(c, g->handle);
+    free(g->conds);
     free(g);
 }
 
@@ -160,7 +170,7 @@ CUresult op_graph_create(struct srv_client *c, const struct cumux_graph_create *
 
 CUresult op_graph_destroy(struct srv_client *c, struct srv_graph *graph)
 {
-    if (graph->capture) /* the capture owns it until it ends */
+    if (graph->capture || graph->parent) /* the capture owns it until it ends; a body, its node */
         return CUDA_ERROR_INVALID_VALUE;
     graph_free(c, graph);
     return CUDA_SUCCESS;
@@ -561,6 +571,90 @@ static void graph_mem_release(struct srv_client *c)
     c->nparked_graphs = c->capparked_graphs = 0;
 }
 
+/* ---- conditional nodes ----
+ * The handle is the driver's value (kernels pass it to cudaGraphSetConditional); a node takes only one
+ * made for its graph. The node's body graphs are the driver's, owned by the node: the client names them
+ * by handles of its own, to add nodes to or capture into, and cannot destroy them; they go with the graph. */
+
+CUresult op_graph_cond_handle(struct srv_client *c, const struct cumux_graph_cond_handle *m,
+                              struct srv_graph *graph, uint8_t *out, uint32_t *out_len)
+{
+    if (m->flags & ~(uint32_t)CU_GRAPH_COND_ASSIGN_DEFAULT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (graph->nconds == graph->capconds) {
+        uint32_t nc = graph->capconds ? graph->capconds * 2 : 4;
+        uint64_t *v = nc > graph->capconds ? realloc(graph->conds, nc * sizeof *v) : NULL;
+        if (!v)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        graph->conds = v;
+        graph->capconds = nc;
+    }
+    use_gpu(c, c->current_gpu);
+    CUgraphConditionalHandle h;
+    CHECK(cuGraphConditionalHandleCreate(&h, graph->g, srv_gpus[c->current_gpu].ctx, m->default_value, m->flags));
+    graph->conds[graph->nconds++] = h;
+    return reply_u64(out, out_len, h);
+}
+
+CUresult op_graph_add_cond_node(struct srv_client *c, const struct cumux_graph_add_cond_node *m,
+                                struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                uint8_t *out, uint32_t *out_len)
+{
+    uint32_t max = (uint32_t)((CUMUX_REPLY_DATA - sizeof(struct cumux_graph_cond_node_reply)) / sizeof(uint32_t));
+    bool known = false;
+    for (uint32_t i = 0; i < graph->nconds && !known; i++)
+        known = graph->conds[i] == m->cond;
+    if (graph->capture || !known || m->type > CU_GRAPH_COND_TYPE_SWITCH || m->size == 0 || m->size > max)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_add a;
+    CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = m->cond;
+    p.conditional.type = (CUgraphConditionalNodeType)m->type;
+    p.conditional.size = m->size;
+    p.conditional.ctx = srv_gpus[c->current_gpu].ctx;
+    CUgraphNode node;
+    CUresult r = cuGraphAddNode(&node, graph->g, a.deps, NULL, a.ndeps, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!p.conditional.phGraph_out) {
+        cuGraphDestroyNode(node);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    /* The bodies' handles first, then the node's: on failure, what was made goes again. */
+    uint32_t *bodies = calloc(m->size, sizeof *bodies);
+    uint32_t made = 0;
+    for (; bodies && made < m->size; made++) {
+        struct srv_graph *b = calloc(1, sizeof *b);
+        if (!b)
+            break;
+        b->g = p.conditional.phGraph_out[made];
+        b->parent = graph->handle;
+        if (new_handle(c, OBJ_GRAPH, b, &b->handle, out, out_len) != CUDA_SUCCESS) /* frees b */
+            break;
+        bodies[made] = b->handle;
+    }
+    r = bodies && made == m->size ? node_add_end(c, graph->handle, CUDA_SUCCESS, node, out, out_len)
+                                  : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        for (uint32_t i = 0; bodies && i < made; i++)
+            graph_free(c, handle_get(c, bodies[i], OBJ_GRAPH));
+        cuGraphDestroyNode(node);
+        free(bodies);
+        return r;
+    }
+    struct cumux_u64_reply h;
+    memcpy(&h, out, sizeof h); /* the server's own reply buffer */
+    struct cumux_graph_cond_node_reply rep = {.node = (uint32_t)h.value, .count = m->size};
+    memcpy(out, &rep, sizeof rep);
+    memcpy(out + sizeof rep, bodies, m->size * sizeof *bodies);
+    *out_len = (uint32_t)(sizeof rep + m->size * sizeof *bodies);
+    free(bodies);
+    return CUDA_SUCCESS;
+}
+
 CUresult op_graph_add_empty_node(struct srv_client *c, const struct cumux_graph_add_node *m,
                                  struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                  uint8_t *out, uint32_t *out_len)
@@ -821,7 +915,7 @@ CUresult op_node_destroy(struct srv_client *c, struct srv_graph_node *node)
     /* An allocation node holds the address the client may name: it stays (graph memory above). */
     CUgraphNodeType type;
     CHECK(cuGraphNodeGetType(node->n, &type));
-    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || type == CU_GRAPH_NODE_TYPE_CONDITIONAL) /* and its bodies */
         return CUDA_ERROR_NOT_SUPPORTED;
     CHECK(cuGraphDestroyNode(node->n));
     for (uint32_t h = 1; h <= c->nhandles; h++) {
@@ -1112,7 +1206,7 @@ CUresult op_capture_graph(struct srv_client *c, struct srv_stream *stream, uint8
     struct cumux_capture_graph_reply rep = {.status = (uint32_t)st, .id = id};
     if (st == CU_STREAM_CAPTURE_STATUS_ACTIVE && g) {
         if (!stream->capture_graph || stream->capture_graph->g != g) {
-            struct srv_graph *sg = malloc(sizeof *sg);
+            struct srv_graph *sg = calloc(1, sizeof *sg);
             if (!sg)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             *sg = (struct srv_graph){.g = g, .capture = true};

@@ -15,6 +15,7 @@
 struct CUgraph_st {
     uint32_t magic;
     uint32_t handle;
+    bool body; /* a conditional node's body: its node's, not to be destroyed */
 };
 
 struct CUgraphExec_st {
@@ -247,7 +248,7 @@ CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
 
 CUresult cuGraphDestroy(CUgraph g)
 {
-    if (!graph_ok(g))
+    if (!graph_ok(g) || g->body)
         return CUDA_ERROR_INVALID_VALUE;
     g->magic = SHIM_MAGIC_DEAD;
     return shim_op_graph_destroy(g->handle);
@@ -1095,6 +1096,70 @@ CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphE
     return CUDA_SUCCESS;
 }
 
+/* ---- conditional nodes ---- */
+
+CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph g, CUcontext ctx,
+                                        unsigned int default_value, unsigned int flags)
+{
+    if (!out || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ctx && ctx != shim_current_ctx())
+        return cumux_unsupported("cuGraphConditionalHandleCreate for a context that is not the current one");
+    uint64_t h;
+    CUresult r = shim_op_graph_cond_handle(g->handle, default_value, flags, &h);
+    if (r == CUDA_SUCCESS)
+        *out = (CUgraphConditionalHandle)h;
+    return r;
+}
+
+/* The node, and its body graphs in an array that lives as long as the node (CUDA's promise). */
+static CUresult add_cond_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                              CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+    if (!node || !graph_ok(g))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->ctx && p->ctx != shim_current_ctx())
+        return cumux_unsupported("a conditional node for a context that is not the current one");
+    size_t max = (CUMUX_REPLY_DATA - sizeof(struct cumux_graph_cond_node_reply)) / sizeof(uint32_t);
+    if (p->size == 0 || p->size > max)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node_msg m = {0};
+    struct cumux_graph_add_cond_node body = {.graph = g->handle, .ndeps = (uint32_t)n, .cond = p->handle,
+                                             .type = (uint32_t)p->type, .size = p->size};
+    CUresult r = msg_begin(&m, &body, sizeof body, deps, n, g);
+    if (r != CUDA_SUCCESS) {
+        free(m.buf);
+        return r;
+    }
+    static __thread uint8_t buf[CUMUX_REPLY_DATA];
+    uint32_t len = 0;
+    r = shim_call(CUMUX_OP_GRAPH_ADD_COND_NODE, m.buf, m.len, buf, sizeof buf, &len);
+    free(m.buf);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cumux_graph_cond_node_reply rep;
+    memcpy(&rep, buf, sizeof rep);
+    if (len < sizeof rep || rep.count != p->size || len - sizeof rep < rep.count * sizeof(uint32_t))
+        return CUDA_ERROR_UNKNOWN;
+    CUgraph *bodies = calloc(rep.count, sizeof *bodies);
+    struct CUgraphNode_st *nd = bodies ? node_object(rep.node, g) : NULL;
+    for (uint32_t i = 0; nd && i < rep.count; i++) {
+        uint32_t h;
+        memcpy(&h, buf + sizeof rep + i * sizeof h, sizeof h);
+        if (new_graph(h, &bodies[i]) != CUDA_SUCCESS)
+            nd = NULL;
+        else
+            bodies[i]->body = true;
+    }
+    if (!nd) {
+        free(bodies);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->phGraph_out = bodies; /* kept: the node's objects are never freed */
+    *node = nd;
+    return CUDA_SUCCESS;
+}
+
 /* ---- the generic forms (CUDA 12.2+): cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams ----
  * Each kind goes to its own call above; a context named in the parameters must be the current one. */
 
@@ -1176,8 +1241,10 @@ CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, c
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
         return cuGraphAddMemFreeNode(node, g, deps, n, p->free.dptr);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        return add_cond_node(node, g, deps, n, &p->conditional);
     default:
-        return cumux_unsupported("cuGraphAddNode of this kind (external semaphores, memory operations, conditionals)");
+        return cumux_unsupported("cuGraphAddNode of this kind (external semaphores, memory operations)");
     }
 }
 

@@ -841,6 +841,30 @@ struct cumux_graph_add_mem_free_node {
     uint64_t dptr;
 };
 
+/* cuGraphConditionalHandleCreate: a handle for the graph's conditional nodes, answered with its value (what
+ * kernels pass to cudaGraphSetConditional) */
+struct cumux_graph_cond_handle {
+    uint32_t graph;         /* handle of a graph */
+    uint32_t default_value;
+    uint32_t flags;         /* CU_GRAPH_COND_ASSIGN_DEFAULT or 0 */
+    uint32_t pad;
+};
+
+/* A conditional node (cuGraphAddNode of CU_GRAPH_NODE_TYPE_CONDITIONAL; the dependencies follow as the
+ * payload): answered with a graph_cond_node_reply, then its body graphs' handles (u32 each) */
+struct cumux_graph_add_cond_node {
+    uint32_t graph; /* handle of a graph */
+    uint32_t ndeps;
+    uint64_t cond;  /* a handle GRAPH_COND_HANDLE gave for this graph */
+    uint32_t type;  /* CUgraphConditionalNodeType */
+    uint32_t size;  /* body graphs */
+};
+
+struct cumux_graph_cond_node_reply {
+    uint32_t node;
+    uint32_t count;
+};
+
 /* A memset or memcpy node's new parameters (struct cumux_memset or cumux_copy_2d follows), in its graph or
  * an instance */
 struct cumux_graph_set_node {
@@ -1158,6 +1182,10 @@ _Static_assert(sizeof(struct cumux_graph_mem_alloc_reply) % 8 == 0, "graph_mem_a
 _Static_assert(offsetof(struct cumux_graph_mem_alloc_reply, dptr) % 8 == 0, "graph_mem_alloc_reply.dptr: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_add_mem_free_node) % 8 == 0, "graph_add_mem_free_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_add_mem_free_node, dptr) % 8 == 0, "graph_add_mem_free_node.dptr: 8-aligned");
+_Static_assert(sizeof(struct cumux_graph_cond_handle) % 8 == 0, "graph_cond_handle: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_add_cond_node) % 8 == 0, "graph_add_cond_node: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_graph_add_cond_node, cond) % 8 == 0, "graph_add_cond_node.cond: 8-aligned");
+_Static_assert(sizeof(struct cumux_graph_cond_node_reply) % 8 == 0, "graph_cond_node_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_set_node) % 8 == 0, "graph_set_node: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_set_host_node) % 8 == 0, "graph_set_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_set_host_node, host_fn_id) % 8 == 0, "graph_set_host_node.host_fn_id: 8-aligned");
@@ -1296,7 +1324,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(GRAPH_CLONE, cumux_graph_destroy, 0)                         \
     X(NODE_FIND_IN_CLONE, cumux_node_find_in_clone, 0)             \
     X(GRAPH_ADD_MEM_ALLOC_NODE, cumux_graph_add_mem_alloc_node, 0) \
-    X(GRAPH_ADD_MEM_FREE_NODE, cumux_graph_add_mem_free_node, 0)
+    X(GRAPH_ADD_MEM_FREE_NODE, cumux_graph_add_mem_free_node, 0)   \
+    X(GRAPH_COND_HANDLE, cumux_graph_cond_handle, 0)               \
+    X(GRAPH_ADD_COND_NODE, cumux_graph_add_cond_node, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1420,6 +1450,8 @@ enum cumux_op {
     CUMUX_OP_NODE_FIND_IN_CLONE,
     CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE,
     CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE,
+    CUMUX_OP_GRAPH_COND_HANDLE,
+    CUMUX_OP_GRAPH_ADD_COND_NODE,
     CUMUX_OP_COUNT
 };
 

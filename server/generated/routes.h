@@ -135,6 +135,11 @@ CUresult op_graph_add_mem_alloc_node(struct srv_client *c, const struct cumux_gr
 CUresult op_graph_add_mem_free_node(struct srv_client *c, const struct cumux_graph_add_mem_free_node *m,
                                     struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                     uint8_t *out, uint32_t *out_len);
+CUresult op_graph_cond_handle(struct srv_client *c, const struct cumux_graph_cond_handle *m,
+                              struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
+CUresult op_graph_add_cond_node(struct srv_client *c, const struct cumux_graph_add_cond_node *m,
+                                struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
+                                uint8_t *out, uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -383,6 +388,8 @@ static const struct {
     [CUMUX_OP_NODE_FIND_IN_CLONE] = {sizeof(struct cumux_node_find_in_clone), 0},
     [CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE] = {sizeof(struct cumux_graph_add_mem_alloc_node), 0},
     [CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE] = {sizeof(struct cumux_graph_add_mem_free_node), 0},
+    [CUMUX_OP_GRAPH_COND_HANDLE] = {sizeof(struct cumux_graph_cond_handle), 0},
+    [CUMUX_OP_GRAPH_ADD_COND_NODE] = {sizeof(struct cumux_graph_add_cond_node), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1556,6 +1563,26 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_graph_add_mem_free_node(c, m, graph, payload, payload_len, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_COND_HANDLE: {
+        const struct cumux_graph_cond_handle *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_cond_handle(c, m, graph, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_ADD_COND_NODE: {
+        const struct cumux_graph_add_cond_node *m = body;
+        struct srv_graph *graph = handle_get(c, m->graph, OBJ_GRAPH);
+        if (!graph) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_graph_add_cond_node(c, m, graph, payload, payload_len, out, out_len);
         return 0;
     }
     default:

@@ -684,4 +684,16 @@ static inline CUresult shim_op_node_find_in_clone(uint32_t node, uint32_t clone,
     return r;
 }
 
+/* GRAPH_COND_HANDLE: answered */
+static inline CUresult shim_op_graph_cond_handle(uint32_t graph, uint32_t default_value, uint32_t flags,
+                                                 uint64_t *answer)
+{
+    struct cumux_graph_cond_handle m = {.graph = graph, .default_value = default_value, .flags = flags};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_GRAPH_COND_HANDLE, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
 #endif

@@ -63,6 +63,13 @@ CUresult fc_mem_free_begin(uint64_t base); /* a free is queued: a second one is 
 /* Graph memory (fake_graph.c): an allocation node's op, made with its memory; whether ptr is graph memory
  * (freed by a free node or cuMemFreeAsync without effect: its graph holds it); a reference more or less. */
 struct fc_op *fc_gmem_op(uint64_t size, CUresult *r);
+/* Conditional nodes (fake_graph.c): an op's end, copy (the caller holds fc_graph_mu when op is a graph's)
+ * and run; a launch's default values; a kernel's cudaGraphSetConditional (false: no such handle). */
+void fc_cond_op_free(struct fc_op *op);
+bool fc_cond_op_clone(struct fc_op *c, const struct fc_op *op);
+void fc_cond_op_run(struct fc_op *op);
+void fc_cond_launch_defaults(const struct fc_op *graph_op);
+bool fc_cond_set(uint64_t handle, unsigned value);
 bool fc_gmem_is(uint64_t ptr);
 void fc_gmem_ref(struct fc_gmem *m);
 void fc_gmem_unref(struct fc_gmem *m);
@@ -89,8 +96,12 @@ void fc_stats_start(void);
  * free (nothing to do). */
 enum fc_op_kind {
     OP_KERNEL, OP_COPY, OP_MEMSET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE, OP_GRAPH, OP_EMPTY, OP_EVENT_NODE, OP_MEMOP,
-    OP_GMEM
+    OP_GMEM, OP_COND
 };
+/* OP_COND: a conditional node: its handle, kind and bodies: the node's own graphs in the graph's op
+ * (bodies), copies of their ops in run order in an instance's (snap: OP_GRAPH ops). */
+struct fc_cond;
+struct fc_graph;
 
 struct fc_func;
 struct fc_event;
@@ -148,6 +159,13 @@ struct fc_op {
             uint64_t addr, value;
         } mem;
         uint64_t free_ptr;
+        struct {
+            struct fc_cond *h;
+            unsigned type, size;
+            struct fc_graph **bodies;
+            struct fc_op **snap;
+            CUgraph *out; /* the bodies as the caller names them (CUDA's array, valid with the node) */
+        } cond;
         struct {
             struct fc_gmem *m; /* the allocation's (NULL in a free node) */
             uint64_t ptr, size;

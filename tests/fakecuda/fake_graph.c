@@ -42,8 +42,11 @@ struct fc_graph *fc_graph_new(void)
     return g;
 }
 
+static void conds_free(const struct fc_graph *g);
+
 void fc_graph_free(struct fc_graph *g)
 {
+    conds_free(g);
     for (size_t i = 0; i < g->n; i++) {
         struct fc_gnode *nd = g->nodes[i];
         fc_op_free(nd->op);
@@ -435,6 +438,7 @@ CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *type)
         case OP_HOSTFN: *type = CU_GRAPH_NODE_TYPE_HOST; break;
         case OP_GRAPH: *type = CU_GRAPH_NODE_TYPE_GRAPH; break;
         case OP_GMEM: *type = nd->op->u.gm.m ? CU_GRAPH_NODE_TYPE_MEM_ALLOC : CU_GRAPH_NODE_TYPE_MEM_FREE; break;
+        case OP_COND: *type = CU_GRAPH_NODE_TYPE_CONDITIONAL; break;
         case OP_EVENT_NODE:
             *type = nd->op->u.evn.wait ? CU_GRAPH_NODE_TYPE_WAIT_EVENT : CU_GRAPH_NODE_TYPE_EVENT_RECORD;
             break;
@@ -1238,4 +1242,202 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr *dptr)
     CHECK_RET(gmem_node(hn, false, &op));
     *dptr = op.u.gm.ptr;
     return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- conditional nodes */
+
+struct fc_cond {
+    _Atomic unsigned value;
+    unsigned dflt;
+    bool assign; /* CU_GRAPH_COND_ASSIGN_DEFAULT: the default at every launch */
+    const struct fc_graph *g;
+    struct fc_cond *next;
+};
+static pthread_mutex_t cond_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fc_cond *cond_all;
+
+static struct fc_cond *cond_find(uint64_t h)
+{
+    struct fc_cond *c = cond_all;
+    while (c && (uint64_t)(uintptr_t)c != h)
+        c = c->next;
+    return c;
+}
+
+/* A graph's handles go with it. */
+static void conds_free(const struct fc_graph *g)
+{
+    pthread_mutex_lock(&cond_mu);
+    for (struct fc_cond **p = &cond_all; *p;) {
+        struct fc_cond *c = *p;
+        if (c->g == g) {
+            *p = c->next;
+            free(c);
+        } else {
+            p = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&cond_mu);
+}
+
+CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph hg, CUcontext ctx,
+                                        unsigned int dflt, unsigned int flags)
+{
+    CHECK_RET(fc_check_init());
+    (void)ctx;
+    if (!out || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fc_graph_mu);
+    struct fc_graph *g = graph_get(hg);
+    pthread_mutex_unlock(&fc_graph_mu);
+    struct fc_cond *c = g ? calloc(1, sizeof *c) : NULL;
+    if (!c)
+        return g ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    atomic_store(&c->value, dflt);
+    c->dflt = dflt;
+    c->assign = flags & CU_GRAPH_COND_ASSIGN_DEFAULT;
+    c->g = g;
+    pthread_mutex_lock(&cond_mu);
+    c->next = cond_all;
+    cond_all = c;
+    pthread_mutex_unlock(&cond_mu);
+    *out = (CUgraphConditionalHandle)(uintptr_t)c;
+    return CUDA_SUCCESS;
+}
+
+bool fc_cond_set(uint64_t h, unsigned value)
+{
+    pthread_mutex_lock(&cond_mu);
+    struct fc_cond *c = cond_find(h);
+    if (c)
+        atomic_store(&c->value, value);
+    pthread_mutex_unlock(&cond_mu);
+    return c != NULL;
+}
+
+/* Only conditional nodes: the server makes every other kind with its own call. */
+CUresult cuGraphAddNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, const CUgraphEdgeData *edges,
+                        size_t ndeps, CUgraphNodeParams *p)
+{
+    CHECK_RET(fc_check_init());
+    if (!p || edges)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUDA_CONDITIONAL_NODE_PARAMS *cp = &p->conditional;
+    unsigned type = (unsigned)cp->type;
+    if (type > CU_GRAPH_COND_TYPE_SWITCH || cp->size == 0 || (type == CU_GRAPH_COND_TYPE_WHILE && cp->size != 1) ||
+        (type == CU_GRAPH_COND_TYPE_IF && cp->size > 2))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cond_mu);
+    struct fc_cond *h = cond_find(cp->handle);
+    bool ok = h && h->g == graph_get(hg);
+    pthread_mutex_unlock(&cond_mu);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = fc_op_new(OP_COND, "conditional node");
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.cond.h = h;
+    op->u.cond.type = type;
+    op->u.cond.size = cp->size;
+    op->u.cond.bodies = calloc(cp->size, sizeof *op->u.cond.bodies);
+    op->u.cond.out = calloc(cp->size, sizeof *op->u.cond.out);
+    for (unsigned i = 0; op->u.cond.bodies && op->u.cond.out && i < cp->size; i++) {
+        if (!(op->u.cond.bodies[i] = fc_graph_new())) {
+            fc_op_free(op);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        op->u.cond.out[i] = (CUgraph)op->u.cond.bodies[i];
+    }
+    if (!op->u.cond.bodies || !op->u.cond.out) {
+        fc_op_free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUgraph *bodies = op->u.cond.out;
+    CUresult r = add_public(out, hg, deps, ndeps, op);
+    if (r == CUDA_SUCCESS)
+        cp->phGraph_out = bodies;
+    return r;
+}
+
+void fc_cond_op_free(struct fc_op *op)
+{
+    for (unsigned i = 0; op->u.cond.bodies && i < op->u.cond.size; i++) {
+        if (op->u.cond.bodies[i]) {
+            conds_free(op->u.cond.bodies[i]);
+            fc_graph_free(op->u.cond.bodies[i]);
+        }
+    }
+    for (unsigned i = 0; op->u.cond.snap && i < op->u.cond.size; i++)
+        fc_op_free(op->u.cond.snap[i]);
+    free(op->u.cond.bodies);
+    free(op->u.cond.snap);
+    free(op->u.cond.out);
+}
+
+bool fc_cond_op_clone(struct fc_op *c, const struct fc_op *op)
+{
+    c->u.cond.bodies = NULL;
+    c->u.cond.out = NULL;
+    c->u.cond.snap = calloc(op->u.cond.size, sizeof *c->u.cond.snap);
+    for (unsigned i = 0; c->u.cond.snap && i < op->u.cond.size; i++) {
+        struct fc_op *s = NULL;
+        if (op->u.cond.bodies) { /* the graph's node: its bodies as they are now */
+            struct fc_op **ops = NULL;
+            struct fc_gnode **order = NULL;
+            const struct fc_graph *b = op->u.cond.bodies[i];
+            if (snapshot(b, &ops, &order) == CUDA_SUCCESS && (s = fc_op_new(OP_GRAPH, "conditional body"))) {
+                s->u.graph.ops = ops;
+                s->u.graph.n = b->n;
+            } else if (ops) {
+                exec_ops_free(ops, b->n);
+            }
+            free(order);
+        } else {
+            s = fc_op_clone(op->u.cond.snap[i]);
+        }
+        if (!s) {
+            c->u.cond.size = i;
+            fc_cond_op_free(c);
+            return false;
+        }
+        c->u.cond.snap[i] = s;
+    }
+    return c->u.cond.snap != NULL;
+}
+
+void fc_cond_launch_defaults(const struct fc_op *graph_op)
+{
+    for (size_t i = 0; i < graph_op->u.graph.n; i++) {
+        const struct fc_op *o = graph_op->u.graph.ops[i];
+        if (o && o->kind == OP_COND && o->u.cond.h->assign)
+            atomic_store(&o->u.cond.h->value, o->u.cond.h->dflt);
+    }
+}
+
+/* Runs in an instance (snap): IF the first body when the value is not 0 (else the second, if any),
+ * WHILE the body as long as it is not 0, SWITCH the body the value names. */
+void fc_cond_op_run(struct fc_op *op)
+{
+    if (!op->u.cond.snap)
+        return; /* a graph's own node, never run as such */
+    struct fc_cond *h = op->u.cond.h;
+    unsigned v = atomic_load(&h->value);
+    switch (op->u.cond.type) {
+    case CU_GRAPH_COND_TYPE_IF:
+        if (v)
+            fc_op_run(op->u.cond.snap[0]);
+        else if (op->u.cond.size == 2)
+            fc_op_run(op->u.cond.snap[1]);
+        break;
+    case CU_GRAPH_COND_TYPE_WHILE:
+        for (unsigned long k = 0; atomic_load(&h->value) && k < 10000000ul; k++)
+            fc_op_run(op->u.cond.snap[0]);
+        break;
+    default: /* SWITCH */
+        if (v < op->u.cond.size)
+            fc_op_run(op->u.cond.snap[v]);
+        break;
+    }
 }

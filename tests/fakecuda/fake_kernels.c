@@ -126,6 +126,15 @@ KERNEL k_write_value(const struct fc_launch *l)
     *PTR(int32_t, out) = a_i32(l, 1);
 }
 
+KERNEL k_cond_count(const struct fc_launch *l)
+{
+    uint64_t counter = a_ptr(l, 1);
+    fc_oracle_any(l->call, counter, 4);
+    uint32_t v = ++*PTR(uint32_t, counter);
+    if (!fc_cond_set(a_ptr(l, 0), v < (uint32_t)a_i32(l, 2) ? 1u : 0u))
+        fc_oracle_any(l->call, 0, 1); /* no such handle: a fault on a GPU */
+}
+
 KERNEL k_table_modify(const struct fc_launch *l)
 {
     uint64_t table = fc_module_global(l->fn->mod, "g_table", NULL);
@@ -273,6 +282,7 @@ const struct fc_kernel_def fc_kernels[] = {
     {"spin_flag", "kernel spin_flag", 3, {0, 8, 16}, {8, 8, 4}, 1024, 16, 0, k_spin_flag},
     {"copy_flag", "kernel copy_flag", 2, {0, 8}, {8, 8}, 1024, 8, 0, k_copy_flag},
     {"write_value", "kernel write_value", 2, {0, 8}, {8, 4}, 1024, 8, 0, k_write_value},
+    {"cond_count", "kernel cond_count", 3, {0, 8, 16}, {8, 8, 4}, 1024, 12, 0, k_cond_count},
     {"table_modify", "kernel table_modify", 1, {0}, {4}, 1024, 12, 0, k_table_modify},
     {"fill_pattern", "kernel fill_pattern", 4, {0, 8, 12, 16}, {8, 4, 4, 8}, 1024, 20, 0, k_fill_pattern},
     {"xform", "kernel xform", 3, {0, 8, 16}, {8, 8, 4}, 1024, 14, 0, k_xform},

@@ -140,6 +140,9 @@ void fc_op_free(struct fc_op *op)
         if (op->u.gm.m)
             fc_gmem_unref(op->u.gm.m);
         break;
+    case OP_COND:
+        fc_cond_op_free(op);
+        break;
     case OP_GRAPH:
         for (size_t i = 0; i < op->u.graph.n; i++)
             fc_op_free(op->u.graph.ops[i]);
@@ -185,6 +188,10 @@ struct fc_op *fc_op_clone(const struct fc_op *op)
         atomic_fetch_add(&op->u.evn.ev->refs, 1);
     if (op->kind == OP_GMEM && op->u.gm.m)
         fc_gmem_ref(op->u.gm.m);
+    if (op->kind == OP_COND && !fc_cond_op_clone(c, op)) {
+        free(c);
+        return NULL;
+    }
     /* Other graph nodes hold kernels, copies, memsets, host functions, child graphs: no references. */
     return c;
 }
@@ -331,8 +338,12 @@ void fc_op_run(struct fc_op *op)
         if (op->u.free_ptr)
             fc_mem_release(op->u.free_ptr);
         break;
+    case OP_COND:
+        fc_cond_op_run(op);
+        break;
     case OP_GRAPH:
         /* The nodes in an order that respects every dependency (made at instantiation). */
+        fc_cond_launch_defaults(op);
         for (size_t i = 0; i < op->u.graph.n; i++)
             if (op->u.graph.ops[i])
                 fc_op_run(op->u.graph.ops[i]);

@@ -226,6 +226,12 @@ seeds['graph_mem'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_ADD_MEM_ALLOC_NODE
     msg('POOL_DEFAULT', struct.pack('<iI', 0, 0)) + msg('CAPTURE_BEGIN', two(STREAM, 2)) + \
     msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, 9, 4096)) + msg('CAPTURE_END', two(STREAM)) + \
     msg('GRAPH_DESTROY', two(6)) + msg('GRAPH_DESTROY', two(10)) + msg('STREAM_SYNC', h(STREAM))
+# Conditional nodes: a handle for graph 6 (its value is not known here: the node naming 1 is refused), a
+# node of an unknown kind, flags out of range.
+seeds['graph_cond'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_COND_HANDLE', struct.pack('<IIII', 6, 1, 1, 0)) + \
+    msg('GRAPH_COND_HANDLE', struct.pack('<IIII', 6, 0, 7, 0)) + \
+    msg('GRAPH_ADD_COND_NODE', struct.pack('<IIQII', 6, 0, 1, 1, 1)) + \
+    msg('GRAPH_ADD_COND_NODE', struct.pack('<IIQII', 6, 0, 1, 9, 1)) + msg('GRAPH_DESTROY', two(6))
 seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
 seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
     msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)

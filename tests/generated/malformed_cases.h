@@ -257,6 +257,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_mem_alloc_node), "GRAPH_ADD_MEM_ALLOC_NODE (answered) one-way"},
     {CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, 1, sizeof(struct cumux_graph_add_mem_free_node) - 8, "GRAPH_ADD_MEM_FREE_NODE with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_mem_free_node), "GRAPH_ADD_MEM_FREE_NODE (answered) one-way"},
+    {CUMUX_OP_GRAPH_COND_HANDLE, 1, sizeof(struct cumux_graph_cond_handle) - 8, "GRAPH_COND_HANDLE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_COND_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_cond_handle), "GRAPH_COND_HANDLE (answered) one-way"},
+    {CUMUX_OP_GRAPH_ADD_COND_NODE, 1, sizeof(struct cumux_graph_add_cond_node) - 8, "GRAPH_ADD_COND_NODE with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_ADD_COND_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_cond_node), "GRAPH_ADD_COND_NODE (answered) one-way"},
 };
 
 struct malformed_handle {
@@ -361,6 +365,8 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_NODE_FIND_IN_CLONE, sizeof(struct cumux_node_find_in_clone), offsetof(struct cumux_node_find_in_clone, clone), "NODE_FIND_IN_CLONE.clone: a graph never given"},
     {CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE, sizeof(struct cumux_graph_add_mem_alloc_node), offsetof(struct cumux_graph_add_mem_alloc_node, graph), "GRAPH_ADD_MEM_ALLOC_NODE.graph: a graph never given"},
     {CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, sizeof(struct cumux_graph_add_mem_free_node), offsetof(struct cumux_graph_add_mem_free_node, graph), "GRAPH_ADD_MEM_FREE_NODE.graph: a graph never given"},
+    {CUMUX_OP_GRAPH_COND_HANDLE, sizeof(struct cumux_graph_cond_handle), offsetof(struct cumux_graph_cond_handle, graph), "GRAPH_COND_HANDLE.graph: a graph never given"},
+    {CUMUX_OP_GRAPH_ADD_COND_NODE, sizeof(struct cumux_graph_add_cond_node), offsetof(struct cumux_graph_add_cond_node, graph), "GRAPH_ADD_COND_NODE.graph: a graph never given"},
 };
 
 #endif

@@ -50,6 +50,13 @@ __global__ void write_value(int *out, int value)
     *out = value;
 }
 
+// Conditional nodes: counts its runs, and keeps the condition set while there were fewer than limit.
+__global__ void cond_count(cudaGraphConditionalHandle h, unsigned *counter, unsigned limit)
+{
+    unsigned v = ++*counter;
+    cudaGraphSetConditional(h, v < limit ? 1u : 0u);
+}
+
 __device__ unsigned g_table[GT_TABLE_LEN];
 __device__ unsigned g_bias;
 

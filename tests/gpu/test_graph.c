@@ -339,6 +339,81 @@ static void generic_nodes(CUfunction scale, CUstream s, CUdeviceptr out, float *
     CK(cuGraphDestroy(g));
 }
 
+/* Conditional nodes: a WHILE node whose body's kernel counts and keeps the condition until 5 runs, then an
+ * IF node with an else body, taken by its handle's default (0, assigned at every launch). */
+static CUgraphNode one_kernel(CUgraph g, CUfunction f, void **args)
+{
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = f;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    CUgraphNode n;
+    CK(cuGraphAddKernelNode(&n, g, NULL, 0, &kp));
+    return n;
+}
+
+static void conditional_nodes(CUmodule mod, CUstream s, float *h_out)
+{
+    CUfunction count = gt_function(mod, "cond_count"), write = gt_function(mod, "write_value");
+    CUcontext ctx;
+    CK(cuCtxGetCurrent(&ctx));
+    CUdeviceptr words; /* the counter, then the IF node's answer */
+    CK(cuMemAlloc(&words, 8));
+    CUdeviceptr counter = words, answer = words + 4;
+    CUgraph g;
+    CK(cuGraphCreate(&g, 0));
+    CUgraphConditionalHandle loop, branch;
+    CK(cuGraphConditionalHandleCreate(&loop, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CK(cuGraphConditionalHandleCreate(&branch, g, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = loop;
+    p.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+    p.conditional.size = 1;
+    p.conditional.ctx = ctx;
+    CUgraphNode wn, in;
+    CK(cuGraphAddNode(&wn, g, NULL, NULL, 0, &p));
+    CUgraph body = p.conditional.phGraph_out[0];
+    unsigned limit = 5;
+    void *cargs[] = {&loop, &counter, &limit};
+    one_kernel(body, count, cargs);
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = branch;
+    p.conditional.type = CU_GRAPH_COND_TYPE_IF;
+    p.conditional.size = 2;
+    p.conditional.ctx = ctx;
+    CK(cuGraphAddNode(&in, g, &wn, NULL, 1, &p));
+    CUgraph then_body = p.conditional.phGraph_out[0], else_body = p.conditional.phGraph_out[1];
+    int one = 1, two = 2;
+    void *a1[] = {&answer, &one}, *a2[] = {&answer, &two};
+    one_kernel(then_body, write, a1);
+    one_kernel(else_body, write, a2);
+    CUgraphNodeType t;
+    CK(cuGraphNodeGetType(wn, &t));
+    if (t != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        gt_fail("a conditional node's type is %d", (int)t);
+    CUgraphExec ge;
+    CK(cuGraphInstantiate(&ge, g, 0));
+    for (int k = 0; k < 2; k++) {
+        CK(cuMemsetD32Async(words, 0, 2, s));
+        CK(cuGraphLaunch(ge, s));
+        CK(cuMemcpyDtoHAsync(h_out, words, 8, s));
+        CK(cuStreamSynchronize(s));
+        uint32_t got[2];
+        memcpy(got, h_out, sizeof got);
+        if (got[0] != limit || got[1] != 2)
+            gt_fail("launch %d: the WHILE body ran %u times (expected %u), the IF node chose %u (expected the else "
+                    "body's 2)", k, got[0], limit, got[1]);
+    }
+    CK(cuGraphExecDestroy(ge));
+    CK(cuGraphDestroy(g));
+    CK(cuMemFree(words));
+}
+
 int main(void)
 {
     gt_begin("graph");
@@ -790,6 +865,7 @@ int main(void)
     event_nodes(mod, s, s2);
     graph_memory(scale, s, out, h_in, h_out);
     generic_nodes(scale, s, out, h_out);
+    conditional_nodes(mod, s, h_out);
 
     CK(cuGraphExecDestroy(gexec));
     CK(cuGraphExecDestroy(ge));
