@@ -571,6 +571,33 @@ static void graph_mem_release(struct srv_client *c)
     c->nparked_graphs = c->capparked_graphs = 0;
 }
 
+/* The device's graph memory (cuDeviceGraphMemTrim, cuDeviceGet/SetGraphMemAttribute): the driver's, shared
+ * by every client of the server, as the device's memory figures are. Trimming gives back only what no
+ * graph uses; a reset touches only the high watermarks. */
+CUresult op_graph_mem_trim(struct srv_client *c, const struct cumux_pool_default *m)
+{
+    if (m->device < 0 || m->device >= srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    use_gpu(c, m->device);
+    return cuDeviceGraphMemTrim(srv_gpus[m->device].dev);
+}
+
+CUresult op_graph_mem_attr(struct srv_client *c, const struct cumux_graph_mem_attr *m, uint8_t *out,
+                           uint32_t *out_len)
+{
+    if (m->device < 0 || m->device >= srv_gpu_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (m->attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH || m->set > 1 ||
+        (m->set && m->attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && m->attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
+        return CUDA_ERROR_INVALID_VALUE;
+    use_gpu(c, m->device);
+    cuuint64_t v = 0;
+    if (m->set)
+        CHECK(cuDeviceSetGraphMemAttribute(srv_gpus[m->device].dev, (CUgraphMem_attribute)m->attr, &v));
+    CHECK(cuDeviceGetGraphMemAttribute(srv_gpus[m->device].dev, (CUgraphMem_attribute)m->attr, &v));
+    return reply_u64(out, out_len, v);
+}
+
 /* ---- conditional nodes ----
  * The handle is the driver's value (kernels pass it to cudaGraphSetConditional); a node takes only one
  * made for its graph. The node's body graphs are the driver's, owned by the node: the client names them

@@ -1096,6 +1096,37 @@ CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphE
     return CUDA_SUCCESS;
 }
 
+/* ---- the device's graph memory ---- */
+
+CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return shim_op_graph_mem_trim(dev);
+}
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t v;
+    CUresult r = shim_op_graph_mem_attr(dev, (uint32_t)attr, 0, &v);
+    if (r == CUDA_SUCCESS)
+        *(cuuint64_t *)value = v;
+    return r;
+}
+
+CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!value || *(const cuuint64_t *)value != 0) /* only a reset to 0, as CUDA allows */
+        return CUDA_ERROR_INVALID_VALUE;
+    return shim_op_graph_mem_attr(dev, (uint32_t)attr, 1, NULL);
+}
+
 /* ---- conditional nodes ---- */
 
 CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph g, CUcontext ctx,

@@ -865,6 +865,15 @@ struct cumux_graph_cond_node_reply {
     uint32_t count;
 };
 
+/* cuDeviceGetGraphMemAttribute / SetGraphMemAttribute: the device's graph memory, which every client of the
+ * server shares (set: only a high watermark's reset to 0, as in CUDA) */
+struct cumux_graph_mem_attr {
+    int32_t device;
+    uint32_t attr;  /* CUgraphMem_attribute */
+    uint32_t set;
+    uint32_t pad;
+};
+
 /* A memset or memcpy node's new parameters (struct cumux_memset or cumux_copy_2d follows), in its graph or
  * an instance */
 struct cumux_graph_set_node {
@@ -1186,6 +1195,7 @@ _Static_assert(sizeof(struct cumux_graph_cond_handle) % 8 == 0, "graph_cond_hand
 _Static_assert(sizeof(struct cumux_graph_add_cond_node) % 8 == 0, "graph_add_cond_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_add_cond_node, cond) % 8 == 0, "graph_add_cond_node.cond: 8-aligned");
 _Static_assert(sizeof(struct cumux_graph_cond_node_reply) % 8 == 0, "graph_cond_node_reply: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_graph_mem_attr) % 8 == 0, "graph_mem_attr: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_set_node) % 8 == 0, "graph_set_node: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_graph_set_host_node) % 8 == 0, "graph_set_host_node: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_graph_set_host_node, host_fn_id) % 8 == 0, "graph_set_host_node.host_fn_id: 8-aligned");
@@ -1326,7 +1336,9 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(GRAPH_ADD_MEM_ALLOC_NODE, cumux_graph_add_mem_alloc_node, 0) \
     X(GRAPH_ADD_MEM_FREE_NODE, cumux_graph_add_mem_free_node, 0)   \
     X(GRAPH_COND_HANDLE, cumux_graph_cond_handle, 0)               \
-    X(GRAPH_ADD_COND_NODE, cumux_graph_add_cond_node, 0)
+    X(GRAPH_ADD_COND_NODE, cumux_graph_add_cond_node, 0)           \
+    X(GRAPH_MEM_TRIM, cumux_pool_default, 0)                       \
+    X(GRAPH_MEM_ATTR, cumux_graph_mem_attr, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1452,6 +1464,8 @@ enum cumux_op {
     CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE,
     CUMUX_OP_GRAPH_COND_HANDLE,
     CUMUX_OP_GRAPH_ADD_COND_NODE,
+    CUMUX_OP_GRAPH_MEM_TRIM,
+    CUMUX_OP_GRAPH_MEM_ATTR,
     CUMUX_OP_COUNT
 };
 

@@ -140,6 +140,9 @@ CUresult op_graph_cond_handle(struct srv_client *c, const struct cumux_graph_con
 CUresult op_graph_add_cond_node(struct srv_client *c, const struct cumux_graph_add_cond_node *m,
                                 struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                 uint8_t *out, uint32_t *out_len);
+CUresult op_graph_mem_trim(struct srv_client *c, const struct cumux_pool_default *m);
+CUresult op_graph_mem_attr(struct srv_client *c, const struct cumux_graph_mem_attr *m, uint8_t *out,
+                           uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);
@@ -390,6 +393,8 @@ static const struct {
     [CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE] = {sizeof(struct cumux_graph_add_mem_free_node), 0},
     [CUMUX_OP_GRAPH_COND_HANDLE] = {sizeof(struct cumux_graph_cond_handle), 0},
     [CUMUX_OP_GRAPH_ADD_COND_NODE] = {sizeof(struct cumux_graph_add_cond_node), 0},
+    [CUMUX_OP_GRAPH_MEM_TRIM] = {sizeof(struct cumux_pool_default), 0},
+    [CUMUX_OP_GRAPH_MEM_ATTR] = {sizeof(struct cumux_graph_mem_attr), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1583,6 +1588,16 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_graph_add_cond_node(c, m, graph, payload, payload_len, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_MEM_TRIM: {
+        const struct cumux_pool_default *m = body;
+        *result = op_graph_mem_trim(c, m);
+        return 0;
+    }
+    case CUMUX_OP_GRAPH_MEM_ATTR: {
+        const struct cumux_graph_mem_attr *m = body;
+        *result = op_graph_mem_attr(c, m, out, out_len);
         return 0;
     }
     default:

@@ -696,4 +696,22 @@ static inline CUresult shim_op_graph_cond_handle(uint32_t graph, uint32_t defaul
     return r;
 }
 
+/* GRAPH_MEM_TRIM: answered */
+static inline CUresult shim_op_graph_mem_trim(int32_t device)
+{
+    struct cumux_pool_default m = {.device = device};
+    return shim_call(CUMUX_OP_GRAPH_MEM_TRIM, &m, sizeof m, NULL, 0, NULL);
+}
+
+/* GRAPH_MEM_ATTR: answered */
+static inline CUresult shim_op_graph_mem_attr(int32_t device, uint32_t attr, uint32_t set, uint64_t *answer)
+{
+    struct cumux_graph_mem_attr m = {.device = device, .attr = attr, .set = set};
+    struct cumux_u64_reply rep = {0};
+    CUresult r = shim_call(CUMUX_OP_GRAPH_MEM_ATTR, &m, sizeof m, &rep, sizeof rep, NULL);
+    if (r == CUDA_SUCCESS && answer)
+        *answer = rep.value;
+    return r;
+}
+
 #endif

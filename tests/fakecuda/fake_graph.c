@@ -1121,11 +1121,12 @@ CUresult cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode horig, CUgraph hcl
 
 struct fc_gmem {
     _Atomic int refs; /* the allocation node's op and its copies (instances, clones, launches) */
-    uint64_t ptr;
+    uint64_t ptr, size;
     struct fc_gmem *next;
 };
 static pthread_mutex_t gmem_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fc_gmem *gmem_all;
+static uint64_t gmem_used, gmem_high; /* bytes of graph memory, under gmem_mu (reserved = used here) */
 
 struct fc_op *fc_gmem_op(uint64_t size, CUresult *r)
 {
@@ -1141,9 +1142,13 @@ struct fc_op *fc_gmem_op(uint64_t size, CUresult *r)
     op->u.gm.m = m;
     op->u.gm.ptr = m->ptr;
     op->u.gm.size = size;
+    m->size = size;
     pthread_mutex_lock(&gmem_mu);
     m->next = gmem_all;
     gmem_all = m;
+    gmem_used += size;
+    if (gmem_used > gmem_high)
+        gmem_high = gmem_used;
     pthread_mutex_unlock(&gmem_mu);
     return op;
 }
@@ -1174,6 +1179,7 @@ void fc_gmem_unref(struct fc_gmem *m)
             break;
         }
     }
+    gmem_used -= m->size;
     pthread_mutex_unlock(&gmem_mu);
     fc_mem_release(m->ptr);
     free(m);
@@ -1241,6 +1247,40 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr *dptr)
         return CUDA_ERROR_INVALID_VALUE;
     CHECK_RET(gmem_node(hn, false, &op));
     *dptr = op.u.gm.ptr;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+    CHECK_RET(fc_check_init());
+    return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; /* nothing is kept beyond what graphs hold */
+}
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+    CHECK_RET(fc_check_init());
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!value || attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&gmem_mu);
+    bool high = attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH || attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH;
+    *(cuuint64_t *)value = high ? gmem_high : gmem_used;
+    pthread_mutex_unlock(&gmem_mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+    CHECK_RET(fc_check_init());
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!value || *(const cuuint64_t *)value != 0 ||
+        (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&gmem_mu);
+    gmem_high = gmem_used;
+    pthread_mutex_unlock(&gmem_mu);
     return CUDA_SUCCESS;
 }
 

@@ -261,6 +261,10 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_COND_HANDLE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_cond_handle), "GRAPH_COND_HANDLE (answered) one-way"},
     {CUMUX_OP_GRAPH_ADD_COND_NODE, 1, sizeof(struct cumux_graph_add_cond_node) - 8, "GRAPH_ADD_COND_NODE with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_ADD_COND_NODE, CUMUX_NO_REPLY, sizeof(struct cumux_graph_add_cond_node), "GRAPH_ADD_COND_NODE (answered) one-way"},
+    {CUMUX_OP_GRAPH_MEM_TRIM, 1, sizeof(struct cumux_pool_default) - 8, "GRAPH_MEM_TRIM with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_MEM_TRIM, CUMUX_NO_REPLY, sizeof(struct cumux_pool_default), "GRAPH_MEM_TRIM (answered) one-way"},
+    {CUMUX_OP_GRAPH_MEM_ATTR, 1, sizeof(struct cumux_graph_mem_attr) - 8, "GRAPH_MEM_ATTR with a body 8 bytes short"},
+    {CUMUX_OP_GRAPH_MEM_ATTR, CUMUX_NO_REPLY, sizeof(struct cumux_graph_mem_attr), "GRAPH_MEM_ATTR (answered) one-way"},
 };
 
 struct malformed_handle {

@@ -271,8 +271,19 @@ static void graph_memory(CUfunction scale, CUstream s, CUdeviceptr out, const fl
     CK(cuMemcpyDtoHAsync(h_out, ap.dptr, bytes, s));
     CK(cuStreamSynchronize(s));
     expect_words(h_out, 0x12345678u, "graph memory left live after the launch");
+    CUdevice dev;
+    CK(cuCtxGetDevice(&dev));
+    cuuint64_t used = 0, high = 0;
+    CK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used));
+    CK(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &high));
+    if (used < bytes || high < used)
+        gt_fail("graph memory in use %llu, high watermark %llu, with %zu bytes live", (unsigned long long)used,
+                (unsigned long long)high, bytes);
+    cuuint64_t zero = 0;
+    CK(cuDeviceSetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &zero));
     CK(cuMemFreeAsync(ap.dptr, s));
     CK(cuStreamSynchronize(s));
+    CK(cuDeviceGraphMemTrim(dev));
     CK(cuGraphExecDestroy(ge));
     CK(cuGraphDestroy(eg));
 }
