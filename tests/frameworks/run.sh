@@ -25,7 +25,7 @@ done
 [ $do_native = 0 ] && [ $do_cumux = 0 ] && do_native=1 do_cumux=1
 logs=${OUT:-/tmp/cumux-framework-logs}
 mkdir -p "$logs" || exit 2
-tests=(torch_train torch_compile torch_graph torch_expandable torch_ipc torch_dataloader hf_generate jax_train
+tests=(torch_train torch_compile torch_graph torch_graph_async torch_expandable torch_ipc torch_dataloader hf_generate jax_train
        cupy_ops cupy_managed cupy_texture triton_add numba_kernel)
 [ -n "$only" ] && read -r -a tests <<<"$only"
 py=${PYTHON:-python3}
