@@ -26,10 +26,15 @@ mps_stop() {
     fi
     mps_up=0
 }
+# CUMUX_SERVER_ENV: settings for the server alone, e.g. "CUDA_DEVICE_MAX_CONNECTIONS=16" (its hardware
+# queues, which all clients' streams share), to try without changing the native and MPS runs.
 cumux_start() {
     export CUMUX_LOG_DIRECTORY="${CUMUX_LOG_DIRECTORY:-$out/cumux-server}"
     mkdir -p "$CUMUX_LOG_DIRECTORY"
-    if "$cli" start >>"$out/cumux-cli.log" 2>&1; then
+    local server_env
+    read -r -a server_env <<<"${CUMUX_SERVER_ENV:-}"
+    [ -n "${CUMUX_SERVER_ENV:-}" ] && log "cumuxd started with ${CUMUX_SERVER_ENV}"
+    if env "${server_env[@]}" "$cli" start >>"$out/cumux-cli.log" 2>&1; then
         cumux_up=1
         "$cli" status >>"$out/cumux-cli.log" 2>&1
         return 0
