@@ -2,11 +2,13 @@
 # The one command for the GPU machine: build everything, run the GPU tests (native and under cumux),
 # the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
-#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
+#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup] [--fuzz S]
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
 # FW_BUDGET seconds (default 420) on top of the rest: with a 10-minute limit per command, run it as a
 # call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks); FW_ONLY="name ..." runs
 # only those tests.
+# --fuzz SECONDS: also fuzz_server on every core for that long (built elsewhere: FUZZ_BINARY, default
+# build-fuzz-fast/tests/fuzz/fuzz_server, carried with the run).
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
 # joining a running one, two together; natively, under MPS and under cumux; issue 9's figures), 5-8
 # minutes: a call of its own (scripts/device-check.sh --no-tests --no-bench --startup); STARTUP_PHASES
@@ -21,7 +23,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
         --no-mps) bench_opts+=(--no-mps) ;;
         --frameworks) do_fw=1 ;;
         --startup) do_startup=1 ;;
+        --fuzz) fuzz_s=$2; shift ;;
         -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -183,6 +186,21 @@ if [ -n "$build" ] && [ $do_startup = 1 ] && [ $native_only = 0 ]; then
     startup_rc=${PIPESTATUS[0]}
 fi
 
+# --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
+# (tests/fuzz/run.sh --fast there), carried here as FUZZ_BINARY ---
+fuzz_note="not run"
+if [ "$fuzz_s" -gt 0 ]; then
+    fb=${FUZZ_BINARY:-build-fuzz-fast/tests/fuzz/fuzz_server}
+    if [ -x "$fb" ] && [ -n "$build" ] && [ -f "$build/tests/gpu/gpu_kernels.fatbin" ]; then
+        say "fuzzing ${fuzz_s}s on $(nproc) processes"
+        FUZZ_FATBIN="$build/tests/gpu/gpu_kernels.fatbin" OUT="$logs/fuzz" timeout -k 10 $((fuzz_s + 60)) \
+            tests/fuzz/run.sh --binary "$fb" --jobs "$(nproc)" --seconds "$fuzz_s" >"$logs/fuzz.txt" 2>&1
+        fuzz_note="exit $?: $(grep -h '^fuzz:' "$logs/fuzz.txt" | tr '\n' ' ')"
+    else
+        fuzz_note="no fuzz_server at $fb (build it with tests/fuzz/run.sh --fast and carry it)"
+    fi
+fi
+
 # --- summary, last ---
 tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
 {
@@ -209,6 +227,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     fi
     echo "cumux trace of a cuBLAS program: $trace_note"
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
+    [ "$fuzz_s" -gt 0 ] && echo "fuzzing: $fuzz_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"
     [ -f "$logs/bench-sgemm.txt" ] && sed -n '/^== cuBLAS/,$p' "$logs/bench-sgemm.txt" | sed '/^$/d; s/^/  /'
