@@ -18,7 +18,8 @@
  *                   capture still running (the capture's graph and the handed-out handle must both go)
  *   counts          counts and sizes of the newer commands that say more than their message holds: JIT
  *                   options, link inputs, capture dependencies, tensor map ranks, graph event nodes, edges
- *                   removed, captures into a graph, stream memory operations of no known kind
+ *                   removed, captures into a graph, stream memory operations of no known kind, a free node
+ *                   of memory not a graph's, a conditional node with a foreign handle or 2^20 bodies
  *   wait-orphan     a client goes while its streams wait on words of its memory nobody will write (its
  *                   worker waited forever in the final synchronization); waits no value can satisfy
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
@@ -575,6 +576,21 @@ static void case_counts(void)
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "CAPTURE_BEGIN_TO_GRAPH after 1000 nodes, none sent: %d", r);
     struct cumux_stream_mem_op mo = {.stream = st, .op = 99, .address = s.buf};
     put_msg(&s.c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
+    /* A free node of memory that is not a graph's; a conditional node whose handle was never made for the
+     * graph; a body count past what the answer holds. */
+    struct cumux_graph_add_mem_free_node fn = {.graph = graph, .dptr = s.buf};
+    r = call(&s.c, CUMUX_OP_GRAPH_ADD_MEM_FREE_NODE, &fn, sizeof fn);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_MEM_FREE_NODE of an ordinary allocation: %d", r);
+    struct cumux_graph_add_cond_node cn = {.graph = graph, .cond = 0x1234, .type = CU_GRAPH_COND_TYPE_IF, .size = 1};
+    r = call(&s.c, CUMUX_OP_GRAPH_ADD_COND_NODE, &cn, sizeof cn);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_COND_NODE with a handle not made for the graph: %d", r);
+    struct cumux_graph_cond_handle ch = {.graph = graph, .default_value = 1};
+    struct cumux_u64_reply hv = {0};
+    REQUIRE(call_reply(&s.c, CUMUX_OP_GRAPH_COND_HANDLE, &ch, sizeof ch, &hv, sizeof hv) == CUDA_SUCCESS, "GRAPH_COND_HANDLE");
+    cn = (struct cumux_graph_add_cond_node){.graph = graph, .cond = hv.value, .type = CU_GRAPH_COND_TYPE_SWITCH,
+                                            .size = 1u << 20};
+    r = call(&s.c, CUMUX_OP_GRAPH_ADD_COND_NODE, &cn, sizeof cn);
+    CHECK(r == CUDA_ERROR_INVALID_VALUE, "GRAPH_ADD_COND_NODE of 2^20 bodies: %d", r);
     /* Capture dependencies said to follow, not sent (a capture whose graph was handed out). */
     struct cumux_capture_begin cb = {.stream = st, .mode = CU_STREAM_CAPTURE_MODE_RELAXED};
     REQUIRE(call(&s.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN");
