@@ -60,7 +60,8 @@ static CUresult graph_new(struct srv_client *c, CUgraph g, uint8_t *out, uint32_
     return r;
 }
 
-static void capture_allocs_end(struct srv_client *c, struct srv_stream *s, bool ok);
+static void capture_allocs_end(struct srv_client *c, uint64_t capture, bool ok);
+static uint64_t capture_id(CUstream s);
 static void exec_mem_launched(struct srv_client *c, struct srv_graph_exec *e);
 static CUresult exec_mem_scan(struct srv_graph_exec *e, CUgraph g);
 
@@ -124,9 +125,10 @@ CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin
 CUresult op_capture_end(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len)
 {
     CUgraph graph = NULL;
+    uint64_t id = capture_id(stream->cu);
     CUresult r = cuStreamEndCapture(stream->cu, &graph);
     stream->capturing = false;
-    capture_allocs_end(c, stream, r == CUDA_SUCCESS);
+    capture_allocs_end(c, id, r == CUDA_SUCCESS);
     struct srv_graph *handed = stream->capture_graph;
     stream->capture_graph = NULL;
     if (handed && handed->into) { /* the client's graph, with what was captured into it (or not) */
@@ -395,31 +397,56 @@ bool srv_graph_mem_is(struct srv_client *c, uint64_t ptr)
     return false;
 }
 
+/* The id of the capture the stream takes part in (its own, or one it joined through an event), 0 if none. */
+static uint64_t capture_id(CUstream s)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    if (cuStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL, NULL) != CUDA_SUCCESS ||
+        st == CU_STREAM_CAPTURE_STATUS_NONE)
+        return 0;
+    return id;
+}
+
 CUresult srv_graph_mem_captured(struct srv_client *c, struct srv_stream *s, uint64_t ptr, uint64_t size, int gpu)
 {
+    /* Under the capture's id, not the stream's: a stream that joined a capture does not end it. */
+    uint64_t id = capture_id(s->cu);
+    if (c->ncap_allocs == c->capcap_allocs) {
+        uint32_t nc = c->capcap_allocs ? c->capcap_allocs * 2 : 16;
+        struct srv_cap_alloc *v = realloc(c->cap_allocs, nc * sizeof *v);
+        if (!v)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c->cap_allocs = v;
+        c->capcap_allocs = nc;
+    }
     CHECK(graph_mem_add(c, ptr, size, gpu));
-    if (!push_u64(&s->cap_allocs, &s->ncap_allocs, &s->capcap_allocs, ptr))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->cap_allocs[c->ncap_allocs++] = (struct srv_cap_alloc){.capture = id, .ptr = ptr};
     return CUDA_SUCCESS;
 }
 
 /* A capture ended: its allocations are its graph's now (ok), or gone with it. */
-static void capture_allocs_end(struct srv_client *c, struct srv_stream *s, bool ok)
+static void capture_allocs_end(struct srv_client *c, uint64_t capture, bool ok)
 {
-    for (uint32_t i = 0; !ok && i < s->ncap_allocs; i++) {
-        const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, s->cap_allocs[i]);
+    for (uint32_t i = 0; i < c->ncap_allocs;) {
+        struct srv_cap_alloc a = c->cap_allocs[i];
+        if (a.capture != capture) {
+            i++;
+            continue;
+        }
+        c->cap_allocs[i] = c->cap_allocs[--c->ncap_allocs];
+        if (ok)
+            continue;
+        const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, a.ptr);
         if (r && r->tag == RANGE_GRAPH)
             cumux_ranges_remove(&c->dev_ranges, r->base, NULL);
         for (uint32_t j = 0; j < c->ngraph_allocs; j++) {
-            if (c->graph_allocs[j] == s->cap_allocs[i]) {
+            if (c->graph_allocs[j] == a.ptr) {
                 c->graph_allocs[j] = c->graph_allocs[--c->ngraph_allocs];
                 break;
             }
         }
     }
-    free(s->cap_allocs);
-    s->cap_allocs = NULL;
-    s->ncap_allocs = s->capcap_allocs = 0;
 }
 
 CUresult op_graph_add_mem_alloc_node(struct srv_client *c, const struct cumux_graph_add_mem_alloc_node *m,
@@ -558,6 +585,9 @@ static void graph_mem_release(struct srv_client *c)
     free(c->graph_live);
     c->graph_live = NULL;
     c->ngraph_live = c->capgraph_live = 0;
+    free(c->cap_allocs); /* of captures abandoned above: their ranges went then */
+    c->cap_allocs = NULL;
+    c->ncap_allocs = c->capcap_allocs = 0;
     for (size_t i = c->dev_ranges.n; i-- > 0;)
         if (c->dev_ranges.v[i].tag == RANGE_GRAPH)
             cumux_ranges_remove(&c->dev_ranges, c->dev_ranges.v[i].base, NULL);
@@ -1276,7 +1306,7 @@ void srv_capture_abandon(struct srv_client *c, struct srv_stream *s)
     use_gpu(c, s->ctx->gpu);
     CUgraph g = NULL;
     struct srv_graph *into = s->capture_graph && s->capture_graph->into ? s->capture_graph : NULL;
-    capture_allocs_end(c, s, false); /* before the graph, which holds their addresses, goes */
+    capture_allocs_end(c, capture_id(s->cu), false); /* before the graph, which holds their addresses, goes */
     if (cuStreamEndCapture(s->cu, &g) == CUDA_SUCCESS && g && !into)
         cuGraphDestroy(g);
     s->capturing = false;

@@ -55,8 +55,6 @@ struct srv_stream {
     bool dirty;          /* blocking stream: work since the legacy stream last joined it */
     bool capturing;      /* cuStreamBeginCapture on it: its work is recorded, not run */
     struct srv_graph *capture_graph; /* the capture's graph, once the client asked for it */
-    uint64_t *cap_allocs;    /* graph allocations the capture made: not the client's if it fails */
-    uint32_t ncap_allocs, capcap_allocs;
     uint64_t seen_epoch; /* blocking stream: the legacy epoch it already waits for */
     uint32_t hostfn_slot1;  /* 1 + its word in the client's hostfn_stream_done, 0 before its first host function */
     uint32_t hostfn_seq;    /* the number of its last host function */
@@ -171,6 +169,10 @@ struct srv_client {
     uint32_t nparked_graphs, capparked_graphs;
     uint64_t *graph_allocs;
     uint32_t ngraph_allocs, capgraph_allocs;
+    struct srv_cap_alloc {
+        uint64_t capture, ptr; /* the capture's id (cuStreamGetCaptureInfo), the allocation's address */
+    } *cap_allocs;             /* graph allocations of running captures: not the client's if one fails */
+    uint32_t ncap_allocs, capcap_allocs;
     uint64_t *graph_live; /* allocated by a launch, not freed since */
     uint32_t ngraph_live, capgraph_live;
     struct srv_event *parked_events; /* destroyed by the client, kept for its graphs (srv_event.in_graph) */

@@ -376,6 +376,26 @@ static void case_capture_free(void)
     r = call_reply(&s.c, CUMUX_OP_MEM_ALLOC_ASYNC, &aa, sizeof aa, &rep, sizeof rep);
     CHECK(r == CUDA_SUCCESS && rep.ptr && rep.graph == 1, "cuMemAllocAsync on a capturing stream: %d, graph %u", r,
           rep.graph);
+    /* And one on a stream that joined the capture through an event (the capture is the first stream's),
+     * which then joins back. */
+    REQUIRE(call_reply(&s.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, &sr, sizeof sr) == CUDA_SUCCESS, "STREAM_CREATE");
+    uint32_t joined = sr.ctx;
+    struct cumux_event_create ec = {.ctx = s.ctx};
+    uint32_t ev1 = (uint32_t)call_u64(&s.c, CUMUX_OP_EVENT_CREATE, &ec, sizeof ec, "EVENT_CREATE");
+    uint32_t ev2 = (uint32_t)call_u64(&s.c, CUMUX_OP_EVENT_CREATE, &ec, sizeof ec, "EVENT_CREATE");
+    struct cumux_event_record er = {.event = ev1, .stream = stream};
+    put_msg(&s.c, CUMUX_OP_EVENT_RECORD, CUMUX_NO_REPLY, &er, sizeof er);
+    struct cumux_stream_wait_event we = {.stream = joined, .event = ev1};
+    put_msg(&s.c, CUMUX_OP_STREAM_WAIT_EVENT, CUMUX_NO_REPLY, &we, sizeof we);
+    aa.stream = joined;
+    struct cumux_mem_alloc_async_reply rep2 = {0};
+    r = call_reply(&s.c, CUMUX_OP_MEM_ALLOC_ASYNC, &aa, sizeof aa, &rep2, sizeof rep2);
+    CHECK(r == CUDA_SUCCESS && rep2.ptr && rep2.graph == 1, "cuMemAllocAsync on a stream that joined a capture: %d, "
+          "graph %u", r, rep2.graph);
+    er = (struct cumux_event_record){.event = ev2, .stream = joined};
+    put_msg(&s.c, CUMUX_OP_EVENT_RECORD, CUMUX_NO_REPLY, &er, sizeof er);
+    we = (struct cumux_stream_wait_event){.stream = stream, .event = ev2};
+    put_msg(&s.c, CUMUX_OP_STREAM_WAIT_EVENT, CUMUX_NO_REPLY, &we, sizeof we);
     /* A stream memory operation in the capture (the fake driver cannot capture one: the capture fails). */
     struct cumux_stream_mem_op mo = {.stream = stream, .op = CU_STREAM_MEM_OP_WRITE_VALUE_32, .address = rep.ptr};
     put_msg(&s.c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
@@ -385,15 +405,17 @@ static void case_capture_free(void)
     /* The captured free was refused: the capture may end in error, as CUDA's does after a failed call. */
     CHECK(r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
           "CAPTURE_END: %d", r);
-    if (r != CUDA_SUCCESS && rep.ptr) {
-        /* The failed capture's graph went, and with it the address: no longer the client's to name. (The
+    for (int k = 0; r != CUDA_SUCCESS && k < 2; k++) {
+        /* The failed capture's graph went, and with it the addresses: no longer the client's to name. (The
          * refused captured free's error is reported first.) */
         (void)sync_stream(&s);
-        struct cumux_memset m = {.stream = s.stream, .elem_size = 4, .dst = rep.ptr, .pitch = 4096, .width = 1024,
+        uint64_t dst = k ? rep2.ptr : rep.ptr;
+        struct cumux_memset m = {.stream = s.stream, .elem_size = 4, .dst = dst, .pitch = 4096, .width = 1024,
                                  .height = 1};
         put_msg(&s.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &m, sizeof m);
         int sr2 = sync_stream(&s);
-        CHECK(sr2 == CUDA_ERROR_INVALID_VALUE, "a memset of a failed capture's graph allocation: %d", sr2);
+        CHECK(sr2 == CUDA_ERROR_INVALID_VALUE, "a memset of a failed capture's graph allocation (%s): %d",
+              k ? "the joined stream's" : "the capturing stream's", sr2);
     }
     /* The client goes with `a` still its own: the server must free it (with_server.sh --fake checks). */
     session_close(&s);
