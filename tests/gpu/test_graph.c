@@ -353,7 +353,8 @@ static void generic_nodes(CUfunction scale, CUstream s, CUdeviceptr out, float *
 }
 
 /* Conditional nodes: a WHILE node whose body's kernel counts and keeps the condition until 5 runs, then an
- * IF node with an else body, taken by its handle's default (0, assigned at every launch). */
+ * IF node with an else body (filled by a capture into it), taken by its handle's default (0, assigned at
+ * every launch). */
 static CUgraphNode one_kernel(CUgraph g, CUfunction f, void **args)
 {
     CUDA_KERNEL_NODE_PARAMS kp;
@@ -404,7 +405,13 @@ static void conditional_nodes(CUmodule mod, CUstream s, float *h_out)
     int one = 1, two = 2;
     void *a1[] = {&answer, &one}, *a2[] = {&answer, &two};
     one_kernel(then_body, write, a1);
-    one_kernel(else_body, write, a2);
+    /* The else body by a capture into it, as PyTorch fills its conditional nodes' bodies. */
+    CK(cuStreamBeginCaptureToGraph(s, else_body, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuLaunchKernel(write, 1, 1, 1, 1, 1, 1, 0, s, a2, NULL));
+    CUgraph captured;
+    CK(cuStreamEndCapture(s, &captured));
+    if (captured != else_body)
+        gt_fail("a capture into a conditional node's body ended with another graph");
     CUgraphNodeType t;
     CK(cuGraphNodeGetType(wn, &t));
     if (t != CU_GRAPH_NODE_TYPE_CONDITIONAL)
