@@ -368,6 +368,19 @@ static CUgraphNode one_kernel(CUgraph g, CUfunction f, void **args)
     return n;
 }
 
+static CUgraphNodeParams cond_params(CUgraphConditionalHandle h, CUgraphConditionalNodeType type, unsigned size,
+                                     CUcontext ctx)
+{
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = h;
+    p.conditional.type = type;
+    p.conditional.size = size;
+    p.conditional.ctx = ctx;
+    return p;
+}
+
 static void conditional_nodes(CUmodule mod, CUstream s, float *h_out)
 {
     CUfunction count = gt_function(mod, "cond_count"), write = gt_function(mod, "write_value");
@@ -381,25 +394,14 @@ static void conditional_nodes(CUmodule mod, CUstream s, float *h_out)
     CUgraphConditionalHandle loop, branch;
     CK(cuGraphConditionalHandleCreate(&loop, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
     CK(cuGraphConditionalHandleCreate(&branch, g, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
-    CUgraphNodeParams p;
-    memset(&p, 0, sizeof p);
-    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    p.conditional.handle = loop;
-    p.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
-    p.conditional.size = 1;
-    p.conditional.ctx = ctx;
+    CUgraphNodeParams p = cond_params(loop, CU_GRAPH_COND_TYPE_WHILE, 1, ctx);
     CUgraphNode wn, in;
     CK(cuGraphAddNode(&wn, g, NULL, NULL, 0, &p));
     CUgraph body = p.conditional.phGraph_out[0];
     unsigned limit = 5;
     void *cargs[] = {&loop, &counter, &limit};
     one_kernel(body, count, cargs);
-    memset(&p, 0, sizeof p);
-    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    p.conditional.handle = branch;
-    p.conditional.type = CU_GRAPH_COND_TYPE_IF;
-    p.conditional.size = 2;
-    p.conditional.ctx = ctx;
+    p = cond_params(branch, CU_GRAPH_COND_TYPE_IF, 2, ctx);
     CK(cuGraphAddNode(&in, g, &wn, NULL, 1, &p));
     CUgraph then_body = p.conditional.phGraph_out[0], else_body = p.conditional.phGraph_out[1];
     int one = 1, two = 2;
