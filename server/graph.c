@@ -45,6 +45,22 @@ static CUresult new_handle(struct srv_client *c, enum srv_obj_type t, void *obj,
     return reply_u64(out, out_len, h);
 }
 
+/* Room for one more element in *v (n used of *cap, elements of size bytes); false when memory runs out. */
+static bool room_for_one(void **v, uint32_t n, uint32_t *cap, size_t size)
+{
+    if (n < *cap)
+        return true;
+    if (*cap > UINT32_MAX / 2)
+        return false;
+    uint32_t nc = *cap ? *cap * 2 : 8;
+    void *nv = realloc(*v, (size_t)nc * size);
+    if (!nv)
+        return false;
+    *v = nv;
+    *cap = nc;
+    return true;
+}
+
 static CUresult graph_new(struct srv_client *c, CUgraph g, uint8_t *out, uint32_t *out_len)
 {
     struct srv_graph *sg = calloc(1, sizeof *sg);
@@ -83,16 +99,8 @@ static void graph_free(struct srv_client *c, struct srv_graph *g)
     }
     if (!g->capture && !g->parent) {
         /* Its allocations' addresses stay reserved while the client may name them (graph memory above). */
-        if (c->graph_mem && c->nparked_graphs < UINT32_MAX) {
-            if (c->nparked_graphs == c->capparked_graphs) {
-                uint32_t nc = c->capparked_graphs ? c->capparked_graphs * 2 : 8;
-                CUgraph *v = realloc(c->parked_graphs, nc * sizeof *v);
-                if (v) {
-                    c->parked_graphs = v;
-                    c->capparked_graphs = nc;
-                }
-            }
-            if (c->nparked_graphs < c->capparked_graphs)
+        if (c->graph_mem) {
+            if (room_for_one((void **)&c->parked_graphs, c->nparked_graphs, &c->capparked_graphs, sizeof(CUgraph)))
                 c->parked_graphs[c->nparked_graphs++] = g->g;
             else
                 cumux_logf("client %u: cannot keep a graph with memory: it leaks until cumuxd stops", c->id);
@@ -319,17 +327,27 @@ static CUresult node_add_begin(struct srv_client *c, struct srv_graph *graph, ui
 }
 
 /* The node the driver added (when r is success) gets a handle, which is the reply. */
+/* The client's handle of a node just added to graph (0: out of memory). */
+static uint32_t node_wrap(struct srv_client *c, uint32_t graph, CUgraphNode node)
+{
+    struct srv_graph_node *nd = malloc(sizeof *nd);
+    if (!nd)
+        return 0;
+    nd->n = node;
+    nd->graph = graph;
+    uint32_t h = handle_new(c, OBJ_GRAPH_NODE, nd);
+    if (!h)
+        free(nd);
+    return h;
+}
+
 static CUresult node_add_end(struct srv_client *c, uint32_t graph, CUresult r, CUgraphNode node, uint8_t *out,
                              uint32_t *out_len)
 {
     if (r != CUDA_SUCCESS)
         return r;
-    struct srv_graph_node *nd = malloc(sizeof *nd);
-    if (!nd)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    nd->n = node;
-    nd->graph = graph;
-    return new_handle(c, OBJ_GRAPH_NODE, nd, NULL, out, out_len);
+    uint32_t h = node_wrap(c, graph, node);
+    return h ? reply_u64(out, out_len, h) : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* ---- graph memory ----
@@ -341,14 +359,8 @@ static CUresult node_add_end(struct srv_client *c, uint32_t graph, CUresult r, C
 
 static bool push_u64(uint64_t **v, uint32_t *n, uint32_t *cap, uint64_t x)
 {
-    if (*n == *cap) {
-        uint32_t nc = *cap ? *cap * 2 : 16;
-        uint64_t *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return false;
-        *v = nv;
-        *cap = nc;
-    }
+    if (!room_for_one((void **)v, *n, cap, sizeof x))
+        return false;
     (*v)[(*n)++] = x;
     return true;
 }
@@ -412,14 +424,8 @@ CUresult srv_graph_mem_captured(struct srv_client *c, struct srv_stream *s, uint
 {
     /* Under the capture's id, not the stream's: a stream that joined a capture does not end it. */
     uint64_t id = capture_id(s->cu);
-    if (c->ncap_allocs == c->capcap_allocs) {
-        uint32_t nc = c->capcap_allocs ? c->capcap_allocs * 2 : 16;
-        struct srv_cap_alloc *v = realloc(c->cap_allocs, nc * sizeof *v);
-        if (!v)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        c->cap_allocs = v;
-        c->capcap_allocs = nc;
-    }
+    if (!room_for_one((void **)&c->cap_allocs, c->ncap_allocs, &c->capcap_allocs, sizeof *c->cap_allocs))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     CHECK(graph_mem_add(c, ptr, size, gpu));
     c->cap_allocs[c->ncap_allocs++] = (struct srv_cap_alloc){.capture = id, .ptr = ptr};
     return CUDA_SUCCESS;
@@ -472,10 +478,12 @@ CUresult op_graph_add_mem_alloc_node(struct srv_client *c, const struct cumux_gr
         cuGraphDestroyNode(node);
         return r;
     }
-    CHECK(node_add_end(c, graph->handle, r, node, out, out_len));
-    struct cumux_u64_reply h;
-    memcpy(&h, out, sizeof h); /* the server's own reply buffer */
-    struct cumux_graph_mem_alloc_reply rep = {.node = (uint32_t)h.value, .dptr = p.dptr};
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint32_t h = node_wrap(c, graph->handle, node);
+    if (!h)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_graph_mem_alloc_reply rep = {.node = h, .dptr = p.dptr};
     memcpy(out, &rep, sizeof rep);
     *out_len = sizeof rep;
     return CUDA_SUCCESS;
@@ -638,14 +646,8 @@ CUresult op_graph_cond_handle(struct srv_client *c, const struct cumux_graph_con
 {
     if (m->flags & ~(uint32_t)CU_GRAPH_COND_ASSIGN_DEFAULT)
         return CUDA_ERROR_INVALID_VALUE;
-    if (graph->nconds == graph->capconds) {
-        uint32_t nc = graph->capconds ? graph->capconds * 2 : 4;
-        uint64_t *v = nc > graph->capconds ? realloc(graph->conds, nc * sizeof *v) : NULL;
-        if (!v)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        graph->conds = v;
-        graph->capconds = nc;
-    }
+    if (!room_for_one((void **)&graph->conds, graph->nconds, &graph->capconds, sizeof *graph->conds))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     use_gpu(c, c->current_gpu);
     CUgraphConditionalHandle h;
     CHECK(cuGraphConditionalHandleCreate(&h, graph->g, srv_gpus[c->current_gpu].ctx, m->default_value, m->flags));
@@ -693,18 +695,15 @@ CUresult op_graph_add_cond_node(struct srv_client *c, const struct cumux_graph_a
             break;
         bodies[made] = b->handle;
     }
-    r = bodies && made == m->size ? node_add_end(c, graph->handle, CUDA_SUCCESS, node, out, out_len)
-                                  : CUDA_ERROR_OUT_OF_MEMORY;
-    if (r != CUDA_SUCCESS) {
+    uint32_t h = bodies && made == m->size ? node_wrap(c, graph->handle, node) : 0;
+    if (!h) {
         for (uint32_t i = 0; bodies && i < made; i++)
             graph_free(c, handle_get(c, bodies[i], OBJ_GRAPH));
         cuGraphDestroyNode(node);
         free(bodies);
-        return r;
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    struct cumux_u64_reply h;
-    memcpy(&h, out, sizeof h); /* the server's own reply buffer */
-    struct cumux_graph_cond_node_reply rep = {.node = (uint32_t)h.value, .count = m->size};
+    struct cumux_graph_cond_node_reply rep = {.node = h, .count = m->size};
     memcpy(out, &rep, sizeof rep);
     memcpy(out + sizeof rep, bodies, m->size * sizeof *bodies);
     *out_len = (uint32_t)(sizeof rep + m->size * sizeof *bodies);
