@@ -1,9 +1,7 @@
 /* A client that keeps the server busy until it is killed: each round allocates device and pinned memory,
  * makes a stream and events, copies (pageable and pinned), launches vec_add and checks its result against
- * the CPU, runs a captured graph with graph memory of its own (the first rounds) and checks what it wrote,
- * then frees only part of what it made (and leaves a stream waiting on a word until the next round), so
- * that a kill -9 at any moment leaves the server something of every kind to clean up. Used by
- * test_kill_storm.sh.
+ * the CPU, then frees only part of what it made, so that a kill -9 at any moment leaves the server
+ * something of every kind to clean up. Used by test_kill_storm.sh.
  * usage: storm_client FATBIN [ROUNDS]   (ROUNDS 0 or absent: until killed) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,12 +24,7 @@ int main(int argc, char **argv)
     CUmodule mod = gt_module_from_file_data(argv[1]);
     CUfunction vec_add = gt_function(mod, "vec_add");
     static float a[N], c[N];
-    CUstream waiter;
-    CUdeviceptr flag;
-    CK(cuStreamCreate(&waiter, CU_STREAM_NON_BLOCKING));
-    CK(cuMemAlloc(&flag, 4));
     for (long r = 0; rounds == 0 || r < rounds; r++) {
-        CK(cuMemsetD32(flag, (unsigned)r, 1)); /* releases the previous round's wait */
         CUstream s;
         CUevent e0, e1;
         CUdeviceptr da, db, dc;
@@ -59,40 +52,9 @@ int main(int argc, char **argv)
         for (int i = 0; i < N; i++)
             if (c[i] != (float)(i + r) + (float)(2 * i))
                 gt_fail("round %ld: c[%d] = %g, expected %g", r, i, c[i], (double)((float)(i + r) + (float)(2 * i)));
-        /* In the first 4 rounds, a graph with memory of its own: scratch = r, da = scratch, scratch freed.
-         * (The server keeps a client's graphs once it has graph memory: more rounds would only pile up
-         * mappings in the fake driver until the client goes.) */
-        CUgraph g = NULL;
-        CUgraphExec ge = NULL;
-        if (r < 4) {
-            CUdeviceptr scratch;
-            CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-            CK(cuMemAllocAsync(&scratch, N * sizeof(float), s));
-            CK(cuMemsetD32Async(scratch, (unsigned)r, N, s));
-            CK(cuMemcpyDtoDAsync(da, scratch, N * sizeof(float), s));
-            CK(cuMemFreeAsync(scratch, s));
-            CK(cuStreamEndCapture(s, &g));
-            CK(cuGraphInstantiate(&ge, g, 0));
-            CK(cuGraphLaunch(ge, s));
-            CK(cuStreamSynchronize(s));
-            static unsigned words[N];
-            CK(cuMemcpyDtoH(words, da, sizeof words));
-            for (int i = 0; i < N; i++)
-                if (words[i] != (unsigned)r)
-                    gt_fail("round %ld: the graph wrote %u at %d", r, words[i], i);
-        }
-        /* Odd rounds leave a stream waiting for the flag to reach r + 1, which the next round writes first
-         * (before any free: cuMemFree waits for every stream, as CUDA's does). Killed in between, the client
-         * goes with the wait pending. */
-        if (r % 2 == 1)
-            CK(cuStreamWaitValue32(waiter, flag, (unsigned)r + 1, CU_STREAM_WAIT_VALUE_GEQ));
         /* Odd rounds among the first 64 leave their objects behind: the server frees them when the client
          * goes. */
         if (r % 2 == 0 || r > 64) {
-            if (ge) {
-                CK(cuGraphExecDestroy(ge));
-                CK(cuGraphDestroy(g));
-            }
             CK(cuMemFree(da));
             CK(cuMemFree(db));
             CK(cuMemFree(dc));
