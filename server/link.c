@@ -27,6 +27,10 @@ struct srv_link {
     int gpu;
     uint32_t handle;
     char info[LINK_LOG], error[LINK_LOG];
+    /* The driver keeps the option arrays and writes the log sizes through them at cuLinkComplete:
+     * they live as long as the state (on the handler's stack they crashed cumuxd on the H200). */
+    CUjit_option opt[LINK_MAX_OPTIONS + 4];
+    void *val[LINK_MAX_OPTIONS + 4];
     struct link_input *inputs;
     size_t ninputs;
     void *image; /* the driver's, after cuLinkComplete; lives as long as the state */
@@ -49,20 +53,22 @@ CUresult op_link_create(struct srv_client *c, const struct cumux_link_create *m,
 {
     if (m->count > LINK_MAX_OPTIONS || payload_len < (uint64_t)m->count * sizeof(struct cumux_link_option))
         return CUDA_ERROR_INVALID_VALUE;
-    CUjit_option opt[LINK_MAX_OPTIONS + 4];
-    void *val[LINK_MAX_OPTIONS + 4];
+    struct srv_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUjit_option *opt = l->opt;
+    void **val = l->val;
     unsigned n = 0;
     for (uint32_t i = 0; i < m->count; i++) {
         struct cumux_link_option o;
         memcpy(&o, payload + i * sizeof o, sizeof o);
-        if (!cumux_jit_scalar_option(o.option))
+        if (!cumux_jit_scalar_option(o.option)) {
+            free(l);
             return CUDA_ERROR_INVALID_VALUE;
+        }
         opt[n] = (CUjit_option)o.option;
         val[n++] = (void *)(uintptr_t)o.value;
     }
-    struct srv_link *l = calloc(1, sizeof *l);
-    if (!l)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     opt[n] = CU_JIT_INFO_LOG_BUFFER, val[n++] = l->info;
     opt[n] = CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, val[n++] = (void *)(uintptr_t)LINK_LOG;
     opt[n] = CU_JIT_ERROR_LOG_BUFFER, val[n++] = l->error;
