@@ -61,6 +61,7 @@ int srv_gpus_init(void)
             cumux_logf("device %d: no memory pool: %s", i, errname(r));
             return -1;
         }
+        srv_memop_kernels_load(i); /* failing, only such operations on pool memory fail */
         cuCtxGetStreamPriorityRange(&info->stream_priority_least, &info->stream_priority_greatest);
         cumux_logf("GPU %d: %s, %d SMs, %llu MiB, %s", i, info->name,
                    info->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT],

@@ -222,4 +222,10 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size);
 void srv_client_release_all(struct srv_client *c);
 void srv_staging_flush(struct srv_client *c);
 
+/* The GPU's kernels for stream memory operations on pool memory (memop_kernels.c); its context current. */
+bool srv_memop_kernels_load(int gpu);
+/* One stream memory operation (a wait or a write) on s, the GPU's context current: by the driver, or by the
+ * server's kernels where the driver refuses it on pool memory. */
+CUresult srv_memop_run(int gpu, CUstream s, const CUstreamBatchMemOpParams *p, bool pool);
+
 #endif

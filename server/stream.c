@@ -130,6 +130,11 @@ CUresult op_stream_mem_op(struct srv_client *c, const struct cumux_stream_mem_op
     case CU_STREAM_MEM_OP_WRITE_VALUE_64:
         if (m->address % size || (!dev_ok(c, m->address, size) && !host_ok(c, m->address, size)))
             return CUDA_ERROR_INVALID_VALUE;
+        /* Flags the driver knows, so that its refusal below means the memory (memop_kernels.c). */
+        if (m->op == CU_STREAM_MEM_OP_WAIT_VALUE_32 || m->op == CU_STREAM_MEM_OP_WAIT_VALUE_64
+                ? m->flags & ~(3u | CU_STREAM_WAIT_VALUE_FLUSH)
+                : m->flags & ~(uint32_t)CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
+            return CUDA_ERROR_INVALID_VALUE;
         /* The wait and write layouts are the same: operation, address, value, flags. */
         p.waitValue.address = m->address;
         p.waitValue.value64 = size == 8 ? m->value : (uint32_t)m->value;
@@ -144,7 +149,12 @@ CUresult op_stream_mem_op(struct srv_client *c, const struct cumux_stream_mem_op
         return CUDA_ERROR_INVALID_VALUE;
     }
     CHECK(before_op(stream));
-    CUresult r = cuStreamBatchMemOp(stream->cu, 1, &p, 0);
+    /* cuMemAlloc's memory is pool memory here: where the driver refuses, the server's kernels do it. Not
+     * in a capture: the client's graph would hold a kernel node of the server's. */
+    const struct cumux_range *range = cumux_ranges_find(&c->dev_ranges, m->address);
+    bool pool = m->op != CU_STREAM_MEM_OP_BARRIER && range && range->tag == RANGE_ALLOC &&
+                !srv_stream_capturing(c, stream);
+    CUresult r = srv_memop_run(stream->ctx->gpu, stream->cu, &p, pool);
     after_op(stream);
     return r;
 }

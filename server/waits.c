@@ -111,7 +111,8 @@ static void write_all(struct srv_client *c, CUstream *s)
         p.writeValue.address = w->address;
         /* The value itself meets GEQ, EQ and AND (its bits are not all zero: satisfiable); 0 meets NOR. */
         p.writeValue.value64 = w->cond == CU_STREAM_WAIT_VALUE_NOR ? 0 : w->value;
-        CUresult r = cuStreamBatchMemOp(s[w->gpu], 1, &p, 0);
+        const struct cumux_range *range = cumux_ranges_find(&c->dev_ranges, w->address);
+        CUresult r = srv_memop_run(w->gpu, s[w->gpu], &p, range && range->tag == RANGE_ALLOC);
         if (r != CUDA_SUCCESS)
             cumux_logf("client %u: cannot release its stream wait at 0x%llx (%d)", c->id,
                        (unsigned long long)w->address, (int)r);

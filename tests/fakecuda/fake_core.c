@@ -85,6 +85,7 @@ struct range {
     uint64_t mapped;     /* bytes made accessible (pages), device only */
     int kind;
     bool freeing;
+    bool stream_ordered; /* from a pool: stream memory operations refused, as the driver does */
     struct fc_pool *pool;
 };
 struct table {
@@ -350,6 +351,24 @@ CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *po
     return CUDA_SUCCESS;
 }
 
+static void mark_stream_ordered(uint64_t base)
+{
+    pthread_rwlock_wrlock(&dev_lock);
+    ptrdiff_t i = table_find(&dev_tab, base);
+    if (i >= 0)
+        dev_tab.v[i].stream_ordered = true;
+    pthread_rwlock_unlock(&dev_lock);
+}
+
+bool fc_mem_stream_ordered(uint64_t p)
+{
+    pthread_rwlock_rdlock(&dev_lock);
+    ptrdiff_t i = table_find(&dev_tab, p);
+    bool r = i >= 0 && dev_tab.v[i].stream_ordered;
+    pthread_rwlock_unlock(&dev_lock);
+    return r;
+}
+
 CUresult fc_mem_free_begin(uint64_t base)
 {
     pthread_rwlock_wrlock(&dev_lock);
@@ -580,6 +599,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t size, CUmemoryPool h, 
         return r;
     uint64_t ptr;
     CHECK_RET(fc_mem_alloc(size, FC_ALLOC, p, &ptr));
+    mark_stream_ordered(ptr);
     *out = ptr;
     return CUDA_SUCCESS;
 }
@@ -595,6 +615,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *out, size_t size, CUstream s)
     if (st == CU_STREAM_CAPTURE_STATUS_NONE) {
         uint64_t ptr;
         CHECK_RET(fc_mem_alloc(size, FC_ALLOC, NULL, &ptr));
+        mark_stream_ordered(ptr);
         *out = ptr;
         return CUDA_SUCCESS;
     }

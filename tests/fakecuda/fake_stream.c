@@ -1612,6 +1612,9 @@ CUresult cuStreamBatchMemOp_v2(CUstream hs, unsigned int count, CUstreamBatchMem
         }
         if (addr % memop_size(kind))
             return CUDA_ERROR_INVALID_VALUE;
+        /* The H200's driver refuses waits and writes on pool memory (tools/probe_stream_memops.c). */
+        if (kind != CU_STREAM_MEM_OP_BARRIER && fc_mem_stream_ordered(addr))
+            return CUDA_ERROR_INVALID_VALUE;
         struct fc_op *op = fc_op_new(OP_MEMOP, "cuStreamBatchMemOp");
         if (!op)
             return CUDA_ERROR_OUT_OF_MEMORY;
