@@ -269,7 +269,8 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long
     }
     e->magic = SHIM_MAGIC_GRAPH_EXEC;
     e->handle = (uint32_t)handle;
-    e->flags = flags;
+    /* What the driver reports back (probed on the H200): USE_NODE_PRIORITY is not among them. */
+    e->flags = flags & (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH);
     *exec = e;
     return CUDA_SUCCESS;
 }
@@ -290,7 +291,6 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph g, CUDA_GRAPH_I
     bool upload = params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
     CUresult r = cuGraphInstantiateWithFlags(exec, g, params->flags & ~(cuuint64_t)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
     if (r == CUDA_SUCCESS && upload) {
-        (*exec)->flags = params->flags;
         r = cuGraphUpload(*exec, params->hUploadStream);
         if (r != CUDA_SUCCESS) {
             cuGraphExecDestroy(*exec);
