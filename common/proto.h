@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 2u
+#define CUMUX_PROTO_VERSION 3u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -93,6 +93,10 @@ struct cumux_shm {
     uint32_t hostfn_slot[CUMUX_HOSTFN_RING]; /* the stream's word, or CUMUX_HOSTFN_NO_SLOT */
     uint32_t hostfn_seq[CUMUX_HOSTFN_RING];  /* the number to write there once run */
     alignas(4096) _Atomic uint32_t hostfn_stream_done[CUMUX_HOSTFN_STREAMS];
+    /* A fatal GPU error (a sticky CUresult such as CUDA_ERROR_ILLEGAL_ADDRESS) that ended the server's GPU
+     * worker, written before it lets go of the client: from then on the client's calls return it, as the
+     * calls of a program whose own context faulted do, instead of a lost connection. */
+    alignas(64) _Atomic int32_t server_fault;
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];
     alignas(4096) uint8_t staging[CUMUX_STAGING_SLOTS][CUMUX_STAGING_BYTES];

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -122,9 +123,23 @@ static char *status_report(void)
         if (n_ > 0)                                                                                    \
             len += (size_t)n_;                                                                         \
     } while (0)
-    APPEND("cumuxd pid %d, up %lds, pipe directory %s, driver %d.%d\n", (int)getpid(),
+    APPEND("cumuxd pid %d, up %lds, pipe directory %s, driver %d.%d\n", (int)srv_supervisor_pid,
            (long)(time(NULL) - started_at), cumux_pipe_directory(), srv_driver_version / 1000,
            (srv_driver_version % 1000) / 10);
+    if (srv_nfaults || srv_worker_restarts)
+        APPEND("worker pid %d; fatal GPU faults: %u; workers restarted: %u\n", (int)getpid(), srv_nfaults,
+               srv_worker_restarts);
+    for (uint32_t i = srv_nfaults > 5 ? srv_nfaults - 5 : 0; i < srv_nfaults; i++) {
+        const struct srv_fault_record *f = &srv_faults[i % SRV_FAULTS_KEPT];
+        const char *fname = NULL;
+        cuGetErrorName((CUresult)f->code, &fname);
+        time_t at = (time_t)(f->at_ms / 1000);
+        struct tm tm;
+        char when[32];
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&at, &tm));
+        APPEND("fault %u: %s GPU %d %s, serving again after %lld ms; clients then: %s\n", i + 1, when, f->gpu,
+               fname ? fname : "?", (long long)f->recovered_ms, f->clients[0] ? f->clients : "none");
+    }
     for (int i = 0; i < srv_gpu_count; i++) {
         size_t f = 0, t = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
@@ -434,6 +449,62 @@ static void reap_finished(void)
     pthread_mutex_unlock(&clients_lock);
 }
 
+/* A fatal GPU error (fault.c's watch thread): no call of this process can succeed again. Every client
+ * gets the error in its channel (its calls return it once the connection is gone), the supervisor gets a
+ * record of it, and the worker exits at once: the supervisor's next worker takes new clients within the
+ * time a process needs to start CUDA. The clients of this worker lose their work, as every client of a
+ * faulted MPS server does; which of them faulted is not known to the driver's API (docs/faults.md). */
+static void command_of(pid_t pid, char *out, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    out[0] = 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    size_t n = fread(out, 1, cap - 1, f);
+    fclose(f);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!out[i])
+            out[i] = ' ';
+    out[n] = 0;
+}
+
+static void on_gpu_fault(CUresult r, int gpu)
+{
+    struct srv_fault_record rec = {.at_ms = srv_wall_ms(), .recovered_ms = -1, .code = (int32_t)r, .gpu = gpu};
+    const char *name = NULL;
+    cuGetErrorName(r, &name);
+    /* A thread stuck in the driver may hold the list's lock: wait for it a little, then go on without. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 50000000;
+    if (until.tv_nsec >= 1000000000)
+        until.tv_sec++, until.tv_nsec -= 1000000000;
+    bool locked = pthread_mutex_timedlock(&clients_lock, &until) == 0;
+    size_t len = 0;
+    unsigned n = 0;
+    for (struct srv_client *c = clients; c; c = c->next) {
+        if (atomic_load(&c->finished))
+            continue;
+        if (c->shm)
+            atomic_store(&c->shm->server_fault, (int32_t)r);
+        char cmd[96];
+        command_of(c->pid, cmd, sizeof cmd);
+        int k = snprintf(rec.clients + len, sizeof rec.clients - len, "%s%u pid %d uid %u %s", n ? "; " : "",
+                         c->id, (int)c->pid, (unsigned)c->uid, cmd);
+        if (k > 0 && (size_t)k < sizeof rec.clients - len)
+            len += (size_t)k;
+        n++;
+    }
+    if (locked)
+        pthread_mutex_unlock(&clients_lock);
+    cumux_logf("GPU %d: fatal error %s (%d): the %u client(s) on it lose their work: %s; a new worker takes over",
+               gpu, name ? name : "?", (int)r, n, n ? rec.clients : "none");
+    srv_supervisor_fault(&rec);
+    _exit(CUMUX_EXIT_GPU_FAULT);
+}
+
 static int serve(int lsock)
 {
     struct pollfd *fds = NULL;
@@ -669,19 +740,8 @@ int main(int argc, char **argv)
     int lsock = -1;
     if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         goto out;
-    if (srv_gpus_init() < 0) {
-        /* Tests of the transport and of the server's life cycle run on machines without a GPU. */
-        const char *allow = getenv("CUMUX_ALLOW_NO_GPU");
-        if (!allow || strcmp(allow, "1") != 0) {
-            cumux_logf("cannot start: no usable GPU");
-            goto out;
-        }
-        cumux_logf("no usable GPU: serving with none (CUMUX_ALLOW_NO_GPU=1)");
-        srv_gpu_count = 0;
-    }
     srv_wake_fd = wake_pipe[1];
-    if (srv_reaper_start() < 0)
-        goto out;
+    /* The socket, the pid file and the lock belong to the supervisor, which outlives the workers. */
     lsock = cumux_sock_listen(sock_path, 128);
     if (lsock < 0) {
         cumux_logf("cannot listen on %s: %s", sock_path, strerror(errno));
@@ -708,9 +768,28 @@ int main(int argc, char **argv)
         close(pf);
     }
     signal(SIGPIPE, SIG_IGN);
+    /* From here on this is a worker; the supervisor stays in srv_supervise until the server stops. */
+    if (srv_supervise(&ready[1]) < 0) {
+        unlinkat(dir_fd, CUMUX_SOCKET_NAME, 0);
+        unlinkat(dir_fd, "cumuxd.pid", 0);
+        goto out;
+    }
+    prctl(PR_SET_NAME, "cumuxd-gpu"); /* the worker, beside its supervisor "cumuxd" */
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    if (srv_gpus_init() < 0) {
+        /* Tests of the transport and of the server's life cycle run on machines without a GPU. */
+        const char *allow = getenv("CUMUX_ALLOW_NO_GPU");
+        if (!allow || strcmp(allow, "1") != 0) {
+            cumux_logf("cannot start: no usable GPU");
+            goto out;
+        }
+        cumux_logf("no usable GPU: serving with none (CUMUX_ALLOW_NO_GPU=1)");
+        srv_gpu_count = 0;
+    }
+    if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault) < 0)
+        goto out;
     cumux_logf("listening on %s with %d GPU(s)", sock_path, srv_gpu_count);
     st = 0;
     if (ready[1] >= 0) {
@@ -719,6 +798,16 @@ int main(int argc, char **argv)
         close(ready[1]);
         ready[1] = -1;
     }
+    /* The worker's pid, for whoever must tell a new worker from the old one (tests, monitoring). */
+    int wf = openat(dir_fd, "cumuxd-gpu.pid", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (wf >= 0) {
+        char line[32];
+        int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+        ssize_t w = write(wf, line, (size_t)n);
+        (void)w;
+        close(wf);
+    }
+    srv_supervisor_serving();
     serve(lsock);
     cumux_logf("stopping: disconnecting clients");
     close(lsock);
@@ -740,6 +829,8 @@ int main(int argc, char **argv)
         srv_client_free(c);
     }
     unlinkat(dir_fd, "cumuxd.pid", 0);
+    unlinkat(dir_fd, "cumuxd-gpu.pid", 0);
+    srv_fault_watch_stop();
     srv_reaper_stop();
     srv_gpus_fini();
     cumux_logf("stopped");

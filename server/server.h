@@ -228,4 +228,29 @@ bool srv_memop_kernels_load(int gpu);
  * server's kernels where the driver refuses it on pool memory. */
 CUresult srv_memop_run(int gpu, CUstream s, const CUstreamBatchMemOpParams *p, bool pool);
 
+/* ---- faults (fault.c) and the supervisor (supervisor.c) ---- */
+#define CUMUX_EXIT_GPU_FAULT 70 /* a worker's exit status after a fatal GPU error */
+#define SRV_FAULTS_KEPT 16
+struct srv_fault_record {
+    int64_t at_ms;        /* wall clock, milliseconds */
+    int64_t recovered_ms; /* from the fault to a new worker serving; -1 until then */
+    int32_t code;         /* the sticky CUresult */
+    int32_t gpu;
+    char clients[448];    /* the clients that had the GPU then: "id pid uid command; ..." */
+};
+extern struct srv_fault_record srv_faults[SRV_FAULTS_KEPT]; /* the last ones, by srv_nfaults % KEPT */
+extern uint32_t srv_nfaults, srv_worker_restarts;
+extern pid_t srv_supervisor_pid;
+typedef void (*srv_fault_fn)(CUresult r, int gpu);
+bool srv_fault_is_fatal(CUresult r);
+/* Watches every GPU for a sticky error; fn (which must not return) is called with the first one. */
+int srv_fault_watch_start(srv_fault_fn fn);
+void srv_fault_watch_stop(void);
+/* Forks workers until one stops the server (then exits 0); returns 0 in each worker (which goes on
+ * serving), or -1 in the supervisor when workers cannot be had. *ready_fd goes to the first worker only. */
+int srv_supervise(int *ready_fd);
+void srv_supervisor_fault(const struct srv_fault_record *rec); /* from a worker, before it exits */
+void srv_supervisor_serving(void);                            /* from a worker, once it listens */
+int64_t srv_wall_ms(void);
+
 #endif

@@ -130,6 +130,8 @@ int shim_sealable_memfd(const char *name, const void *data, size_t size);
 /* Reply slot of the calling thread (for commands that need the slot for more than one answer). */
 int shim_reply_slot(void);
 bool shim_server_alive(void);
+/* The error of a call that lost the server: the fatal GPU error it reported (shm.server_fault), if any. */
+CUresult shim_lost_error(void);
 
 /* context.c */
 struct CUctx_st *shim_current_ctx(void);

@@ -67,6 +67,12 @@ bool shim_server_alive(void)
     return true;
 }
 
+CUresult shim_lost_error(void)
+{
+    int32_t f = shim.shm ? atomic_load(&shim.shm->server_fault) : 0;
+    return f ? (CUresult)f : CUDA_ERROR_MPS_CONNECTION_FAILED;
+}
+
 static void server_lost(void)
 {
     static _Atomic int said;
@@ -83,7 +89,7 @@ void *shim_ring_reserve(uint32_t size, CUresult *err)
         /* Full: the server is behind. Wait for it, and make sure it is still there. */
         if ((++n & 1023u) == 0 && !shim_server_alive()) {
             server_lost();
-            *err = CUDA_ERROR_MPS_CONNECTION_FAILED;
+            *err = shim_lost_error();
             return NULL;
         }
         sched_yield();
@@ -158,7 +164,7 @@ CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, 
         return r;
     if (cumux_reply_wait(slot, before, shim_server_alive) < 0) {
         server_lost();
-        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+        return shim_lost_error();
     }
     uint32_t len = slot->len <= CUMUX_REPLY_DATA ? slot->len : CUMUX_REPLY_DATA;
     if (reply) {
@@ -191,7 +197,7 @@ int shim_sealable_memfd(const char *name, const void *data, size_t size)
 CUresult shim_send_fd(int fd)
 {
     uint64_t tag = CUMUX_MAGIC;
-    return cumux_sock_send(shim.sock, &tag, sizeof tag, fd) == 0 ? CUDA_SUCCESS : CUDA_ERROR_MPS_CONNECTION_FAILED;
+    return cumux_sock_send(shim.sock, &tag, sizeof tag, fd) == 0 ? CUDA_SUCCESS : shim_lost_error();
 }
 
 /* The descriptor the server sent just before answering the call the caller made (sock_lock held). */

@@ -51,7 +51,7 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch,
         uint64_t len = n - off < chunk ? n - off : chunk;
         int slot = (int)(shim.stage_next++ % CUMUX_STAGING_SLOTS);
         if (!stage_wait(slot, CUMUX_STAGE_FREE, NULL, 0)) {
-            r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+            r = shim_lost_error();
             break;
         }
         uint8_t *buf = shim.shm->staging[slot];
@@ -119,7 +119,7 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
     }
     if (cumux_reply_wait(reply, before, shim_server_alive) < 0)
-        r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+        r = shim_lost_error();
     else
         r = (CUresult)reply->result;
     /* After an error some slots may still say READY: the server's next staged copy starts from FREE. */

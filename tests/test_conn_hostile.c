@@ -392,7 +392,7 @@ static int count_fds(pid_t pid)
 static pid_t server_pid(const char *dir)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/cumuxd.pid", dir);
+    snprintf(path, sizeof path, "%s/cumuxd-gpu.pid", dir); /* the worker, which holds the connections */
     FILE *f = fopen(path, "r");
     REQUIRE(f, "%s: %s", path, strerror(errno));
     int pid = 0;

@@ -6,7 +6,7 @@
 # usage: test_kill_storm.sh CUMUX_CLI SHIM_DIR STORM_CLIENT FATBIN [KILLS [CONCURRENT]]
 set -u
 cli=$1 shim_dir=$2 client=$3 fatbin=$4 kills=${5:-1000} concurrent=${6:-128}
-pid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid") || exit 1
+pid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid") || exit 1 # the GPU worker: a crash would replace it
 export LD_LIBRARY_PATH="$shim_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The shim keeps destroyed objects as dead handles on purpose: in an ASan build of the client that reads
 # as leaks at exit. The server's leaks are what matters here, and the wrapper checks those.

@@ -149,6 +149,11 @@ sanitizer_clean "$log" || fail "sanitizer report in $log: $(cat "$log")"
 "$cli" start >/dev/null 2>&1 || fail "restart"
 pid=$(cat "$pidfile" 2>/dev/null)
 started_pids="$started_pids $pid"
+# Both processes at once: the supervisor stopped first, or it would start a new worker (and a worker whose
+# supervisor is gone stops cleanly, removing the socket).
+wpid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid" 2>/dev/null)
+kill -STOP "$pid" 2>/dev/null
+[ -n "$wpid" ] && kill -KILL "$wpid" 2>/dev/null && wait_gone "$wpid" || fail "could not kill the worker $wpid"
 kill -KILL "$pid" 2>/dev/null && wait_gone "$pid" || fail "could not kill the server $pid"
 [ -S "$sock" ] || fail "expected a stale socket after SIGKILL"
 "$cli" status >/dev/null 2>&1 && fail "status with a stale socket exits 0" || ok "status with a stale socket: not running"

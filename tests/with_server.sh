@@ -65,6 +65,9 @@ else
 fi || { echo "FAIL: cumux start"; show_log; exit 1; }
 pid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid" 2>/dev/null)
 [ -n "$pid" ] || { echo "FAIL: no pid file"; show_log; exit 1; }
+# The GPU worker: its supervisor would replace it silently if it crashed, so it is watched by its own pid.
+wpid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid" 2>/dev/null)
+[ -n "$wpid" ] || { echo "FAIL: no worker pid file"; show_log; exit 1; }
 baseline=""
 if [ $fake = 1 ]; then
     if ! "$cli" status 2>/dev/null | grep -q '^GPU 0: cumux fake GPU'; then
@@ -75,6 +78,8 @@ if [ $fake = 1 ]; then
     fi
     i=0
     while [ ! -s "$stats" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    # The fake rewrites its counts every 100 ms: a fresh copy holds what the server made while starting.
+    sleep 0.3
     baseline=$(cat "$stats" 2>/dev/null)
     [ -n "$baseline" ] || { echo "FAIL: the fake driver wrote no counts to $stats"; show_log; exit 1; }
 fi
@@ -83,8 +88,8 @@ fi
 rc=$?
 [ $rc -eq 0 ] || echo "FAIL: $* exited $rc"
 
-if ! running "$pid"; then
-    echo "FAIL: cumuxd died during the test"
+if ! running "$pid" || ! running "$wpid"; then
+    echo "FAIL: cumuxd (or its GPU worker $wpid) died during the test"
     rc=1
 else
     # Every client of the command is gone, however it ended.

@@ -270,15 +270,27 @@ CUresult cuInit(unsigned int flags)
     return init_result;
 }
 
+/* A fatal fault (the fault_store kernel): as the driver does, every later call of the process returns it. */
+static _Atomic int sticky_error;
+
+void fc_fault_sticky(CUresult r)
+{
+    int none = 0;
+    atomic_compare_exchange_strong(&sticky_error, &none, (int)r);
+}
+
 CUresult fc_check_init(void)
 {
-    return initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    if (!initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return (CUresult)atomic_load(&sticky_error);
 }
 
 #define INIT_OR_RETURN()                                                                               \
     do {                                                                                               \
-        if (!initialized)                                                                              \
-            return CUDA_ERROR_NOT_INITIALIZED;                                                         \
+        CUresult init_r_ = fc_check_init();                                                            \
+        if (init_r_ != CUDA_SUCCESS)                                                                   \
+            return init_r_;                                                                            \
     } while (0)
 
 CUresult cuDriverGetVersion(int *v)

@@ -128,6 +128,14 @@ KERNEL k_write_value(const struct fc_launch *l)
     *PTR(int32_t, out) = a_i32(l, 1);
 }
 
+/* A store to an address no allocation holds: on a GPU a fatal fault of the whole context. The fake
+ * touches nothing and makes the fault sticky (the oracle is for the server's mistakes, not this). */
+KERNEL k_fault_store(const struct fc_launch *l)
+{
+    (void)l;
+    fc_fault_sticky(CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
 /* cumuxd's own kernels for stream memory operations on pool memory (server/memop_kernels.c): a release
  * store; a wait polled as the fake's cuStreamWaitValue is, CUMUX_FAKE_WAIT_LIMIT_MS included. */
 KERNEL k_cumux_mem_write(const struct fc_launch *l)
@@ -324,6 +332,7 @@ const struct fc_kernel_def fc_kernels[] = {
     {"spin_flag", "kernel spin_flag", 3, {0, 8, 16}, {8, 8, 4}, 1024, 16, 0, k_spin_flag},
     {"copy_flag", "kernel copy_flag", 2, {0, 8}, {8, 8}, 1024, 8, 0, k_copy_flag},
     {"write_value", "kernel write_value", 2, {0, 8}, {8, 4}, 1024, 8, 0, k_write_value},
+    {"fault_store", "kernel fault_store", 1, {0}, {8}, 1024, 8, 0, k_fault_store},
     {"cumux_mem_write", "kernel cumux_mem_write", 3, {0, 8, 16}, {8, 8, 4}, 1, 16, 0, k_cumux_mem_write},
     {"cumux_mem_wait", "kernel cumux_mem_wait", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 1, 20, 0, k_cumux_mem_wait},
     {"cond_count", "kernel cond_count", 3, {0, 8, 16}, {8, 8, 4}, 1024, 12, 0, k_cond_count},

@@ -815,7 +815,9 @@ CUresult cuStreamSynchronize(CUstream hs)
     CHECK_RET(fc_stream_usable(hs));
     struct fc_stream *s = stream_get(hs);
     stream_wait(s, submitted(s));
-    return atomic_exchange(&s->faulted, 0) ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
+    if (atomic_exchange(&s->faulted, 0))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    return fc_check_init(); /* a fatal fault while it waited */
 }
 
 CUresult cuStreamQuery(CUstream hs)
@@ -823,7 +825,9 @@ CUresult cuStreamQuery(CUstream hs)
     CHECK_RET(fc_check_init());
     CHECK_RET(fc_stream_usable(hs));
     struct fc_stream *s = stream_get(hs);
-    return atomic_load(&s->completed) >= submitted(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    if (atomic_load(&s->completed) < submitted(s))
+        return CUDA_ERROR_NOT_READY;
+    return fc_check_init();
 }
 
 /* ---------------------------------------------------------------- capture */
@@ -1342,7 +1346,7 @@ CUresult cuEventSynchronize(CUevent he)
             r = CUDA_ERROR_ILLEGAL_ADDRESS;
         stream_unref(s);
     }
-    return r;
+    return r != CUDA_SUCCESS ? r : fc_check_init(); /* a fatal fault while it waited */
 }
 
 CUresult cuEventElapsedTime(float *ms, CUevent ha, CUevent hb)

@@ -128,4 +128,10 @@ __global__ void surf_write_2d(cudaSurfaceObject_t s, int w, int h, float base)
         surf2Dwrite(base + x + 1000.0f * y, s, x * (int)sizeof(float), y);
 }
 
+/* A store where nothing is mapped: a fatal fault of the context (tests/gpu/test_fault.c). */
+__global__ void fault_store(unsigned *p)
+{
+    *p = 1u;
+}
+
 } // extern "C"

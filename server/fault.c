@@ -1,0 +1,91 @@
+/* Fatal GPU errors: seen as they happen, reported to every client, and the worker gives way.
+ *
+ * A kernel that faults (an illegal address, a device-side assert, a trap) leaves the context with a sticky
+ * error: every later call of the process returns it. Probed on the H200 (driver 13.0): neither
+ * cuDevicePrimaryCtxReset nor a new context brings CUDA back in that process (cuDevicePrimaryCtxRetain then
+ * answers CUDA_ERROR_ILLEGAL_ADDRESS itself). So the worker that holds the context cannot recover: it
+ * writes the error into each client's channel (its calls return it from then on, as a program's own faulted
+ * context would), tells the supervisor what happened and exits; the supervisor starts a fresh worker on the
+ * same listening socket (supervisor.c).
+ *
+ * Seen as it happens: a watch thread queries an idle stream of each GPU every few milliseconds, which
+ * answers the sticky error as soon as the context has it, whether or not a client synchronizes. */
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "server/server.h"
+
+#define WATCH_PERIOD_NS 2000000L
+
+static CUstream watch_stream[CUMUX_MAX_DEVICES];
+static pthread_t watch_thread;
+static _Atomic int watch_stop;
+static srv_fault_fn fault_fn;
+
+bool srv_fault_is_fatal(CUresult r)
+{
+    switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void *watch(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&watch_stop)) {
+        for (int g = 0; g < srv_gpu_count && g < CUMUX_MAX_DEVICES; g++) {
+            if (!watch_stream[g])
+                continue;
+            cuCtxSetCurrent(srv_gpus[g].ctx);
+            CUresult r = cuStreamQuery(watch_stream[g]);
+            if (srv_fault_is_fatal(r) && fault_fn)
+                fault_fn(r, g); /* does not return */
+        }
+        struct timespec ts = {0, WATCH_PERIOD_NS};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int srv_fault_watch_start(srv_fault_fn fn)
+{
+    fault_fn = fn;
+    for (int g = 0; g < srv_gpu_count && g < CUMUX_MAX_DEVICES; g++) {
+        cuCtxSetCurrent(srv_gpus[g].ctx);
+        if (cuStreamCreate(&watch_stream[g], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            cumux_logf("GPU %d: no stream to watch for faults: they are seen at the next failing call only", g);
+            watch_stream[g] = NULL;
+        }
+    }
+    return pthread_create(&watch_thread, NULL, watch, NULL) == 0 ? 0 : -1;
+}
+
+void srv_fault_watch_stop(void)
+{
+    atomic_store(&watch_stop, 1);
+    pthread_join(watch_thread, NULL);
+    for (int g = 0; g < srv_gpu_count && g < CUMUX_MAX_DEVICES; g++) {
+        if (watch_stream[g]) {
+            cuCtxSetCurrent(srv_gpus[g].ctx);
+            cuStreamDestroy(watch_stream[g]);
+        }
+    }
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A program that faults the GPU (gpu_fault: a store where nothing is mapped) gets its error, and cumuxd
+# serves the next program by itself: the faulted worker gives way to a new one under the same supervisor,
+# `cumux status` lists the fault, and nothing is left when the server stops. On the fake driver in CI
+# (its fault_store kernel makes the context's error sticky, as a GPU does); on a GPU through the same script.
+# usage: test_fault_recover.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR [ROUNDS]
+set -u
+cli=$1 drv=$2 gdir=$3 rounds=${4:-3}
+tmp=$(mktemp -d) || exit 2
+export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0
+pids_of_ours() { # the cumuxd processes (supervisor and workers) of this pipe directory
+    for d in /proc/[0-9]*; do
+        case "$(cat "$d/comm" 2>/dev/null)" in cumuxd | cumuxd-gpu) ;; *) continue ;; esac
+        grep -q '^State:[[:space:]]*Z' "$d/status" 2>/dev/null && continue
+        tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "CUMUX_PIPE_DIRECTORY=$CUMUX_PIPE_DIRECTORY" &&
+            echo "${d#/proc/}"
+    done
+}
+cleanup() {
+    "$cli" stop >/dev/null 2>&1
+    for p in $(pids_of_ours); do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*"
+    echo "---- cumuxd log ----"
+    cat "$tmp/log/cumuxd.log" 2>/dev/null
+    exit 1
+}
+now_ms() { date +%s%3N; }
+
+LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+spid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid")
+"$cli" run -- "$gdir/gpu_vecadd" >/dev/null 2>&1 || fail "gpu_vecadd before any fault"
+worst=0
+for ((r = 1; r <= rounds; r++)); do
+    w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
+    out=$("$cli" run -- "$gdir/gpu_fault" 2>&1) || fail "round $r: gpu_fault did not get its error: $out"
+    t0=$(now_ms)
+    # The next program is served by a new worker: it may connect while the old one goes (and wait in the
+    # socket's backlog), never be refused.
+    ok=0
+    for ((i = 0; i < 100; i++)); do
+        if "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/vecadd.out" 2>&1; then
+            ok=1
+            break
+        fi
+        sleep 0.1
+    done
+    t1=$(now_ms)
+    [ $ok = 1 ] || fail "round $r: no program served after the fault: $(cat "$tmp/vecadd.out")"
+    [ $((t1 - t0)) -gt $worst ] && worst=$((t1 - t0))
+    [ $i = 0 ] || echo "round $r: the first program after the fault failed; served at try $((i + 1))"
+    kill -0 "$spid" 2>/dev/null || fail "round $r: the supervisor $spid is gone"
+    w1=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
+    [ "$w1" != "$w0" ] || fail "round $r: the faulted worker $w0 still serves"
+    kill -0 "$w0" 2>/dev/null && fail "round $r: the faulted worker $w0 still runs"
+    st=$("$cli" status) || fail "round $r: cumux status"
+    echo "$st" | grep -q "fatal GPU faults: $r;" || fail "round $r: status does not count the fault: $st"
+    echo "$st" | grep -q "CUDA_ERROR_ILLEGAL_ADDRESS, serving again after" ||
+        fail "round $r: status does not describe the fault: $st"
+    echo "$st" | grep -q '^clients: 0$' || fail "round $r: clients listed after the fault: $st"
+done
+grep -q 'fatal error CUDA_ERROR_ILLEGAL_ADDRESS' "$tmp/log/cumuxd.log" || fail "the log does not tell the fault"
+echo "fault recovery: $rounds faults, a program served within $worst ms of its culprit's exit (worst)"
+"$cli" stop >/dev/null || fail "cumux stop"
+for ((i = 0; i < 50; i++)); do [ -z "$(pids_of_ours)" ] && break; sleep 0.1; done
+[ -z "$(pids_of_ours)" ] || fail "cumuxd processes left after stop: $(pids_of_ours)"
+echo "PASS fault_recover"
