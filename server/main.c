@@ -620,6 +620,19 @@ static bool parse_limit(const char *text, const char *from, long max, uint32_t *
 #define MAX_CLIENTS_CAP 65536L
 #define MAX_HANDLES_CAP (1L << 24) /* handle_new's table never grows past it anyway */
 
+/* NAME in the pipe directory (checked to be ours: see main) holds this process's pid. */
+static void write_pid_file(int dir_fd, const char *name)
+{
+    int fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return;
+    char line[32];
+    int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+
 int main(int argc, char **argv)
 {
     bool foreground = false;
@@ -759,14 +772,7 @@ int main(int argc, char **argv)
     }
     if (fchmodat(dir_fd, CUMUX_SOCKET_NAME, 0600, 0) < 0)
         cumux_logf("cannot make %s owner-only: %s (the directory still is)", sock_path, strerror(errno));
-    int pf = openat(dir_fd, "cumuxd.pid", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (pf >= 0) {
-        char line[32];
-        int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
-        ssize_t w = write(pf, line, (size_t)n);
-        (void)w;
-        close(pf);
-    }
+    write_pid_file(dir_fd, "cumuxd.pid");
     signal(SIGPIPE, SIG_IGN);
     /* From here on this is a worker; the supervisor stays in srv_supervise until the server stops. */
     if (srv_supervise(&ready[1]) < 0) {
@@ -790,6 +796,9 @@ int main(int argc, char **argv)
     }
     if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault) < 0)
         goto out;
+    /* The worker's pid, for whoever must tell a new worker from the old one (tests, monitoring): there
+     * before `cumux start` returns. */
+    write_pid_file(dir_fd, "cumuxd-gpu.pid");
     cumux_logf("listening on %s with %d GPU(s)", sock_path, srv_gpu_count);
     st = 0;
     if (ready[1] >= 0) {
@@ -797,15 +806,6 @@ int main(int argc, char **argv)
         (void)w;
         close(ready[1]);
         ready[1] = -1;
-    }
-    /* The worker's pid, for whoever must tell a new worker from the old one (tests, monitoring). */
-    int wf = openat(dir_fd, "cumuxd-gpu.pid", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (wf >= 0) {
-        char line[32];
-        int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
-        ssize_t w = write(wf, line, (size_t)n);
-        (void)w;
-        close(wf);
     }
     srv_supervisor_serving();
     serve(lsock);
