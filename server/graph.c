@@ -326,7 +326,6 @@ static CUresult node_add_begin(struct srv_client *c, struct srv_graph *graph, ui
     return node_list(c, (const uint32_t *)(const void *)payload, ndeps, graph->handle, a->deps);
 }
 
-/* The node the driver added (when r is success) gets a handle, which is the reply. */
 /* The client's handle of a node just added to graph (0: out of memory). */
 static uint32_t node_wrap(struct srv_client *c, uint32_t graph, CUgraphNode node)
 {
@@ -1025,15 +1024,7 @@ static uint32_t node_handle(struct srv_client *c, uint32_t graph, CUgraphNode n)
         if (nd && nd->n == n && nd->graph == graph)
             return h;
     }
-    struct srv_graph_node *nd = malloc(sizeof *nd);
-    if (!nd)
-        return 0;
-    nd->n = n;
-    nd->graph = graph;
-    uint32_t h = handle_new(c, OBJ_GRAPH_NODE, nd);
-    if (!h)
-        free(nd);
-    return h;
+    return node_wrap(c, graph, n);
 }
 
 /* ---- clones ---- */

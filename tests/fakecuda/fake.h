@@ -62,6 +62,9 @@ void fc_mem_release(uint64_t base); /* the stream reached the free: unmapped now
 CUresult fc_mem_free_begin(uint64_t base); /* a free is queued: a second one is an error */
 bool fc_mem_stream_ordered(uint64_t p); /* pool memory: no stream memory operations on it */
 void fc_fault_sticky(CUresult r); /* a fatal fault: every later call returns r */
+/* A stream memory wait (cond: CU_STREAM_WAIT_VALUE_GEQ..NOR) and write, as a stream or a kernel runs them. */
+void fc_wait_value(uint64_t addr, uint64_t want, bool wide, unsigned cond);
+void fc_write_value(uint64_t addr, uint64_t v, bool wide);
 /* Graph memory (fake_graph.c): an allocation node's op, made with its memory; whether ptr is graph memory
  * (freed by a free node or cuMemFreeAsync without effect: its graph holds it); a reference more or less. */
 struct fc_op *fc_gmem_op(uint64_t size, CUresult *r);

@@ -4,9 +4,7 @@
  * threads the real kernel would have (grid x block in x) do work. */
 #include <math.h>
 #include <string.h>
-#include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "fake.h"
 #include "gpu_shared.h" /* gt_mix, gt_xform, GT_TILE, GT_TABLE_LEN: the same code the GPU runs */
@@ -140,40 +138,18 @@ KERNEL k_fault_store(const struct fc_launch *l)
  * store; a wait polled as the fake's cuStreamWaitValue is, CUMUX_FAKE_WAIT_LIMIT_MS included. */
 KERNEL k_cumux_mem_write(const struct fc_launch *l)
 {
-    uint64_t a = a_ptr(l, 0), v = a_ptr(l, 1);
-    uint32_t size = a_u32(l, 2);
-    fc_oracle_any(l->call, a, size == 8 ? 8 : 4);
-    if (size == 8)
-        __atomic_store_n(PTR(uint64_t, a), v, __ATOMIC_RELEASE);
-    else
-        __atomic_store_n(PTR(uint32_t, a), (uint32_t)v, __ATOMIC_RELEASE);
-}
-
-static bool mem_wait_ready(uint64_t a, uint64_t want, uint32_t size, uint32_t cond)
-{
-    bool wide = size == 8;
-    uint64_t v = wide ? __atomic_load_n(PTR(uint64_t, a), __ATOMIC_ACQUIRE) : __atomic_load_n(PTR(uint32_t, a), __ATOMIC_ACQUIRE);
-    uint64_t mask = wide ? ~0ull : 0xffffffffull;
-    switch (cond) {
-    case 0: return wide ? (int64_t)(v - want) >= 0 : (int32_t)(uint32_t)(v - want) >= 0;
-    case 1: return v == want;
-    case 2: return (v & want) != 0;
-    default: return (~(v | want) & mask) != 0;
-    }
+    uint64_t a = a_ptr(l, 0);
+    bool wide = a_u32(l, 2) == 8;
+    fc_oracle_any(l->call, a, wide ? 8 : 4);
+    fc_write_value(a, a_ptr(l, 1), wide);
 }
 
 KERNEL k_cumux_mem_wait(const struct fc_launch *l)
 {
-    uint64_t a = a_ptr(l, 0), want = a_ptr(l, 1);
-    uint32_t size = a_u32(l, 2), cond = a_u32(l, 3);
-    fc_oracle_any(l->call, a, size == 8 ? 8 : 4);
-    if (mem_wait_ready(a, want, size, cond))
-        return;
-    fc_order_release(); /* it waits for other streams, or the host */
-    const char *e = getenv("CUMUX_FAKE_WAIT_LIMIT_MS");
-    long limit_us = e && *e ? atol(e) * 1000 : -1;
-    for (long waited = 0; !mem_wait_ready(a, want, size, cond) && (limit_us < 0 || waited < limit_us); waited += 100)
-        usleep(100);
+    uint64_t a = a_ptr(l, 0);
+    bool wide = a_u32(l, 2) == 8;
+    fc_oracle_any(l->call, a, wide ? 8 : 4);
+    fc_wait_value(a, a_ptr(l, 1), wide, a_u32(l, 3));
 }
 
 KERNEL k_cond_count(const struct fc_launch *l)

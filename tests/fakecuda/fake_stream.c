@@ -201,19 +201,39 @@ static uint64_t memop_size(unsigned op)
     return op == CU_STREAM_MEM_OP_WAIT_VALUE_64 || op == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
 }
 
-/* Whether a stream wait's condition holds for the value now in memory (CUDA's definitions). */
-static bool memop_ready(const struct fc_op *op)
+/* Whether a wait's condition holds for the value now in memory (CUDA's definitions); cond without FLUSH. */
+static bool value_ready(uint64_t addr, uint64_t want, bool wide, unsigned cond)
 {
-    bool wide = op->u.mem.op == CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    uint64_t v = wide ? __atomic_load_n((uint64_t *)(uintptr_t)op->u.mem.addr, __ATOMIC_ACQUIRE)
-                      : __atomic_load_n((uint32_t *)(uintptr_t)op->u.mem.addr, __ATOMIC_ACQUIRE);
-    uint64_t want = op->u.mem.value, mask = wide ? ~0ull : 0xffffffffull;
-    switch (op->u.mem.flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH) {
+    uint64_t v = wide ? __atomic_load_n((uint64_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE)
+                      : __atomic_load_n((uint32_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE);
+    uint64_t mask = wide ? ~0ull : 0xffffffffull;
+    switch (cond) {
     case CU_STREAM_WAIT_VALUE_GEQ: return wide ? (int64_t)(v - want) >= 0 : (int32_t)(uint32_t)(v - want) >= 0;
     case CU_STREAM_WAIT_VALUE_EQ: return v == want;
     case CU_STREAM_WAIT_VALUE_AND: return (v & want) != 0;
     default: return (~(v | want) & mask) != 0; /* NOR */
     }
+}
+
+void fc_wait_value(uint64_t addr, uint64_t want, bool wide, unsigned cond)
+{
+    if (value_ready(addr, want, wide, cond))
+        return;
+    fc_order_release(); /* it waits for other streams, or the host */
+    /* CUMUX_FAKE_WAIT_LIMIT_MS: give up after that long (fuzzing, where nobody writes the word). */
+    const char *e = getenv("CUMUX_FAKE_WAIT_LIMIT_MS");
+    long limit_us = e && *e ? atol(e) * 1000 : -1;
+    for (long waited = 0; !value_ready(addr, want, wide, cond) && (limit_us < 0 || waited < limit_us);
+         waited += 100)
+        usleep(100);
+}
+
+void fc_write_value(uint64_t addr, uint64_t v, bool wide)
+{
+    if (wide)
+        __atomic_store_n((uint64_t *)(uintptr_t)addr, v, __ATOMIC_RELEASE);
+    else
+        __atomic_store_n((uint32_t *)(uintptr_t)addr, (uint32_t)v, __ATOMIC_RELEASE);
 }
 
 static uint64_t copy_span(uint64_t pitch, uint64_t slice, const struct fc_copy *c)
@@ -349,18 +369,11 @@ void fc_op_run(struct fc_op *op)
                 fc_op_run(op->u.graph.ops[i]);
         break;
     case OP_MEMOP:
-        if (op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_64) {
-            __atomic_store_n((uint64_t *)(uintptr_t)op->u.mem.addr, op->u.mem.value, __ATOMIC_RELEASE);
-        } else if (op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_32) {
-            __atomic_store_n((uint32_t *)(uintptr_t)op->u.mem.addr, (uint32_t)op->u.mem.value, __ATOMIC_RELEASE);
-        } else if (op->u.mem.op != CU_STREAM_MEM_OP_BARRIER && !memop_ready(op)) {
-            fc_order_release(); /* it waits for other streams, or the host */
-            /* CUMUX_FAKE_WAIT_LIMIT_MS: give up after that long (fuzzing, where nobody writes the word). */
-            const char *e = getenv("CUMUX_FAKE_WAIT_LIMIT_MS");
-            long limit_us = e && *e ? atol(e) * 1000 : -1;
-            for (long waited = 0; !memop_ready(op) && (limit_us < 0 || waited < limit_us); waited += 100)
-                usleep(100);
-        }
+        if (op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_64 || op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_32)
+            fc_write_value(op->u.mem.addr, op->u.mem.value, op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_64);
+        else if (op->u.mem.op != CU_STREAM_MEM_OP_BARRIER)
+            fc_wait_value(op->u.mem.addr, op->u.mem.value, op->u.mem.op == CU_STREAM_MEM_OP_WAIT_VALUE_64,
+                          op->u.mem.flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH);
         break;
     case OP_EMPTY:
     case OP_GMEM: /* the memory exists as long as its graph */
