@@ -15,7 +15,8 @@ declare -A started
 killed=0 early=0
 t0=$SECONDS
 log_dir=$(mktemp -d) || exit 2
-trap 'rm -rf "$log_dir"' EXIT
+# Clients still running when the test stops early (a failure) go too: none may outlive it.
+trap 'for p in "${!started[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$log_dir"' EXIT
 # Microseconds, without a fork: this loop must keep up with 128 busy clients on two cores.
 now_us() { local t=${EPOCHREALTIME/[.,]/}; now=$((10#$t)); }
 spawn() {

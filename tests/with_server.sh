@@ -91,6 +91,8 @@ rc=$?
 if ! running "$pid" || ! running "$wpid"; then
     echo "FAIL: cumuxd (or its GPU worker $wpid) died during the test"
     rc=1
+    # A supervisor that replaced its worker still runs: it is stopped as after any test.
+    running "$pid" && ! "$cli" stop >/dev/null && echo "FAIL: cumux stop"
 else
     # Every client of the command is gone, however it ended.
     i=0
