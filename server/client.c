@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/map.h"
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -141,7 +142,7 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
     /* The client must not be able to resize what the server maps (SIGBUS in the server). */
     if (fcntl(c->shm_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
         goto fail;
-    c->shm = mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED, c->shm_fd, 0);
+    c->shm = cumux_mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED, c->shm_fd, 0);
     if (c->shm == MAP_FAILED) {
         c->shm = NULL;
         goto fail;

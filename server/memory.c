@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/map.h"
 #include "common/sock.h"
 #include "server/handlers.h"
 
@@ -201,13 +202,14 @@ CUresult op_host_alloc(struct srv_client *c, const struct cumux_host_alloc *m, u
     /* The same address in both processes lets a kernel use the pointer the client was given. */
     void *p = MAP_FAILED;
     if (m->client_addr && (m->client_addr & 4095) == 0)
-        p = mmap((void *)(uintptr_t)m->client_addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+        p = cumux_mmap((void *)(uintptr_t)m->client_addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE,
+                       fd, 0);
     if (p != MAP_FAILED && (uint64_t)(uintptr_t)p != m->client_addr) {
         munmap(p, len); /* old kernels ignore MAP_FIXED_NOREPLACE */
         p = MAP_FAILED;
     }
     if (p == MAP_FAILED)
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        p = cumux_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;

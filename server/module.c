@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/map.h"
 #include "common/launch_attrs.h"
 #include "common/jit.h"
 #include "server/handlers.h"
@@ -51,10 +52,10 @@ void *srv_map_image(int fd, size_t size, size_t *map_len)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t full = size / page * page, rem = size - full;
     size_t len = full + (rem ? page : 0) + page;
-    uint8_t *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *base = cumux_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
         return NULL;
-    if ((full && mmap(base, full, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) ||
+    if ((full && cumux_mmap(base, full, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) ||
         (rem && pread(fd, base + full, rem, (off_t)full) != (ssize_t)rem) ||
         mprotect(base + full, len - full, PROT_READ) < 0) {
         munmap(base, len);

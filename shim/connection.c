@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/map.h"
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -286,7 +287,7 @@ static CUresult connect_server(void)
             close(fd);
         return w.status ? (CUresult)w.status : CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
-    void *m = mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = cumux_mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
         close(s);

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/map.h"
 #include "common/channel.h"
 #include "shim/client.h"
 
@@ -183,7 +184,7 @@ static CUresult pinned_alloc(void **pp, size_t size, unsigned int flags, bool ma
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    void *mine = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *mine = cumux_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (mine == MAP_FAILED) {
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -197,7 +198,7 @@ static CUresult pinned_alloc(void **pp, size_t size, unsigned int flags, bool ma
     }
     if (server_addr != (uint64_t)(uintptr_t)mine) {
         /* The server mapped it elsewhere: move ours there if we can, so that both agree on the address. */
-        void *moved = mmap((void *)(uintptr_t)server_addr, len, PROT_READ | PROT_WRITE,
+        void *moved = cumux_mmap((void *)(uintptr_t)server_addr, len, PROT_READ | PROT_WRITE,
                            MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
         if (moved != MAP_FAILED && (uint64_t)(uintptr_t)moved == server_addr) {
             munmap(mine, len);
@@ -510,7 +511,7 @@ CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
         }
         done += (size_t)w;
     }
-    if (mmap((void *)base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    if (cumux_mmap((void *)base, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
         close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/map.h"
 #include "fake.h"
 
 struct fc_stats fc_stats;
@@ -242,7 +243,7 @@ static void init_device(void)
     /* Then as much again for VMM reservations (fake_vmm.c): device address space too, so that a stream's
      * access to a range unmapped under it is a GPU fault, as for freed memory, not the process's death. */
     vmm_span = total_mem * 4 + (1ull << 30);
-    void *p = mmap(NULL, region_size + vmm_span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = cumux_mmap(NULL, region_size + vmm_span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         fprintf(stderr, "fakecuda: cannot reserve %llu bytes of address space: %s\n",
                 (unsigned long long)(region_size + vmm_span), strerror(errno));

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/map.h"
 #include "fake.h"
 
 #define FC_GRANULARITY (2ull << 20)
@@ -178,7 +179,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
         pthread_mutex_unlock(&vmm_mu);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
+    void *p = cumux_mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
     if (p == MAP_FAILED) {
         pthread_mutex_unlock(&vmm_mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -204,7 +205,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     if (m.accessible)
         fc_dev_range_remove(ptr);
     /* Back to reserved address space, inaccessible. */
-    mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    cumux_mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     bool last = --m.alloc->maps == 0 && m.alloc->released;
     pthread_mutex_unlock(&vmm_mu);
     if (last)
