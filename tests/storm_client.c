@@ -11,6 +11,21 @@
 
 #define N 4096
 
+static float a[N], c[N];
+
+/* A wrong result: read everything back again, so that the log tells which copy or launch was stale. */
+static void report_mismatch(long r, int i, CUdeviceptr da, CUdeviceptr db, CUdeviceptr dc, float direct)
+{
+    static float again_a[N], again_b[N], again_c[N];
+    CUresult ra = cuMemcpyDtoH(again_a, da, sizeof again_a), rb = cuMemcpyDtoH(again_b, db, sizeof again_b),
+             rc = cuMemcpyDtoH(again_c, dc, sizeof again_c);
+    gt_fail("round %ld: c[%d] = %g (staged copy), %g (direct copy), expected %g; read again (%d %d %d): a %g (want "
+            "%g), b %g (want %g), c %g; da %#llx db %#llx dc %#llx",
+            r, i, c[i], (double)direct, (double)((float)(i + r) + (float)(2 * i)), (int)ra, (int)rb, (int)rc, again_a[i],
+            (double)a[i], again_b[i], (double)(2 * i), again_c[i], (unsigned long long)da, (unsigned long long)db,
+            (unsigned long long)dc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -23,7 +38,6 @@ int main(int argc, char **argv)
     gt_primary_ctx(0, NULL);
     CUmodule mod = gt_module_from_file_data(argv[1]);
     CUfunction vec_add = gt_function(mod, "vec_add");
-    static float a[N], c[N];
     for (long r = 0; rounds == 0 || r < rounds; r++) {
         CUstream s;
         CUevent e0, e1;
@@ -49,9 +63,12 @@ int main(int argc, char **argv)
         CK(cuEventRecord(e1, s));
         CK(cuStreamSynchronize(s));
         CK(cuMemcpyDtoH(c, dc, sizeof c));
+        /* The result again, by the direct path into pinned memory: a wrong result then tells a stale
+         * staging copy (only c wrong) from work that ran late (both wrong). */
+        CK(cuMemcpyDtoH(pinned, dc, N * sizeof(float)));
         for (int i = 0; i < N; i++)
-            if (c[i] != (float)(i + r) + (float)(2 * i))
-                gt_fail("round %ld: c[%d] = %g, expected %g", r, i, c[i], (double)((float)(i + r) + (float)(2 * i)));
+            if (c[i] != (float)(i + r) + (float)(2 * i) || pinned[i] != c[i])
+                report_mismatch(r, i, da, db, dc, pinned[i]);
         /* Odd rounds among the first 64 leave their objects behind: the server frees them when the client
          * goes. */
         if (r % 2 == 0 || r > 64) {
