@@ -142,6 +142,20 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     say "hostile clients: $hostile_note"
 fi
 
+# --- a fatal GPU fault (gpu_fault: a store where nothing is mapped): cumuxd replaces its GPU worker by
+# itself and serves the next program (tests/test_fault_recover.sh, as in CI on the fake driver) ---
+fault_note="not run"
+if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/tests/gpu/gpu_fault" ]; then
+    say "fault recovery (test_fault_recover.sh, 5 faults) on the GPU"
+    mkdir -p "$logs/no-driver-dir"
+    timeout -k 5 120 tests/test_fault_recover.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 5 \
+        >"$logs/fault-recover.txt" 2>&1
+    frc=$?
+    fault_note="exit $frc; $(grep -h '^fault recovery:' "$logs/fault-recover.txt" | tail -1)"
+    [ $frc = 0 ] || tests_rc="${tests_rc} (fault recovery failed)"
+    say "fault recovery: $fault_note"
+fi
+
 # --- benchmarks ---
 bench_rc="not run"
 if [ -n "$build" ] && [ $do_bench = 1 ]; then
@@ -227,6 +241,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     fi
     echo "cumux trace of a cuBLAS program: $trace_note"
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
+    echo "fault recovery (5 faults of gpu_fault): $fault_note"
     [ "$fuzz_s" -gt 0 ] && echo "fuzzing: $fuzz_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"

@@ -470,8 +470,17 @@ static void command_of(pid_t pid, char *out, size_t cap)
     out[n] = 0;
 }
 
+static int listen_sock = -1; /* the serving worker's copy of the listening socket */
+
 static void on_gpu_fault(CUresult r, int gpu)
 {
+    /* This worker accepts nobody more: the socket is the standby's now (the supervisor's and the other
+     * workers' copies stay open; only this descriptor is replaced). */
+    if (listen_sock >= 0) {
+        int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (nul >= 0)
+            dup2(nul, listen_sock);
+    }
     struct srv_fault_record rec = {.at_ms = srv_wall_ms(), .recovered_ms = -1, .code = (int32_t)r, .gpu = gpu};
     const char *name = NULL;
     cuGetErrorName(r, &name);
@@ -796,6 +805,18 @@ int main(int argc, char **argv)
     }
     if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault) < 0)
         goto out;
+    if (srv_worker_is_standby()) {
+        cumux_logf("standby worker ready: it takes over if the serving worker fails");
+        if (srv_standby_wait(&stop_requested) < 0) {
+            srv_fault_watch_stop();
+            srv_reaper_stop();
+            srv_gpus_fini();
+            st = 0;
+            goto out;
+        }
+        cumux_logf("standby worker takes over");
+    }
+    listen_sock = lsock;
     /* The worker's pid, for whoever must tell a new worker from the old one (tests, monitoring): there
      * before `cumux start` returns. */
     write_pid_file(dir_fd, "cumuxd-gpu.pid");

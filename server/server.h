@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -251,6 +252,10 @@ void srv_fault_watch_stop(void);
 int srv_supervise(int *ready_fd);
 void srv_supervisor_fault(const struct srv_fault_record *rec); /* from a worker, before it exits */
 void srv_supervisor_serving(void);                            /* from a worker, once it listens */
+/* A standby worker (GPUs up, not serving) waits here until it is told to take over: 0 then, with the
+ * supervisor's history of faults; -1 when the server stops first. */
+bool srv_worker_is_standby(void);
+int srv_standby_wait(volatile sig_atomic_t *stop);
 int64_t srv_wall_ms(void);
 
 #endif

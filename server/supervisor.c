@@ -1,13 +1,24 @@
 /* The supervisor: cumuxd's first process holds the lock, the listening socket and the pid file, and runs
  * the GPU work in a worker process it forks. A worker whose context met a fatal error (fault.c: no process
- * can use CUDA again after one) reports it here and exits; one that crashes is gone as well. Either way a
- * new worker is forked at once on the same listening socket: programs that connect meanwhile wait in its
- * backlog, none is refused, and nobody has to restart anything. The supervisor itself never touches CUDA
- * (a process that initialized CUDA cannot use it in a forked child). What happened is kept here and
- * inherited by each new worker, which shows it in `cumux status`. */
+ * can use CUDA again after one) reports it here and exits; one that crashes is gone as well. Either way
+ * another worker takes over on the same listening socket: programs that connect meanwhile wait in its
+ * backlog, none is refused, and nobody has to restart anything.
+ *
+ * Starting a worker means cuInit and a context per GPU: hundreds of milliseconds on a real GPU. So once
+ * the first worker serves, a standby worker is forked that starts its GPUs and then waits; a failing
+ * worker is replaced by the standby in about a millisecond (it is told to go as soon as the fault is
+ * reported, before the failed process has even exited), and a new standby is started behind it. The
+ * standby's context costs GPU memory; CUMUX_STANDBY=0 turns it off (then a new worker starts cold).
+ *
+ * The supervisor itself never touches CUDA (a process that initialized CUDA cannot use it in a forked
+ * child). What happened is kept here and handed to each worker that starts serving, which shows it in
+ * `cumux status`. */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,10 +33,25 @@
 #define RESTARTS_FAST 20      /* restarts within RESTART_WINDOW_S before the supervisor slows down */
 #define RESTART_WINDOW_S 60
 #define INIT_RETRIES 10       /* a new worker that cannot start its GPUs: tries, 1 s apart */
+#define STANDBY_RETRIES 5     /* standby workers that die before they are needed: then none is kept */
+
+enum sup_kind {
+    SUP_SERVING = 1, /* a worker serves (rec.recovered_ms: for the last fault) */
+    SUP_FAULT = 2,   /* a worker's GPU met a fatal error (rec); it exits next */
+    SUP_STANDBY = 3, /* a standby worker's GPUs are up: it waits to be told to go */
+};
 
 struct sup_msg {
-    uint32_t kind; /* 1: serving (rec.recovered_ms for the last fault), 2: a fatal fault (rec) */
+    uint32_t kind;
+    int32_t from; /* the worker's pid */
     struct srv_fault_record rec;
+};
+_Static_assert(sizeof(struct sup_msg) <= PIPE_BUF, "a report is written in one piece");
+
+/* What a standby is given when it goes: the history it shows in `cumux status`. */
+struct sup_go {
+    uint32_t nfaults, restarts;
+    struct srv_fault_record faults[SRV_FAULTS_KEPT];
 };
 
 struct srv_fault_record srv_faults[SRV_FAULTS_KEPT];
@@ -33,15 +59,28 @@ uint32_t srv_nfaults;
 uint32_t srv_worker_restarts;
 pid_t srv_supervisor_pid;
 
-static int report_fd = -1; /* the worker's end of the pipe to the supervisor */
+static int report_fd = -1; /* a worker's end of the pipe to the supervisor */
+static int go_fd = -1;     /* a standby worker's end of its pipe from the supervisor */
 static volatile sig_atomic_t sup_stop;
-static volatile pid_t sup_worker;
+static volatile pid_t sup_active, sup_standby;
+static int chld_pipe[2] = {-1, -1};
 
 static void sup_on_signal(int sig)
 {
     sup_stop = 1;
-    if (sup_worker > 0)
-        kill(sup_worker, sig);
+    if (sup_active > 0)
+        kill(sup_active, sig);
+    if (sup_standby > 0)
+        kill(sup_standby, sig);
+}
+
+static void sup_on_child(int sig)
+{
+    (void)sig;
+    int e = errno;
+    ssize_t w = write(chld_pipe[1], "c", 1);
+    (void)w;
+    errno = e;
 }
 
 int64_t srv_wall_ms(void)
@@ -51,121 +90,274 @@ int64_t srv_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sup_send(const struct sup_msg *m)
+static void sup_send(uint32_t kind, const struct srv_fault_record *rec)
 {
+    struct sup_msg m = {.kind = kind, .from = (int32_t)getpid()};
+    if (rec)
+        m.rec = *rec;
     if (report_fd >= 0) {
-        ssize_t w = write(report_fd, m, sizeof *m); /* below PIPE_BUF: one piece */
+        ssize_t w = write(report_fd, &m, sizeof m); /* below PIPE_BUF: one piece */
         (void)w;
     }
 }
 
 void srv_supervisor_fault(const struct srv_fault_record *rec)
 {
-    struct sup_msg m = {.kind = 2, .rec = *rec};
-    sup_send(&m);
+    sup_send(SUP_FAULT, rec);
 }
 
 void srv_supervisor_serving(void)
 {
-    struct sup_msg m = {.kind = 1};
+    const struct srv_fault_record *last = NULL;
     if (srv_nfaults) {
-        struct srv_fault_record *last = &srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT];
-        if (last->recovered_ms < 0) {
-            last->recovered_ms = srv_wall_ms() - last->at_ms;
-            cumux_logf("serving again %lld ms after the fault", (long long)last->recovered_ms);
+        struct srv_fault_record *f = &srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT];
+        if (f->recovered_ms < 0) {
+            f->recovered_ms = srv_wall_ms() - f->at_ms;
+            cumux_logf("serving again %lld ms after the fault", (long long)f->recovered_ms);
         }
-        m.rec = *last;
+        last = f;
     }
-    sup_send(&m);
+    sup_send(SUP_SERVING, last);
 }
 
-static void take_reports(int fd, bool *serving)
+bool srv_worker_is_standby(void)
 {
-    struct sup_msg m;
-    while (read(fd, &m, sizeof m) == (ssize_t)sizeof m) {
-        if (m.kind == 2) {
-            m.rec.recovered_ms = -1;
-            m.rec.clients[sizeof m.rec.clients - 1] = 0;
-            srv_faults[srv_nfaults++ % SRV_FAULTS_KEPT] = m.rec;
-        } else if (m.kind == 1) {
-            *serving = true;
-            if (srv_nfaults)
-                srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT].recovered_ms = m.rec.recovered_ms;
+    return go_fd >= 0;
+}
+
+int srv_standby_wait(volatile sig_atomic_t *stop)
+{
+    sup_send(SUP_STANDBY, NULL);
+    struct sup_go g;
+    size_t got = 0;
+    while (got < sizeof g) {
+        ssize_t n = read(go_fd, (char *)&g + got, sizeof g - got);
+        if (n > 0) {
+            got += (size_t)n;
+        } else if (n == 0 || errno != EINTR || *stop) {
+            return -1; /* the supervisor is gone, or stops the server */
         }
     }
+    close(go_fd);
+    go_fd = -1;
+    srv_nfaults = g.nfaults;
+    srv_worker_restarts = g.restarts;
+    memcpy(srv_faults, g.faults, sizeof srv_faults);
+    return 0;
+}
+
+/* Forks a worker; returns its pid in the supervisor, 0 in the worker. A standby's pipe: *go_out. */
+static pid_t fork_worker(int rep[2], bool standby, int *go_out)
+{
+    int go[2] = {-1, -1};
+    if (standby && pipe2(go, O_CLOEXEC) < 0)
+        return -1;
+    pid_t w = fork();
+    if (w < 0) {
+        if (standby)
+            close(go[0]), close(go[1]);
+        return -1;
+    }
+    if (w == 0) {
+        close(rep[0]);
+        close(chld_pipe[0]);
+        close(chld_pipe[1]);
+        report_fd = rep[1];
+        if (standby) {
+            close(go[1]);
+            go_fd = go[0];
+        }
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a worker never outlives its supervisor */
+        if (getppid() != srv_supervisor_pid)
+            _exit(1);
+        return 0; /* the worker goes on with main() */
+    }
+    if (standby) {
+        close(go[0]);
+        *go_out = go[1];
+    }
+    return w;
+}
+
+/* The standby takes over: it is given the history and starts serving. */
+static void activate_standby(int *standby_go)
+{
+    struct sup_go g = {.nfaults = srv_nfaults, .restarts = srv_worker_restarts};
+    memcpy(g.faults, srv_faults, sizeof g.faults);
+    const char *p = (const char *)&g;
+    for (size_t done = 0; done < sizeof g;) { /* the pipe holds it all: the standby reads it when ready */
+        ssize_t n = write(*standby_go, p + done, sizeof g - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    close(*standby_go);
+    *standby_go = -1;
+    sup_active = sup_standby;
+    sup_standby = 0;
+}
+
+static void describe_exit(int st, char *why, size_t len)
+{
+    if (WIFEXITED(st) && WEXITSTATUS(st) == CUMUX_EXIT_GPU_FAULT)
+        snprintf(why, len, "a fatal GPU error");
+    else if (WIFSIGNALED(st))
+        snprintf(why, len, "signal %d", WTERMSIG(st));
+    else
+        snprintf(why, len, "exit status %d", WEXITSTATUS(st));
+}
+
+/* Stopping: the standby goes too, and the supervisor waits for it. */
+static void end_standby(int *standby_go)
+{
+    if (sup_standby > 0) {
+        kill(sup_standby, SIGTERM);
+        while (waitpid(sup_standby, NULL, 0) < 0 && errno == EINTR)
+            ;
+        sup_standby = 0;
+    }
+    if (*standby_go >= 0)
+        close(*standby_go);
+    *standby_go = -1;
 }
 
 int srv_supervise(int *ready_fd)
 {
     srv_supervisor_pid = getpid();
     int rep[2];
-    if (pipe2(rep, O_CLOEXEC | O_NONBLOCK) < 0)
+    if (pipe2(rep, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(chld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         return -1;
     struct sigaction sa = {.sa_handler = sup_on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    bool ever_served = false;
+    struct sigaction sc = {.sa_handler = sup_on_child, .sa_flags = SA_NOCLDSTOP | SA_RESTART};
+    sigaction(SIGCHLD, &sc, NULL);
+    const char *sb = getenv("CUMUX_STANDBY");
+    bool want_standby = !(sb && !strcmp(sb, "0"));
+    bool ever_served = false, serving = false, standby_ready = false;
     time_t window_start = time(NULL);
-    unsigned in_window = 0, init_failures = 0;
+    unsigned in_window = 0, init_failures = 0, standby_failures = 0;
+    int standby_go = -1;
+    bool need_active = true;
     for (;;) {
-        pid_t w = fork();
-        if (w < 0) {
-            cumux_logf("cannot start a worker: %s", strerror(errno));
-            return -1;
-        }
-        if (w == 0) {
-            close(rep[0]);
-            report_fd = rep[1];
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGINT, SIG_DFL);
-            prctl(PR_SET_PDEATHSIG, SIGTERM); /* a worker never outlives its supervisor */
-            if (getppid() != srv_supervisor_pid)
-                _exit(1);
-            return 0; /* the worker goes on with main() */
-        }
-        sup_worker = w;
-        if (*ready_fd >= 0) { /* only the first worker tells `cumux start` how it went */
-            close(*ready_fd);
-            *ready_fd = -1;
-        }
-        int st = 0;
-        bool serving = false;
-        while (waitpid(w, &st, 0) < 0) {
-            if (errno != EINTR) {
-                st = 0;
-                break;
+        if (need_active) {
+            pid_t w = fork_worker(rep, false, NULL);
+            if (w < 0) {
+                cumux_logf("cannot start a worker: %s", strerror(errno));
+                end_standby(&standby_go);
+                return -1;
+            }
+            if (w == 0)
+                return 0;
+            sup_active = w;
+            serving = false;
+            need_active = false;
+            if (*ready_fd >= 0) { /* only the first worker tells `cumux start` how it went */
+                close(*ready_fd);
+                *ready_fd = -1;
             }
         }
-        sup_worker = 0;
-        take_reports(rep[0], &serving);
-        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-            exit(0); /* stopped: the worker cleaned up */
-        if (sup_stop)
-            exit(0);
-        if (!ever_served && !serving)
-            return -1; /* the first worker could not start: `cumux start` says why */
-        ever_served = true;
-        char why[64];
-        if (WIFEXITED(st) && WEXITSTATUS(st) == CUMUX_EXIT_GPU_FAULT)
-            snprintf(why, sizeof why, "a fatal GPU error");
-        else if (WIFSIGNALED(st))
-            snprintf(why, sizeof why, "signal %d", WTERMSIG(st));
-        else
-            snprintf(why, sizeof why, "exit status %d", WEXITSTATUS(st));
-        srv_worker_restarts++;
-        if (serving) {
-            init_failures = 0;
-        } else if (++init_failures > INIT_RETRIES) {
-            cumux_logf("worker %d ended (%s) and %u new ones could not start: stopping", (int)w, why,
-                       INIT_RETRIES);
-            return -1;
+        if (want_standby && serving && sup_standby <= 0 && standby_failures < STANDBY_RETRIES && !sup_stop) {
+            pid_t w = fork_worker(rep, true, &standby_go);
+            if (w == 0)
+                return 0;
+            if (w > 0) {
+                sup_standby = w;
+                standby_ready = false;
+            } else {
+                standby_failures++;
+            }
         }
-        time_t now = time(NULL);
-        if (now - window_start >= RESTART_WINDOW_S)
-            window_start = now, in_window = 0;
-        bool slow = ++in_window > RESTARTS_FAST || (!serving && init_failures > 0);
-        cumux_logf("worker %d ended (%s): starting a new one%s", (int)w, why, slow ? " in 1 s" : "");
-        if (slow)
-            sleep(1);
+        struct pollfd pf[2] = {{.fd = rep[0], .events = POLLIN}, {.fd = chld_pipe[0], .events = POLLIN}};
+        poll(pf, 2, 1000);
+        char drain[64];
+        while (read(chld_pipe[0], drain, sizeof drain) > 0)
+            ;
+        /* Reports first: a fault is answered by the standby before the failed worker has exited. */
+        struct sup_msg m;
+        while (read(rep[0], &m, sizeof m) == (ssize_t)sizeof m) {
+            if (m.kind == SUP_FAULT && m.from == sup_active) {
+                m.rec.recovered_ms = -1;
+                m.rec.clients[sizeof m.rec.clients - 1] = 0;
+                srv_faults[srv_nfaults++ % SRV_FAULTS_KEPT] = m.rec;
+                if (sup_standby > 0 && !sup_stop) {
+                    srv_worker_restarts++;
+                    cumux_logf("worker %d met a fatal GPU error: standby worker %d takes over", (int)m.from,
+                               (int)sup_standby);
+                    activate_standby(&standby_go);
+                    serving = standby_ready;
+                    if (serving)
+                        ever_served = true;
+                } else {
+                    sup_active = -sup_active; /* replaced when it has exited */
+                }
+            } else if (m.kind == SUP_SERVING && m.from == sup_active) {
+                serving = ever_served = true;
+                init_failures = 0;
+                if (srv_nfaults)
+                    srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT].recovered_ms = m.rec.recovered_ms;
+            } else if (m.kind == SUP_STANDBY && m.from == sup_standby) {
+                standby_ready = true;
+                standby_failures = 0;
+            }
+        }
+        int st;
+        pid_t w;
+        while ((w = waitpid(-1, &st, WNOHANG)) > 0) {
+            char why[64];
+            describe_exit(st, why, sizeof why);
+            if (w == sup_standby) {
+                sup_standby = 0;
+                if (standby_go >= 0)
+                    close(standby_go), standby_go = -1;
+                if (!sup_stop) {
+                    standby_failures++;
+                    cumux_logf("standby worker %d ended (%s)%s", (int)w, why,
+                               standby_failures >= STANDBY_RETRIES ? ": no standby from now on" : "");
+                }
+                continue;
+            }
+            if (w != sup_active && w != -sup_active) {
+                cumux_logf("worker %d ended (%s)", (int)w, why); /* one the standby has replaced */
+                continue;
+            }
+            /* The worker that served. */
+            if ((WIFEXITED(st) && WEXITSTATUS(st) == 0) || sup_stop) {
+                end_standby(&standby_go);
+                exit(0); /* stopped: the worker cleaned up */
+            }
+            if (!ever_served) {
+                end_standby(&standby_go);
+                return -1; /* the first worker could not start: `cumux start` says why */
+            }
+            srv_worker_restarts++;
+            if (!serving && ++init_failures > INIT_RETRIES) {
+                cumux_logf("worker %d ended (%s) and %u new ones could not start: stopping", (int)w, why,
+                           INIT_RETRIES);
+                end_standby(&standby_go);
+                return -1;
+            }
+            if (sup_standby > 0) {
+                cumux_logf("worker %d ended (%s): standby worker %d takes over", (int)w, why, (int)sup_standby);
+                activate_standby(&standby_go);
+                serving = standby_ready;
+                continue;
+            }
+            time_t now = time(NULL);
+            if (now - window_start >= RESTART_WINDOW_S)
+                window_start = now, in_window = 0;
+            bool slow = ++in_window > RESTARTS_FAST || (!serving && init_failures > 0);
+            cumux_logf("worker %d ended (%s): starting a new one%s", (int)w, why, slow ? " in 1 s" : "");
+            if (slow)
+                sleep(1);
+            need_active = true;
+        }
+        if (sup_stop && sup_active <= 0 && sup_standby <= 0)
+            exit(0);
     }
 }

@@ -3,6 +3,7 @@
 # serves the next program by itself: the faulted worker gives way to a new one under the same supervisor,
 # `cumux status` lists the fault, and nothing is left when the server stops. On the fake driver in CI
 # (its fault_store kernel makes the context's error sticky, as a GPU does); on a GPU through the same script.
+# With a standby worker (the default; CUMUX_STANDBY=0: none) the standby must take over each time.
 # usage: test_fault_recover.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR [ROUNDS]
 set -u
 cli=$1 drv=$2 gdir=$3 rounds=${4:-3}
@@ -63,6 +64,17 @@ for ((r = 1; r <= rounds; r++)); do
     echo "$st" | grep -q '^clients: 0$' || fail "round $r: clients listed after the fault: $st"
 done
 grep -q 'fatal error CUDA_ERROR_ILLEGAL_ADDRESS' "$tmp/log/cumuxd.log" || fail "the log does not tell the fault"
+standby=on
+[ "${CUMUX_STANDBY:-1}" = 0 ] && standby=off
+takeovers=$(grep -c 'standby worker [0-9]* takes over' "$tmp/log/cumuxd.log")
+if [ $standby = on ]; then
+    [ "$takeovers" -eq "$rounds" ] || fail "the standby worker took over $takeovers times in $rounds faults"
+else
+    [ "$takeovers" -eq 0 ] || fail "a standby worker took over with CUMUX_STANDBY=0"
+fi
+# From each fault to a worker serving again, as the server measured it (the last five faults).
+rec=$("$cli" status | sed -n 's/.*serving again after \(-\{0,1\}[0-9]*\) ms.*/\1/p' | sort -n | tr '\n' ' ')
+echo "fault recovery (standby $standby): fault to serving again, ms (last 5, sorted): $rec"
 echo "fault recovery: $rounds faults, a program served within $worst ms of its culprit's exit (worst)"
 "$cli" stop >/dev/null || fail "cumux stop"
 for ((i = 0; i < 50; i++)); do [ -z "$(pids_of_ours)" ] && break; sleep 0.1; done

@@ -54,7 +54,10 @@ show_log() {
     echo "---- end of log ----"
 }
 
-# Only the server sees the driver and its settings.
+# Only the server sees the driver and its settings. No standby worker unless the caller asks for one: the
+# fake driver's counts file is one per server, and a standby would write its own counts there too
+# (tests/test_fault_recover.sh tests the standby).
+export CUMUX_STANDBY="${CUMUX_STANDBY:-0}"
 if [ $fake = 1 ]; then
     set -- env CUMUX_TEST_DEVICE_COUNT=1 "$@"
     env CUMUX_FAKE_STATS="$stats" ${mem:+CUMUX_FAKE_MEMORY_MB=$mem} \
