@@ -22,7 +22,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: cumux <command> [args]\n"
                "  start [--foreground]   start the server (cumuxd) for this pipe directory\n"
                "  stop                   stop it; its clients are disconnected\n"
-               "  status                 the server's pid, GPUs and clients\n"
+               "  status                 the server's pid, GPUs, clients and recent faults\n"
+               "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
                "  run -- CMD [ARGS...]   run CMD under cumux (starts the server if none runs)\n"
                "  trace [--native] [-o FILE] -- CMD [ARGS...]   run CMD with every driver call logged\n"
                "                         (also CUMUX_TRACE=1 with run; see docs/trace.md)\n"
@@ -106,12 +107,12 @@ static int connect_server(void)
 }
 
 /* Send a hello of this kind and print the text that comes back. */
-static int request(uint32_t kind, FILE *out)
+static int request_with(uint32_t kind, uint32_t arg, FILE *out)
 {
     int s = connect_server();
     if (s < 0)
         return -1;
-    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind};
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .flags = arg};
     struct cumux_welcome w;
     if (cumux_sock_send(s, &h, sizeof h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, NULL) < 0) {
         close(s);
@@ -128,6 +129,11 @@ static int request(uint32_t kind, FILE *out)
     }
     close(s);
     return w.status;
+}
+
+static int request(uint32_t kind, FILE *out)
+{
+    return request_with(kind, 0, out);
 }
 
 /* LD_LIBRARY_PATH without the shim's directory: the server needs the real driver. */
@@ -226,6 +232,22 @@ static int cmd_stop(void)
     }
     fprintf(stderr, "cumux: cumuxd was asked to stop but still runs after 30 s\n");
     return 1;
+}
+
+/* cumux kill PID: as MPS's terminate_client, the client's GPU work ends and its calls fail from now on
+ * (CUDA_ERROR_MPS_CLIENT_TERMINATED); the process itself is not signalled. */
+static int cmd_kill(int argc, char **argv)
+{
+    char *end = NULL;
+    long pid = argc == 2 ? strtol(argv[1], &end, 10) : 0;
+    if (argc != 2 || !end || *end || pid <= 0 || pid > INT32_MAX) {
+        fprintf(stderr, "usage: cumux kill PID\n");
+        return 2;
+    }
+    int st = request_with(CUMUX_HELLO_KILL, (uint32_t)pid, stdout);
+    if (st < 0 && errno != EPERM)
+        fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
+    return st == 0 ? 0 : 1;
 }
 
 static int cmd_status(void)
@@ -517,6 +539,8 @@ int main(int argc, char **argv)
         return cmd_stop();
     if (!strcmp(cmd, "status"))
         return cmd_status();
+    if (!strcmp(cmd, "kill"))
+        return cmd_kill(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))

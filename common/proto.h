@@ -26,6 +26,7 @@ enum cumux_hello_kind {
     CUMUX_HELLO_CLIENT = 1, /* a shim: wants a channel and a worker */
     CUMUX_HELLO_STATUS = 2, /* the CLI: wants a status report as text */
     CUMUX_HELLO_STOP = 3,   /* the CLI: asks the server to stop */
+    CUMUX_HELLO_KILL = 4,   /* the CLI: ends the clients of process `flags` (cumux kill PID) */
 };
 
 struct cumux_hello {

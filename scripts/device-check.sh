@@ -144,7 +144,7 @@ fi
 
 # --- a fatal GPU fault (gpu_fault: a store where nothing is mapped): cumuxd replaces its GPU worker by
 # itself and serves the next program (tests/test_fault_recover.sh, as in CI on the fake driver) ---
-fault_note="not run"
+fault_note="not run" kill_note="not run"
 if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/tests/gpu/gpu_fault" ]; then
     say "fault recovery (test_fault_recover.sh, 5 faults) on the GPU"
     mkdir -p "$logs/no-driver-dir"
@@ -154,6 +154,13 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     fault_note="exit $frc; $(grep -h '^fault recovery:' "$logs/fault-recover.txt" | tail -1)"
     [ $frc = 0 ] || tests_rc="${tests_rc} (fault recovery failed)"
     say "fault recovery: $fault_note"
+    say "cumux kill (test_kill_client.sh) on the GPU"
+    timeout -k 5 120 tests/test_kill_client.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" \
+        >"$logs/kill-client.txt" 2>&1
+    krc=$?
+    kill_note="exit $krc; $(grep -h '^kill: a spinning' "$logs/kill-client.txt" | tail -1)"
+    [ $krc = 0 ] || tests_rc="${tests_rc} (cumux kill failed)"
+    say "cumux kill: $kill_note"
 fi
 
 # --- benchmarks ---
@@ -242,6 +249,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     echo "cumux trace of a cuBLAS program: $trace_note"
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
     echo "fault recovery (5 faults of gpu_fault): $fault_note"
+    echo "cumux kill (an idle client, then one whose kernel never returns): $kill_note"
     [ "$fuzz_s" -gt 0 ] && echo "fuzzing: $fuzz_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"

@@ -137,8 +137,10 @@ static char *status_report(void)
         struct tm tm;
         char when[32];
         strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&at, &tm));
-        APPEND("fault %u: %s GPU %d %s, serving again after %lld ms; clients then: %s\n", i + 1, when, f->gpu,
-               fname ? fname : "?", (long long)f->recovered_ms, f->clients[0] ? f->clients : "none");
+        APPEND("fault %u: %s GPU %d %s (%s), serving again after %lld ms; culprit: %s; other clients then: %s\n",
+               i + 1, when, f->gpu, f->why[0] ? f->why : "fatal GPU error", fname ? fname : "?",
+               (long long)f->recovered_ms, f->culprit[0] ? f->culprit : "not known",
+               f->clients[0] ? f->clients : "none");
     }
     for (int i = 0; i < srv_gpu_count; i++) {
         size_t f = 0, t = 0;
@@ -311,6 +313,8 @@ static void conn_client(struct conn *k)
     cumux_logf("client %u connected: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
 }
 
+static unsigned kill_clients(pid_t pid, char *text, size_t cap);
+
 /* A whole hello has come. */
 static void conn_hello(struct conn *k)
 {
@@ -349,6 +353,12 @@ static void conn_hello(struct conn *k)
         conn_reply(k, "stopping\n", 0);
         stop_requested = 1;
         return;
+    case CUMUX_HELLO_KILL: {
+        char text[1024];
+        unsigned n = kill_clients((pid_t)h->flags, text, sizeof text);
+        conn_reply(k, text, n ? 0 : CUDA_ERROR_NOT_FOUND);
+        return;
+    }
     case CUMUX_HELLO_CLIENT:
         conn_client(k);
         return;
@@ -449,11 +459,6 @@ static void reap_finished(void)
     pthread_mutex_unlock(&clients_lock);
 }
 
-/* A fatal GPU error (fault.c's watch thread): no call of this process can succeed again. Every client
- * gets the error in its channel (its calls return it once the connection is gone), the supervisor gets a
- * record of it, and the worker exits at once: the supervisor's next worker takes new clients within the
- * time a process needs to start CUDA. The clients of this worker lose their work, as every client of a
- * faulted MPS server does; which of them faulted is not known to the driver's API (docs/faults.md). */
 static void command_of(pid_t pid, char *out, size_t cap)
 {
     char path[64];
@@ -470,9 +475,22 @@ static void command_of(pid_t pid, char *out, size_t cap)
     out[n] = 0;
 }
 
+static int describe_client(char *out, size_t cap, const struct srv_client *c)
+{
+    char cmd[96];
+    command_of(c->pid, cmd, sizeof cmd);
+    return snprintf(out, cap, "%u pid %d uid %u %s", c->id, (int)c->pid, (unsigned)c->uid, cmd);
+}
+
 static int listen_sock = -1; /* the serving worker's copy of the listening socket */
 
-static void on_gpu_fault(CUresult r, int gpu)
+/* This worker cannot serve any more: its context met a fatal error (fault.c's watch thread), or a killed
+ * client's kernels never ended. Every client gets `code` in its channel (its calls return it once the
+ * connection is gone, as the calls of a program whose own context failed do), the supervisor gets a
+ * record, and the worker exits at once: the standby worker (supervisor.c) takes new clients. The clients
+ * of this worker lose their work, as every client of a faulted MPS server does. `culprit`: the client
+ * known to have caused it, or NULL (the driver's API does not say whose kernel faulted: docs/faults.md). */
+static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, const char *why)
 {
     /* This worker accepts nobody more: the socket is the standby's now (the supervisor's and the other
      * workers' copies stay open; only this descriptor is replaced). */
@@ -481,9 +499,8 @@ static void on_gpu_fault(CUresult r, int gpu)
         if (nul >= 0)
             dup2(nul, listen_sock);
     }
-    struct srv_fault_record rec = {.at_ms = srv_wall_ms(), .recovered_ms = -1, .code = (int32_t)r, .gpu = gpu};
-    const char *name = NULL;
-    cuGetErrorName(r, &name);
+    struct srv_fault_record rec = {.at_ms = srv_wall_ms(), .recovered_ms = -1, .code = (int32_t)code,
+                                   .gpu = gpu};
     /* A thread stuck in the driver may hold the list's lock: wait for it a little, then go on without. */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -494,24 +511,128 @@ static void on_gpu_fault(CUresult r, int gpu)
     size_t len = 0;
     unsigned n = 0;
     for (struct srv_client *c = clients; c; c = c->next) {
+        if (c->id == culprit) {
+            describe_client(rec.culprit, sizeof rec.culprit, c);
+            continue; /* it has its own error already (cumux kill) */
+        }
         if (atomic_load(&c->finished))
             continue;
         if (c->shm)
-            atomic_store(&c->shm->server_fault, (int32_t)r);
-        char cmd[96];
-        command_of(c->pid, cmd, sizeof cmd);
-        int k = snprintf(rec.clients + len, sizeof rec.clients - len, "%s%u pid %d uid %u %s", n ? "; " : "",
-                         c->id, (int)c->pid, (unsigned)c->uid, cmd);
+            atomic_store(&c->shm->server_fault, (int32_t)code);
+        int k = snprintf(rec.clients + len, sizeof rec.clients - len, "%s", n ? "; " : "");
+        if (k > 0 && (size_t)k < sizeof rec.clients - len)
+            len += (size_t)k;
+        k = describe_client(rec.clients + len, sizeof rec.clients - len, c);
         if (k > 0 && (size_t)k < sizeof rec.clients - len)
             len += (size_t)k;
         n++;
     }
     if (locked)
         pthread_mutex_unlock(&clients_lock);
-    cumux_logf("GPU %d: fatal error %s (%d): the %u client(s) on it lose their work: %s; a new worker takes over",
-               gpu, name ? name : "?", (int)r, n, n ? rec.clients : "none");
+    snprintf(rec.why, sizeof rec.why, "%s", why);
+    const char *name = NULL;
+    cuGetErrorName(code, &name);
+    cumux_logf("GPU %d: %s (%s); culprit: %s; the %u other client(s) lose their work: %s; the standby worker "
+               "takes over",
+               gpu, why, name ? name : "?", rec.culprit[0] ? rec.culprit : "not known", n, n ? rec.clients : "none");
     srv_supervisor_fault(&rec);
     _exit(CUMUX_EXIT_GPU_FAULT);
+}
+
+static void on_gpu_fault(CUresult r, int gpu)
+{
+    worker_fails(r, gpu, 0, "fatal GPU error");
+}
+
+/* ---------------------------------------------------------------- cumux kill
+ * Like MPS's terminate_client: the client's calls fail from now on with CUDA_ERROR_MPS_CLIENT_TERMINATED
+ * and everything it held is freed. Its worker first waits for the work it queued; work that never ends
+ * (a kernel in an endless loop) cannot be taken off a shared context, so after a grace period
+ * (CUMUX_KILL_GRACE_MS, default 500) the whole worker is replaced, naming the killed client. */
+
+static uint64_t kill_grace_ms(void)
+{
+    const char *e = getenv("CUMUX_KILL_GRACE_MS");
+    long v = e && *e ? atol(e) : 500;
+    return v > 0 ? (uint64_t)v : 500;
+}
+
+static _Atomic int kills_pending; /* killed clients whose work has not drained yet */
+
+struct kill_watch {
+    uint32_t id;
+    uint64_t grace_ms;
+};
+
+static void *kill_watch_main(void *arg)
+{
+    struct kill_watch kw = *(struct kill_watch *)arg;
+    free(arg);
+    uint64_t end = cumux_now_ns() + kw.grace_ms * 1000000ull;
+    for (;;) {
+        pthread_mutex_lock(&clients_lock);
+        struct srv_client *c = clients;
+        while (c && c->id != kw.id)
+            c = c->next;
+        bool gone = !c || atomic_load(&c->finished);
+        pthread_mutex_unlock(&clients_lock);
+        if (gone) {
+            atomic_fetch_sub(&kills_pending, 1);
+            char b = 1;
+            ssize_t w = write(srv_wake_fd, &b, 1); /* the accept loop takes new clients again */
+            (void)w;
+            return NULL;
+        }
+        if (cumux_now_ns() >= end)
+            break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    char why[96];
+    snprintf(why, sizeof why, "a killed client's work did not end within %llu ms", (unsigned long long)kw.grace_ms);
+    worker_fails(CUDA_ERROR_CONTEXT_IS_DESTROYED, 0, kw.id, why);
+}
+
+/* Ends the clients of process pid; the reply text says what was done. Returns how many. */
+static unsigned kill_clients(pid_t pid, char *text, size_t cap)
+{
+    unsigned n = 0;
+    uint64_t grace = kill_grace_ms();
+    size_t len = 0;
+    text[0] = 0;
+    pthread_mutex_lock(&clients_lock);
+    for (struct srv_client *c = clients; c; c = c->next) {
+        if (c->pid != pid || atomic_load(&c->dead))
+            continue;
+        atomic_store(&c->shm->server_fault, (int32_t)CUDA_ERROR_MPS_CLIENT_TERMINATED);
+        shutdown(c->sock, SHUT_RDWR); /* its shim sees the server gone, and returns the error above */
+        mark_dead(c);
+        n++;
+        char who[160];
+        describe_client(who, sizeof who, c);
+        cumux_logf("client %s: killed by cumux kill", who);
+        int k = snprintf(text + len, cap - len, "client %s: terminated\n", who);
+        if (k > 0 && (size_t)k < cap - len)
+            len += (size_t)k;
+        struct kill_watch *kw = malloc(sizeof *kw);
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (kw) {
+            *kw = (struct kill_watch){.id = c->id, .grace_ms = grace};
+            atomic_fetch_add(&kills_pending, 1);
+            if (pthread_create(&t, &a, kill_watch_main, kw) != 0) {
+                atomic_fetch_sub(&kills_pending, 1);
+                free(kw);
+            }
+        }
+        pthread_attr_destroy(&a);
+    }
+    pthread_mutex_unlock(&clients_lock);
+    if (!n)
+        snprintf(text, cap, "no client of cumuxd has pid %d\n", (int)pid);
+    return n;
 }
 
 static int serve(int lsock)
@@ -541,7 +662,9 @@ static int serve(int lsock)
             cap = ncap;
         }
         uint64_t now = cumux_now_ns();
-        bool accepting = now >= accept_paused_until;
+        /* While a killed client's work drains, new programs wait in the backlog: if the work never ends,
+         * the standby worker takes them, and none starts here only to lose its context. */
+        bool accepting = now >= accept_paused_until && atomic_load(&kills_pending) == 0;
         fds[0] = (struct pollfd){.fd = accepting ? lsock : -1, .events = POLLIN};
         fds[1] = (struct pollfd){.fd = wake_pipe[0], .events = POLLIN};
         /* Connections before they are clients: reading their hello, or writing a reply. */

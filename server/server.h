@@ -237,7 +237,9 @@ struct srv_fault_record {
     int64_t recovered_ms; /* from the fault to a new worker serving; -1 until then */
     int32_t code;         /* the sticky CUresult */
     int32_t gpu;
-    char clients[448];    /* the clients that had the GPU then: "id pid uid command; ..." */
+    char clients[448];    /* the other clients that had the GPU then: "id pid uid command; ..." */
+    char culprit[160];    /* the client that caused it, when known: "id pid uid command" */
+    char why[96];         /* "fatal GPU error", or why the worker was given up */
 };
 extern struct srv_fault_record srv_faults[SRV_FAULTS_KEPT]; /* the last ones, by srv_nfaults % KEPT */
 extern uint32_t srv_nfaults, srv_worker_restarts;

@@ -284,6 +284,8 @@ int srv_supervise(int *ready_fd)
             if (m.kind == SUP_FAULT && m.from == sup_active) {
                 m.rec.recovered_ms = -1;
                 m.rec.clients[sizeof m.rec.clients - 1] = 0;
+                m.rec.culprit[sizeof m.rec.culprit - 1] = 0;
+                m.rec.why[sizeof m.rec.why - 1] = 0;
                 srv_faults[srv_nfaults++ % SRV_FAULTS_KEPT] = m.rec;
                 if (sup_standby > 0 && !sup_stop) {
                     srv_worker_restarts++;

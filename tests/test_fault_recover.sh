@@ -59,11 +59,11 @@ for ((r = 1; r <= rounds; r++)); do
     kill -0 "$w0" 2>/dev/null && fail "round $r: the faulted worker $w0 still runs"
     st=$("$cli" status) || fail "round $r: cumux status"
     echo "$st" | grep -q "fatal GPU faults: $r;" || fail "round $r: status does not count the fault: $st"
-    echo "$st" | grep -q "CUDA_ERROR_ILLEGAL_ADDRESS, serving again after" ||
+    echo "$st" | grep -q "(CUDA_ERROR_ILLEGAL_ADDRESS), serving again after" ||
         fail "round $r: status does not describe the fault: $st"
     echo "$st" | grep -q '^clients: 0$' || fail "round $r: clients listed after the fault: $st"
 done
-grep -q 'fatal error CUDA_ERROR_ILLEGAL_ADDRESS' "$tmp/log/cumuxd.log" || fail "the log does not tell the fault"
+grep -q 'fatal GPU error (CUDA_ERROR_ILLEGAL_ADDRESS)' "$tmp/log/cumuxd.log" || fail "the log does not tell the fault"
 standby=on
 [ "${CUMUX_STANDBY:-1}" = 0 ] && standby=off
 takeovers=$(grep -c 'standby worker [0-9]* takes over' "$tmp/log/cumuxd.log")
