@@ -3,6 +3,8 @@
 # driver and runs each (in-process recovery by reset and by re-creation, for an illegal address and a trap;
 # VMM memory outliving a faulting process; a bystander stream in the faulting context, without and with
 # GPU coredumps). Output: a short summary last; full logs in ${OUT:-/tmp/cumux-fault-probes}.
+# GPU coredumps naming the faulting client's kernel (probe_fault_culprit.c). PROBES="culprit ..." runs only
+# those named (recover vmm_share bystander culprit).
 #   scripts/probe-faults.sh [ROUNDS]
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,13 +16,15 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     exit 0
 fi
 cuda=${CUDA_ROOT:-/usr/local/cuda}
-for p in recover vmm_share bystander; do
-    gcc -std=c11 -O2 -I"$cuda/include" "$repo/tools/probe_fault_$p.c" -o "$out/probe_$p" -lcuda ||
+probes=${PROBES:-recover vmm_share bystander culprit}
+for p in $probes; do
+    gcc -std=c11 -O2 -pthread -I"$cuda/include" "$repo/tools/probe_fault_$p.c" -o "$out/probe_$p" -lcuda ||
         { echo "probe_$p: build failed"; exit 1; }
 done
-run() { # NAME CMD...: at most 120 s each
+run() { # NAME CMD...: at most 120 s each, when its probe was built
     local name=$1
     shift
+    [ -x "$1" ] || return 0
     timeout -k 5 120 "$@" >"$out/$name.log" 2>&1
     echo "$name: exit $? $(grep -E '^(SUMMARY|SKIP)' "$out/$name.log" | tail -1)"
 }
@@ -31,4 +35,6 @@ run() { # NAME CMD...: at most 120 s each
     run vmm-share "$out/probe_vmm_share" "$rounds"
     run bystander-plain "$out/probe_bystander" plain
     run bystander-coredump "$out/probe_bystander" coredump
+    run culprit-global "$out/probe_culprit" global
+    run culprit-context "$out/probe_culprit" context
 } | tee "$out/summary.txt"

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -125,6 +126,28 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* The command line of a process, its arguments joined by spaces ("" when it cannot be read). */
+static void command_of(pid_t pid, char *out, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    out[0] = 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    size_t n = fread(out, 1, cap - 1, f);
+    fclose(f);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!out[i])
+            out[i] = ' ';
+    out[n] = 0;
+}
+
+int srv_client_describe(const struct srv_client *c, char *out, size_t cap)
+{
+    return snprintf(out, cap, "%u pid %d uid %u %s", c->id, (int)c->pid, (unsigned)c->uid, c->cmd);
+}
+
 struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd)
 {
     struct srv_client *c = calloc(1, sizeof *c);
@@ -136,6 +159,7 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
     c->pid = pid;
     c->uid = uid;
     c->sock = sock;
+    command_of(pid, c->cmd, sizeof c->cmd);
     c->shm_fd = memfd_create("cumux-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (c->shm_fd < 0 || ftruncate(c->shm_fd, sizeof(struct cumux_shm)) < 0)
         goto fail;

@@ -24,6 +24,7 @@ int srv_gpus_init(void)
         return -1;
     }
     cuDriverGetVersion(&srv_driver_version);
+    srv_coredump_enable(); /* before the contexts: set on one afterwards, it wrote nothing */
     int n = 0;
     r = cuDeviceGetCount(&n);
     if (r != CUDA_SUCCESS || n <= 0) {

@@ -2,6 +2,7 @@
  * The main thread accepts connections, answers status and stop requests, and notices clients that go
  * away (their socket closes); each client's commands run on its own worker thread (client.c). */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pwd.h>
@@ -459,27 +460,9 @@ static void reap_finished(void)
     pthread_mutex_unlock(&clients_lock);
 }
 
-static void command_of(pid_t pid, char *out, size_t cap)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-    out[0] = 0;
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return;
-    size_t n = fread(out, 1, cap - 1, f);
-    fclose(f);
-    for (size_t i = 0; i + 1 < n; i++)
-        if (!out[i])
-            out[i] = ' ';
-    out[n] = 0;
-}
-
 static int describe_client(char *out, size_t cap, const struct srv_client *c)
 {
-    char cmd[96];
-    command_of(c->pid, cmd, sizeof cmd);
-    return snprintf(out, cap, "%u pid %d uid %u %s", c->id, (int)c->pid, (unsigned)c->uid, cmd);
+    return srv_client_describe(c, out, cap);
 }
 
 static int listen_sock = -1; /* the serving worker's copy of the listening socket */
@@ -490,7 +473,8 @@ static int listen_sock = -1; /* the serving worker's copy of the listening socke
  * record, and the worker exits at once: the standby worker (supervisor.c) takes new clients. The clients
  * of this worker lose their work, as every client of a faulted MPS server does. `culprit`: the client
  * known to have caused it, or NULL (the driver's API does not say whose kernel faulted: docs/faults.md). */
-static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, const char *why)
+static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, const char *culprit_desc,
+                                   const char *why)
 {
     /* This worker accepts nobody more: the socket is the standby's now (the supervisor's and the other
      * workers' copies stay open; only this descriptor is replaced). */
@@ -513,7 +497,10 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
     for (struct srv_client *c = clients; c; c = c->next) {
         if (c->id == culprit) {
             describe_client(rec.culprit, sizeof rec.culprit, c);
-            continue; /* it has its own error already (cumux kill) */
+            int32_t none = 0; /* a killed client has its own error already */
+            if (c->shm)
+                atomic_compare_exchange_strong(&c->shm->server_fault, &none, (int32_t)code);
+            continue;
         }
         if (atomic_load(&c->finished))
             continue;
@@ -529,6 +516,8 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
     }
     if (locked)
         pthread_mutex_unlock(&clients_lock);
+    if (!rec.culprit[0] && culprit_desc)
+        snprintf(rec.culprit, sizeof rec.culprit, "%s", culprit_desc);
     snprintf(rec.why, sizeof rec.why, "%s", why);
     const char *name = NULL;
     cuGetErrorName(code, &name);
@@ -541,7 +530,34 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
 
 static void on_gpu_fault(CUresult r, int gpu)
 {
-    worker_fails(r, gpu, 0, "fatal GPU error");
+    /* The culprit: the client whose module holds the faulting code, from the GPU coredump (coredump.c). */
+    uint64_t mods[8];
+    size_t nm = srv_coredump_culprits(mods, 8);
+    uint32_t culprit = 0;
+    unsigned owners = 0;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 50000000;
+    if (until.tv_nsec >= 1000000000)
+        until.tv_sec++, until.tv_nsec -= 1000000000;
+    if (nm && pthread_mutex_timedlock(&clients_lock, &until) == 0) {
+        for (struct srv_client *c = clients; c; c = c->next) {
+            bool owns = false;
+            for (size_t i = 0; i < nm && !owns; i++)
+                owns = srv_module_owned(c, mods[i]);
+            if (owns) {
+                culprit = c->id;
+                owners++;
+            }
+        }
+        pthread_mutex_unlock(&clients_lock);
+    }
+    char gone[192] = "";
+    if (owners > 1)
+        culprit = 0; /* kernels of several clients faulted at once: no one name */
+    else if (!owners && nm && srv_module_departed_owner(mods[0], gone, sizeof gone - 16))
+        strcat(gone, " (gone)"); /* it had its error and left before the dump was read */
+    worker_fails(r, gpu, culprit, gone[0] ? gone : NULL, "fatal GPU error");
 }
 
 /* ---------------------------------------------------------------- cumux kill
@@ -590,7 +606,7 @@ static void *kill_watch_main(void *arg)
     }
     char why[96];
     snprintf(why, sizeof why, "a killed client's work did not end within %llu ms", (unsigned long long)kw.grace_ms);
-    worker_fails(CUDA_ERROR_CONTEXT_IS_DESTROYED, 0, kw.id, why);
+    worker_fails(CUDA_ERROR_CONTEXT_IS_DESTROYED, 0, kw.id, NULL, why);
 }
 
 /* Ends the clients of process pid; the reply text says what was done. Returns how many. */
@@ -818,6 +834,9 @@ int main(int argc, char **argv)
         return 1;
     }
     snprintf(log_path, sizeof log_path, "%s/cumuxd.log", log_dir);
+    static char log_dir_abs[PATH_MAX]; /* the daemon's working directory becomes / */
+    if (!realpath(log_dir, log_dir_abs))
+        log_dir_abs[0] = 0;
     /* The socket, the lock and the pid file are made in the pipe directory, which open_pipe_dir checked
      * is a real directory of ours, mode 0700: no other user can create, rename or remove anything in it,
      * so the names we use there are ours (root aside, who is trusted anyway). The lock and pid files are
@@ -913,6 +932,9 @@ int main(int argc, char **argv)
         goto out;
     }
     prctl(PR_SET_NAME, "cumuxd-gpu"); /* the worker, beside its supervisor "cumuxd" */
+    /* Where the driver writes a GPU coredump if a kernel faults: it names the culprit (coredump.c). */
+    if (log_dir_abs[0])
+        snprintf(srv_coredump_path, sizeof srv_coredump_path, "%s/cumuxd-gpu.%d.core", log_dir_abs, (int)getpid());
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

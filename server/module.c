@@ -1,6 +1,7 @@
 /* Modules and libraries, their functions and globals, function attributes and occupancy. */
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -13,9 +14,49 @@
 
 /* ---------------------------------------------------------------- modules and functions */
 
+/* Modules unloaded lately, with their owners: a GPU coredump read just after a fault may name the module
+ * of a client that got its error and left meanwhile. */
+#define DEPARTED_KEPT 256
+static struct {
+    uint64_t module;
+    char owner[160];
+} departed[DEPARTED_KEPT];
+static unsigned departed_next;
+static pthread_mutex_t departed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void departed_note(struct srv_client *c, const struct srv_module *mod)
+{
+    CUmodule m = mod->mod;
+    if (mod->lib && !mod->borrowed && cuLibraryGetModule(&m, mod->lib) != CUDA_SUCCESS)
+        m = NULL;
+    if (!m)
+        return;
+    pthread_mutex_lock(&departed_lock);
+    unsigned i = departed_next++ % DEPARTED_KEPT;
+    departed[i].module = (uint64_t)(uintptr_t)m;
+    srv_client_describe(c, departed[i].owner, sizeof departed[i].owner);
+    pthread_mutex_unlock(&departed_lock);
+}
+
+bool srv_module_departed_owner(uint64_t cu_module, char *desc, size_t cap)
+{
+    bool found = false;
+    pthread_mutex_lock(&departed_lock);
+    for (unsigned k = 0; k < DEPARTED_KEPT && !found; k++) {
+        unsigned i = (departed_next - 1 - k) % DEPARTED_KEPT; /* the newest first: handles are reused */
+        if (departed[i].module == cu_module && departed[i].owner[0]) {
+            snprintf(desc, cap, "%s", departed[i].owner);
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&departed_lock);
+    return found;
+}
+
 void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
 {
     use_gpu(c, mod->gpu);
+    departed_note(c, mod);
     /* Its functions and globals die with it. */
     for (uint32_t i = 1; i <= c->nhandles; i++) {
         struct srv_function *f = handle_get(c, i, OBJ_FUNCTION);
@@ -425,3 +466,18 @@ CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_att
     return cuFuncSetAttribute(f->fn, (CUfunction_attribute)m->attr, m->value);
 }
 
+bool srv_module_owned(struct srv_client *c, uint64_t cu_module)
+{
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
+        if (!mod)
+            continue;
+        if (mod->mod && (uint64_t)(uintptr_t)mod->mod == cu_module)
+            return true;
+        CUmodule m; /* a library's module in the GPU's context, which is what the driver's dump names */
+        if (mod->lib && !mod->borrowed && cuLibraryGetModule(&m, mod->lib) == CUDA_SUCCESS &&
+            (uint64_t)(uintptr_t)m == cu_module)
+            return true;
+    }
+    return false;
+}

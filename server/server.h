@@ -134,6 +134,7 @@ struct srv_client {
     _Atomic int dead;     /* hung up, protocol violation or server stopping: the worker cleans up */
     _Atomic int finished; /* the worker is done: the main thread may join and free */
     bool hup_seen;
+    char cmd[96]; /* its command line when it connected, for the log and fault records */
 
     /* Owned by the worker thread alone. */
     struct srv_handle *handles;
@@ -244,6 +245,17 @@ struct srv_fault_record {
 extern struct srv_fault_record srv_faults[SRV_FAULTS_KEPT]; /* the last ones, by srv_nfaults % KEPT */
 extern uint32_t srv_nfaults, srv_worker_restarts;
 extern pid_t srv_supervisor_pid;
+/* GPU coredumps (coredump.c): on from cuInit, before any context, when srv_coredump_path is set; after a
+ * fault, the CUmodules whose code faulted (0 when not known). */
+extern char srv_coredump_path[512];
+void srv_coredump_enable(void);
+size_t srv_coredump_culprits(uint64_t *modules, size_t cap);
+/* Whether the driver's module cu_module (as a GPU coredump names it) is one of the client's (module.c);
+ * the owner of one unloaded lately (its client may have gone right after the fault): its description. */
+bool srv_module_owned(struct srv_client *c, uint64_t cu_module);
+bool srv_module_departed_owner(uint64_t cu_module, char *desc, size_t cap);
+/* "id pid uid command" (client.c). */
+int srv_client_describe(const struct srv_client *c, char *out, size_t cap);
 typedef void (*srv_fault_fn)(CUresult r, int gpu);
 bool srv_fault_is_fatal(CUresult r);
 /* Watches every GPU for a sticky error; fn (which must not return) is called with the first one. */

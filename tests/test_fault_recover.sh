@@ -37,7 +37,9 @@ spid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid")
 worst=0
 for ((r = 1; r <= rounds; r++)); do
     w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
-    out=$("$cli" run -- "$gdir/gpu_fault" 2>&1) || fail "round $r: gpu_fault did not get its error: $out"
+    "$cli" run -- "$gdir/gpu_fault" >"$tmp/fault.out" 2>&1 &
+    culprit=$!
+    wait $culprit || fail "round $r: gpu_fault did not get its error: $(cat "$tmp/fault.out")"
     t0=$(now_ms)
     # The next program is served by a new worker: it may connect while the old one goes (and wait in the
     # socket's backlog), never be refused.
@@ -62,6 +64,11 @@ for ((r = 1; r <= rounds; r++)); do
     echo "$st" | grep -q "(CUDA_ERROR_ILLEGAL_ADDRESS), serving again after" ||
         fail "round $r: status does not describe the fault: $st"
     echo "$st" | grep -q '^clients: 0$' || fail "round $r: clients listed after the fault: $st"
+    # The culprit is named (from the GPU coredump), unless coredumps are off.
+    if [ "${CUMUX_FAULT_COREDUMP:-1}" != 0 ]; then
+        echo "$st" | grep "^fault $r:" | grep -q "culprit: [0-9]* pid $culprit " ||
+            fail "round $r: the culprit (pid $culprit) is not named: $st"
+    fi
 done
 grep -q 'fatal GPU error (CUDA_ERROR_ILLEGAL_ADDRESS)' "$tmp/log/cumuxd.log" || fail "the log does not tell the fault"
 standby=on

@@ -130,7 +130,7 @@ KERNEL k_write_value(const struct fc_launch *l)
  * touches nothing and makes the fault sticky (the oracle is for the server's mistakes, not this). */
 KERNEL k_fault_store(const struct fc_launch *l)
 {
-    (void)l;
+    fc_coredump_fault(l); /* written before the error shows, as the driver does */
     fc_fault_sticky(CUDA_ERROR_ILLEGAL_ADDRESS);
 }
 

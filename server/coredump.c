@@ -1,0 +1,204 @@
+/* Which client's kernel faulted: read from the GPU coredump the driver writes at the fault.
+ *
+ * The driver's API does not say which kernel of a context faulted. Its GPU coredumps do: with coredumps on
+ * (set for the process before any context exists: cuCoredumpSetAttributeGlobal; the per-context call
+ * after creation wrote nothing on the H200), lightweight (no memory contents) and without abort
+ * (CU_COREDUMP_SKIP_ABORT), the driver writes an ELF file of a few hundred KB within about 10 ms of the
+ * fault and the process lives on. Its SM and warp tables give the PC of the faulting instruction; each
+ * loaded module's relocated image (a cubin whose code sections carry their load addresses) and the module
+ * table give the module whose code holds that PC; each client's modules are its own CUmodules. The format
+ * is public (cuda-gdb's cudacoredump.h); this reads only what it needs, every offset bounds-checked.
+ * CUMUX_FAULT_COREDUMP=0 turns it off (the culprit is then "not known"). */
+
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "server/server.h"
+
+char srv_coredump_path[512];
+
+/* Section types of the CUDA coredump (SHT_LOUSER + n). */
+#define CD_RELF_IMG (SHT_LOUSER + 7)
+#define CD_SM_TABLE (SHT_LOUSER + 11)
+#define CD_WP_TABLE (SHT_LOUSER + 14)
+#define CD_MOD_TABLE (SHT_LOUSER + 16)
+
+void srv_coredump_enable(void)
+{
+    const char *e = getenv("CUMUX_FAULT_COREDUMP");
+    if ((e && !strcmp(e, "0")) || !srv_coredump_path[0]) {
+        srv_coredump_path[0] = 0;
+        return;
+    }
+    unlink(srv_coredump_path);
+    bool on = true; /* a C bool: the driver refuses a 4-byte int here */
+    int flags = CU_COREDUMP_LIGHTWEIGHT_FLAGS | CU_COREDUMP_SKIP_ABORT;
+    size_t son = sizeof on, sfl = sizeof flags, spath = strlen(srv_coredump_path) + 1;
+    CUresult r = cuCoredumpSetAttributeGlobal(CU_COREDUMP_FILE, srv_coredump_path, &spath);
+    if (r == CUDA_SUCCESS)
+        r = cuCoredumpSetAttributeGlobal(CU_COREDUMP_GENERATION_FLAGS, &flags, &sfl);
+    if (r == CUDA_SUCCESS)
+        r = cuCoredumpSetAttributeGlobal(CU_COREDUMP_ENABLE_ON_EXCEPTION, &on, &son);
+    if (r != CUDA_SUCCESS) {
+        cumux_logf("GPU coredumps unavailable (%d): a faulting client will not be named", (int)r);
+        srv_coredump_path[0] = 0;
+    }
+}
+
+/* An ELF file in memory. Headers are copied out, never cast: an image inside the dump may sit at any
+ * offset. */
+struct elf_view {
+    const uint8_t *d;
+    size_t len;
+    uint64_t shoff;
+    unsigned nsh;
+};
+
+static bool within(size_t len, uint64_t off, uint64_t n)
+{
+    return off <= len && n <= len - off;
+}
+
+static bool elf_open(struct elf_view *v, const uint8_t *d, size_t len)
+{
+    Elf64_Ehdr eh;
+    if (len < sizeof eh)
+        return false;
+    memcpy(&eh, d, sizeof eh);
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_shentsize != sizeof(Elf64_Shdr) || !within(len, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr)))
+        return false;
+    *v = (struct elf_view){d, len, eh.e_shoff, eh.e_shnum};
+    return true;
+}
+
+static Elf64_Shdr shdr(const struct elf_view *v, unsigned i)
+{
+    Elf64_Shdr s;
+    memcpy(&s, v->d + v->shoff + (uint64_t)i * sizeof s, sizeof s);
+    return s;
+}
+
+static const uint8_t *section(const struct elf_view *v, unsigned i, uint64_t *size)
+{
+    if (i >= v->nsh)
+        return NULL;
+    Elf64_Shdr s = shdr(v, i);
+    if (s.sh_type == SHT_NOBITS || !within(v->len, s.sh_offset, s.sh_size))
+        return NULL;
+    *size = s.sh_size;
+    return v->d + s.sh_offset;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+    uint32_t x;
+    memcpy(&x, p, 4);
+    return x;
+}
+
+/* The faulting PCs: from SMs with an exception, and from warps whose error PC is valid. */
+static size_t error_pcs(const struct elf_view *v, uint64_t *pcs, size_t cap)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < v->nsh && n < cap; i++) {
+        Elf64_Shdr s = shdr(v, i);
+        uint64_t size, es = s.sh_entsize;
+        const uint8_t *p = section(v, i, &size);
+        if (!p || !es)
+            continue;
+        for (uint64_t o = 0; o < size && es <= size - o && n < cap; o += es) {
+            if (s.sh_type == CD_SM_TABLE && es >= 24 && rd32(p + o + 8) && rd32(p + o + 12))
+                pcs[n++] = rd64(p + o + 16);
+            else if (s.sh_type == CD_WP_TABLE && es >= 28 && rd32(p + o + 24))
+                pcs[n++] = rd64(p + o);
+        }
+    }
+    return n;
+}
+
+/* Whether a relocated cubin has code at pc. */
+static bool image_holds(const uint8_t *img, uint64_t len, uint64_t pc)
+{
+    struct elf_view c;
+    if (!elf_open(&c, img, (size_t)len))
+        return false;
+    for (unsigned i = 0; i < c.nsh; i++) {
+        Elf64_Shdr s = shdr(&c, i);
+        if ((s.sh_flags & SHF_EXECINSTR) && s.sh_addr && pc >= s.sh_addr && pc - s.sh_addr < s.sh_size)
+            return true;
+    }
+    return false;
+}
+
+static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t cap)
+{
+    struct elf_view v;
+    uint64_t pcs[64];
+    if (!elf_open(&v, d, len))
+        return 0;
+    size_t npc = error_pcs(&v, pcs, 64), n = 0;
+    for (unsigned i = 0; i < v.nsh && n < cap; i++) {
+        Elf64_Shdr s = shdr(&v, i);
+        uint64_t size, tsize;
+        const uint8_t *img = s.sh_type == CD_RELF_IMG ? section(&v, i, &size) : NULL;
+        unsigned table = s.sh_link;
+        uint64_t idx = s.sh_info;
+        const uint8_t *t =
+            img && table < v.nsh && shdr(&v, table).sh_type == CD_MOD_TABLE ? section(&v, table, &tsize) : NULL;
+        if (!t || !within((size_t)tsize, idx * 8, 8))
+            continue;
+        uint64_t handle = rd64(t + idx * 8);
+        for (size_t k = 0; k < npc; k++) {
+            if (image_holds(img, size, pcs[k])) {
+                bool seen = false;
+                for (size_t j = 0; j < n; j++)
+                    seen |= mods[j] == handle;
+                if (!seen)
+                    mods[n++] = handle;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+size_t srv_coredump_culprits(uint64_t *mods, size_t cap)
+{
+    if (!srv_coredump_path[0])
+        return 0;
+    /* The driver writes the file as it reports the fault: wait until it exists and stops growing. */
+    long last = -1;
+    for (int i = 0; i < 100; i++) {
+        struct stat st;
+        long sz = stat(srv_coredump_path, &st) == 0 ? (long)st.st_size : -1;
+        if (sz > 0 && sz == last)
+            break;
+        last = sz;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    FILE *f = fopen(srv_coredump_path, "rb");
+    if (!f)
+        return 0;
+    size_t n = 0;
+    uint8_t *d = last > 0 && last < (1l << 30) ? malloc((size_t)last) : NULL;
+    if (d && fread(d, 1, (size_t)last, f) == (size_t)last)
+        n = culprits_in(d, (size_t)last, mods, cap);
+    free(d);
+    fclose(f);
+    return n;
+}

@@ -1,0 +1,144 @@
+/* fakecuda's GPU coredumps: cuCoredumpSetAttributeGlobal, and at a fault (the fault_store kernel) a dump
+ * with what cumuxd reads from a real one (server/coredump.c): one SM with an exception and its error PC, the
+ * module table, and the faulting module's relocated image, whose code section holds that PC. The layout is
+ * that of the CUDA coredump (ELF, sections of type SHT_LOUSER + n); the fake's "code address" of a kernel
+ * is its function object's address. */
+#include <elf.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fake.h"
+
+static pthread_mutex_t cd_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool cd_on;
+static int cd_flags;
+static char cd_file[512];
+
+CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attr, void *value, size_t *size)
+{
+    if (!value || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&cd_mu);
+    switch (attr) {
+    case CU_COREDUMP_ENABLE_ON_EXCEPTION:
+        if (*size != sizeof(bool)) /* as the driver: a bool, nothing wider */
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            cd_on = *(bool *)value;
+        break;
+    case CU_COREDUMP_GENERATION_FLAGS:
+        if (*size != sizeof(int))
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            cd_flags = *(int *)value;
+        break;
+    case CU_COREDUMP_FILE:
+        if (*size == 0 || *size > sizeof cd_file || memchr(value, 0, *size) == NULL)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            memcpy(cd_file, value, *size);
+        break;
+    default:
+        r = CUDA_ERROR_NOT_SUPPORTED;
+        break;
+    }
+    pthread_mutex_unlock(&cd_mu);
+    return r;
+}
+
+#define CODE_BYTES 0x100u
+#define PC_OFFSET 0x40u
+
+struct dump {
+    uint8_t b[4096];
+    size_t len;
+};
+
+static size_t put(struct dump *d, const void *p, size_t n)
+{
+    size_t at = (d->len + 7) & ~(size_t)7;
+    if (at + n > sizeof d->b)
+        return 0;
+    memset(d->b + d->len, 0, at - d->len);
+    memcpy(d->b + at, p, n);
+    d->len = at + n;
+    return at;
+}
+
+/* A cubin with one code section at `code`. */
+static size_t image(uint8_t *out, size_t cap, uint64_t code)
+{
+    static const char names[] = "\0.shstrtab\0.text.fault_store";
+    Elf64_Ehdr eh = {.e_type = ET_EXEC, .e_machine = 190 /* EM_CUDA */, .e_version = EV_CURRENT,
+                     .e_ehsize = sizeof eh, .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = 3, .e_shstrndx = 1};
+    memcpy(eh.e_ident, ELFMAG, SELFMAG);
+    eh.e_ident[EI_CLASS] = ELFCLASS64;
+    eh.e_ident[EI_DATA] = ELFDATA2LSB;
+    eh.e_ident[EI_VERSION] = EV_CURRENT;
+    size_t names_at = sizeof eh, sh_at = (names_at + sizeof names + 7) & ~(size_t)7;
+    size_t len = sh_at + 3 * sizeof(Elf64_Shdr);
+    if (len > cap)
+        return 0;
+    eh.e_shoff = sh_at;
+    Elf64_Shdr sh[3] = {{0},
+                        {.sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = names_at, .sh_size = sizeof names},
+                        {.sh_name = 11, .sh_type = SHT_NOBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR, .sh_addr = code,
+                         .sh_size = CODE_BYTES}};
+    memset(out, 0, len);
+    memcpy(out, &eh, sizeof eh);
+    memcpy(out + names_at, names, sizeof names);
+    memcpy(out + sh_at, sh, sizeof sh);
+    return len;
+}
+
+void fc_coredump_fault(const struct fc_launch *l)
+{
+    pthread_mutex_lock(&cd_mu);
+    bool on = cd_on && cd_file[0];
+    char file[sizeof cd_file];
+    memcpy(file, cd_file, sizeof file);
+    pthread_mutex_unlock(&cd_mu);
+    if (!on)
+        return;
+    uint64_t code = (uint64_t)(uintptr_t)l->fn, module = (uint64_t)(uintptr_t)l->fn->mod;
+    struct dump d = {.len = sizeof(Elf64_Ehdr)};
+    static const char names[] = "\0.shstrtab\0.cudbg.smtbl.dev0\0.cudbg.modtbl.dev0.ctx0\0.cudbg.relfimg.dev0.ctx0";
+    size_t names_at = put(&d, names, sizeof names);
+    /* CudbgSmTableEntry: smId, padding, exception, errorPCValid, errorPC, cluster fields. */
+    uint8_t sm[48] = {0};
+    uint32_t exc = 1 /* lane illegal address */, valid = 1;
+    uint64_t pc = code + PC_OFFSET;
+    memcpy(sm + 8, &exc, 4);
+    memcpy(sm + 12, &valid, 4);
+    memcpy(sm + 16, &pc, 8);
+    size_t sm_at = put(&d, sm, sizeof sm);
+    size_t mod_at = put(&d, &module, sizeof module);
+    uint8_t img[512];
+    size_t img_len = image(img, sizeof img, code);
+    size_t img_at = put(&d, img, img_len);
+    Elf64_Shdr sh[5] = {
+        {0},
+        {.sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = names_at, .sh_size = sizeof names},
+        {.sh_name = 11, .sh_type = SHT_LOUSER + 11, .sh_offset = sm_at, .sh_size = sizeof sm, .sh_entsize = sizeof sm},
+        {.sh_name = 29, .sh_type = SHT_LOUSER + 16, .sh_offset = mod_at, .sh_size = 8, .sh_entsize = 8},
+        {.sh_name = 53, .sh_type = SHT_LOUSER + 7, .sh_offset = img_at, .sh_size = img_len, .sh_link = 3, .sh_info = 0},
+    };
+    size_t sh_at = put(&d, sh, sizeof sh);
+    if (!names_at || !sm_at || !mod_at || !img_len || !img_at || !sh_at)
+        return;
+    Elf64_Ehdr eh = {.e_type = ET_CORE, .e_machine = 190, .e_version = EV_CURRENT, .e_ehsize = sizeof eh,
+                     .e_shoff = sh_at, .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = 5, .e_shstrndx = 1};
+    memcpy(eh.e_ident, ELFMAG, SELFMAG);
+    eh.e_ident[EI_CLASS] = ELFCLASS64;
+    eh.e_ident[EI_DATA] = ELFDATA2LSB;
+    eh.e_ident[EI_VERSION] = EV_CURRENT;
+    eh.e_ident[EI_OSABI] = 0x33; /* ELFOSABI_CUDA */
+    memcpy(d.b, &eh, sizeof eh);
+    FILE *f = fopen(file, "wb");
+    if (!f)
+        return;
+    fwrite(d.b, 1, d.len, f);
+    fclose(f);
+}
