@@ -143,11 +143,6 @@ static void command_of(pid_t pid, char *out, size_t cap)
     out[n] = 0;
 }
 
-int srv_client_describe(const struct srv_client *c, char *out, size_t cap)
-{
-    return snprintf(out, cap, "%u pid %d uid %u %s", c->id, (int)c->pid, (unsigned)c->uid, c->cmd);
-}
-
 struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd)
 {
     struct srv_client *c = calloc(1, sizeof *c);

@@ -4,6 +4,7 @@
  * copy.c, module.c, launch.c, hostfn.c, graph.c) use this file; it uses none of them. */
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -270,3 +271,7 @@ int recv_client_fd(struct srv_client *c, uint64_t min_size)
     return fd;
 }
 
+int srv_client_describe(const struct srv_client *c, char *out, size_t cap)
+{
+    return snprintf(out, cap, "%u pid %d uid %u %s", c->id, (int)c->pid, (unsigned)c->uid, c->cmd);
+}

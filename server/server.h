@@ -254,7 +254,7 @@ size_t srv_coredump_culprits(uint64_t *modules, size_t cap);
  * the owner of one unloaded lately (its client may have gone right after the fault): its description. */
 bool srv_module_owned(struct srv_client *c, uint64_t cu_module);
 bool srv_module_departed_owner(uint64_t cu_module, char *desc, size_t cap);
-/* "id pid uid command" (client.c). */
+/* "id pid uid command" (objects.c). */
 int srv_client_describe(const struct srv_client *c, char *out, size_t cap);
 typedef void (*srv_fault_fn)(CUresult r, int gpu);
 bool srv_fault_is_fatal(CUresult r);
