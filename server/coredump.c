@@ -8,7 +8,11 @@
  * loaded module's relocated image (a cubin whose code sections carry their load addresses) and the module
  * table give the module whose code holds that PC; each client's modules are its own CUmodules. The format
  * is public (cuda-gdb's cudacoredump.h); this reads only what it needs, every offset bounds-checked.
- * CUMUX_FAULT_COREDUMP=0 turns it off (the culprit is then "not known"). */
+ *
+ * Off unless CUMUX_FAULT_COREDUMP=1: on the H200 (driver 580) with dumps on, the faulting program's
+ * synchronization right after the fault answered CUDA_SUCCESS, and a device-side assert surfaced as
+ * CUDA_ERROR_LAUNCH_FAILED instead of CUDA_ERROR_ASSERT. Programs must see their fault's own error at
+ * their next synchronization; naming the culprit must not cost that. */
 
 #include <elf.h>
 #include <stdio.h>
@@ -32,7 +36,7 @@ char srv_coredump_path[512];
 void srv_coredump_enable(void)
 {
     const char *e = getenv("CUMUX_FAULT_COREDUMP");
-    if ((e && !strcmp(e, "0")) || !srv_coredump_path[0]) {
+    if (!(e && !strcmp(e, "1")) || !srv_coredump_path[0]) {
         srv_coredump_path[0] = 0;
         return;
     }

@@ -8,7 +8,8 @@
  * the first worker serves, a standby worker is forked that starts its GPUs and then waits; a failing
  * worker is replaced by the standby in about a millisecond (it is told to go as soon as the fault is
  * reported, before the failed process has even exited), and a new standby is started behind it. The
- * standby's context costs GPU memory; CUMUX_STANDBY=0 turns it off (then a new worker starts cold).
+ * standby's context costs GPU memory; CUMUX_STANDBY=0 turns it off (then a new worker starts cold). A stop
+ * reaches a standby by its pipe's end (and a signal), whenever it comes.
  *
  * The supervisor itself never touches CUDA (a process that initialized CUDA cannot use it in a forked
  * child). What happened is kept here and handed to each worker that starts serving, which shows it in
@@ -130,7 +131,7 @@ int srv_standby_wait(volatile sig_atomic_t *stop)
     sup_send(SUP_STANDBY, NULL);
     struct sup_go g;
     size_t got = 0;
-    while (got < sizeof g) {
+    while (got < sizeof g && !*stop) { /* a stop that came while the GPUs started: not a read to wait on */
         ssize_t n = read(go_fd, (char *)&g + got, sizeof g - got);
         if (n > 0) {
             got += (size_t)n;
@@ -138,6 +139,8 @@ int srv_standby_wait(volatile sig_atomic_t *stop)
             return -1; /* the supervisor is gone, or stops the server */
         }
     }
+    if (got < sizeof g)
+        return -1;
     close(go_fd);
     go_fd = -1;
     srv_nfaults = g.nfaults;
@@ -215,15 +218,16 @@ static void describe_exit(int st, char *why, size_t len)
 /* Stopping: the standby goes too, and the supervisor waits for it. */
 static void end_standby(int *standby_go)
 {
+    /* Its pipe first: a standby waiting to be told to go reads the end of it and stops. */
+    if (*standby_go >= 0)
+        close(*standby_go);
+    *standby_go = -1;
     if (sup_standby > 0) {
         kill(sup_standby, SIGTERM);
         while (waitpid(sup_standby, NULL, 0) < 0 && errno == EINTR)
             ;
         sup_standby = 0;
     }
-    if (*standby_go >= 0)
-        close(*standby_go);
-    *standby_go = -1;
 }
 
 int srv_supervise(int *ready_fd)

@@ -223,6 +223,11 @@ static size_t page;
 static void init_device(void)
 {
     page = (size_t)sysconf(_SC_PAGESIZE);
+    /* CUMUX_FAKE_INIT_DELAY_MS: cuInit takes that long, as a real driver's does (hundreds of ms), so that
+     * tests meet a worker still starting its GPU. */
+    const char *delay = getenv("CUMUX_FAKE_INIT_DELAY_MS");
+    if (delay && *delay)
+        usleep((useconds_t)atoi(delay) * 1000u);
     uint64_t mb = 1024;
     const char *e = getenv("CUMUX_FAKE_MEMORY_MB");
     if (e && *e) {
