@@ -9,17 +9,9 @@ set -u
 cli=$1 drv=$2 gdir=$3 rounds=${4:-3}
 tmp=$(mktemp -d) || exit 2
 export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0
-pids_of_ours() { # the cumuxd processes (supervisor and workers) of this pipe directory
-    for d in /proc/[0-9]*; do
-        case "$(cat "$d/comm" 2>/dev/null)" in cumuxd | cumuxd-gpu) ;; *) continue ;; esac
-        grep -q '^State:[[:space:]]*Z' "$d/status" 2>/dev/null && continue
-        tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qxF "CUMUX_PIPE_DIRECTORY=$CUMUX_PIPE_DIRECTORY" &&
-            echo "${d#/proc/}"
-    done
-}
+. "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
 cleanup() {
-    "$cli" stop >/dev/null 2>&1
-    for p in $(pids_of_ours); do kill -KILL "$p" 2>/dev/null; done
+    stop_ours
     rm -rf "$tmp"
 }
 trap cleanup EXIT
