@@ -144,7 +144,7 @@ fi
 
 # --- a fatal GPU fault (gpu_fault: a store where nothing is mapped): cumuxd replaces its GPU worker by
 # itself and serves the next program (tests/test_fault_recover.sh, as in CI on the fake driver) ---
-fault_note="not run" kill_note="not run"
+fault_note="not run" kill_note="not run" soak_note="not run"
 if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/tests/gpu/gpu_fault" ]; then
     say "fault recovery (test_fault_recover.sh, 5 faults) on the GPU"
     mkdir -p "$logs/no-driver-dir"
@@ -161,6 +161,13 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     kill_note="exit $krc; $(grep -h '^kill: a spinning' "$logs/kill-client.txt" | tail -1)"
     [ $krc = 0 ] || tests_rc="${tests_rc} (cumux kill failed)"
     say "cumux kill: $kill_note"
+    say "fault soak (test_fault_soak.sh: 50 faults, 4 bystander loops) on the GPU"
+    timeout -k 5 240 tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4 \
+        >"$logs/fault-soak.txt" 2>&1
+    src=$?
+    soak_note="exit $src; $(grep -h '^fault soak:' "$logs/fault-soak.txt" | tr '\n' ' ')"
+    [ $src = 0 ] || tests_rc="${tests_rc} (fault soak failed)"
+    say "fault soak: $soak_note"
 fi
 
 # --- benchmarks ---
@@ -250,6 +257,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
     echo "fault recovery (5 faults of gpu_fault): $fault_note"
     echo "cumux kill (an idle client, then one whose kernel never returns): $kill_note"
+    echo "fault soak (50 faults, 4 bystander loops): $soak_note"
     [ "$fuzz_s" -gt 0 ] && echo "fuzzing: $fuzz_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"
