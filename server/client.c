@@ -183,10 +183,13 @@ fail:
 void srv_client_free(struct srv_client *c)
 {
     pthread_join(c->worker, NULL);
-    /* Unregistering waits for every kernel in the context: the reaper unregisters, then unmaps (the
-     * host-function page first: its hole in the mapping is then unmapped again, harmlessly). */
+    /* Unregistering waits for every kernel in the context: the reaper unregisters, then unmaps. Each page
+     * is unmapped once: the host-function page lies inside the range unmapped last, so it is only
+     * unregistered first (unmapped on its own, its addresses could be handed to another mapping, of
+     * another thread, before the range around it went, taking that mapping with it). */
     if (c->hostfn_words)
-        srv_reap(REAP_HOST_MEMORY, 0, (void *)c->shm->hostfn_stream_done, sizeof c->shm->hostfn_stream_done, NULL);
+        srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, sizeof c->shm->hostfn_stream_done,
+                 NULL);
     if (c->staging_registered) {
         srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
         srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);

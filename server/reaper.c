@@ -35,6 +35,9 @@ static void run_job(struct reap_job *j)
         cuMemHostUnregister(j->ptr);
         munmap(j->ptr, j->len);
         break;
+    case REAP_HOST_UNREGISTER: /* pages that a later REAP_UNMAP of a larger range unmaps */
+        cuMemHostUnregister(j->ptr);
+        break;
     case REAP_UNMAP:
         munmap(j->ptr, j->len);
         break;

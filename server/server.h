@@ -210,7 +210,7 @@ int srv_worker_step(struct srv_client *c, uint64_t *tail, void *msg);
 extern int srv_wake_fd; /* a worker writes here when it finishes */
 
 /* reaper.c: calls that wait for the whole shared context, run off the clients' workers */
-enum reap_kind { REAP_HOST_MEMORY, REAP_UNMAP, REAP_MODULE, REAP_LIBRARY, REAP_POOL };
+enum reap_kind { REAP_HOST_MEMORY, REAP_HOST_UNREGISTER, REAP_UNMAP, REAP_MODULE, REAP_LIBRARY, REAP_POOL };
 void srv_reap(enum reap_kind kind, int gpu, void *ptr, size_t len, void *handle);
 int srv_reaper_start(void);
 void srv_reaper_stop(void);
