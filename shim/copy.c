@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/channel.h"
+#include "common/log.h"
 #include "shim/client.h"
 
 /* ---- copies ---- */
@@ -27,8 +28,10 @@ static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, 
         uint32_t seq = atomic_load(&shim.shm->stage_seq[slot]);
         if (atomic_load(&shim.shm->stage_state[slot]) == want)
             return true;
+        /* The server answered: an error, or the slot became ready just before the answer (the server makes
+         * the last slot ready, then answers), which the look above may have missed. */
         if (reply && atomic_load(&reply->seq) != reply_before)
-            return false; /* the server answered early: an error */
+            return atomic_load(&shim.shm->stage_state[slot]) == want;
         if (++n < 2000) {
             sched_yield();
             continue;
@@ -99,8 +102,8 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
     memcpy(p, &msg, sizeof msg);
     cumux_ring_commit(shim.shm, msg.h.size);
     pthread_mutex_unlock(&shim.ring_lock);
-    uint64_t nchunks = (n + chunk - 1) / chunk;
-    for (uint64_t i = 0; i < nchunks; i++) {
+    uint64_t nchunks = (n + chunk - 1) / chunk, i;
+    for (i = 0; i < nchunks; i++) {
         int slot = (int)(i % CUMUX_STAGING_SLOTS);
         if (!stage_wait(slot, CUMUX_STAGE_READY, reply, before))
             break;
@@ -122,6 +125,12 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         r = shim_lost_error();
     else
         r = (CUresult)reply->result;
+    /* Success with chunks never made ready would leave the program's buffer unwritten: never report it. */
+    if (r == CUDA_SUCCESS && i < nchunks) {
+        cumux_logf("cuMemcpyDtoH: the server answered before chunk %llu of %llu was ready",
+                   (unsigned long long)i, (unsigned long long)nchunks);
+        r = CUDA_ERROR_UNKNOWN;
+    }
     /* After an error some slots may still say READY: the server's next staged copy starts from FREE. */
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
         atomic_store(&shim.shm->stage_state[i], CUMUX_STAGE_FREE);
