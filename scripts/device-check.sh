@@ -145,29 +145,29 @@ fi
 # --- a fatal GPU fault (gpu_fault: a store where nothing is mapped): cumuxd replaces its GPU worker by
 # itself and serves the next program (tests/test_fault_recover.sh, as in CI on the fake driver) ---
 fault_note="not run" kill_note="not run" soak_note="not run"
+# server_test LABEL LOG PATTERN LIMIT CMD...: one of tests/'s server scripts against the GPU; its summary
+# lines (PATTERN) in $note.
+server_test() {
+    local label=$1 log=$2 pattern=$3 limit=$4
+    shift 4
+    say "$label on the GPU"
+    timeout -k 5 "$limit" "$@" >"$logs/$log" 2>&1
+    local rc=$?
+    note="exit $rc; $(grep -h "$pattern" "$logs/$log" | tr '\n' ' ')"
+    [ $rc = 0 ] || tests_rc="${tests_rc} ($label failed)"
+    say "$label: $note"
+}
 if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/tests/gpu/gpu_fault" ]; then
-    say "fault recovery (test_fault_recover.sh, 5 faults) on the GPU"
     mkdir -p "$logs/no-driver-dir"
-    timeout -k 5 120 tests/test_fault_recover.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 5 \
-        >"$logs/fault-recover.txt" 2>&1
-    frc=$?
-    fault_note="exit $frc; $(grep -h '^fault recovery:' "$logs/fault-recover.txt" | tail -1)"
-    [ $frc = 0 ] || tests_rc="${tests_rc} (fault recovery failed)"
-    say "fault recovery: $fault_note"
-    say "cumux kill (test_kill_client.sh) on the GPU"
-    timeout -k 5 120 tests/test_kill_client.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" \
-        >"$logs/kill-client.txt" 2>&1
-    krc=$?
-    kill_note="exit $krc; $(grep -h '^kill: a spinning' "$logs/kill-client.txt" | tail -1)"
-    [ $krc = 0 ] || tests_rc="${tests_rc} (cumux kill failed)"
-    say "cumux kill: $kill_note"
-    say "fault soak (test_fault_soak.sh: 50 faults, 4 bystander loops) on the GPU"
-    timeout -k 5 240 tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4 \
-        >"$logs/fault-soak.txt" 2>&1
-    src=$?
-    soak_note="exit $src; $(grep -h '^fault soak:' "$logs/fault-soak.txt" | tr '\n' ' ')"
-    [ $src = 0 ] || tests_rc="${tests_rc} (fault soak failed)"
-    say "fault soak: $soak_note"
+    server_test "fault recovery" fault-recover.txt '^fault recovery' 120 \
+        tests/test_fault_recover.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 5
+    fault_note=$note
+    server_test "cumux kill" kill-client.txt '^kill: a spinning' 120 \
+        tests/test_kill_client.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    kill_note=$note
+    server_test "fault soak (50 faults, 4 bystander loops)" fault-soak.txt '^fault soak:' 240 \
+        tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
+    soak_note=$note
 fi
 
 # --- benchmarks ---
