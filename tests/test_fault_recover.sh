@@ -85,6 +85,27 @@ fi
 rec=$("$cli" status | sed -n 's/.*serving again after \(-\{0,1\}[0-9]*\) ms.*/\1/p' | sort -n | tr '\n' ' ')
 echo "fault recovery (standby $standby): fault to serving again, ms (last 5, sorted): $rec"
 echo "fault recovery: $rounds faults, a program served within $worst ms of its culprit's exit (worst)"
+# A worker that dies without a word (kill -9) is replaced the same way.
+if [ $standby = on ]; then
+    for ((i = 0; i < 200; i++)); do
+        [ "$(grep -c 'standby worker ready' "$tmp/log/cumuxd.log")" -gt $rounds ] && break
+        sleep 0.05
+    done
+fi
+w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
+kill -KILL "$w0"
+t0=$(now_ms)
+for ((i = 0; i < 100; i++)); do
+    "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/vecadd.out" 2>&1 && break
+    sleep 0.1
+done
+[ $i -lt 100 ] || fail "no program served after the worker was killed: $(cat "$tmp/vecadd.out")"
+[ "$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")" != "$w0" ] || fail "the killed worker $w0 is still named"
+if [ $standby = on ]; then
+    grep -q "worker $w0 ended (signal 9): standby worker [0-9]* takes over" "$tmp/log/cumuxd.log" ||
+        fail "the standby did not take over from the killed worker"
+fi
+echo "fault recovery: a worker killed with SIGKILL: a program served $(($(now_ms) - t0)) ms after"
 # Stopped at once, even while the standby behind the last one is still starting its GPU.
 t0=$(now_ms)
 "$cli" stop >/dev/null || fail "cumux stop"
