@@ -130,6 +130,14 @@ static char *status_report(void)
     if (srv_nfaults || srv_worker_restarts)
         APPEND("worker pid %d; fatal GPU faults: %u; workers restarted: %u\n", (int)getpid(), srv_nfaults,
                srv_worker_restarts);
+    pid_t sb_pid = 0;
+    int sb = srv_standby_state(&sb_pid);
+    if (sb < 0)
+        APPEND("standby worker: none (CUMUX_STANDBY=0)\n");
+    else if (sb_pid)
+        APPEND("standby worker: pid %d, %s\n", (int)sb_pid, sb ? "ready" : "starting");
+    else
+        APPEND("standby worker: none yet\n");
     for (uint32_t i = srv_nfaults > 5 ? srv_nfaults - 5 : 0; i < srv_nfaults; i++) {
         const struct srv_fault_record *f = &srv_faults[i % SRV_FAULTS_KEPT];
         const char *fname = NULL;

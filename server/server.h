@@ -269,6 +269,9 @@ void srv_supervisor_serving(void);                            /* from a worker, 
 /* A standby worker (GPUs up, not serving) waits here until it is told to take over: 0 then, with the
  * supervisor's history of faults; -1 when the server stops first. */
 bool srv_worker_is_standby(void);
+/* The standby worker, for `cumux status`: -1 none kept (CUMUX_STANDBY=0); else 1 ready, 0 starting or none
+ * (*pid 0). */
+int srv_standby_state(pid_t *pid);
 int srv_standby_wait(volatile sig_atomic_t *stop);
 int64_t srv_wall_ms(void);
 

@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -59,6 +60,14 @@ struct srv_fault_record srv_faults[SRV_FAULTS_KEPT];
 uint32_t srv_nfaults;
 uint32_t srv_worker_restarts;
 pid_t srv_supervisor_pid;
+
+/* What the supervisor knows of its standby, on a page every worker shares (for `cumux status`). */
+struct sup_shared {
+    _Atomic int32_t enabled;
+    _Atomic int32_t standby_pid; /* 0: none */
+    _Atomic int32_t standby_ready;
+};
+static struct sup_shared *shared;
 
 static int report_fd = -1; /* a worker's end of the pipe to the supervisor */
 static int go_fd = -1;     /* a standby worker's end of its pipe from the supervisor */
@@ -119,6 +128,22 @@ void srv_supervisor_serving(void)
         last = f;
     }
     sup_send(SUP_SERVING, last);
+}
+
+int srv_standby_state(pid_t *pid)
+{
+    if (!shared || !atomic_load(&shared->enabled))
+        return -1;
+    *pid = atomic_load(&shared->standby_pid);
+    return *pid ? atomic_load(&shared->standby_ready) : 0;
+}
+
+static void standby_note(pid_t pid, bool ready)
+{
+    if (shared) {
+        atomic_store(&shared->standby_ready, ready);
+        atomic_store(&shared->standby_pid, (int32_t)pid);
+    }
 }
 
 bool srv_worker_is_standby(void)
@@ -203,6 +228,7 @@ static void activate_standby(int *standby_go)
     *standby_go = -1;
     sup_active = sup_standby;
     sup_standby = 0;
+    standby_note(0, false);
 }
 
 static void describe_exit(int st, char *why, size_t len)
@@ -243,6 +269,10 @@ int srv_supervise(int *ready_fd)
     sigaction(SIGCHLD, &sc, NULL);
     const char *sb = getenv("CUMUX_STANDBY");
     bool want_standby = !(sb && !strcmp(sb, "0"));
+    void *page = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    shared = page == MAP_FAILED ? NULL : page;
+    if (shared)
+        atomic_store(&shared->enabled, want_standby);
     bool ever_served = false, serving = false, standby_ready = false;
     time_t window_start = time(NULL);
     unsigned in_window = 0, init_failures = 0, standby_failures = 0;
@@ -273,6 +303,7 @@ int srv_supervise(int *ready_fd)
             if (w > 0) {
                 sup_standby = w;
                 standby_ready = false;
+                standby_note(w, false);
             } else {
                 standby_failures++;
             }
@@ -310,6 +341,7 @@ int srv_supervise(int *ready_fd)
             } else if (m.kind == SUP_STANDBY && m.from == sup_standby) {
                 standby_ready = true;
                 standby_failures = 0;
+                standby_note(sup_standby, true);
             }
         }
         int st;
@@ -319,6 +351,7 @@ int srv_supervise(int *ready_fd)
             describe_exit(st, why, sizeof why);
             if (w == sup_standby) {
                 sup_standby = 0;
+                standby_note(0, false);
                 if (standby_go >= 0)
                     close(standby_go), standby_go = -1;
                 if (!sup_stop) {

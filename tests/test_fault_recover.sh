@@ -39,6 +39,12 @@ for ((r = 1; r <= rounds; r++)); do
         done
     fi
     w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
+    st=$("$cli" status)
+    if [ $standby = on ]; then
+        echo "$st" | grep -q '^standby worker: pid [0-9]*, ready$' || fail "round $r: status shows no ready standby: $st"
+    else
+        echo "$st" | grep -q '^standby worker: none (CUMUX_STANDBY=0)$' || fail "round $r: status: $st"
+    fi
     "$cli" run -- "$gdir/gpu_fault" >"$tmp/fault.out" 2>&1 &
     culprit=$!
     wait $culprit || fail "round $r: gpu_fault did not get its error: $(cat "$tmp/fault.out")"
