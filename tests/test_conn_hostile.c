@@ -515,6 +515,52 @@ static void stall(void)
         close(raw[i]);
 }
 
+/* ---------------------------------------------------------------- kill requests */
+
+/* A kill request for `pid` as hello.flags carries it: the server's status and text. */
+static int kill_request(const char *dir, uint32_t pid, char *text, size_t cap)
+{
+    int s = raw_connect(dir);
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_KILL,
+                            .flags = pid};
+    raw_send(s, &h, sizeof h, -1);
+    struct cumux_welcome w;
+    text[0] = 0;
+    int st = -1;
+    if (recv_within(s, &w, sizeof w, NULL, 5000) == 0 && w.magic == CUMUX_MAGIC) {
+        st = w.status;
+        if (w.text_len < cap && recv_within(s, text, w.text_len, NULL, 5000) == 0)
+            text[w.text_len] = 0;
+    }
+    close(s);
+    return st;
+}
+
+/* Kill requests whose pid field names no client (0, -1, the smallest pid_t, the server itself) are
+ * answered "not found" and change nothing; one that names a client ends that client only. */
+static void kill_pids(void)
+{
+    const char *dir = getenv("CUMUX_PIPE_DIRECTORY");
+    REQUIRE(dir, "CUMUX_PIPE_DIRECTORY");
+    int mine = -1;
+    REQUIRE(raw_client(dir, &mine, NULL, 0, 5000) == 0, "raw client refused");
+    char text[1024], out[65536];
+    const uint32_t nobody[] = {0, 0xffffffffu, 0x80000000u, (uint32_t)server_pid(dir)};
+    for (size_t i = 0; i < sizeof nobody / sizeof *nobody; i++) {
+        int st = kill_request(dir, nobody[i], text, sizeof text);
+        CHECK(st == CUDA_ERROR_NOT_FOUND && strstr(text, "no client of cumuxd has pid"),
+              "kill of pid field %#x: status %d, \"%s\"", nobody[i], st, text);
+    }
+    const char *status[] = {"cumux", "status", NULL};
+    int rc = run_cli(out, sizeof out, 5000, status);
+    CHECK(rc == 0 && strstr(out, "clients: 1"), "after kills of nobody: exit %d: \"%.300s\"", rc, out);
+    CHECK(!closed_within(mine, 300), "a kill of nobody ended a client");
+    int st = kill_request(dir, (uint32_t)getpid(), text, sizeof text);
+    CHECK(st == 0 && strstr(text, "terminated"), "kill of this test's own client: status %d, \"%s\"", st, text);
+    CHECK(closed_within(mine, 4000), "the killed client's connection is still open");
+    close(mine);
+}
+
 /* ---------------------------------------------------------------- max-clients */
 
 #define LIMIT 8
@@ -558,7 +604,7 @@ static void max_clients(void)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s impostor|stall|max-clients CUMUX_CLI SHIM_LIB\n", argv[0]);
+        fprintf(stderr, "usage: %s impostor|stall|max-clients|kill-pids CUMUX_CLI SHIM_LIB\n", argv[0]);
         return 2;
     }
     cli = argv[2];
@@ -570,6 +616,8 @@ int main(int argc, char **argv)
         stall();
     else if (!strcmp(argv[1], "max-clients"))
         max_clients();
+    else if (!strcmp(argv[1], "kill-pids"))
+        kill_pids();
     else
         REQUIRE(0, "unknown case %s", argv[1]);
     printf("%s: %lu checks, %lu failures\n", argv[1], test_checks, test_failures);
