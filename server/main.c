@@ -468,9 +468,16 @@ static void reap_finished(void)
     pthread_mutex_unlock(&clients_lock);
 }
 
-static int describe_client(char *out, size_t cap, const struct srv_client *c)
+/* A thread stuck in the driver may hold the client list's lock when the worker must give up: wait for it
+ * a little, then go on without. */
+static bool lock_clients_briefly(void)
 {
-    return srv_client_describe(c, out, cap);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 50000000;
+    if (until.tv_nsec >= 1000000000)
+        until.tv_sec++, until.tv_nsec -= 1000000000;
+    return pthread_mutex_timedlock(&clients_lock, &until) == 0;
 }
 
 static int listen_sock = -1; /* the serving worker's copy of the listening socket */
@@ -479,8 +486,9 @@ static int listen_sock = -1; /* the serving worker's copy of the listening socke
  * client's kernels never ended. Every client gets `code` in its channel (its calls return it once the
  * connection is gone, as the calls of a program whose own context failed do), the supervisor gets a
  * record, and the worker exits at once: the standby worker (supervisor.c) takes new clients. The clients
- * of this worker lose their work, as every client of a faulted MPS server does. `culprit`: the client
- * known to have caused it, or NULL (the driver's API does not say whose kernel faulted: docs/faults.md). */
+ * of this worker lose their work, as every client of a faulted MPS server does. `culprit`: the id of the
+ * client known to have caused it, or 0 (the driver's API does not say whose kernel faulted:
+ * docs/faults.md); `culprit_desc`: one known only by its description (it has gone). */
 static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, const char *culprit_desc,
                                    const char *why)
 {
@@ -493,18 +501,12 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
     }
     struct srv_fault_record rec = {.at_ms = srv_wall_ms(), .recovered_ms = -1, .code = (int32_t)code,
                                    .gpu = gpu};
-    /* A thread stuck in the driver may hold the list's lock: wait for it a little, then go on without. */
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 50000000;
-    if (until.tv_nsec >= 1000000000)
-        until.tv_sec++, until.tv_nsec -= 1000000000;
-    bool locked = pthread_mutex_timedlock(&clients_lock, &until) == 0;
+    bool locked = lock_clients_briefly();
     size_t len = 0;
     unsigned n = 0;
     for (struct srv_client *c = clients; c; c = c->next) {
         if (c->id == culprit) {
-            describe_client(rec.culprit, sizeof rec.culprit, c);
+            srv_client_describe(c, rec.culprit, sizeof rec.culprit);
             int32_t none = 0; /* a killed client has its own error already */
             if (c->shm)
                 atomic_compare_exchange_strong(&c->shm->server_fault, &none, (int32_t)code);
@@ -517,7 +519,7 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
         int k = snprintf(rec.clients + len, sizeof rec.clients - len, "%s", n ? "; " : "");
         if (k > 0 && (size_t)k < sizeof rec.clients - len)
             len += (size_t)k;
-        k = describe_client(rec.clients + len, sizeof rec.clients - len, c);
+        k = srv_client_describe(c, rec.clients + len, sizeof rec.clients - len);
         if (k > 0 && (size_t)k < sizeof rec.clients - len)
             len += (size_t)k;
         n++;
@@ -543,12 +545,7 @@ static void on_gpu_fault(CUresult r, int gpu)
     size_t nm = srv_coredump_culprits(mods, 8);
     uint32_t culprit = 0;
     unsigned owners = 0;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 50000000;
-    if (until.tv_nsec >= 1000000000)
-        until.tv_sec++, until.tv_nsec -= 1000000000;
-    if (nm && pthread_mutex_timedlock(&clients_lock, &until) == 0) {
+    if (nm && lock_clients_briefly()) {
         for (struct srv_client *c = clients; c; c = c->next) {
             bool owns = false;
             for (size_t i = 0; i < nm && !owns; i++)
@@ -633,7 +630,7 @@ static unsigned kill_clients(pid_t pid, char *text, size_t cap)
         mark_dead(c);
         n++;
         char who[160];
-        describe_client(who, sizeof who, c);
+        srv_client_describe(c, who, sizeof who);
         cumux_logf("client %s: killed by cumux kill", who);
         int k = snprintf(text + len, cap - len, "client %s: terminated\n", who);
         if (k > 0 && (size_t)k < cap - len)

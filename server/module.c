@@ -26,6 +26,8 @@ static pthread_mutex_t departed_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void departed_note(struct srv_client *c, const struct srv_module *mod)
 {
+    if (!srv_coredump_path[0])
+        return; /* no dumps, no names to find: and a library's module would be loaded just to be named */
     CUmodule m = mod->mod;
     if (mod->lib && !mod->borrowed && cuLibraryGetModule(&m, mod->lib) != CUDA_SUCCESS)
         m = NULL;

@@ -32,12 +32,7 @@ standby=on
 for ((r = 1; r <= rounds; r++)); do
     # With a standby: the fault comes once it is ready (each takeover starts the next one, whose GPU takes
     # a while to start), so that what is measured is a takeover, not a GPU's start.
-    if [ $standby = on ]; then
-        for ((i = 0; i < 200; i++)); do
-            [ "$(grep -c 'standby worker ready' "$tmp/log/cumuxd.log")" -ge $r ] && break
-            sleep 0.05
-        done
-    fi
+    [ $standby = on ] && wait_standby_ready $r
     w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
     st=$("$cli" status)
     if [ $standby = on ]; then
@@ -51,18 +46,10 @@ for ((r = 1; r <= rounds; r++)); do
     t0=$(now_ms)
     # The next program is served by a new worker: it may connect while the old one goes (and wait in the
     # socket's backlog), never be refused.
-    ok=0
-    for ((i = 0; i < 100; i++)); do
-        if "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/vecadd.out" 2>&1; then
-            ok=1
-            break
-        fi
-        sleep 0.1
-    done
+    serve_one "$tmp/vecadd.out" || fail "round $r: no program served after the fault: $(cat "$tmp/vecadd.out")"
     t1=$(now_ms)
-    [ $ok = 1 ] || fail "round $r: no program served after the fault: $(cat "$tmp/vecadd.out")"
     [ $((t1 - t0)) -gt $worst ] && worst=$((t1 - t0))
-    [ $i = 0 ] || echo "round $r: the first program after the fault failed; served at try $((i + 1))"
+    [ $serve_tries = 1 ] || echo "round $r: the first program after the fault failed; served at try $serve_tries"
     kill -0 "$spid" 2>/dev/null || fail "round $r: the supervisor $spid is gone"
     w1=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
     [ "$w1" != "$w0" ] || fail "round $r: the faulted worker $w0 still serves"
@@ -92,20 +79,11 @@ rec=$("$cli" status | sed -n 's/.*serving again after \(-\{0,1\}[0-9]*\) ms.*/\1
 echo "fault recovery (standby $standby): fault to serving again, ms (last 5, sorted): $rec"
 echo "fault recovery: $rounds faults, a program served within $worst ms of its culprit's exit (worst)"
 # A worker that dies without a word (kill -9) is replaced the same way.
-if [ $standby = on ]; then
-    for ((i = 0; i < 200; i++)); do
-        [ "$(grep -c 'standby worker ready' "$tmp/log/cumuxd.log")" -gt $rounds ] && break
-        sleep 0.05
-    done
-fi
+[ $standby = on ] && wait_standby_ready $((rounds + 1))
 w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
 kill -KILL "$w0"
 t0=$(now_ms)
-for ((i = 0; i < 100; i++)); do
-    "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/vecadd.out" 2>&1 && break
-    sleep 0.1
-done
-[ $i -lt 100 ] || fail "no program served after the worker was killed: $(cat "$tmp/vecadd.out")"
+serve_one "$tmp/vecadd.out" || fail "no program served after the worker was killed: $(cat "$tmp/vecadd.out")"
 [ "$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")" != "$w0" ] || fail "the killed worker $w0 is still named"
 if [ $standby = on ]; then
     grep -q "worker $w0 ended (signal 9): standby worker [0-9]* takes over" "$tmp/log/cumuxd.log" ||

@@ -47,19 +47,10 @@ standby=on
 [ "${CUMUX_STANDBY:-1}" = 0 ] && standby=off
 worst=0
 for ((r = 1; r <= faults; r++)); do
-    if [ $standby = on ]; then
-        for ((i = 0; i < 200; i++)); do
-            [ "$(grep -c 'standby worker ready' "$tmp/log/cumuxd.log")" -ge $r ] && break
-            sleep 0.05
-        done
-    fi
+    [ $standby = on ] && wait_standby_ready $r
     out=$("$cli" run -- "$gdir/gpu_fault" 2>&1) || fail "fault $r: gpu_fault did not get its error: $out"
     t0=$(now_ms)
-    for ((i = 0; i < 100; i++)); do
-        "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/vecadd.out" 2>&1 && break
-        sleep 0.1
-    done
-    [ $i -lt 100 ] || fail "fault $r: no program served after it: $(cat "$tmp/vecadd.out")"
+    serve_one "$tmp/vecadd.out" || fail "fault $r: no program served after it: $(cat "$tmp/vecadd.out")"
     t1=$(now_ms)
     [ $((t1 - t0)) -gt $worst ] && worst=$((t1 - t0))
 done

@@ -38,16 +38,9 @@ start_hang() {
     done
     fail "gpu_hang $1 did not start waiting in 30 s"
 }
-served() { # a new program is served (tries for 10 s)
-    for ((i = 0; i < 100; i++)); do
-        "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/vecadd.out" 2>&1 && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
-served || fail "gpu_vecadd before any kill: $(cat "$tmp/vecadd.out")"
+serve_one "$tmp/vecadd.out" || fail "gpu_vecadd before any kill: $(cat "$tmp/vecadd.out")"
 
 # An unknown pid.
 out=$("$cli" kill 999999999 2>&1) && fail "cumux kill of an unknown pid succeeded: $out"
@@ -61,7 +54,7 @@ echo "$out" | grep -q "pid $client .*terminated" || fail "cumux kill said: $out"
 kill -USR1 "$client"
 wait "$client" || fail "gpu_hang idle did not get CUDA_ERROR_MPS_CLIENT_TERMINATED"
 client=""
-served || fail "no program served after the idle client was killed: $(cat "$tmp/vecadd.out")"
+serve_one "$tmp/vecadd.out" || fail "no program served after the idle client was killed: $(cat "$tmp/vecadd.out")"
 [ "$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")" = "$w0" ] || fail "the worker was replaced for an idle client"
 for ((i = 0; i < 50; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
 "$cli" status | grep -q '^clients: 0$' || fail "the killed idle client is still listed: $("$cli" status)"
@@ -75,7 +68,7 @@ wait "$client" || fail "gpu_hang spin did not get CUDA_ERROR_MPS_CLIENT_TERMINAT
 t1=$(now_ms)
 killed=$client
 client=""
-served || fail "no program served after the spinning client was killed: $(cat "$tmp/vecadd.out")"
+serve_one "$tmp/vecadd.out" || fail "no program served after the spinning client was killed: $(cat "$tmp/vecadd.out")"
 t2=$(now_ms)
 w1=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
 [ "$w1" != "$w0" ] || fail "the worker that holds a never-ending kernel still serves"
