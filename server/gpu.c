@@ -78,3 +78,34 @@ void srv_gpus_fini(void)
         cuDevicePrimaryCtxRelease(srv_gpus[i].dev);
     srv_gpu_count = 0;
 }
+
+/* The stack limit each context had before standing by (0: not changed). On an H200 a context holds
+ * ~520 MiB, half of it the local memory reserved for every resident thread's 1 KiB stack: a standby that
+ * may never serve need not hold that. */
+static size_t standby_stack[CUMUX_MAX_DEVICES];
+#define STANDBY_STACK_BYTES 16
+
+void srv_gpus_stand_by(void)
+{
+    for (int i = 0; i < srv_gpu_count; i++) {
+        size_t v = 0;
+        cuCtxSetCurrent(srv_gpus[i].ctx);
+        if (cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE) == CUDA_SUCCESS && v > STANDBY_STACK_BYTES &&
+            cuCtxSetLimit(CU_LIMIT_STACK_SIZE, STANDBY_STACK_BYTES) == CUDA_SUCCESS)
+            standby_stack[i] = v;
+    }
+}
+
+void srv_gpus_take_over(void)
+{
+    for (int i = 0; i < srv_gpu_count; i++) {
+        if (!standby_stack[i])
+            continue;
+        cuCtxSetCurrent(srv_gpus[i].ctx);
+        /* Failing (the GPU full by now), kernels still run: the driver grows the stack a launch needs. */
+        CUresult r = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, standby_stack[i]);
+        if (r != CUDA_SUCCESS)
+            cumux_logf("GPU %d: stack limit back to %zu bytes: %s", i, standby_stack[i], errname(r));
+        standby_stack[i] = 0;
+    }
+}

@@ -956,6 +956,7 @@ int main(int argc, char **argv)
     if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault) < 0)
         goto out;
     if (srv_worker_is_standby()) {
+        srv_gpus_stand_by();
         cumux_logf("standby worker ready: it takes over if the serving worker fails");
         if (srv_standby_wait(&stop_requested) < 0) {
             srv_fault_watch_stop();
@@ -964,6 +965,7 @@ int main(int argc, char **argv)
             st = 0;
             goto out;
         }
+        srv_gpus_take_over();
         cumux_logf("standby worker takes over");
     }
     listen_sock = lsock;

@@ -30,6 +30,10 @@ int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */
  * must be current. */
 CUresult srv_arch_data(int g, uint8_t *out, uint32_t cap, uint32_t *out_len);
 void srv_gpus_fini(void);
+/* A standby worker's contexts give back their per-thread stacks while it waits (half of a context's
+ * memory) and take them again when it takes over (well under a millisecond). */
+void srv_gpus_stand_by(void);
+void srv_gpus_take_over(void);
 
 /* ---- per-client objects, named to the client by small integer handles ---- */
 enum srv_obj_type {

@@ -31,6 +31,10 @@ mem_used() { "$cli" status | sed -n 's/^GPU 0: .* memory \([0-9]*\) MiB used.*/\
 
 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
 "$cli" run -- "$gdir/gpu_vecadd" >/dev/null 2>&1 || fail "gpu_vecadd before any fault"
+standby=on
+[ "${CUMUX_STANDBY:-1}" = 0 ] && standby=off
+# The baseline includes the standby's context (it starts after the first worker serves).
+[ $standby = on ] && { wait_standby_ready 1 || fail "no standby worker ready 10 s after the first program"; }
 base=$(mem_used)
 # The bystanders: each a loop of programs, counting good and failed runs.
 for ((b = 0; b < nby; b++)); do
@@ -43,8 +47,6 @@ for ((b = 0; b < nby; b++)); do
     ) &
     by_pids+=($!)
 done
-standby=on
-[ "${CUMUX_STANDBY:-1}" = 0 ] && standby=off
 worst=0
 for ((r = 1; r <= faults; r++)); do
     [ $standby = on ] && wait_standby_ready $r
@@ -79,6 +81,20 @@ now=$(mem_used)
 [ -n "$base" ] && [ -n "$now" ] && [ $((now - base)) -le 64 ] || fail "device memory in use: $base MiB before, $now MiB after"
 echo "fault soak: $faults faults (standby $standby): serving again after median $median ms, worst $top ms;" \
     "a program served within $worst ms (worst); memory in use $base -> $now MiB; $(pids_of_ours | wc -l) server processes"
+# On a GPU: the device memory each server process holds (the standby gives its stacks back while it waits).
+if command -v nvidia-smi >/dev/null 2>&1; then
+    apps=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null)
+    gpu=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
+    per=""
+    for p in $(pids_of_ours); do
+        m=$(echo "$apps" | awk -F', *' -v p="$p" '$1 == p { print $2 }')
+        [ -n "$m" ] || continue
+        role=standby
+        [ "$p" = "$gpu" ] && role=serving
+        per="$per $role $m MiB;"
+    done
+    echo "fault soak: device memory by server process:${per:- none listed}"
+fi
 echo "fault soak: bystanders ($nby loops of gpu_vecadd): $ok runs passed, $bad failed"
 [ "${REQUIRE_BYSTANDERS:-0}" = 1 ] && [ $bad -gt 0 ] && fail "$bad bystander runs failed"
 "$cli" stop >/dev/null || fail "cumux stop"
