@@ -8,7 +8,10 @@
 #   trace  the same under `cumux trace`, natively and under cumux: the driver calls that took the most
 #          time in all, side by side
 #   join   a second program starting while one trains: its warm time (MPS and cumux)
-#   pair   two programs training together: aggregate images/s over STARTUP_PAIR_S seconds (default 15)
+#   pair   two programs training together: aggregate images/s over STARTUP_PAIR_S seconds (default 15);
+#          MPS and cumux in ABBA order (MPS, cumux, then cumux, MPS: the GPU's clocks drift over minutes of
+#          load, and whichever ran last would pay), each mode's figure the mean of its two runs, the GPU's SM
+#          clock, temperature and power logged at the end of each run (STARTUP_PAIR_ROUNDS=1: one run each)
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
 # Logs: ${OUT:-/tmp/cumux-startup}. Each program at most STARTUP_TIMEOUT seconds (default 150).
 set -u
@@ -32,6 +35,7 @@ cli="$build/cli/cumux"
 py=${PYTHON:-python3}
 tmo=${STARTUP_TIMEOUT:-150}
 pair_s=${STARTUP_PAIR_S:-15}
+pair_rounds=${STARTUP_PAIR_ROUNDS:-2}
 mps_pipe=/tmp/mps_pipe mps_log=/tmp/mps_log
 mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
 [ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
@@ -87,23 +91,32 @@ phase_join() { # MODE CMD...
     rm -rf "$d"
     log "join $mode: ${R[join,$mode]:-failed}"
 }
-phase_pair() { # MODE CMD...
-    local mode=$1 d
+gpu_state() { nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader -i 0 2>/dev/null; }
+phase_pair() { # MODE CMD...: one run of the pair; its aggregate appended to R[pairs,MODE]
+    local mode=$1 d n
     shift
+    n=$((${PAIR_N[$mode]:-0} + 1))
+    PAIR_N[$mode]=$n
     d=$(mktemp -d)
-    prog "pair-a.$mode" STARTUP_READY="$d/a" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
+    prog "pair-a.$mode.$n" STARTUP_READY="$d/a" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
     local a=$!
-    prog "pair-b.$mode" STARTUP_READY="$d/b" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
+    prog "pair-b.$mode.$n" STARTUP_READY="$d/b" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
     local b=$!
-    wait_file "$d/a" "$tmo" && wait_file "$d/b" "$tmo" && touch "$d/go"
+    local st="" ia ib sum=""
+    # The GPU's state 2 s before the timed window ends.
+    wait_file "$d/a" "$tmo" && wait_file "$d/b" "$tmo" && touch "$d/go" &&
+        sleep "$((pair_s > 3 ? pair_s - 2 : 1))" && st=$(gpu_state)
     wait "$a" "$b"
-    local ia ib
-    ia=$(field "$(line_of "$out/pair-a.$mode.log")" images_per_s)
-    ib=$(field "$(line_of "$out/pair-b.$mode.log")" images_per_s)
-    [ -n "$ia" ] && [ -n "$ib" ] && R[pair,$mode]=$(awk -v a="$ia" -v b="$ib" 'BEGIN{printf "%.1f", a + b}')
+    ia=$(field "$(line_of "$out/pair-a.$mode.$n.log")" images_per_s)
+    ib=$(field "$(line_of "$out/pair-b.$mode.$n.log")" images_per_s)
+    [ -n "$ia" ] && [ -n "$ib" ] && sum=$(awk -v a="$ia" -v b="$ib" 'BEGIN{printf "%.1f", a + b}')
+    R[pairs,$mode]="${R[pairs,$mode]:-}${R[pairs,$mode]:+ }${sum:-failed}"
     rm -rf "$d"
-    log "pair $mode: ${R[pair,$mode]:-failed} images/s (${ia:-?} + ${ib:-?})"
+    log "pair $mode run $n: ${sum:-failed} images/s (${ia:-?} + ${ib:-?}); GPU near the end (SM clock, temperature, power): ${st:-?}"
 }
+# The mean of a mode's pair runs, empty if any failed.
+pair_mean() { awk 'NF == 0 {exit} {for (i = 1; i <= NF; i++) {if ($i !~ /^[0-9.]+$/) exit; s += $i} printf "%.1f", s / NF}' <<<"${R[pairs,$1]:-}"; }
+declare -A PAIR_N
 # native (the join phase is MPS's and cumux's: natively the two are time-sliced)
 want solo && phase_solo cold native "$py"
 want solo && phase_solo solo native "$py"
@@ -123,8 +136,17 @@ if [ -x "$cli" ] && cumux_start; then
     want trace && phase_solo solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
     want join && phase_join cumux "$cli" run -- "$py"
     want pair && phase_pair cumux "$cli" run -- "$py"
+    # The second half of the ABBA order: cumux again at once, then MPS last.
+    [ "$pair_rounds" -ge 2 ] && want pair && phase_pair cumux "$cli" run -- "$py"
     cumux_stop
 fi
+if [ "$pair_rounds" -ge 2 ] && want pair && [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
+    export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
+    phase_pair mps "$py"
+    mps_stop
+    unset CUDA_MPS_PIPE_DIRECTORY
+fi
+for m in native mps cumux; do R[pair,$m]=$(pair_mean $m); done
 ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a / b}'; }
 {
     echo "== PyTorch start-up and sharing (bench/startup.sh, $(date -u +%FT%TZ)) =="
@@ -143,6 +165,7 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     want join && echo "second training joining a running one, warm (s): MPS ${jm:--}, cumux ${jc:--}${jm:+${jc:+: cumux/MPS $(ratio "$jc" "$jm")}}"
     pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
     want pair && echo "two trainings together, images/s over ${pair_s}s: native ${pn:--}, MPS ${pm:--}, cumux ${pc:--}${pm:+${pc:+: cumux/MPS $(ratio "$pc" "$pm")}}"
+    want pair && echo "  (each run, in the order run: native ${R[pairs,native]:--}; MPS ${R[pairs,mps]:--}; cumux ${R[pairs,cumux]:--}; MPS first and last)"
     if [ -f "$out/trace.txt" ]; then
         echo "driver calls by total seconds in them, traced start-ups (top 15 under cumux):"
         sum_calls() { # FILE: "function calls seconds" per function, over every process in the trace
