@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/proto.h"
+#include "common/size.h"
 #include "common/sock.h"
 
 static char exe_dir[PATH_MAX];
@@ -24,7 +25,11 @@ static void usage(FILE *f)
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs, clients and recent faults\n"
                "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
-               "  run -- CMD [ARGS...]   run CMD under cumux (starts the server if none runs)\n"
+               "  run [--memory SIZE] -- CMD [ARGS...]\n"
+               "                         run CMD under cumux (starts the server if none runs); --memory:\n"
+               "                         its device memory at most SIZE (4G, 512M), which it sees as the\n"
+               "                         GPU's size (also CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)\n"
+               "  set PID --memory SIZE  change the device memory limit of client process PID (none: no limit)\n"
                "  trace [--native] [-o FILE] -- CMD [ARGS...]   run CMD with every driver call logged\n"
                "                         (also CUMUX_TRACE=1 with run; see docs/trace.md)\n"
                "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY, CUMUX_DEBUG.\n",
@@ -107,12 +112,13 @@ static int connect_server(void)
 }
 
 /* Send a hello of this kind and print the text that comes back. */
-static int request_with(uint32_t kind, uint32_t arg, FILE *out)
+static int request_with2(uint32_t kind, uint32_t arg, uint64_t arg2, FILE *out)
 {
     int s = connect_server();
     if (s < 0)
         return -1;
-    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .flags = arg};
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .flags = arg,
+                            .arg = arg2};
     struct cumux_welcome w;
     if (cumux_sock_send(s, &h, sizeof h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, NULL) < 0) {
         close(s);
@@ -129,6 +135,11 @@ static int request_with(uint32_t kind, uint32_t arg, FILE *out)
     }
     close(s);
     return w.status;
+}
+
+static int request_with(uint32_t kind, uint32_t arg, FILE *out)
+{
+    return request_with2(kind, arg, 0, out);
 }
 
 static int request(uint32_t kind, FILE *out)
@@ -245,6 +256,24 @@ static int cmd_kill(int argc, char **argv)
         return 2;
     }
     int st = request_with(CUMUX_HELLO_KILL, (uint32_t)pid, stdout);
+    if (st < 0 && errno != EPERM)
+        fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
+    return st == 0 ? 0 : 1;
+}
+
+/* cumux set PID --memory SIZE: the client's device memory limit from its next allocation on (what it holds
+ * already stays); "none" or 0 lifts it. */
+static int cmd_set(int argc, char **argv)
+{
+    char *end = NULL;
+    long pid = argc == 4 ? strtol(argv[1], &end, 10) : 0;
+    uint64_t limit = 0;
+    if (argc != 4 || !end || *end || pid <= 0 || pid > INT32_MAX || strcmp(argv[2], "--memory") != 0 ||
+        !cumux_parse_size(argv[3], &limit)) {
+        fprintf(stderr, "usage: cumux set PID --memory SIZE   (SIZE: 4G, 512M, none)\n");
+        return 2;
+    }
+    int st = request_with2(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, limit, stdout);
     if (st < 0 && errno != EPERM)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
     return st == 0 ? 0 : 1;
@@ -444,6 +473,17 @@ static bool trace_requested(void)
 static int cmd_run(int argc, char **argv)
 {
     int i = 1;
+    if (i + 1 < argc && !strcmp(argv[i], "--memory")) {
+        uint64_t limit;
+        if (!cumux_parse_size(argv[i + 1], &limit)) {
+            fprintf(stderr, "cumux run: --memory %s: not a size (4G, 512M, none)\n", argv[i + 1]);
+            return 2;
+        }
+        char v[32];
+        snprintf(v, sizeof v, "%llu", (unsigned long long)limit);
+        setenv("CUMUX_MEMORY_LIMIT", v, 1);
+        i += 2;
+    }
     if (i < argc && !strcmp(argv[i], "--"))
         i++;
     if (i >= argc) {
@@ -541,6 +581,8 @@ int main(int argc, char **argv)
         return cmd_status();
     if (!strcmp(cmd, "kill"))
         return cmd_kill(argc - 1, argv + 1);
+    if (!strcmp(cmd, "set"))
+        return cmd_set(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 3u
+#define CUMUX_PROTO_VERSION 4u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -27,6 +27,7 @@ enum cumux_hello_kind {
     CUMUX_HELLO_STATUS = 2, /* the CLI: wants a status report as text */
     CUMUX_HELLO_STOP = 3,   /* the CLI: asks the server to stop */
     CUMUX_HELLO_KILL = 4,   /* the CLI: ends the clients of process `flags` (cumux kill PID) */
+    CUMUX_HELLO_SET_MEMORY = 5, /* the CLI: the clients of process `flags` get memory limit `arg` (0: none) */
 };
 
 struct cumux_hello {
@@ -34,6 +35,7 @@ struct cumux_hello {
     uint32_t version;
     uint32_t kind;
     uint32_t flags;
+    uint64_t arg; /* CLIENT: the device memory limit the program asks for (bytes, 0: none); SET_MEMORY: the limit */
 };
 
 /* hello flags */

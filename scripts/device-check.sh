@@ -144,7 +144,7 @@ fi
 
 # --- a fatal GPU fault (gpu_fault: a store where nothing is mapped): cumuxd replaces its GPU worker by
 # itself and serves the next program (tests/test_fault_recover.sh, as in CI on the fake driver) ---
-fault_note="not run" kill_note="not run" soak_note="not run"
+fault_note="not run" kill_note="not run" soak_note="not run" limit_note="not run"
 # server_test LABEL LOG PATTERN LIMIT CMD...: one of tests/'s server scripts against the GPU; its summary
 # lines (PATTERN) in $note.
 server_test() {
@@ -168,6 +168,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "fault soak (50 faults, 4 bystander loops)" fault-soak.txt '^fault soak:' 240 \
         tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
     soak_note=$note
+    server_test "memory limits" mem-limit.txt '^PASS mem_limit' 120 \
+        tests/test_mem_limit.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note=$note
 fi
 
 # --- benchmarks ---
@@ -258,6 +261,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     echo "fault recovery (5 faults of gpu_fault): $fault_note"
     echo "cumux kill (an idle client, then one whose kernel never returns): $kill_note"
     echo "fault soak (50 faults, 4 bystander loops): $soak_note"
+    echo "memory limits (cumux run --memory, the MPS variable, cumux set, the server's default): $limit_note"
     [ "$fuzz_s" -gt 0 ] && echo "fuzzing: $fuzz_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"

@@ -11,6 +11,8 @@
 
 struct srv_array {
     CUarray a;
+    struct srv_client *owner;
+    uint64_t charged; /* bytes counted against the owner's memory limit */
     int gpu;
     uint32_t handle; /* 0 once the client destroyed it: it lives on for its textures */
     unsigned users;  /* textures and surfaces over it */
@@ -47,6 +49,7 @@ static void array_unref(struct srv_array *a)
 {
     if (--a->users == 0 && a->handle == 0) {
         cuArrayDestroy(a->a);
+        srv_mem_uncharge(a->owner, a->charged);
         free(a);
     }
 }
@@ -60,14 +63,25 @@ CUresult op_array_create(struct srv_client *c, const struct cumux_array_create *
                                                                       : CUDA_ERROR_INVALID_VALUE;
     if (m->width == 0 || (m->height == 0 && m->depth != 0) || !cumux_mul_u64(m->width, elem, &row))
         return CUDA_ERROR_INVALID_VALUE;
+    /* Counted as its elements' bytes (the driver's layout may hold a little more). */
+    uint64_t bytes;
+    if (!cumux_mul_u64(row, m->height ? m->height : 1, &bytes) || !cumux_mul_u64(bytes, m->depth ? m->depth : 1, &bytes))
+        return CUDA_ERROR_INVALID_VALUE;
     struct srv_array *a = calloc(1, sizeof *a);
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
     use_gpu(c, ctx->gpu);
+    CUresult r = srv_mem_charge(c, bytes);
+    if (r != CUDA_SUCCESS) {
+        free(a);
+        return r;
+    }
+    a->owner = c;
+    a->charged = bytes;
     CUDA_ARRAY3D_DESCRIPTOR d = {.Width = (size_t)m->width, .Height = (size_t)m->height, .Depth = (size_t)m->depth,
                                  .Format = (CUarray_format)m->format, .NumChannels = m->channels, .Flags = m->flags};
-    CUresult r = cuArray3DCreate(&a->a, &d);
-    if (r != CUDA_SUCCESS) {
+    if ((r = cuArray3DCreate(&a->a, &d)) != CUDA_SUCCESS) {
+        srv_mem_uncharge(c, bytes);
         free(a);
         return r;
     }
@@ -79,6 +93,7 @@ CUresult op_array_create(struct srv_client *c, const struct cumux_array_create *
     a->handle = handle_new(c, OBJ_ARRAY, a);
     if (!a->handle) {
         cuArrayDestroy(a->a);
+        srv_mem_uncharge(c, bytes);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

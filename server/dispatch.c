@@ -18,9 +18,13 @@ CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len)
     struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
                                    .client_id = c->id};
     memcpy(out, &rep, sizeof rep);
-    for (int i = 0; i < srv_gpu_count; i++)
-        memcpy(out + sizeof rep + (size_t)i * sizeof(struct cumux_device_info), &srv_gpus[i].info,
-               sizeof(struct cumux_device_info));
+    uint64_t limit = atomic_load(&c->mem_limit); /* a client with a limit sees a GPU of that size */
+    for (int i = 0; i < srv_gpu_count; i++) {
+        struct cumux_device_info info = srv_gpus[i].info;
+        if (limit && limit < info.total_mem)
+            info.total_mem = limit;
+        memcpy(out + sizeof rep + (size_t)i * sizeof info, &info, sizeof info);
+    }
     *out_len = (uint32_t)(sizeof rep + (size_t)srv_gpu_count * sizeof(struct cumux_device_info));
     return CUDA_SUCCESS;
 }
@@ -105,7 +109,7 @@ void srv_client_release_all(struct srv_client *c)
             CUstream ms;
             if (mem_stream(c, (int)r.extra, &ms) == CUDA_SUCCESS)
                 cuMemFreeAsync(r.base, ms);
-            atomic_fetch_sub(&c->mem_bytes, r.size);
+            srv_mem_uncharge(c, r.size);
         }
     }
     cumux_ranges_free(&c->dev_ranges);

@@ -463,6 +463,7 @@ CUresult op_graph_add_mem_alloc_node(struct srv_client *c, const struct cumux_gr
         return CUDA_ERROR_NOT_SUPPORTED;
     if (m->bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    CHECK(srv_mem_fits(c, m->bytesize));
     struct node_add a;
     CHECK(node_add_begin(c, graph, m->ndeps, payload, payload_len, &a));
     CUDA_MEM_ALLOC_NODE_PARAMS p;

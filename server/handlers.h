@@ -27,6 +27,13 @@ void host_release(struct srv_client *c, uint64_t base);
 /* ipc.c: before an allocation's owner frees it (stream: the free's, or NULL for a synchronous free).
  * True when others still have it open: the memory then stays until the last of them closes it, and the
  * owner only forgets it. */
+/* mem_limit.c: `size` more bytes of device memory held by the client, counted against its limit:
+ * CUDA_ERROR_OUT_OF_MEMORY past it (nothing counted). srv_mem_uncharge gives them back. */
+CUresult srv_mem_charge(struct srv_client *c, uint64_t size);
+void srv_mem_uncharge(struct srv_client *c, uint64_t size);
+/* Would `size` more bytes fit under the limit? For graph memory, which a graph holds from its first launch
+ * on and is not counted: one allocation past what the client has left is refused. */
+CUresult srv_mem_fits(struct srv_client *c, uint64_t size);
 bool srv_ipc_defer_free(struct srv_client *c, uint64_t base, int gpu, CUstream stream);
 /* A client that goes: what it opened is closed, what it exported and others hold is left to them. */
 void srv_ipc_release_all(struct srv_client *c);

@@ -183,7 +183,7 @@ void srv_ipc_release_all(struct srv_client *c)
         struct cumux_range r = c->dev_ranges.v[i];
         if (r.tag == RANGE_ALLOC && srv_ipc_defer_free(c, r.base, (int)r.extra, NULL)) {
             cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
-            atomic_fetch_sub(&c->mem_bytes, r.size);
+            srv_mem_uncharge(c, r.size);
         }
     }
 }

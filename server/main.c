@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/size.h"
 #include "common/sock.h"
 #include "server/server.h"
 
@@ -166,13 +168,17 @@ static char *status_report(void)
         n += !atomic_load(&c->finished);
     APPEND("clients: %d\n", n);
     if (n)
-        APPEND("%6s %8s %6s %12s %12s %8s %12s\n", "id", "pid", "uid", "device_MiB", "pinned_MiB", "streams",
-               "kernels");
+        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
+               "pinned_MiB", "streams", "kernels");
     for (struct srv_client *c = clients; c; c = c->next) {
         if (atomic_load(&c->finished))
             continue;
-        APPEND("%6u %8d %6u %12.1f %12.1f %8u %12llu\n", c->id, (int)c->pid, (unsigned)c->uid,
-               atomic_load(&c->mem_bytes) / 1048576.0, atomic_load(&c->host_bytes) / 1048576.0,
+        char limit[24] = "-";
+        uint64_t l = atomic_load(&c->mem_limit);
+        if (l)
+            snprintf(limit, sizeof limit, "%.1f", l / 1048576.0);
+        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu\n", c->id, (int)c->pid, (unsigned)c->uid,
+               atomic_load(&c->mem_bytes) / 1048576.0, limit, atomic_load(&c->host_bytes) / 1048576.0,
                atomic_load(&c->nstreams), (unsigned long long)atomic_load(&c->launches));
     }
     pthread_mutex_unlock(&clients_lock);
@@ -210,6 +216,7 @@ struct conn {
 static struct conn *conns;
 static size_t nconns, capconns;
 static uint32_t max_clients = 256;
+static uint64_t default_mem_limit; /* CUMUX_DEFAULT_MEMORY_LIMIT: every client's device memory at most */
 static int test_sndbuf; /* CUMUX_TEST_SNDBUF (tests only): SO_SNDBUF of accepted connections */
 
 static void conn_close(struct conn *c)
@@ -302,6 +309,10 @@ static void conn_client(struct conn *k)
         conn_reply(k, "cumuxd could not set up a channel", CUDA_ERROR_OUT_OF_MEMORY);
         return;
     }
+    /* Its device memory limit: what it asked for (CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT),
+     * never above the server's default for everyone. */
+    uint64_t want = k->hello.arg;
+    atomic_store(&c->mem_limit, want && (!default_mem_limit || want < default_mem_limit) ? want : default_mem_limit);
     k->fd = k->out_fd = -1; /* the client owns them now */
     conn_close(k);
     struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0,
@@ -319,10 +330,16 @@ static void conn_client(struct conn *k)
     c->next = clients;
     clients = c;
     pthread_mutex_unlock(&clients_lock);
-    cumux_logf("client %u connected: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
+    uint64_t lim = atomic_load(&c->mem_limit);
+    if (lim)
+        cumux_logf("client %u connected: pid %d uid %u, device memory limit %.1f MiB", c->id, (int)c->pid,
+                   (unsigned)c->uid, lim / 1048576.0);
+    else
+        cumux_logf("client %u connected: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
 }
 
 static unsigned kill_clients(pid_t pid, char *text, size_t cap);
+static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap);
 
 /* A whole hello has come. */
 static void conn_hello(struct conn *k)
@@ -365,6 +382,12 @@ static void conn_hello(struct conn *k)
     case CUMUX_HELLO_KILL: {
         char text[1024];
         unsigned n = kill_clients((pid_t)h->flags, text, sizeof text);
+        conn_reply(k, text, n ? 0 : CUDA_ERROR_NOT_FOUND);
+        return;
+    }
+    case CUMUX_HELLO_SET_MEMORY: {
+        char text[1024];
+        unsigned n = set_memory_limit((pid_t)h->flags, h->arg, text, sizeof text);
         conn_reply(k, text, n ? 0 : CUDA_ERROR_NOT_FOUND);
         return;
     }
@@ -614,6 +637,48 @@ static void *kill_watch_main(void *arg)
     worker_fails(CUDA_ERROR_CONTEXT_IS_DESTROYED, 0, kw.id, NULL, why);
 }
 
+/* A line more of a reply's text (cap bytes, *len used), logged too. */
+static void reply_line(char *text, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_line(char *text, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(text + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (k > 0 && (size_t)k < cap - *len) {
+        cumux_logf("%.*s", k - 1, text + *len); /* without its newline */
+        *len += (size_t)k;
+    }
+}
+
+/* `cumux set PID --memory SIZE`: the clients of process pid get that limit (0: none) from their next
+ * allocation on; what they hold already stays theirs, even past it. */
+static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap)
+{
+    unsigned n = 0;
+    size_t len = 0;
+    text[0] = 0;
+    char lim[32] = "none";
+    if (limit)
+        snprintf(lim, sizeof lim, "%.1f MiB", limit / 1048576.0);
+    pthread_mutex_lock(&clients_lock);
+    for (struct srv_client *c = clients; c; c = c->next) {
+        if (c->pid != pid || atomic_load(&c->dead))
+            continue;
+        atomic_store(&c->mem_limit, limit);
+        n++;
+        char who[160];
+        srv_client_describe(c, who, sizeof who);
+        reply_line(text, cap, &len, "client %s: device memory limit %s (cumux set), %.1f MiB held\n", who, lim,
+                   atomic_load(&c->mem_bytes) / 1048576.0);
+    }
+    pthread_mutex_unlock(&clients_lock);
+    if (!n)
+        snprintf(text, cap, "no client of process %d\n", (int)pid);
+    return n;
+}
+
 /* Ends the clients of process pid; the reply text says what was done. Returns how many. */
 static unsigned kill_clients(pid_t pid, char *text, size_t cap)
 {
@@ -631,10 +696,7 @@ static unsigned kill_clients(pid_t pid, char *text, size_t cap)
         n++;
         char who[160];
         srv_client_describe(c, who, sizeof who);
-        cumux_logf("client %s: killed by cumux kill", who);
-        int k = snprintf(text + len, cap - len, "client %s: terminated\n", who);
-        if (k > 0 && (size_t)k < cap - len)
-            len += (size_t)k;
+        reply_line(text, cap, &len, "client %s: terminated by cumux kill\n", who);
         struct kill_watch *kw = malloc(sizeof *kw);
         pthread_t t;
         pthread_attr_t a;
@@ -806,7 +868,8 @@ int main(int argc, char **argv)
                    "  --max-handles N   handles (contexts, streams, events, modules...) per client (default "
                    "1048576; also CUMUX_MAX_HANDLES)\n"
                    "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY (default: the pipe "
-                   "directory), CUMUX_DEBUG.\nUsually started by `cumux start` or `cumux run`.\n",
+                   "directory), CUMUX_DEFAULT_MEMORY_LIMIT (each client's device memory at most: 4G, or "
+                   "0=4G as in CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), CUMUX_DEBUG.\nUsually started by `cumux start` or `cumux run`.\n",
                    CUMUX_DEFAULT_PIPE_DIRECTORY);
             return 0;
         } else {
@@ -817,6 +880,11 @@ int main(int argc, char **argv)
     if (!parse_limit(max_clients_arg, max_clients_from, MAX_CLIENTS_CAP, &max_clients) ||
         !parse_limit(max_handles_arg, max_handles_from, MAX_HANDLES_CAP, &srv_max_handles))
         return 2;
+    const char *dml = getenv("CUMUX_DEFAULT_MEMORY_LIMIT");
+    if (dml && *dml && !cumux_parse_device_limits(dml, 0, &default_mem_limit)) {
+        fprintf(stderr, "cumuxd: CUMUX_DEFAULT_MEMORY_LIMIT=%s: not a size (4G, 512M) nor 0=SIZE,1=SIZE\n", dml);
+        return 2;
+    }
     const char *sndbuf = getenv("CUMUX_TEST_SNDBUF");
     test_sndbuf = sndbuf ? atoi(sndbuf) : 0;
     /* Each client holds about three descriptors (socket, channel, stdout): use all we are allowed. */

@@ -14,7 +14,6 @@
 
 /* ---------------------------------------------------------------- memory */
 
-
 static CUresult alloc_reply(uint8_t *out, uint32_t *out_len, uint64_t ptr, bool graph)
 {
     struct cumux_mem_alloc_async_reply rep = {.ptr = ptr, .graph = graph};
@@ -34,6 +33,7 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
     if (srv_stream_capturing(c, stream)) {
         if (srv_capture_adds_to_graph(stream))
             return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        CHECK(srv_mem_fits(c, m->size));
         CHECK(before_op(stream));
         CUresult r = cuMemAllocAsync(&ptr, (size_t)m->size, stream->cu);
         after_op(stream);
@@ -42,16 +42,21 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
         CHECK(srv_graph_mem_captured(c, stream, ptr, m->size, pool->gpu));
         return alloc_reply(out, out_len, ptr, true);
     }
-    CHECK(before_op(stream));
-    CUresult r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, pool->pool, stream->cu);
-    after_op(stream);
-    if (r != CUDA_SUCCESS)
+    CHECK(srv_mem_charge(c, m->size));
+    CUresult r = before_op(stream);
+    if (r == CUDA_SUCCESS) {
+        r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, pool->pool, stream->cu);
+        after_op(stream);
+    }
+    if (r != CUDA_SUCCESS) {
+        srv_mem_uncharge(c, m->size);
         return r;
+    }
     if (cumux_ranges_add(&c->dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)pool->gpu) < 0) {
         cuMemFreeAsync(ptr, stream->cu);
+        srv_mem_uncharge(c, m->size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    atomic_fetch_add(&c->mem_bytes, m->size);
     return alloc_reply(out, out_len, ptr, false);
 }
 
@@ -68,7 +73,7 @@ static void take_allocation(struct srv_client *c, uint64_t ptr)
 {
     struct cumux_range gone;
     if (cumux_ranges_remove(&c->dev_ranges, ptr, &gone) == 0)
-        atomic_fetch_sub(&c->mem_bytes, gone.size);
+        srv_mem_uncharge(c, gone.size);
 }
 
 CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m,
@@ -119,13 +124,18 @@ CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, str
     struct srv_pool *pool;
     CHECK(default_pool(c, ctx->gpu, &pool));
     CUdeviceptr p;
-    CHECK(cuMemAllocFromPoolAsync(&p, (size_t)m->size, pool->pool, ms));
-    CUresult r = cuStreamSynchronize(ms); /* usable on any stream once this returns, as cuMemAlloc's */
+    CHECK(srv_mem_charge(c, m->size));
+    CUresult r = cuMemAllocFromPoolAsync(&p, (size_t)m->size, pool->pool, ms);
+    if (r != CUDA_SUCCESS) {
+        srv_mem_uncharge(c, m->size);
+        return r;
+    }
+    r = cuStreamSynchronize(ms); /* usable on any stream once this returns, as cuMemAlloc's */
     if (r != CUDA_SUCCESS || cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)ctx->gpu) < 0) {
         cuMemFreeAsync(p, ms);
+        srv_mem_uncharge(c, m->size);
         return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
-    atomic_fetch_add(&c->mem_bytes, m->size);
     return reply_u64(out, out_len, p);
 }
 
@@ -182,6 +192,13 @@ CUresult op_mem_info(struct srv_client *c, struct srv_ctx *ctx, uint8_t *out, ui
     use_gpu(c, ctx->gpu);
     size_t f, t;
     CHECK(cuMemGetInfo(&f, &t));
+    /* A client with a limit sees a GPU of that size, of which what it holds is used. */
+    uint64_t limit = atomic_load(&c->mem_limit), used = atomic_load(&c->mem_bytes);
+    if (limit && limit < t) {
+        t = (size_t)limit;
+        if ((uint64_t)f > (used < limit ? limit - used : 0))
+            f = (size_t)(used < limit ? limit - used : 0);
+    }
     struct cumux_mem_info rep = {f, t};
     memcpy(out, &rep, sizeof rep);
     *out_len = sizeof rep;

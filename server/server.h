@@ -188,6 +188,7 @@ struct srv_client {
 
     /* Read by status reports. */
     _Atomic uint64_t mem_bytes;
+    _Atomic uint64_t mem_limit; /* device memory it may hold (bytes, 0: no limit): srv_mem_charge */
     _Atomic uint64_t host_bytes;
     _Atomic uint64_t launches;
     _Atomic uint32_t nstreams;

@@ -75,7 +75,7 @@ static void alloc_free(struct srv_client *c, struct srv_vmm_alloc *a)
     if (last)
         cuMemRelease(a->h);
     if (a->charged)
-        atomic_fetch_sub(&c->mem_bytes, a->size);
+        srv_mem_uncharge(c, a->size);
     free(a);
 }
 
@@ -104,7 +104,9 @@ CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, u
         return CUDA_ERROR_OUT_OF_MEMORY;
     use_gpu(c, m->device);
     CUmemAllocationProp p = device_prop(m->device);
-    CUresult r = cuMemCreate(&a->h, (size_t)m->size, &p, 0);
+    CUresult r = srv_mem_charge(c, m->size);
+    if (r == CUDA_SUCCESS && (r = cuMemCreate(&a->h, (size_t)m->size, &p, 0)) != CUDA_SUCCESS)
+        srv_mem_uncharge(c, m->size);
     if (r != CUDA_SUCCESS) {
         free(a);
         return r;
@@ -113,7 +115,6 @@ CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, u
     a->gpu = m->device;
     a->refs = 1;
     a->charged = true;
-    atomic_fetch_add(&c->mem_bytes, a->size);
     a->handle = handle_new(c, OBJ_VMM_ALLOC, a);
     if (!a->handle) {
         alloc_free(c, a);

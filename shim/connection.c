@@ -12,6 +12,7 @@
 #include "common/map.h"
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/size.h"
 #include "common/sock.h"
 #include "shim/client.h"
 
@@ -242,6 +243,33 @@ static void after_fork_child(void)
     memset(shim.primary_refs, 0, sizeof shim.primary_refs);
 }
 
+/* The device memory limit the program asks for: CUMUX_MEMORY_LIMIT (`cumux run --memory`), else MPS's
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (its device 0 entry). -1, logged, when malformed: a limit that was
+ * meant must not silently become none. */
+static int requested_memory_limit(uint64_t *bytes)
+{
+    const char *own = getenv("CUMUX_MEMORY_LIMIT"), *mps = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    *bytes = 0;
+    if (own && *own) {
+        if (cumux_parse_size(own, bytes))
+            return 0;
+        cumux_logf("CUMUX_MEMORY_LIMIT=%s is not a size (4G, 512M, none)", own);
+        return -1;
+    }
+    if (mps && *mps && !cumux_parse_device_limits(mps, 0, bytes)) {
+        cumux_logf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s is not of the form 0=4G,1=512M", mps);
+        return -1;
+    }
+    /* MPS's other per-client settings are not honoured yet: said, not silently dropped. */
+    static const char *const not_yet[] = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"};
+    for (size_t i = 0; i < sizeof not_yet / sizeof *not_yet; i++) {
+        const char *v = getenv(not_yet[i]);
+        if (v && *v)
+            cumux_logf("%s=%s is not honoured by cumux yet: the program runs without it", not_yet[i], v);
+    }
+    return 0;
+}
+
 static CUresult connect_server(void)
 {
     char path[256];
@@ -263,6 +291,10 @@ static CUresult connect_server(void)
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
     struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_CLIENT};
+    if (requested_memory_limit(&h.arg) < 0) {
+        close(s);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     /* Our stdout goes with the hello: the server writes our kernels' printf output to it. */
     int out = fcntl(STDOUT_FILENO, F_GETFD) >= 0 ? STDOUT_FILENO : -1;
     if (out >= 0)

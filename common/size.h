@@ -1,0 +1,17 @@
+/* Memory sizes as people and MPS write them: "4G", "512M", "1.5GiB", "8589934592", "none". */
+#ifndef CUMUX_SIZE_H
+#define CUMUX_SIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A size: digits with an optional fraction, then an optional unit K, M, G or T (powers of 1024, as MPS
+ * takes them; "KB", "KiB", "k" alike) or B. "0", "none" and "unlimited" are 0: no limit. false when
+ * malformed or past 2^63. */
+bool cumux_parse_size(const char *s, uint64_t *bytes);
+
+/* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's form, "0=1G,1=512M": device `dev`'s entry. A bare size (no "N=") is
+ * taken for every device. *bytes is 0 when the device has no entry; false when malformed. */
+bool cumux_parse_device_limits(const char *s, int dev, uint64_t *bytes);
+
+#endif

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Device memory limits (issue 11): a program given a limit (`cumux run --memory`, CUMUX_MEMORY_LIMIT, MPS's
+# CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, the server's CUMUX_DEFAULT_MEMORY_LIMIT) sees a GPU of that size and
+# gets CUDA_ERROR_OUT_OF_MEMORY past it whatever way it allocates (gpu_mem_limit checks each); `cumux set`
+# changes it while the program runs; `cumux status` shows it; a neighbour without a limit is untouched;
+# malformed limits are refused, never taken as none. On the fake driver in CI; on a GPU the same script.
+# usage: test_mem_limit.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
+set -u
+cli=$1 drv=$2 gdir=$3
+tmp=$(mktemp -d) || exit 2
+export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0 CUMUX_STANDBY=0
+. "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
+holder="" feeder=""
+cleanup() {
+    [ -n "$holder" ] && kill -KILL "$holder" 2>/dev/null
+    [ -n "$feeder" ] && kill -KILL "$feeder" 2>/dev/null
+    stop_ours
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*"
+    [ -f "$tmp/hold.out" ] && { echo "---- holder ----"; cat "$tmp/hold.out"; }
+    echo "---- cumuxd log ----"
+    cat "$tmp/log/cumuxd.log" 2>/dev/null
+    exit 1
+}
+M=$((1 << 20))
+start_server() {
+    LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null
+}
+expect_pass() { # WHAT CMD...: the command's output must end in a PASS line
+    local out
+    out=$("$@" 2>&1) || fail "$1... ($*): exit $?: $out"
+    echo "$out" | grep -q '^PASS' || fail "$*: no PASS: $out"
+}
+
+start_server || fail "cumux start"
+# 1. cumux run --memory; the MPS variable, its device 0 entry.
+expect_pass "$cli" run --memory 64M -- "$gdir/gpu_mem_limit" $((64 * M))
+expect_pass env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="1=8G,0=32M" "$cli" run -- "$gdir/gpu_mem_limit" $((32 * M))
+expect_pass env CUMUX_MEMORY_LIMIT=40M "$cli" run -- "$gdir/gpu_mem_limit" $((40 * M))
+# 2. Malformed limits are refused, not taken as none.
+"$cli" run --memory 12Q -- true 2>"$tmp/err" && fail "cumux run --memory 12Q ran"
+grep -q 'not a size' "$tmp/err" || fail "cumux run --memory 12Q: $(cat "$tmp/err")"
+out=$(CUMUX_MEMORY_LIMIT=lots "$cli" run -- "$gdir/gpu_mem_limit" $((64 * M)) 2>&1) &&
+    fail "CUMUX_MEMORY_LIMIT=lots: the program ran: $out"
+echo "$out" | grep -q 'CUMUX_MEMORY_LIMIT=lots is not a size' || fail "CUMUX_MEMORY_LIMIT=lots: $out"
+out=$(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=" "$cli" run -- "$gdir/gpu_mem_limit" $((64 * M)) 2>&1) &&
+    fail "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=: the program ran: $out"
+# 3. cumux set while it runs; cumux status shows the limit; a neighbour without one is untouched.
+mkfifo "$tmp/in" || fail "mkfifo"
+"$cli" run --memory 64M -- "$gdir/gpu_mem_limit" $((64 * M)) --then $((32 * M)) <"$tmp/in" >"$tmp/hold.out" 2>&1 &
+holder=$!
+exec 3>"$tmp/in"
+for ((i = 0; i < 300; i++)); do
+    grep -q '^HOLDING' "$tmp/hold.out" && break
+    kill -0 "$holder" 2>/dev/null || fail "gpu_mem_limit --then ended before it held"
+    sleep 0.1
+done
+grep -q '^HOLDING' "$tmp/hold.out" || fail "gpu_mem_limit --then did not hold in 30 s"
+row() { "$cli" status | awk -v p="$holder" '$2 == p'; }
+[ "$(row | awk '{print $4, $5}')" = "16.0 64.0" ] || fail "status row of $holder: $(row) (want 16.0 MiB held, limit 64.0)"
+expect_pass "$cli" run -- "$gdir/gpu_vecadd"
+"$cli" set "$holder" --memory 32M >"$tmp/set.out" || fail "cumux set: $(cat "$tmp/set.out")"
+grep -q "limit 32.0 MiB" "$tmp/set.out" || fail "cumux set said: $(cat "$tmp/set.out")"
+[ "$(row | awk '{print $5}')" = "32.0" ] || fail "status row after cumux set: $(row)"
+echo go >&3
+exec 3>&-
+wait "$holder" || fail "gpu_mem_limit --then: exit $?"
+holder=""
+grep -q '^PASS' "$tmp/hold.out" || fail "gpu_mem_limit --then did not pass"
+"$cli" set 2147483647 --memory 1G >/dev/null && fail "cumux set of a pid with no client succeeded"
+"$cli" set "$$" --memory 1Q 2>/dev/null && fail "cumux set --memory 1Q succeeded"
+"$cli" set x --memory 1G 2>/dev/null && fail "cumux set x succeeded"
+"$cli" stop >/dev/null || fail "cumux stop"
+# 4. The server's default: every client at most that, asking for more or nothing; less is taken.
+CUMUX_DEFAULT_MEMORY_LIMIT=48M start_server || fail "cumux start with a default limit"
+expect_pass "$cli" run -- "$gdir/gpu_mem_limit" $((48 * M))
+expect_pass "$cli" run --memory 64M -- "$gdir/gpu_mem_limit" $((48 * M))
+expect_pass "$cli" run --memory 32M -- "$gdir/gpu_mem_limit" $((32 * M))
+"$cli" stop >/dev/null || fail "cumux stop"
+CUMUX_DEFAULT_MEMORY_LIMIT=huge start_server 2>/dev/null && fail "cumuxd started with CUMUX_DEFAULT_MEMORY_LIMIT=huge"
+echo "PASS mem_limit"
