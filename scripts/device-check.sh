@@ -168,7 +168,7 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "fault soak (50 faults, 4 bystander loops)" fault-soak.txt '^fault soak:' 240 \
         tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
     soak_note=$note
-    server_test "memory limits" mem-limit.txt '^PASS mem_limit' 120 \
+    server_test "memory limits" mem-limit.txt '^mem_limit: \|^PASS mem_limit' 240 \
         tests/test_mem_limit.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note=$note
 fi

@@ -70,6 +70,22 @@ exec 3>&-
 wait "$holder" || fail "gpu_mem_limit --then: exit $?"
 holder=""
 grep -q '^PASS' "$tmp/hold.out" || fail "gpu_mem_limit --then did not pass"
+# PyTorch, where the GPU and PyTorch are there (issue 11's figure): 4 GiB seen, out of memory past it, also
+# with expandable segments; a neighbour without a limit, training meanwhile, untouched.
+fw="$(dirname "${BASH_SOURCE[0]}")/frameworks"
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+    "$cli" run -- python3 "$fw/torch_train.py" >"$tmp/neighbour.out" 2>&1 &
+    nb=$!
+    for mode in plain expandable; do
+        "$cli" run --memory 4G -- python3 "$fw/torch_mem_limit.py" 4 $mode >"$tmp/torch.$mode.out" 2>&1 ||
+            fail "torch_mem_limit.py 4 $mode: $(tail -5 "$tmp/torch.$mode.out")"
+        echo "mem_limit: PyTorch under --memory 4G ($mode allocator): $(grep '^PASS' "$tmp/torch.$mode.out")"
+    done
+    wait $nb || fail "the neighbour torch_train failed: $(tail -5 "$tmp/neighbour.out")"
+    echo "mem_limit: the neighbour without a limit, training meanwhile: $(grep '^PASS' "$tmp/neighbour.out")"
+else
+    echo "mem_limit: SKIP the PyTorch part (no PyTorch with a GPU here)"
+fi
 "$cli" set 2147483647 --memory 1G >/dev/null && fail "cumux set of a pid with no client succeeded"
 "$cli" set "$$" --memory 1Q 2>/dev/null && fail "cumux set --memory 1Q succeeded"
 "$cli" set x --memory 1G 2>/dev/null && fail "cumux set x succeeded"

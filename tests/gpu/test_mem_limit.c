@@ -77,7 +77,8 @@ int main(int argc, char **argv)
     /* Pitched, an array and VMM: each past the quarter left. */
     size_t pitch;
     EXPECT_RC(cuMemAllocPitch(&p, &pitch, (size_t)(limit / 8), 4, 4), CUDA_ERROR_OUT_OF_MEMORY);
-    CUDA_ARRAY_DESCRIPTOR ad = {.Width = (size_t)(limit / 16), .Height = 8, .Format = CU_AD_FORMAT_FLOAT,
+    /* Rows of 16384 floats (64 KiB: within any GPU's widest 2-D array): limit / 2 bytes. */
+    CUDA_ARRAY_DESCRIPTOR ad = {.Width = 16384, .Height = (size_t)(limit / 2 / 65536), .Format = CU_AD_FORMAT_FLOAT,
                                 .NumChannels = 1};
     CUarray arr;
     EXPECT_RC(cuArrayCreate(&arr, &ad), CUDA_ERROR_OUT_OF_MEMORY);
@@ -92,7 +93,7 @@ int main(int argc, char **argv)
     CK(cuMemCreate(&vh, gran, &prop, 0));
     check_info(limit, limit / 2 + limit / 4 + gran, "a VMM allocation more");
     CK(cuMemRelease(vh));
-    ad.Width = (size_t)(limit / 256); /* x 4 bytes x 8 rows: limit / 8 bytes */
+    ad.Height = (size_t)(limit / 8 / 65536); /* limit / 8 bytes */
     CK(cuArrayCreate(&arr, &ad));
     check_info(limit, limit / 2 + limit / 4 + limit / 8, "an array more");
     EXPECT_RC(cuMemAlloc(&p, limit / 8 + MiB), CUDA_ERROR_OUT_OF_MEMORY);
