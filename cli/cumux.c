@@ -15,6 +15,7 @@
 #include "common/proto.h"
 #include "common/size.h"
 #include "common/sock.h"
+#include "cli/cli.h"
 
 static char exe_dir[PATH_MAX];
 
@@ -30,6 +31,9 @@ static void usage(FILE *f)
                "                         its device memory at most SIZE (4G, 512M), which it sees as the\n"
                "                         GPU's size (also CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)\n"
                "  set PID --memory SIZE  change the device memory limit of client process PID (none: no limit)\n"
+               "  control [COMMAND...]   nvidia-cuda-mps-control's commands, one a line on stdin (or the\n"
+               "                         arguments as one): get_server_list, get_client_list, ps,\n"
+               "                         terminate_client, *_device_pinned_mem_limit, quit\n"
                "  trace [--native] [-o FILE] -- CMD [ARGS...]   run CMD with every driver call logged\n"
                "                         (also CUMUX_TRACE=1 with run; see docs/trace.md)\n"
                "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY, CUMUX_DEBUG.\n",
@@ -112,7 +116,7 @@ static int connect_server(void)
 }
 
 /* Send a hello of this kind and print the text that comes back. */
-static int request_with2(uint32_t kind, uint32_t arg, uint64_t arg2, FILE *out)
+int cli_request(uint32_t kind, uint32_t arg, uint64_t arg2, FILE *out)
 {
     int s = connect_server();
     if (s < 0)
@@ -139,7 +143,7 @@ static int request_with2(uint32_t kind, uint32_t arg, uint64_t arg2, FILE *out)
 
 static int request_with(uint32_t kind, uint32_t arg, FILE *out)
 {
-    return request_with2(kind, arg, 0, out);
+    return cli_request(kind, arg, 0, out);
 }
 
 static int request(uint32_t kind, FILE *out)
@@ -215,7 +219,7 @@ static int cmd_start(int argc, char **argv)
     return r;
 }
 
-static int cmd_stop(void)
+int cli_stop(void)
 {
     if (request(CUMUX_HELLO_STOP, NULL) < 0) {
         if (errno == EPERM)
@@ -273,7 +277,7 @@ static int cmd_set(int argc, char **argv)
         fprintf(stderr, "usage: cumux set PID --memory SIZE   (SIZE: 4G, 512M, none)\n");
         return 2;
     }
-    int st = request_with2(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, limit, stdout);
+    int st = cli_request(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, limit, stdout);
     if (st < 0 && errno != EPERM)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
     return st == 0 ? 0 : 1;
@@ -576,13 +580,15 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "start"))
         return cmd_start(argc - 1, argv + 1);
     if (!strcmp(cmd, "stop"))
-        return cmd_stop();
+        return cli_stop();
     if (!strcmp(cmd, "status"))
         return cmd_status();
     if (!strcmp(cmd, "kill"))
         return cmd_kill(argc - 1, argv + 1);
     if (!strcmp(cmd, "set"))
         return cmd_set(argc - 1, argv + 1);
+    if (!strcmp(cmd, "control"))
+        return cli_control(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))

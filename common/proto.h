@@ -28,7 +28,13 @@ enum cumux_hello_kind {
     CUMUX_HELLO_STOP = 3,   /* the CLI: asks the server to stop */
     CUMUX_HELLO_KILL = 4,   /* the CLI: ends the clients of process `flags` (cumux kill PID) */
     CUMUX_HELLO_SET_MEMORY = 5, /* the CLI: the clients of process `flags` get memory limit `arg` (0: none) */
+    CUMUX_HELLO_SET_DEFAULT_MEMORY = 6, /* the CLI: clients that connect from now on: limit `arg` at most */
 };
+
+/* STATUS flags */
+#define CUMUX_STATUS_RECORDS 1u /* lines for programs (cumux control), not people:
+                                 * "server SUPERVISOR_PID WORKER_PID DEFAULT_LIMIT_BYTES"
+                                 * "client ID PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS COMMAND" */
 
 struct cumux_hello {
     uint32_t magic;

@@ -171,6 +171,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "memory limits" mem-limit.txt '^mem_limit: \|^PASS mem_limit' 240 \
         tests/test_mem_limit.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note=$note
+    server_test "cumux control" control.txt '^PASS control' 120 \
+        tests/test_control.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; control: $note"
 fi
 
 # --- benchmarks ---

@@ -137,9 +137,13 @@ static void command_of(pid_t pid, char *out, size_t cap)
         return;
     size_t n = fread(out, 1, cap - 1, f);
     fclose(f);
-    for (size_t i = 0; i + 1 < n; i++)
+    /* One line, printable: it goes into the log, fault records and `cumux status` lines that programs
+     * read (a newline in an argument must not make a record of its own). */
+    for (size_t i = 0; i < n; i++)
         if (!out[i])
-            out[i] = ' ';
+            out[i] = i + 1 < n ? ' ' : 0;
+        else if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f)
+            out[i] = '?';
     out[n] = 0;
 }
 

@@ -106,6 +106,8 @@ static int make_log_dir(const char *path)
 }
 
 /* The status text (malloc'd), or NULL. */
+static char *status_records(void);
+
 static char *status_report(void)
 {
     size_t cap = 4096, len = 0;
@@ -191,6 +193,56 @@ out:
 #undef APPEND
 }
 
+/* Text that grows as it is written; NULL text once out of memory. */
+struct textbuf {
+    char *text;
+    size_t len, cap;
+};
+
+static void tb_printf(struct textbuf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tb_printf(struct textbuf *t, const char *fmt, ...)
+{
+    for (int tries = 0; t->text && tries < 32; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->text + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        char *grown = realloc(t->text, t->cap * 2);
+        if (!grown) {
+            free(t->text);
+            t->text = NULL;
+            return;
+        }
+        t->text = grown;
+        t->cap *= 2;
+    }
+}
+
+/* The status for programs (CUMUX_STATUS_RECORDS in common/proto.h): one record a line, sizes in bytes. */
+static char *status_records(void)
+{
+    struct textbuf t = {.text = malloc(1024), .cap = 1024};
+    tb_printf(&t, "server %d %d %llu\n", (int)srv_supervisor_pid, (int)getpid(),
+              (unsigned long long)srv_default_mem_limit());
+    pthread_mutex_lock(&clients_lock);
+    for (struct srv_client *c = clients; c; c = c->next) {
+        if (atomic_load(&c->finished))
+            continue;
+        tb_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %s\n", c->id, (int)c->pid, (unsigned)c->uid,
+                  (unsigned long long)atomic_load(&c->mem_bytes), (unsigned long long)atomic_load(&c->mem_limit),
+                  (unsigned long long)atomic_load(&c->host_bytes), atomic_load(&c->nstreams),
+                  (unsigned long long)atomic_load(&c->launches), c->cmd[0] ? c->cmd : "?");
+    }
+    pthread_mutex_unlock(&clients_lock);
+    return t.text;
+}
+
 static uint32_t next_client_id = 1;
 
 /* ---------------------------------------------------------------- connections before they are clients
@@ -216,7 +268,6 @@ struct conn {
 static struct conn *conns;
 static size_t nconns, capconns;
 static uint32_t max_clients = 256;
-static uint64_t default_mem_limit; /* CUMUX_DEFAULT_MEMORY_LIMIT: every client's device memory at most */
 static int test_sndbuf; /* CUMUX_TEST_SNDBUF (tests only): SO_SNDBUF of accepted connections */
 
 static void conn_close(struct conn *c)
@@ -311,8 +362,8 @@ static void conn_client(struct conn *k)
     }
     /* Its device memory limit: what it asked for (CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT),
      * never above the server's default for everyone. */
-    uint64_t want = k->hello.arg;
-    atomic_store(&c->mem_limit, want && (!default_mem_limit || want < default_mem_limit) ? want : default_mem_limit);
+    uint64_t want = k->hello.arg, dflt = srv_default_mem_limit();
+    atomic_store(&c->mem_limit, want && (!dflt || want < dflt) ? want : dflt);
     k->fd = k->out_fd = -1; /* the client owns them now */
     conn_close(k);
     struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0,
@@ -367,7 +418,7 @@ static void conn_hello(struct conn *k)
     }
     switch (h->kind) {
     case CUMUX_HELLO_STATUS: {
-        char *text = status_report();
+        char *text = h->flags & CUMUX_STATUS_RECORDS ? status_records() : status_report();
         if (text)
             conn_reply(k, text, 0);
         else
@@ -383,6 +434,15 @@ static void conn_hello(struct conn *k)
         char text[1024];
         unsigned n = kill_clients((pid_t)h->flags, text, sizeof text);
         conn_reply(k, text, n ? 0 : CUDA_ERROR_NOT_FOUND);
+        return;
+    }
+    case CUMUX_HELLO_SET_DEFAULT_MEMORY: {
+        srv_set_default_mem_limit(h->arg);
+        char text[96] = "default device memory limit: none\n";
+        if (h->arg)
+            snprintf(text, sizeof text, "default device memory limit: %.1f MiB\n", h->arg / 1048576.0);
+        cumux_logf("%.*s (for clients from now on)", (int)strlen(text) - 1, text);
+        conn_reply(k, text, 0);
         return;
     }
     case CUMUX_HELLO_SET_MEMORY: {
@@ -881,10 +941,12 @@ int main(int argc, char **argv)
         !parse_limit(max_handles_arg, max_handles_from, MAX_HANDLES_CAP, &srv_max_handles))
         return 2;
     const char *dml = getenv("CUMUX_DEFAULT_MEMORY_LIMIT");
-    if (dml && *dml && !cumux_parse_device_limits(dml, 0, &default_mem_limit)) {
+    uint64_t dml_bytes = 0;
+    if (dml && *dml && !cumux_parse_device_limits(dml, 0, &dml_bytes)) {
         fprintf(stderr, "cumuxd: CUMUX_DEFAULT_MEMORY_LIMIT=%s: not a size (4G, 512M) nor 0=SIZE,1=SIZE\n", dml);
         return 2;
     }
+    srv_set_default_mem_limit(dml_bytes);
     const char *sndbuf = getenv("CUMUX_TEST_SNDBUF");
     test_sndbuf = sndbuf ? atoi(sndbuf) : 0;
     /* Each client holds about three descriptors (socket, channel, stdout): use all we are allowed. */

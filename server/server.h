@@ -269,6 +269,11 @@ void srv_fault_watch_stop(void);
 /* Forks workers until one stops the server (then exits 0); returns 0 in each worker (which goes on
  * serving), or -1 in the supervisor when workers cannot be had. *ready_fd goes to the first worker only. */
 int srv_supervise(int *ready_fd);
+/* The device memory limit of clients that ask for none or for more (CUMUX_DEFAULT_MEMORY_LIMIT, `cumux
+ * control set_default_device_pinned_mem_limit`), 0 for none: kept with the supervisor, so that a worker
+ * that replaces a failed one has it too. */
+uint64_t srv_default_mem_limit(void);
+void srv_set_default_mem_limit(uint64_t bytes);
 void srv_supervisor_fault(const struct srv_fault_record *rec); /* from a worker, before it exits */
 void srv_supervisor_serving(void);                            /* from a worker, once it listens */
 /* A standby worker (GPUs up, not serving) waits here until it is told to take over: 0 then, with the

@@ -66,8 +66,23 @@ struct sup_shared {
     _Atomic int32_t enabled;
     _Atomic int32_t standby_pid; /* 0: none */
     _Atomic int32_t standby_ready;
+    _Atomic uint64_t default_mem_limit; /* srv_default_mem_limit: set by whichever worker is told */
 };
 static struct sup_shared *shared;
+static uint64_t initial_mem_limit; /* before the page exists */
+
+uint64_t srv_default_mem_limit(void)
+{
+    return shared ? atomic_load(&shared->default_mem_limit) : initial_mem_limit;
+}
+
+void srv_set_default_mem_limit(uint64_t bytes)
+{
+    if (shared)
+        atomic_store(&shared->default_mem_limit, bytes);
+    else
+        initial_mem_limit = bytes;
+}
 
 static int report_fd = -1; /* a worker's end of the pipe to the supervisor */
 static int go_fd = -1;     /* a standby worker's end of its pipe from the supervisor */
@@ -271,8 +286,10 @@ int srv_supervise(int *ready_fd)
     bool want_standby = !(sb && !strcmp(sb, "0"));
     void *page = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     shared = page == MAP_FAILED ? NULL : page;
-    if (shared)
+    if (shared) {
         atomic_store(&shared->enabled, want_standby);
+        atomic_store(&shared->default_mem_limit, initial_mem_limit);
+    }
     bool ever_served = false, serving = false, standby_ready = false;
     time_t window_start = time(NULL);
     unsigned in_window = 0, init_failures = 0, standby_failures = 0;

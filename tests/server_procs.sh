@@ -1,5 +1,5 @@
-# Sourced by the tests that start a server of their own, fault it and must leave no process of it behind
-# (test_fault_recover.sh, test_kill_client.sh, test_fault_soak.sh). Needs CUMUX_PIPE_DIRECTORY,
+# Sourced by the tests that start a server of their own (and often fault it) and must leave no process of it behind
+# (test_fault_recover.sh, test_kill_client.sh, test_fault_soak.sh, test_mem_limit.sh, test_control.sh). Needs CUMUX_PIPE_DIRECTORY,
 # CUMUX_LOG_DIRECTORY, $cli and $gdir (the GPU test programs).
 
 # The cumuxd processes (supervisor, serving and standby workers) of this pipe directory.
@@ -37,4 +37,28 @@ serve_one() {
         sleep 0.1
     done
     return 1
+}
+
+# The start of a test that runs a server of its own (then source this file): a temporary directory $tmp
+# with the pipe and log directories in it; at exit the process $client (when set) is killed, the server
+# stopped and $tmp removed. fail MSG prints MSG, the files that $fail_show names (a glob) and the server's
+# log, and exits 1.
+own_server_test() {
+    tmp=$(mktemp -d) || exit 2
+    export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0
+    client="" fail_show=""
+    trap own_server_cleanup EXIT
+}
+own_server_cleanup() {
+    [ -n "${client:-}" ] && kill -KILL "$client" 2>/dev/null
+    stop_ours
+    rm -rf "$tmp"
+}
+fail() {
+    echo "FAIL: $*"
+    local f
+    for f in $fail_show; do [ -f "$f" ] && { echo "---- $f ----"; cat "$f"; }; done
+    echo "---- cumuxd log ----"
+    cat "$tmp/log/cumuxd.log" 2>/dev/null
+    exit 1
 }

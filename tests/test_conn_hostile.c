@@ -517,12 +517,12 @@ static void stall(void)
 
 /* ---------------------------------------------------------------- kill requests */
 
-/* A kill request for `pid` as hello.flags carries it: the server's status and text. */
-static int kill_request(const char *dir, uint32_t pid, char *text, size_t cap)
+/* A request of `kind` (KILL, SET_MEMORY) for `pid` as hello.flags carries it: the server's status and text. */
+static int pid_request(const char *dir, uint32_t kind, uint32_t pid, uint64_t arg, char *text, size_t cap)
 {
     int s = raw_connect(dir);
-    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_KILL,
-                            .flags = pid};
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .flags = pid,
+                            .arg = arg};
     raw_send(s, &h, sizeof h, -1);
     struct cumux_welcome w;
     text[0] = 0;
@@ -536,8 +536,14 @@ static int kill_request(const char *dir, uint32_t pid, char *text, size_t cap)
     return st;
 }
 
-/* Kill requests whose pid field names no client (0, -1, the smallest pid_t, the server itself) are
- * answered "not found" and change nothing; one that names a client ends that client only. */
+static int kill_request(const char *dir, uint32_t pid, char *text, size_t cap)
+{
+    return pid_request(dir, CUMUX_HELLO_KILL, pid, 0, text, cap);
+}
+
+/* Kill and memory limit requests whose pid field names no client (0, -1, the smallest pid_t, the server
+ * itself) are answered "not found" and change nothing; a limit of 2^64-1 for a client is just a large
+ * one; a kill that names a client ends that client only. */
 static void kill_pids(void)
 {
     const char *dir = getenv("CUMUX_PIPE_DIRECTORY");
@@ -550,7 +556,13 @@ static void kill_pids(void)
         int st = kill_request(dir, nobody[i], text, sizeof text);
         CHECK(st == CUDA_ERROR_NOT_FOUND && strstr(text, "no client of cumuxd has pid"),
               "kill of pid field %#x: status %d, \"%s\"", nobody[i], st, text);
+        st = pid_request(dir, CUMUX_HELLO_SET_MEMORY, nobody[i], 1 << 20, text, sizeof text);
+        CHECK(st == CUDA_ERROR_NOT_FOUND && strstr(text, "no client of process"),
+              "memory limit for pid field %#x: status %d, \"%s\"", nobody[i], st, text);
     }
+    int lst = pid_request(dir, CUMUX_HELLO_SET_MEMORY, (uint32_t)getpid(), UINT64_MAX, text, sizeof text);
+    CHECK(lst == 0 && strstr(text, "device memory limit"), "a 2^64-1 limit for this test's client: status %d, \"%s\"",
+          lst, text);
     const char *status[] = {"cumux", "status", NULL};
     int rc = run_cli(out, sizeof out, 5000, status);
     CHECK(rc == 0 && strstr(out, "clients: 1"), "after kills of nobody: exit %d: \"%.300s\"", rc, out);

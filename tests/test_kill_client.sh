@@ -9,23 +9,9 @@
 # usage: test_kill_client.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
 set -u
 cli=$1 drv=$2 gdir=$3
-tmp=$(mktemp -d) || exit 2
-export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-client=""
-cleanup() {
-    [ -n "$client" ] && kill -KILL "$client" 2>/dev/null
-    stop_ours
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    for f in "$tmp"/hang.*.out; do [ -f "$f" ] && { echo "---- $f ----"; cat "$f"; }; done
-    echo "---- cumuxd log ----"
-    cat "$tmp/log/cumuxd.log" 2>/dev/null
-    exit 1
-}
+own_server_test
+fail_show="$tmp/hang.*.out"
 now_ms() { date +%s%3N; }
 # Starts gpu_hang MODE under cumux and waits until it waits.
 start_hang() {

@@ -7,24 +7,10 @@
 # usage: test_mem_limit.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
 set -u
 cli=$1 drv=$2 gdir=$3
-tmp=$(mktemp -d) || exit 2
-export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0 CUMUX_STANDBY=0
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-holder="" feeder=""
-cleanup() {
-    [ -n "$holder" ] && kill -KILL "$holder" 2>/dev/null
-    [ -n "$feeder" ] && kill -KILL "$feeder" 2>/dev/null
-    stop_ours
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    [ -f "$tmp/hold.out" ] && { echo "---- holder ----"; cat "$tmp/hold.out"; }
-    echo "---- cumuxd log ----"
-    cat "$tmp/log/cumuxd.log" 2>/dev/null
-    exit 1
-}
+own_server_test
+export CUMUX_STANDBY=0
+fail_show="$tmp/hold.out"
 M=$((1 << 20))
 start_server() {
     LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null
@@ -51,24 +37,24 @@ out=$(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=" "$cli" run -- "$gdir/gpu_mem_limit" 
 # 3. cumux set while it runs; cumux status shows the limit; a neighbour without one is untouched.
 mkfifo "$tmp/in" || fail "mkfifo"
 "$cli" run --memory 64M -- "$gdir/gpu_mem_limit" $((64 * M)) --then $((32 * M)) <"$tmp/in" >"$tmp/hold.out" 2>&1 &
-holder=$!
+client=$!
 exec 3>"$tmp/in"
 for ((i = 0; i < 300; i++)); do
     grep -q '^HOLDING' "$tmp/hold.out" && break
-    kill -0 "$holder" 2>/dev/null || fail "gpu_mem_limit --then ended before it held"
+    kill -0 "$client" 2>/dev/null || fail "gpu_mem_limit --then ended before it held"
     sleep 0.1
 done
 grep -q '^HOLDING' "$tmp/hold.out" || fail "gpu_mem_limit --then did not hold in 30 s"
-row() { "$cli" status | awk -v p="$holder" '$2 == p'; }
-[ "$(row | awk '{print $4, $5}')" = "16.0 64.0" ] || fail "status row of $holder: $(row) (want 16.0 MiB held, limit 64.0)"
+row() { "$cli" status | awk -v p="$client" '$2 == p'; }
+[ "$(row | awk '{print $4, $5}')" = "16.0 64.0" ] || fail "status row of $client: $(row) (want 16.0 MiB held, limit 64.0)"
 expect_pass "$cli" run -- "$gdir/gpu_vecadd"
-"$cli" set "$holder" --memory 32M >"$tmp/set.out" || fail "cumux set: $(cat "$tmp/set.out")"
+"$cli" set "$client" --memory 32M >"$tmp/set.out" || fail "cumux set: $(cat "$tmp/set.out")"
 grep -q "limit 32.0 MiB" "$tmp/set.out" || fail "cumux set said: $(cat "$tmp/set.out")"
 [ "$(row | awk '{print $5}')" = "32.0" ] || fail "status row after cumux set: $(row)"
 echo go >&3
 exec 3>&-
-wait "$holder" || fail "gpu_mem_limit --then: exit $?"
-holder=""
+wait "$client" || fail "gpu_mem_limit --then: exit $?"
+client=""
 grep -q '^PASS' "$tmp/hold.out" || fail "gpu_mem_limit --then did not pass"
 # PyTorch, where the GPU and PyTorch are there (issue 11's figure): 4 GiB seen, out of memory past it, also
 # with expandable segments; a neighbour without a limit, training meanwhile, untouched.

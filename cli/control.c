@@ -1,0 +1,237 @@
+/* cumux control: the command lines of NVIDIA's nvidia-cuda-mps-control, read from stdin one a line (or
+ * given as arguments, as one line), so that scripts written for MPS move over unchanged. cumux has one
+ * server; it answers to its supervisor's pid, and to its GPU worker's. What cumux does not do yet is said
+ * on stderr and makes the exit status 1; nothing is silently ignored. docs/compatibility.md has the table. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/proto.h"
+#include "common/size.h"
+#include "common/sock.h"
+
+struct client_rec {
+    unsigned id, uid, streams;
+    int pid;
+    unsigned long long device, limit, pinned, kernels;
+    char cmd[128];
+};
+
+struct records {
+    int server_pid, worker_pid;
+    unsigned long long default_limit;
+    struct client_rec *clients;
+    size_t n;
+};
+
+static void records_free(struct records *r)
+{
+    free(r->clients);
+    memset(r, 0, sizeof *r);
+}
+
+/* The server's status as records (CUMUX_STATUS_RECORDS); -1 (said) when no server answers. */
+static int records_get(struct records *r)
+{
+    memset(r, 0, sizeof *r);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return -1;
+    int st = cli_request(CUMUX_HELLO_STATUS, CUMUX_STATUS_RECORDS, 0, f);
+    fclose(f);
+    if (st != 0) {
+        if (!(st < 0 && errno == EPERM))
+            fprintf(stderr, "cumux control: no cumuxd runs on %s\n", cumux_pipe_directory());
+        free(text);
+        return -1;
+    }
+    size_t cap = 0;
+    for (char *save, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strncmp(line, "server ", 7)) {
+            sscanf(line + 7, "%d %d %llu", &r->server_pid, &r->worker_pid, &r->default_limit);
+            continue;
+        }
+        if (strncmp(line, "client ", 7) != 0)
+            continue;
+        if (r->n == cap) {
+            cap = cap ? cap * 2 : 16;
+            struct client_rec *g = realloc(r->clients, cap * sizeof *g);
+            if (!g)
+                break;
+            r->clients = g;
+        }
+        struct client_rec *c = &r->clients[r->n];
+        int used = 0;
+        if (sscanf(line + 7, "%u %d %u %llu %llu %llu %u %llu %n", &c->id, &c->pid, &c->uid, &c->device, &c->limit,
+                   &c->pinned, &c->streams, &c->kernels, &used) >= 8) {
+            snprintf(c->cmd, sizeof c->cmd, "%s", line + 7 + used);
+            r->n++;
+        }
+    }
+    free(text);
+    return 0;
+}
+
+static bool is_server(const struct records *r, const char *pid)
+{
+    char *end;
+    long p = strtol(pid, &end, 10);
+    if (*end || !*pid || (p != r->server_pid && p != r->worker_pid)) {
+        fprintf(stderr, "cumux control: no server with pid %s (cumuxd's is %d)\n", pid, r->server_pid);
+        return false;
+    }
+    return true;
+}
+
+static void print_limit(unsigned long long b)
+{
+    if (!b)
+        printf("none\n");
+    else if (b % (1ull << 30) == 0)
+        printf("%lluG\n", b >> 30);
+    else if (b % (1ull << 20) == 0)
+        printf("%lluM\n", b >> 20);
+    else
+        printf("%llu\n", b);
+}
+
+/* cumux serves device 0's limit: another device's is refused rather than taken for it. */
+static bool device_zero(const char *dev)
+{
+    if (strcmp(dev, "0") != 0) {
+        fprintf(stderr, "cumux control: device %s: cumux keeps device 0's memory limit only\n", dev);
+        return false;
+    }
+    return true;
+}
+
+static int set_default_limit(const char *value)
+{
+    uint64_t b;
+    if (!cumux_parse_size(value, &b)) {
+        fprintf(stderr, "cumux control: %s is not a size (4G, 512M)\n", value);
+        return 1;
+    }
+    return cli_request(CUMUX_HELLO_SET_DEFAULT_MEMORY, 0, b, NULL) == 0 ? 0 : 1;
+}
+
+/* One command line; 0 when done, 1 when refused or failed (said on stderr). */
+static int run_line(char **w, int n)
+{
+    const char *cmd = w[0];
+    struct records r;
+#define NEED(k)                                                                                        \
+    do {                                                                                               \
+        if (n != (k) + 1) {                                                                            \
+            fprintf(stderr, "cumux control: %s takes %d argument(s)\n", cmd, (k));                     \
+            return 1;                                                                                  \
+        }                                                                                              \
+    } while (0)
+    if (!strcmp(cmd, "get_server_list")) {
+        NEED(0);
+        if (records_get(&r) < 0)
+            return 1;
+        printf("%d\n", r.server_pid);
+        records_free(&r);
+        return 0;
+    }
+    if (!strcmp(cmd, "get_client_list") || !strcmp(cmd, "ps")) {
+        bool ps = cmd[0] == 'p';
+        if (!ps)
+            NEED(1);
+        if (records_get(&r) < 0)
+            return 1;
+        if (!ps && !is_server(&r, w[1])) {
+            records_free(&r);
+            return 1;
+        }
+        if (ps)
+            printf("%-8s %-4s %-8s %-6s %s\n", "PID", "ID", "SERVER", "DEVICE", "COMMAND");
+        for (size_t i = 0; i < r.n; i++) {
+            if (ps)
+                printf("%-8d %-4u %-8d %-6d %s\n", r.clients[i].pid, r.clients[i].id, r.server_pid, 0, r.clients[i].cmd);
+            else
+                printf("%d\n", r.clients[i].pid);
+        }
+        records_free(&r);
+        return 0;
+    }
+    if (!strcmp(cmd, "terminate_client")) {
+        NEED(2);
+        if (records_get(&r) < 0)
+            return 1;
+        bool ok = is_server(&r, w[1]);
+        records_free(&r);
+        char *end;
+        long pid = strtol(w[2], &end, 10);
+        if (!ok || *end || pid <= 0 || pid > INT32_MAX) {
+            if (ok)
+                fprintf(stderr, "cumux control: terminate_client: %s is not a pid\n", w[2]);
+            return 1;
+        }
+        return cli_request(CUMUX_HELLO_KILL, (uint32_t)pid, 0, stdout) == 0 ? 0 : 1;
+    }
+    /* One server: its limit for new clients is the default. */
+    if (!strcmp(cmd, "set_default_device_pinned_mem_limit")) {
+        NEED(2);
+        return device_zero(w[1]) ? set_default_limit(w[2]) : 1;
+    }
+    if (!strcmp(cmd, "set_device_pinned_mem_limit")) {
+        NEED(3);
+        if (records_get(&r) < 0)
+            return 1;
+        bool ok = is_server(&r, w[1]) && device_zero(w[2]);
+        records_free(&r);
+        return ok ? set_default_limit(w[3]) : 1;
+    }
+    if (!strcmp(cmd, "get_default_device_pinned_mem_limit") || !strcmp(cmd, "get_device_pinned_mem_limit")) {
+        bool per_server = strncmp(cmd, "get_default", 11) != 0;
+        NEED(per_server ? 2 : 1);
+        if (records_get(&r) < 0)
+            return 1;
+        bool ok = (!per_server || is_server(&r, w[1])) && device_zero(w[per_server ? 2 : 1]);
+        if (ok)
+            print_limit(r.default_limit);
+        records_free(&r);
+        return ok ? 0 : 1;
+    }
+    if (!strcmp(cmd, "quit")) {
+        /* MPS's "quit -t SECONDS" waits that long for clients to finish: cumux stops at once. */
+        return cli_stop();
+    }
+    static const char *const not_yet[] = {
+        "set_default_active_thread_percentage", "get_default_active_thread_percentage",
+        "set_active_thread_percentage", "get_active_thread_percentage", "set_default_client_priority",
+        "get_default_client_priority"};
+    for (size_t i = 0; i < sizeof not_yet / sizeof *not_yet; i++)
+        if (!strcmp(cmd, not_yet[i])) {
+            fprintf(stderr, "cumux control: %s is not supported by cumux yet\n", cmd);
+            return 1;
+        }
+    fprintf(stderr, "cumux control: unknown command %s\n", cmd);
+    return 1;
+#undef NEED
+}
+
+int cli_control(int argc, char **argv)
+{
+    if (argc > 1)
+        return run_line(argv + 1, argc - 1);
+    int failed = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, stdin)) {
+        char *w[8];
+        int n = 0;
+        for (char *save, *tok = strtok_r(line, " \t\r\n", &save); tok && n < 8; tok = strtok_r(NULL, " \t\r\n", &save))
+            w[n++] = tok;
+        if (n == 0 || w[0][0] == '#')
+            continue;
+        failed |= run_line(w, n);
+        fflush(stdout);
+    }
+    return failed;
+}
