@@ -11,7 +11,33 @@
 int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
 /* cumux stop. */
 int cli_stop(void);
+/* The server's status for programs (status_records.c). */
+struct cli_client {
+    unsigned id, uid, streams;
+    int pid;
+    unsigned long long device, limit, pinned, kernels, gpu_ns; /* bytes; launches; GPU time (estimated) */
+    char cmd[128];
+};
+struct cli_gpu {
+    int index, sms;
+    unsigned long long used, total;
+    char bus_id[32], name[128];
+};
+#define CLI_MAX_GPUS 16
+struct cli_records {
+    int server_pid, worker_pid;
+    unsigned long long default_limit;
+    struct cli_gpu gpus[CLI_MAX_GPUS];
+    int ngpus;
+    struct cli_client *clients;
+    size_t n;
+};
+/* 0, or -1 (said on stderr) when no server answers. */
+int cli_records_get(struct cli_records *r);
+void cli_records_free(struct cli_records *r);
 /* cumux control: nvidia-cuda-mps-control's command lines. */
 int cli_control(int argc, char **argv);
+/* cumux top: a live view of the GPUs and the clients (top.c). */
+int cli_top(int argc, char **argv);
 
 #endif

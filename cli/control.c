@@ -10,73 +10,8 @@
 #include "cli/cli.h"
 #include "common/proto.h"
 #include "common/size.h"
-#include "common/sock.h"
 
-struct client_rec {
-    unsigned id, uid, streams;
-    int pid;
-    unsigned long long device, limit, pinned, kernels;
-    char cmd[128];
-};
-
-struct records {
-    int server_pid, worker_pid;
-    unsigned long long default_limit;
-    struct client_rec *clients;
-    size_t n;
-};
-
-static void records_free(struct records *r)
-{
-    free(r->clients);
-    memset(r, 0, sizeof *r);
-}
-
-/* The server's status as records (CUMUX_STATUS_RECORDS); -1 (said) when no server answers. */
-static int records_get(struct records *r)
-{
-    memset(r, 0, sizeof *r);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return -1;
-    int st = cli_request(CUMUX_HELLO_STATUS, CUMUX_STATUS_RECORDS, 0, f);
-    fclose(f);
-    if (st != 0) {
-        if (!(st < 0 && errno == EPERM))
-            fprintf(stderr, "cumux control: no cumuxd runs on %s\n", cumux_pipe_directory());
-        free(text);
-        return -1;
-    }
-    size_t cap = 0;
-    for (char *save, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (!strncmp(line, "server ", 7)) {
-            sscanf(line + 7, "%d %d %llu", &r->server_pid, &r->worker_pid, &r->default_limit);
-            continue;
-        }
-        if (strncmp(line, "client ", 7) != 0)
-            continue;
-        if (r->n == cap) {
-            cap = cap ? cap * 2 : 16;
-            struct client_rec *g = realloc(r->clients, cap * sizeof *g);
-            if (!g)
-                break;
-            r->clients = g;
-        }
-        struct client_rec *c = &r->clients[r->n];
-        int used = 0;
-        if (sscanf(line + 7, "%u %d %u %llu %llu %llu %u %llu %n", &c->id, &c->pid, &c->uid, &c->device, &c->limit,
-                   &c->pinned, &c->streams, &c->kernels, &used) >= 8) {
-            snprintf(c->cmd, sizeof c->cmd, "%s", line + 7 + used);
-            r->n++;
-        }
-    }
-    free(text);
-    return 0;
-}
-
-static bool is_server(const struct records *r, const char *pid)
+static bool is_server(const struct cli_records *r, const char *pid)
 {
     char *end;
     long p = strtol(pid, &end, 10);
@@ -123,7 +58,7 @@ static int set_default_limit(const char *value)
 static int run_line(char **w, int n)
 {
     const char *cmd = w[0];
-    struct records r;
+    struct cli_records r;
 #define NEED(k)                                                                                        \
     do {                                                                                               \
         if (n != (k) + 1) {                                                                            \
@@ -133,20 +68,20 @@ static int run_line(char **w, int n)
     } while (0)
     if (!strcmp(cmd, "get_server_list")) {
         NEED(0);
-        if (records_get(&r) < 0)
+        if (cli_records_get(&r) < 0)
             return 1;
         printf("%d\n", r.server_pid);
-        records_free(&r);
+        cli_records_free(&r);
         return 0;
     }
     if (!strcmp(cmd, "get_client_list") || !strcmp(cmd, "ps")) {
         bool ps = cmd[0] == 'p';
         if (!ps)
             NEED(1);
-        if (records_get(&r) < 0)
+        if (cli_records_get(&r) < 0)
             return 1;
         if (!ps && !is_server(&r, w[1])) {
-            records_free(&r);
+            cli_records_free(&r);
             return 1;
         }
         if (ps)
@@ -157,15 +92,15 @@ static int run_line(char **w, int n)
             else
                 printf("%d\n", r.clients[i].pid);
         }
-        records_free(&r);
+        cli_records_free(&r);
         return 0;
     }
     if (!strcmp(cmd, "terminate_client")) {
         NEED(2);
-        if (records_get(&r) < 0)
+        if (cli_records_get(&r) < 0)
             return 1;
         bool ok = is_server(&r, w[1]);
-        records_free(&r);
+        cli_records_free(&r);
         char *end;
         long pid = strtol(w[2], &end, 10);
         if (!ok || *end || pid <= 0 || pid > INT32_MAX) {
@@ -182,21 +117,21 @@ static int run_line(char **w, int n)
     }
     if (!strcmp(cmd, "set_device_pinned_mem_limit")) {
         NEED(3);
-        if (records_get(&r) < 0)
+        if (cli_records_get(&r) < 0)
             return 1;
         bool ok = is_server(&r, w[1]) && device_zero(w[2]);
-        records_free(&r);
+        cli_records_free(&r);
         return ok ? set_default_limit(w[3]) : 1;
     }
     if (!strcmp(cmd, "get_default_device_pinned_mem_limit") || !strcmp(cmd, "get_device_pinned_mem_limit")) {
         bool per_server = strncmp(cmd, "get_default", 11) != 0;
         NEED(per_server ? 2 : 1);
-        if (records_get(&r) < 0)
+        if (cli_records_get(&r) < 0)
             return 1;
         bool ok = (!per_server || is_server(&r, w[1])) && device_zero(w[per_server ? 2 : 1]);
         if (ok)
             print_limit(r.default_limit);
-        records_free(&r);
+        cli_records_free(&r);
         return ok ? 0 : 1;
     }
     if (!strcmp(cmd, "quit")) {

@@ -31,6 +31,8 @@ static void usage(FILE *f)
                "                         its device memory at most SIZE (4G, 512M), which it sees as the\n"
                "                         GPU's size (also CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)\n"
                "  set PID --memory SIZE  change the device memory limit of client process PID (none: no limit)\n"
+               "  top [--once [--json]] [--interval S]   live view: per client GPU time share,\n"
+               "                         kernels/s, memory and limit; per GPU utilization and SM activity\n"
                "  control [COMMAND...]   nvidia-cuda-mps-control's commands, one a line on stdin (or the\n"
                "                         arguments as one): get_server_list, get_client_list, ps,\n"
                "                         terminate_client, *_device_pinned_mem_limit, quit\n"
@@ -589,6 +591,8 @@ int main(int argc, char **argv)
         return cmd_set(argc - 1, argv + 1);
     if (!strcmp(cmd, "control"))
         return cli_control(argc - 1, argv + 1);
+    if (!strcmp(cmd, "top"))
+        return cli_top(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))

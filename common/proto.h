@@ -34,7 +34,9 @@ enum cumux_hello_kind {
 /* STATUS flags */
 #define CUMUX_STATUS_RECORDS 1u /* lines for programs (cumux control), not people:
                                  * "server SUPERVISOR_PID WORKER_PID DEFAULT_LIMIT_BYTES"
-                                 * "client ID PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS COMMAND" */
+                                 * "gpu INDEX PCI_BUS_ID SMS USED_BYTES TOTAL_BYTES NAME"
+                                 * "client ID PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS GPU_NS
+                                 *  COMMAND" (GPU_NS: its GPU time so far, estimated: server/usage.c) */
 
 struct cumux_hello {
     uint32_t magic;

@@ -174,6 +174,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "cumux control" control.txt '^PASS control' 120 \
         tests/test_control.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; control: $note"
+    server_test "per-client GPU time" usage.txt '^usage:' 120 \
+        tests/test_usage.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; GPU time: $note"
 fi
 
 # --- benchmarks ---

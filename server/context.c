@@ -117,7 +117,10 @@ CUresult op_ctx_destroy(struct srv_client *c, const struct cumux_ctx_destroy *m,
 
 CUresult op_ctx_sync(struct srv_client *c, struct srv_ctx *ctx)
 {
-    return take_pending(c, ctx_sync(c, ctx));
+    CUresult r = ctx_sync(c, ctx);
+    if (r == CUDA_SUCCESS)
+        srv_usage_synced(c);
+    return take_pending(c, r);
 }
 
 CUresult op_ctx_limit(struct srv_client *c, const struct cumux_ctx_limit *m, struct srv_ctx *ctx, uint8_t *out,

@@ -232,7 +232,11 @@ static CUresult exec_on_stream(CUresult (*run)(CUgraphExec, CUstream), struct sr
 
 CUresult op_graph_launch(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream)
 {
-    CUresult r = exec_on_stream(cuGraphLaunch, exec, stream);
+    CHECK(before_op(stream));
+    int timed = srv_usage_begin(c, stream);
+    CUresult r = cuGraphLaunch(exec->e, stream->cu);
+    srv_usage_end(c, stream, timed, r);
+    after_op(stream);
     if (r == CUDA_SUCCESS && exec->mem)
         exec_mem_launched(c, exec);
     return r;

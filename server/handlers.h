@@ -27,6 +27,15 @@ void host_release(struct srv_client *c, uint64_t base);
 /* ipc.c: before an allocation's owner frees it (stream: the free's, or NULL for a synchronous free).
  * True when others still have it open: the memory then stays until the last of them closes it, and the
  * owner only forgets it. */
+/* usage.c: a launch (kernel or graph) on s may be timed: srv_usage_begin before it (a slot, or -1: not
+ * timed), srv_usage_end after it with its result. srv_usage_release at the client's end. */
+int srv_usage_begin(struct srv_client *c, struct srv_stream *s);
+void srv_usage_end(struct srv_client *c, struct srv_stream *s, int slot, CUresult launched);
+void srv_usage_release(struct srv_client *c);
+/* The client's context or a stream of it synchronized: its launches so far have ended (for a stream: taken
+ * as so; most programs that time their work use one). */
+void srv_usage_synced(struct srv_client *c);
+
 /* mem_limit.c: `size` more bytes of device memory held by the client, counted against its limit:
  * CUDA_ERROR_OUT_OF_MEMORY past it (nothing counted). srv_mem_uncharge gives them back. */
 CUresult srv_mem_charge(struct srv_client *c, uint64_t size);

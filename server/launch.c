@@ -22,6 +22,7 @@ CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct sr
     for (uint32_t i = 0; i < function->nparams; i++)
         kp[i] = (void *)(params + function->param_offsets[i]);
     CHECK(before_op(stream));
+    int timed = srv_usage_begin(c, stream);
     CUresult r;
     if (m->nattrs == 0) {
         r = cuLaunchKernel(function->fn, m->grid[0], m->grid[1], m->grid[2], m->block[0], m->block[1], m->block[2],
@@ -33,6 +34,7 @@ CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct sr
             memcpy(&attrs[i].value, a[i].value, sizeof attrs[i].value);
             attrs[i].id = (CUlaunchAttributeID)a[i].id;
             if (!cumux_launch_attr_plain(a[i].id)) {
+                srv_usage_end(c, stream, timed, CUDA_ERROR_NOT_SUPPORTED);
                 after_op(stream);
                 return CUDA_ERROR_NOT_SUPPORTED;
             }
@@ -43,6 +45,7 @@ CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct sr
                               .numAttrs = m->nattrs};
         r = cuLaunchKernelEx(&cfg, function->fn, NULL, psize ? extra : NULL);
     }
+    srv_usage_end(c, stream, timed, r);
     after_op(stream);
     atomic_fetch_add_explicit(&c->launches, 1, memory_order_relaxed);
     return r;

@@ -170,18 +170,20 @@ static char *status_report(void)
         n += !atomic_load(&c->finished);
     APPEND("clients: %d\n", n);
     if (n)
-        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
-               "pinned_MiB", "streams", "kernels");
+        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s %10s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
+               "pinned_MiB", "streams", "kernels", "gpu_s");
     for (struct srv_client *c = clients; c; c = c->next) {
         if (atomic_load(&c->finished))
             continue;
+        srv_usage_refresh(c);
         char limit[24] = "-";
         uint64_t l = atomic_load(&c->mem_limit);
         if (l)
             snprintf(limit, sizeof limit, "%.1f", l / 1048576.0);
-        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu\n", c->id, (int)c->pid, (unsigned)c->uid,
+        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu %10.3f\n", c->id, (int)c->pid, (unsigned)c->uid,
                atomic_load(&c->mem_bytes) / 1048576.0, limit, atomic_load(&c->host_bytes) / 1048576.0,
-               atomic_load(&c->nstreams), (unsigned long long)atomic_load(&c->launches));
+               atomic_load(&c->nstreams), (unsigned long long)atomic_load(&c->launches),
+               atomic_load(&c->gpu_ns) / 1e9);
     }
     pthread_mutex_unlock(&clients_lock);
     return buf;
@@ -230,14 +232,24 @@ static char *status_records(void)
     struct textbuf t = {.text = malloc(1024), .cap = 1024};
     tb_printf(&t, "server %d %d %llu\n", (int)srv_supervisor_pid, (int)getpid(),
               (unsigned long long)srv_default_mem_limit());
+    for (int i = 0; i < srv_gpu_count; i++) {
+        size_t f = 0, total = 0;
+        cuCtxSetCurrent(srv_gpus[i].ctx);
+        cuMemGetInfo(&f, &total);
+        tb_printf(&t, "gpu %d %s %d %zu %zu %s\n", i, srv_gpus[i].info.pci_bus_id[0] ? srv_gpus[i].info.pci_bus_id : "-",
+                  srv_gpus[i].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT], total - f, total,
+                  srv_gpus[i].info.name);
+    }
     pthread_mutex_lock(&clients_lock);
     for (struct srv_client *c = clients; c; c = c->next) {
         if (atomic_load(&c->finished))
             continue;
-        tb_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %s\n", c->id, (int)c->pid, (unsigned)c->uid,
+        srv_usage_refresh(c);
+        tb_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s\n", c->id, (int)c->pid, (unsigned)c->uid,
                   (unsigned long long)atomic_load(&c->mem_bytes), (unsigned long long)atomic_load(&c->mem_limit),
                   (unsigned long long)atomic_load(&c->host_bytes), atomic_load(&c->nstreams),
-                  (unsigned long long)atomic_load(&c->launches), c->cmd[0] ? c->cmd : "?");
+                  (unsigned long long)atomic_load(&c->launches), (unsigned long long)atomic_load(&c->gpu_ns),
+                  c->cmd[0] ? c->cmd : "?");
     }
     pthread_mutex_unlock(&clients_lock);
     return t.text;

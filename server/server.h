@@ -191,10 +191,16 @@ struct srv_client {
     _Atomic uint64_t mem_limit; /* device memory it may hold (bytes, 0: no limit): srv_mem_charge */
     _Atomic uint64_t host_bytes;
     _Atomic uint64_t launches;
+    _Atomic uint64_t work_units; /* kernel and graph launches (usage.c) */
+    _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
+    struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
     _Atomic uint32_t nstreams;
 
     struct srv_client *next;
 };
+
+/* usage.c: the client's samples that ended since, into c->gpu_ns; for status requests, from any thread. */
+void srv_usage_refresh(struct srv_client *c);
 
 /* printf.c: device printf of a worker's client goes to that client's stdout */
 void srv_printf_bind(struct srv_client *c); /* in the worker thread, once */

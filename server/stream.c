@@ -92,7 +92,10 @@ CUresult op_stream_destroy(struct srv_client *c, struct srv_stream *stream)
 CUresult op_stream_sync(struct srv_client *c, struct srv_stream *stream)
 {
     CHECK(before_op(stream)); /* the legacy stream also waits for blocking streams' earlier work */
-    return take_pending(c, cuStreamSynchronize(stream->cu));
+    CUresult r = cuStreamSynchronize(stream->cu);
+    if (r == CUDA_SUCCESS)
+        srv_usage_synced(c);
+    return take_pending(c, r);
 }
 
 CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)

@@ -1,0 +1,49 @@
+/* A client of known GPU time, for tests/test_usage.sh (what cumux status, cumux top and /metrics say
+ * each client used): COUNT kernels of MS milliseconds each (spin_flag) on one stream, then checks that
+ * every one ran (each wrote its index), prints "busy: done N ms", and waits for a line on stdin before it
+ * exits, so that the server can be asked meanwhile. Alone it proves nothing, so it is no test of the suite.
+ *   gpu_busy MS COUNT */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpu_test.h"
+
+int main(int argc, char **argv)
+{
+    double ms = argc == 3 ? atof(argv[1]) : 0;
+    int count = argc == 3 ? atoi(argv[2]) : 0;
+    if (ms <= 0 || count <= 0 || count > 100000)
+        gt_fail("usage: gpu_busy MS COUNT");
+    gt_begin("busy");
+    gt_require_gpu();
+    CUdevice dev;
+    gt_primary_ctx(0, &dev);
+    CUmodule mod = gt_module_from_file_data(GT_FATBIN);
+    CUfunction f = gt_function(mod, "spin_flag");
+    CUdeviceptr flags;
+    CK(cuMemAlloc(&flags, (size_t)count * 4));
+    CUstream s;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    long long cycles = gt_cycles_for_ms(dev, ms);
+    for (int i = 0; i < count; i++) {
+        CUdeviceptr flag = flags + (CUdeviceptr)i * 4;
+        int value = i + 1;
+        void *args[] = {&cycles, &flag, &value};
+        CK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+    }
+    CK(cuStreamSynchronize(s));
+    int *h = malloc((size_t)count * 4);
+    if (!h)
+        gt_fail("malloc");
+    CK(cuMemcpyDtoH(h, flags, (size_t)count * 4));
+    for (int i = 0; i < count; i++)
+        if (h[i] != i + 1)
+            gt_fail("kernel %d wrote %d, not %d", i, h[i], i + 1);
+    printf("busy: done %.0f ms\n", ms * count);
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        gt_fail("no line on stdin");
+    free(h);
+    gt_pass();
+}
