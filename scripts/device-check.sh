@@ -177,6 +177,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "per-client GPU time" usage.txt '^usage:' 120 \
         tests/test_usage.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; GPU time: $note"
+    server_test "Prometheus metrics" metrics.txt '^metrics:' 120 \
+        tests/test_metrics.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; metrics: $note"
 fi
 
 # --- benchmarks ---
@@ -267,7 +270,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     echo "fault recovery (5 faults of gpu_fault): $fault_note"
     echo "cumux kill (an idle client, then one whose kernel never returns): $kill_note"
     echo "fault soak (50 faults, 4 bystander loops): $soak_note"
-    echo "memory limits (cumux run --memory, the MPS variable, cumux set, the server's default): $limit_note"
+    echo "control and truth (memory limits, cumux control, per-client GPU time, /metrics): $limit_note"
     [ "$fuzz_s" -gt 0 ] && echo "fuzzing: $fuzz_note"
     echo "benchmarks (exit $bench_rc):"
     [ -f "$logs/bench/summary.txt" ] && sed '/^$/d; s/^/  /' "$logs/bench/summary.txt"

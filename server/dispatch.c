@@ -13,8 +13,18 @@
 
 /* ---------------------------------------------------------------- init */
 
-CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len)
+CUresult op_init(struct srv_client *c, const struct cumux_init *m, uint8_t *out, uint32_t *out_len)
 {
+    /* Its name, once: printable, without the characters that quote it in /metrics and the records. */
+    if (!atomic_load(&c->named)) {
+        size_t i = 0;
+        for (; i + 1 < sizeof c->name && i < sizeof m->name && m->name[i]; i++) {
+            unsigned char ch = (unsigned char)m->name[i];
+            c->name[i] = ch < 0x21 || ch > 0x7e || ch == '"' || ch == '\\' ? '_' : (char)ch;
+        }
+        c->name[i] = 0;
+        atomic_store(&c->named, true);
+    }
     struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
                                    .client_id = c->id};
     memcpy(out, &rep, sizeof rep);

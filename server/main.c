@@ -22,6 +22,7 @@
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/size.h"
+#include "common/text.h"
 #include "common/sock.h"
 #include "server/server.h"
 
@@ -195,64 +196,64 @@ out:
 #undef APPEND
 }
 
-/* Text that grows as it is written; NULL text once out of memory. */
-struct textbuf {
-    char *text;
-    size_t len, cap;
-};
-
-static void tb_printf(struct textbuf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(struct textbuf *t, const char *fmt, ...)
+ssize_t srv_clients_snapshot(struct srv_client_stat **out)
 {
-    for (int tries = 0; t->text && tries < 32; tries++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->text + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
+    size_t n = 0, cap = 16;
+    struct srv_client_stat *v = malloc(cap * sizeof *v);
+    if (!v)
+        return -1;
+    pthread_mutex_lock(&clients_lock);
+    for (struct srv_client *c = clients; c; c = c->next) {
+        if (atomic_load(&c->finished))
+            continue;
+        if (n == cap) {
+            struct srv_client_stat *g = realloc(v, 2 * cap * sizeof *v);
+            if (!g)
+                break;
+            v = g;
+            cap *= 2;
         }
-        char *grown = realloc(t->text, t->cap * 2);
-        if (!grown) {
-            free(t->text);
-            t->text = NULL;
-            return;
-        }
-        t->text = grown;
-        t->cap *= 2;
+        srv_usage_refresh(c);
+        struct srv_client_stat *s = &v[n++];
+        *s = (struct srv_client_stat){.id = c->id, .uid = (uint32_t)c->uid, .streams = atomic_load(&c->nstreams),
+                                      .pid = (int32_t)c->pid, .mem = atomic_load(&c->mem_bytes),
+                                      .limit = atomic_load(&c->mem_limit), .pinned = atomic_load(&c->host_bytes),
+                                      .launches = atomic_load(&c->launches), .gpu_ns = atomic_load(&c->gpu_ns)};
+        snprintf(s->cmd, sizeof s->cmd, "%s", c->cmd[0] ? c->cmd : "?");
+        if (atomic_load(&c->named))
+            snprintf(s->name, sizeof s->name, "%s", c->name);
     }
+    pthread_mutex_unlock(&clients_lock);
+    *out = v;
+    return (ssize_t)n;
 }
 
 /* The status for programs (CUMUX_STATUS_RECORDS in common/proto.h): one record a line, sizes in bytes. */
 static char *status_records(void)
 {
-    struct textbuf t = {.text = malloc(1024), .cap = 1024};
-    tb_printf(&t, "server %d %d %llu\n", (int)srv_supervisor_pid, (int)getpid(),
+    struct cumux_text t = cumux_text_new(1024);
+    cumux_text_printf(&t, "server %d %d %llu\n", (int)srv_supervisor_pid, (int)getpid(),
               (unsigned long long)srv_default_mem_limit());
     for (int i = 0; i < srv_gpu_count; i++) {
         size_t f = 0, total = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
         cuMemGetInfo(&f, &total);
-        tb_printf(&t, "gpu %d %s %d %zu %zu %s\n", i, srv_gpus[i].info.pci_bus_id[0] ? srv_gpus[i].info.pci_bus_id : "-",
+        cumux_text_printf(&t, "gpu %d %s %d %zu %zu %s\n", i, srv_gpus[i].info.pci_bus_id[0] ? srv_gpus[i].info.pci_bus_id : "-",
                   srv_gpus[i].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT], total - f, total,
                   srv_gpus[i].info.name);
     }
-    pthread_mutex_lock(&clients_lock);
-    for (struct srv_client *c = clients; c; c = c->next) {
-        if (atomic_load(&c->finished))
-            continue;
-        srv_usage_refresh(c);
-        tb_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s\n", c->id, (int)c->pid, (unsigned)c->uid,
-                  (unsigned long long)atomic_load(&c->mem_bytes), (unsigned long long)atomic_load(&c->mem_limit),
-                  (unsigned long long)atomic_load(&c->host_bytes), atomic_load(&c->nstreams),
-                  (unsigned long long)atomic_load(&c->launches), (unsigned long long)atomic_load(&c->gpu_ns),
-                  c->cmd[0] ? c->cmd : "?");
+    struct srv_client_stat *cs = NULL;
+    ssize_t n = srv_clients_snapshot(&cs);
+    for (ssize_t i = 0; i < n; i++)
+        cumux_text_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s\n", cs[i].id, (int)cs[i].pid, cs[i].uid,
+                  (unsigned long long)cs[i].mem, (unsigned long long)cs[i].limit, (unsigned long long)cs[i].pinned,
+                  cs[i].streams, (unsigned long long)cs[i].launches, (unsigned long long)cs[i].gpu_ns, cs[i].cmd);
+    free(cs);
+    if (n < 0) {
+        free(t.p);
+        return NULL;
     }
-    pthread_mutex_unlock(&clients_lock);
-    return t.text;
+    return t.p;
 }
 
 static uint32_t next_client_id = 1;
@@ -275,7 +276,11 @@ struct conn {
     int out_fd;        /* the descriptor that came with the hello (a client's stdout), or -1 */
     char *reply;       /* welcome and text being written; NULL while reading the hello */
     size_t reply_len, reply_off;
+    bool http;         /* a /metrics request (metrics.c), read into req: */
+    char *req;
+    size_t req_len;
 };
+#define HTTP_REQUEST_MAX 4096
 
 static struct conn *conns;
 static size_t nconns, capconns;
@@ -289,8 +294,10 @@ static void conn_close(struct conn *c)
     if (c->out_fd >= 0)
         close(c->out_fd);
     free(c->reply);
+    free(c->req);
     c->fd = c->out_fd = -1;
     c->reply = NULL;
+    c->req = NULL;
 }
 
 /* Write what the peer's socket takes now; the connection is closed once all of it went, or on error. */
@@ -472,9 +479,41 @@ static void conn_hello(struct conn *k)
     }
 }
 
+/* A /metrics request: read until its headers end, then answered (and closed) whatever it asked. */
+static void http_read(struct conn *k)
+{
+    if (!k->req && !(k->req = malloc(HTTP_REQUEST_MAX + 1))) {
+        conn_close(k);
+        return;
+    }
+    ssize_t n = recv(k->fd, k->req + k->req_len, HTTP_REQUEST_MAX - k->req_len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        conn_close(k);
+        return;
+    }
+    k->req_len += (size_t)n;
+    k->req[k->req_len] = 0;
+    if (!strstr(k->req, "\r\n\r\n") && k->req_len < HTTP_REQUEST_MAX)
+        return;
+    k->reply = srv_metrics_response(k->req, k->req_len, &k->reply_len);
+    if (!k->reply) {
+        conn_close(k);
+        return;
+    }
+    k->reply_off = 0;
+    k->deadline = cumux_now_ns() + REPLY_DEADLINE_NS;
+    conn_flush(k);
+}
+
 /* The socket is readable: take what there is of the hello. */
 static void conn_read(struct conn *k)
 {
+    if (k->http) {
+        http_read(k);
+        return;
+    }
     ssize_t n = cumux_sock_recv_some(k->fd, (char *)&k->hello + k->got, sizeof k->hello - k->got, &k->out_fd);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
@@ -489,7 +528,7 @@ static void conn_read(struct conn *k)
 
 static uint64_t accept_paused_until; /* out of descriptors: the listening socket waits a little */
 
-static void accept_all(int lsock)
+static void accept_all(int lsock, bool http)
 {
     for (int i = 0; i < 64; i++) {
         int s = accept4(lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -500,9 +539,9 @@ static void accept_all(int lsock)
             }
             return;
         }
-        struct ucred cred;
+        struct ucred cred = {0};
         socklen_t cl = sizeof cred;
-        if (nconns >= MAX_PENDING || getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+        if (nconns >= MAX_PENDING || (!http && getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)) {
             close(s);
             continue;
         }
@@ -519,7 +558,7 @@ static void accept_all(int lsock)
         if (test_sndbuf > 0)
             setsockopt(s, SOL_SOCKET, SO_SNDBUF, &test_sndbuf, sizeof test_sndbuf);
         conns[nconns++] = (struct conn){.fd = s, .deadline = cumux_now_ns() + HELLO_DEADLINE_NS, .cred = cred,
-                                        .out_fd = -1};
+                                        .out_fd = -1, .http = http};
     }
 }
 
@@ -576,6 +615,7 @@ static bool lock_clients_briefly(void)
 }
 
 static int listen_sock = -1; /* the serving worker's copy of the listening socket */
+static int metrics_sock = -1; /* CUMUX_METRICS_PORT's listening socket (the supervisor's), or -1 */
 
 /* This worker cannot serve any more: its context met a fatal error (fault.c's watch thread), or a killed
  * client's kernels never ended. Every client gets `code` in its channel (its calls return it once the
@@ -589,11 +629,11 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
 {
     /* This worker accepts nobody more: the socket is the standby's now (the supervisor's and the other
      * workers' copies stay open; only this descriptor is replaced). */
-    if (listen_sock >= 0) {
-        int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (nul >= 0)
-            dup2(nul, listen_sock);
-    }
+    int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (nul >= 0 && listen_sock >= 0)
+        dup2(nul, listen_sock);
+    if (nul >= 0 && metrics_sock >= 0)
+        dup2(nul, metrics_sock);
     struct srv_fault_record rec = {.at_ms = srv_wall_ms(), .recovered_ms = -1, .code = (int32_t)code,
                                    .gpu = gpu};
     bool locked = lock_clients_briefly();
@@ -798,7 +838,7 @@ static int serve(int lsock)
     int rc = 0;
     while (!stop_requested) {
         pthread_mutex_lock(&clients_lock);
-        size_t n = 2 + nconns;
+        size_t n = 3 + nconns;
         for (struct srv_client *c = clients; c; c = c->next)
             n++;
         if (n > cap) {
@@ -822,16 +862,17 @@ static int serve(int lsock)
         bool accepting = now >= accept_paused_until && atomic_load(&kills_pending) == 0;
         fds[0] = (struct pollfd){.fd = accepting ? lsock : -1, .events = POLLIN};
         fds[1] = (struct pollfd){.fd = wake_pipe[0], .events = POLLIN};
+        fds[2] = (struct pollfd){.fd = accepting ? metrics_sock : -1, .events = POLLIN};
         /* Connections before they are clients: reading their hello, or writing a reply. */
         int timeout = accepting ? 1000 : 100;
         size_t nk = nconns;
         for (size_t i = 0; i < nk; i++) {
-            fds[2 + i] = (struct pollfd){.fd = conns[i].fd, .events = conns[i].reply ? POLLOUT : POLLIN};
+            fds[3 + i] = (struct pollfd){.fd = conns[i].fd, .events = conns[i].reply ? POLLOUT : POLLIN};
             uint64_t left_ms = conns[i].deadline > now ? (conns[i].deadline - now) / 1000000 + 1 : 0;
             if (left_ms < (uint64_t)timeout)
                 timeout = (int)left_ms;
         }
-        size_t k = 2 + nk;
+        size_t k = 3 + nk;
         for (struct srv_client *c = clients; c; c = c->next) {
             if (c->hup_seen)
                 continue;
@@ -847,7 +888,7 @@ static int serve(int lsock)
         }
         if (r > 0) {
             /* Hang-ups first: reaping below frees clients that owners[] still points to. */
-            for (size_t i = 2 + nk; i < k; i++) {
+            for (size_t i = 3 + nk; i < k; i++) {
                 if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
                     pthread_mutex_lock(&clients_lock);
                     owners[i]->hup_seen = true;
@@ -862,7 +903,7 @@ static int serve(int lsock)
                 reap_finished();
             }
             for (size_t i = 0; i < nk && !stop_requested; i++) {
-                short ev = fds[2 + i].revents;
+                short ev = fds[3 + i].revents;
                 if (!ev || conns[i].fd < 0)
                     continue;
                 if (conns[i].reply)
@@ -871,7 +912,9 @@ static int serve(int lsock)
                     conn_read(&conns[i]);  /* likewise as a failed or empty read */
             }
             if (fds[0].revents & POLLIN)
-                accept_all(lsock);
+                accept_all(lsock, false);
+            if (fds[2].revents & POLLIN)
+                accept_all(metrics_sock, true);
         }
         conns_sweep();
     }
@@ -1068,6 +1111,9 @@ int main(int argc, char **argv)
         cumux_logf("the pipe directory %s was replaced while the server started: stopping", pipe_dir);
         goto out;
     }
+    const char *metrics = getenv("CUMUX_METRICS_PORT");
+    if (metrics && *metrics && (metrics_sock = srv_metrics_listen(metrics)) < 0)
+        goto out;
     if (fchmodat(dir_fd, CUMUX_SOCKET_NAME, 0600, 0) < 0)
         cumux_logf("cannot make %s owner-only: %s (the directory still is)", sock_path, strerror(errno));
     write_pid_file(dir_fd, "cumuxd.pid");

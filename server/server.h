@@ -139,6 +139,8 @@ struct srv_client {
     _Atomic int finished; /* the worker is done: the main thread may join and free */
     bool hup_seen;
     char cmd[96]; /* its command line when it connected, for the log and fault records */
+    char name[64]; /* CUMUX_CLIENT_NAME (INIT): readable by others once `named` is set, never changed after */
+    _Atomic bool named;
 
     /* Owned by the worker thread alone. */
     struct srv_handle *handles;
@@ -198,6 +200,21 @@ struct srv_client {
 
     struct srv_client *next;
 };
+
+/* A client as the status records and /metrics show it (main.c). */
+struct srv_client_stat {
+    uint32_t id, uid, streams;
+    int32_t pid;
+    uint64_t mem, limit, pinned, launches, gpu_ns;
+    char cmd[96], name[64];
+};
+/* The live clients, their GPU time brought up to date: *out (malloc'd) and how many; -1 when out of
+ * memory. */
+ssize_t srv_clients_snapshot(struct srv_client_stat **out);
+/* metrics.c: the listening socket for CUMUX_METRICS_PORT ("PORT" on 127.0.0.1, or "ADDR:PORT"), or -1
+ * (logged); and the whole HTTP response to a request (NULL when out of memory). */
+int srv_metrics_listen(const char *spec);
+char *srv_metrics_response(const char *request, size_t len, size_t *out_len);
 
 /* usage.c: the client's samples that ended since, into c->gpu_ns; for status requests, from any thread. */
 void srv_usage_refresh(struct srv_client *c);

@@ -14,7 +14,7 @@
 
 #include "server/handlers.h"
 
-#define USAGE_PAIRS 8
+#define USAGE_PAIRS 64 /* samples in flight: 64 x 64 launches covers a queue deeper than the driver lets one grow */
 #define USAGE_MEAN_GAP 64
 
 struct srv_usage {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "common/map.h"
@@ -349,8 +350,11 @@ CUresult cuInit(unsigned int flags)
             static uint8_t buf[CUMUX_REPLY_DATA];
             uint32_t len = 0;
             shim.initialized = true; /* shim_call needs the channel */
-            struct cumux_none none = {0};
-            init_result = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
+            struct cumux_init in = {0};
+            const char *name = getenv("CUMUX_CLIENT_NAME");
+            if (name)
+                snprintf(in.name, sizeof in.name, "%s", name);
+            init_result = shim_call(CUMUX_OP_INIT, &in, sizeof in, buf, sizeof buf, &len);
             struct cumux_init_reply rep;
             if (init_result == CUDA_SUCCESS && len >= sizeof rep) {
                 memcpy(&rep, buf, sizeof rep);

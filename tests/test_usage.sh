@@ -16,8 +16,9 @@ own_server_cleanup_more() { for p in $heavy $light; do kill -KILL "$p" 2>/dev/nu
 trap own_server_cleanup_more EXIT
 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
 mkfifo "$tmp/heavy.in" "$tmp/light.in" || fail "mkfifo"
-# heavy: 150 kernels of 4 ms (0.6 s of GPU time); light: 150 of 0.05 ms (7.5 ms).
-"$cli" run -- "$gdir/gpu_busy" 4 150 <"$tmp/heavy.in" >"$tmp/heavy.out" 2>&1 &
+# heavy: 1500 kernels of 0.4 ms (0.6 s of GPU time: a sample ends every ~25 ms, so top's window of 0.3 s
+# is measured to ~10%); light: 150 of 0.05 ms (7.5 ms).
+"$cli" run -- "$gdir/gpu_busy" 0.4 1500 <"$tmp/heavy.in" >"$tmp/heavy.out" 2>&1 &
 heavy=$!
 "$cli" run -- "$gdir/gpu_busy" 0.05 150 <"$tmp/light.in" >"$tmp/light.out" 2>&1 &
 light=$!
@@ -33,7 +34,7 @@ grep -q '^busy: done' "$tmp/heavy.out" && grep -q '^busy: done' "$tmp/light.out"
 gpu_s() { "$cli" status | awk -v p="$1" '$2 == p { print $9 }'; }
 h=$(gpu_s "$heavy") l=$(gpu_s "$light")
 awk -v h="$h" 'BEGIN { exit !(h >= 0.3 && h <= 1.2) }' || fail "heavy client: gpu_s $h, want about 0.6: $("$cli" status)"
-awk -v l="$l" 'BEGIN { exit !(l < 0.1) }' || fail "light client: gpu_s $l, want about 0.0075: $("$cli" status)"
+awk -v l="$l" 'BEGIN { exit !(l < 0.25) }' || fail "light client: gpu_s $l, want about 0.0075: $("$cli" status)"
 # top's JSON while heavy was busy: its share near 100% (the fake runs one kernel at a time a stream).
 share=$(python3 -c 'import json, sys
 d = json.loads(sys.argv[1])
@@ -43,7 +44,7 @@ print(c[0]["gpu_share_pct"] if c else "missing")' "$json" "$heavy") || fail "top
 awk -v s="$share" 'BEGIN { exit !(s >= 40 && s <= 160) }' || fail "heavy client's share during its run: $share%: $json"
 # top's screen, once.
 screen=$("$cli" top --once --interval 0.2) || fail "cumux top --once"
-echo "$screen" | grep -q "^ *$heavy .*gpu_busy 4 150" || fail "top's screen lacks the heavy client: $screen"
+echo "$screen" | grep -q "^ *$heavy .*gpu_busy 0.4 1500" || fail "top's screen lacks the heavy client: $screen"
 echo go >&3
 echo go >&4
 exec 3>&- 4>&-

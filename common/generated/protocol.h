@@ -15,6 +15,10 @@ struct cumux_u64_reply {
     uint64_t value;
 };
 
+struct cumux_init {
+    char name[64]; /* CUMUX_CLIENT_NAME: how the program wants to be called in cumux top and /metrics */
+};
+
 struct cumux_init_reply {
     int32_t driver_version;
     int32_t device_count;
@@ -956,6 +960,7 @@ _Static_assert(sizeof(struct cumux_none) % 8 == 0, "none: a multiple of 8 bytes"
 _Static_assert(offsetof(struct cumux_none, unused_) % 8 == 0, "none.unused_: 8-aligned");
 _Static_assert(sizeof(struct cumux_u64_reply) % 8 == 0, "u64_reply: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_u64_reply, value) % 8 == 0, "u64_reply.value: 8-aligned");
+_Static_assert(sizeof(struct cumux_init) % 8 == 0, "init: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_init_reply) % 8 == 0, "init_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_device_info) % 8 == 0, "device_info: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_device_info, total_mem) % 8 == 0, "device_info.total_mem: 8-aligned");
@@ -1215,7 +1220,7 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
 #define CUMUX_OPS(X)                                               \
     X(PAD, cumux_none, 1)                                          \
-    X(INIT, cumux_none, 0)                                         \
+    X(INIT, cumux_init, 0)                                         \
     X(CTX_CREATE, cumux_ctx_create, 0)                             \
     X(CTX_DESTROY, cumux_ctx_destroy, 0)                           \
     X(CTX_SYNC, cumux_ctx_sync, 0)                                 \

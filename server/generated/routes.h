@@ -57,7 +57,7 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
 CUresult op_memset(struct srv_client *c, const struct cumux_memset *m, struct srv_stream *stream);
 
 /* server/dispatch.c */
-CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len);
+CUresult op_init(struct srv_client *c, const struct cumux_init *m, uint8_t *out, uint32_t *out_len);
 
 /* server/graph.c */
 CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin *m, struct srv_stream *stream);
@@ -271,7 +271,7 @@ static const struct {
     uint8_t direction;
 } srv_op_shape[CUMUX_OP_COUNT] = {
     [CUMUX_OP_PAD] = {sizeof(struct cumux_none), 1},
-    [CUMUX_OP_INIT] = {sizeof(struct cumux_none), 0},
+    [CUMUX_OP_INIT] = {sizeof(struct cumux_init), 0},
     [CUMUX_OP_CTX_CREATE] = {sizeof(struct cumux_ctx_create), 0},
     [CUMUX_OP_CTX_DESTROY] = {sizeof(struct cumux_ctx_destroy), 0},
     [CUMUX_OP_CTX_SYNC] = {sizeof(struct cumux_ctx_sync), 0},
@@ -408,7 +408,8 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     (void)answered;
     switch (op) {
     case CUMUX_OP_INIT: {
-        *result = op_init(c, out, out_len);
+        const struct cumux_init *m = body;
+        *result = op_init(c, m, out, out_len);
         return 0;
     }
     case CUMUX_OP_CTX_CREATE: {

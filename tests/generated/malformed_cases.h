@@ -20,8 +20,8 @@ struct malformed_drop {
 };
 
 static const struct malformed_drop malformed_drops[] = {
-    {CUMUX_OP_INIT, 1, sizeof(struct cumux_none) - 8, "INIT with a body 8 bytes short"},
-    {CUMUX_OP_INIT, CUMUX_NO_REPLY, sizeof(struct cumux_none), "INIT (answered) one-way"},
+    {CUMUX_OP_INIT, 1, sizeof(struct cumux_init) - 8, "INIT with a body 8 bytes short"},
+    {CUMUX_OP_INIT, CUMUX_NO_REPLY, sizeof(struct cumux_init), "INIT (answered) one-way"},
     {CUMUX_OP_CTX_CREATE, 1, sizeof(struct cumux_ctx_create) - 8, "CTX_CREATE with a body 8 bytes short"},
     {CUMUX_OP_CTX_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_ctx_create), "CTX_CREATE (answered) one-way"},
     {CUMUX_OP_CTX_DESTROY, 1, sizeof(struct cumux_ctx_destroy) - 8, "CTX_DESTROY with a body 8 bytes short"},

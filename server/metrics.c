@@ -1,0 +1,163 @@
+/* Prometheus metrics (`/metrics`, opt-in: CUMUX_METRICS_PORT): per client, labelled by pid, user and the
+ * name the program set (CUMUX_CLIENT_NAME), its device memory and limit, pinned memory, streams, kernel
+ * launches and GPU time (estimated: usage.c); per GPU its memory; the server's clients, faults and
+ * restarts. The listening socket is the supervisor's, made before the workers: whichever worker serves
+ * answers, and one that replaces a faulted worker goes on answering on the same port. There is no
+ * authentication: it listens on 127.0.0.1 unless an address is given, and says which programs run. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/text.h"
+#include "server/server.h"
+
+int srv_metrics_listen(const char *spec)
+{
+    char addr[64] = "127.0.0.1";
+    const char *colon = strrchr(spec, ':'), *port_text = spec;
+    if (colon) {
+        size_t n = (size_t)(colon - spec);
+        if (n == 0 || n >= sizeof addr)
+            goto bad;
+        memcpy(addr, spec, n);
+        addr[n] = 0;
+        port_text = colon + 1;
+    }
+    char *end;
+    long port = strtol(port_text, &end, 10);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (!*port_text || *end || port < 1 || port > 65535 || inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+        goto bad;
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(s, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(s, 64) < 0) {
+        cumux_logf("metrics: cannot listen on %s:%ld: %s", addr, port, strerror(errno));
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    cumux_logf("metrics: http://%s:%ld/metrics", addr, port);
+    return s;
+bad:
+    cumux_logf("metrics: CUMUX_METRICS_PORT=%s is not PORT nor IPV4ADDRESS:PORT", spec);
+    errno = EINVAL;
+    return -1;
+}
+
+/* A label value: backslash, quote and newline escaped as the exposition format wants. */
+static void label_value(char *out, size_t cap, const char *in)
+{
+    size_t j = 0;
+    for (; *in && j + 3 < cap; in++) {
+        if (*in == '\\' || *in == '"')
+            out[j++] = '\\', out[j++] = *in;
+        else if (*in == '\n')
+            out[j++] = '\\', out[j++] = 'n';
+        else
+            out[j++] = *in;
+    }
+    out[j] = 0;
+}
+
+static void family(struct cumux_text *t, const char *name, const char *type, const char *help)
+{
+    cumux_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The metrics text (Prometheus exposition format 0.0.4); NULL when out of memory. */
+static char *metrics_text(void)
+{
+    struct cumux_text t = cumux_text_new(8192);
+    struct srv_client_stat *cs = NULL;
+    ssize_t n = srv_clients_snapshot(&cs);
+    if (n < 0) {
+        free(t.p);
+        return NULL;
+    }
+    family(&t, "cumux_clients", "gauge", "Programs connected to cumuxd.");
+    cumux_text_printf(&t, "cumux_clients %zd\n", n);
+    family(&t, "cumux_fatal_gpu_faults_total", "counter", "Fatal GPU faults since cumuxd started.");
+    cumux_text_printf(&t, "cumux_fatal_gpu_faults_total %u\n", srv_nfaults);
+    family(&t, "cumux_workers_restarted_total", "counter", "GPU workers that replaced a failed one.");
+    cumux_text_printf(&t, "cumux_workers_restarted_total %u\n", srv_worker_restarts);
+    family(&t, "cumux_default_memory_limit_bytes", "gauge", "Device memory limit of new clients (0: none).");
+    cumux_text_printf(&t, "cumux_default_memory_limit_bytes %llu\n", (unsigned long long)srv_default_mem_limit());
+    family(&t, "cumux_gpu_memory_used_bytes", "gauge", "Device memory in use on the GPU, by everyone.");
+    for (int i = 0; i < srv_gpu_count; i++) {
+        size_t f = 0, total = 0;
+        cuCtxSetCurrent(srv_gpus[i].ctx);
+        cuMemGetInfo(&f, &total);
+        char name[300];
+        label_value(name, sizeof name, srv_gpus[i].info.name);
+        cumux_text_printf(&t, "cumux_gpu_memory_used_bytes{gpu=\"%d\",name=\"%s\"} %zu\n", i, name, total - f);
+        cumux_text_printf(&t, "cumux_gpu_memory_total_bytes{gpu=\"%d\",name=\"%s\"} %zu\n", i, name, total);
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } fams[] = {
+        {"cumux_client_device_memory_bytes", "gauge", "Device memory the client holds."},
+        {"cumux_client_device_memory_limit_bytes", "gauge", "The client's device memory limit (0: none)."},
+        {"cumux_client_pinned_memory_bytes", "gauge", "Pinned host memory the client holds."},
+        {"cumux_client_streams", "gauge", "The client's streams."},
+        {"cumux_client_kernel_launches_total", "counter", "Kernels the client launched."},
+        {"cumux_client_gpu_seconds_total", "counter",
+         "GPU time of the client's kernels, estimated from sampled launches (rate() gives its share)."},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        family(&t, fams[f].name, fams[f].type, fams[f].help);
+        for (ssize_t i = 0; i < n; i++) {
+            const struct srv_client_stat *c = &cs[i];
+            char user[64], uname[160], cname[160], pwbuf[1024];
+            struct passwd pw, *res = NULL;
+            if (getpwuid_r(c->uid, &pw, pwbuf, sizeof pwbuf, &res) == 0 && res)
+                snprintf(user, sizeof user, "%s", res->pw_name);
+            else
+                snprintf(user, sizeof user, "%u", (unsigned)c->uid);
+            label_value(uname, sizeof uname, user);
+            label_value(cname, sizeof cname, c->name);
+            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",client=\"%u\"} ", fams[f].name, (int)c->pid, uname, cname,
+                c->id);
+            switch (f) {
+            case 0: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->mem); break;
+            case 1: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->limit); break;
+            case 2: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->pinned); break;
+            case 3: cumux_text_printf(&t, "%u\n", c->streams); break;
+            case 4: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->launches); break;
+            default: cumux_text_printf(&t, "%.6f\n", c->gpu_ns / 1e9); break;
+            }
+        }
+    }
+    free(cs);
+    return t.p;
+}
+
+char *srv_metrics_response(const char *request, size_t len, size_t *out_len)
+{
+    /* "GET /metrics" (a query string allowed) answers; anything else is not found. */
+    bool get = len >= 13 && !strncmp(request, "GET /metrics", 12) &&
+               (request[12] == ' ' || request[12] == '?');
+    char *body = get ? metrics_text() : NULL;
+    const char *status = get ? (body ? "200 OK" : "500 Internal Server Error") : "404 Not Found";
+    const char *text = body ? body : get ? "out of memory\n" : "cumuxd serves /metrics\n";
+    size_t tl = strlen(text);
+    char head[256];
+    int hl = snprintf(head, sizeof head,
+                      "HTTP/1.1 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, tl);
+    char *r = malloc((size_t)hl + tl);
+    if (r) {
+        memcpy(r, head, (size_t)hl);
+        memcpy(r + hl, text, tl);
+        *out_len = (size_t)hl + tl;
+    }
+    free(body);
+    return r;
+}
