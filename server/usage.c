@@ -11,6 +11,7 @@
  * requests, so it costs nothing measurable (docs/performance.md). */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/handlers.h"
 
@@ -109,11 +110,24 @@ static int begin_locked(struct srv_client *c, struct srv_usage *u, struct srv_st
     return cuEventRecord(p->start, s->cu) == CUDA_SUCCESS ? slot : -1;
 }
 
+/* CUMUX_USAGE_SAMPLING=0 (server): no samples, so that their cost can be measured against none. */
+static bool sampling_off(void)
+{
+    static _Atomic int off = -1; /* every worker thread may ask first: each finds the same */
+    if (atomic_load(&off) < 0) {
+        const char *e = getenv("CUMUX_USAGE_SAMPLING");
+        atomic_store(&off, e && !strcmp(e, "0"));
+    }
+    return atomic_load(&off) == 1;
+}
+
 int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
 {
     uint64_t unit = atomic_fetch_add_explicit(&c->work_units, 1, memory_order_relaxed) + 1;
     struct srv_usage *u = c->usage;
     if (!u) {
+        if (sampling_off())
+            return -1;
         if (!(u = calloc(1, sizeof *u)))
             return -1;
         for (int i = 0; i < USAGE_PAIRS; i++)
