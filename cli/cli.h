@@ -16,6 +16,7 @@ struct cli_client {
     unsigned id, uid, streams;
     int pid;
     unsigned long long device, limit, pinned, kernels, gpu_ns; /* bytes; launches; GPU time (estimated) */
+    char priority[16]; /* high, normal, low */
     char cmd[128];
 };
 struct cli_gpu {
@@ -27,6 +28,7 @@ struct cli_gpu {
 struct cli_records {
     int server_pid, worker_pid;
     unsigned long long default_limit;
+    char default_priority[16];
     struct cli_gpu gpus[CLI_MAX_GPUS];
     int ngpus;
     struct cli_client *clients;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/priority.h"
 #include "common/proto.h"
 #include "common/size.h"
 
@@ -134,14 +135,32 @@ static int run_line(char **w, int n)
         cli_records_free(&r);
         return ok ? 0 : 1;
     }
+    /* MPS's levels: 0 normal, 1 below normal; cumux's names (high, normal, low) too. */
+    if (!strcmp(cmd, "set_default_client_priority")) {
+        NEED(1);
+        enum cumux_priority p;
+        if (!cumux_priority_parse(w[1], &p)) {
+            fprintf(stderr, "cumux control: %s is not a priority (0, 1, high, normal, low)\n", w[1]);
+            return 1;
+        }
+        return cli_request(CUMUX_HELLO_SET_DEFAULT_PRIORITY, 0, (uint64_t)p, NULL) == 0 ? 0 : 1;
+    }
+    if (!strcmp(cmd, "get_default_client_priority")) {
+        NEED(0);
+        if (cli_records_get(&r) < 0)
+            return 1;
+        const char *p = r.default_priority;
+        printf("%s\n", !strcmp(p, "normal") ? "0" : !strcmp(p, "low") ? "1" : p);
+        cli_records_free(&r);
+        return 0;
+    }
     if (!strcmp(cmd, "quit")) {
         /* MPS's "quit -t SECONDS" waits that long for clients to finish: cumux stops at once. */
         return cli_stop();
     }
     static const char *const not_yet[] = {
         "set_default_active_thread_percentage", "get_default_active_thread_percentage",
-        "set_active_thread_percentage", "get_active_thread_percentage", "set_default_client_priority",
-        "get_default_client_priority"};
+        "set_active_thread_percentage", "get_active_thread_percentage"};
     for (size_t i = 0; i < sizeof not_yet / sizeof *not_yet; i++)
         if (!strcmp(cmd, not_yet[i])) {
             fprintf(stderr, "cumux control: %s is not supported by cumux yet\n", cmd);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/proto.h"
+#include "common/priority.h"
 #include "common/size.h"
 #include "common/sock.h"
 #include "cli/cli.h"
@@ -26,11 +27,13 @@ static void usage(FILE *f)
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs, clients and recent faults\n"
                "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
-               "  run [--memory SIZE] -- CMD [ARGS...]\n"
+               "  run [--memory SIZE] [--priority high|normal|low] -- CMD [ARGS...]\n"
                "                         run CMD under cumux (starts the server if none runs); --memory:\n"
                "                         its device memory at most SIZE (4G, 512M), which it sees as the\n"
-               "                         GPU's size (also CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)\n"
+               "                         GPU's size (also CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT);\n"
+               "                         --priority: its streams' class (also CUMUX_PRIORITY)\n"
                "  set PID --memory SIZE  change the device memory limit of client process PID (none: no limit)\n"
+               "  set PID --priority P   change the class of the streams client process PID makes from now on\n"
                "  top [--once [--json]] [--interval S]   live view: per client GPU time share,\n"
                "                         kernels/s, memory and limit; per GPU utilization and SM activity\n"
                "  control [COMMAND...]   nvidia-cuda-mps-control's commands, one a line on stdin (or the\n"
@@ -268,18 +271,22 @@ static int cmd_kill(int argc, char **argv)
 }
 
 /* cumux set PID --memory SIZE: the client's device memory limit from its next allocation on (what it holds
- * already stays); "none" or 0 lifts it. */
+ * already stays); "none" or 0 lifts it. cumux set PID --priority CLASS: its new streams' class. */
 static int cmd_set(int argc, char **argv)
 {
     char *end = NULL;
     long pid = argc == 4 ? strtol(argv[1], &end, 10) : 0;
-    uint64_t limit = 0;
-    if (argc != 4 || !end || *end || pid <= 0 || pid > INT32_MAX || strcmp(argv[2], "--memory") != 0 ||
-        !cumux_parse_size(argv[3], &limit)) {
-        fprintf(stderr, "usage: cumux set PID --memory SIZE   (SIZE: 4G, 512M, none)\n");
+    uint64_t value = 0;
+    enum cumux_priority prio;
+    bool memory = argc == 4 && !strcmp(argv[2], "--memory") && cumux_parse_size(argv[3], &value);
+    bool priority = argc == 4 && !strcmp(argv[2], "--priority") && cumux_priority_parse(argv[3], &prio);
+    if (!end || *end || pid <= 0 || pid > INT32_MAX || !(memory || priority)) {
+        fprintf(stderr, "usage: cumux set PID --memory SIZE   (SIZE: 4G, 512M, none)\n"
+                        "       cumux set PID --priority high|normal|low\n");
         return 2;
     }
-    int st = cli_request(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, limit, stdout);
+    int st = memory ? cli_request(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, value, stdout)
+                    : cli_request(CUMUX_HELLO_SET_PRIORITY, (uint32_t)pid, (uint64_t)prio, stdout);
     if (st < 0 && errno != EPERM)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
     return st == 0 ? 0 : 1;
@@ -479,15 +486,24 @@ static bool trace_requested(void)
 static int cmd_run(int argc, char **argv)
 {
     int i = 1;
-    if (i + 1 < argc && !strcmp(argv[i], "--memory")) {
-        uint64_t limit;
-        if (!cumux_parse_size(argv[i + 1], &limit)) {
-            fprintf(stderr, "cumux run: --memory %s: not a size (4G, 512M, none)\n", argv[i + 1]);
-            return 2;
+    while (i + 1 < argc && (!strcmp(argv[i], "--memory") || !strcmp(argv[i], "--priority"))) {
+        if (argv[i][2] == 'm') {
+            uint64_t limit;
+            if (!cumux_parse_size(argv[i + 1], &limit)) {
+                fprintf(stderr, "cumux run: --memory %s: not a size (4G, 512M, none)\n", argv[i + 1]);
+                return 2;
+            }
+            char v[32];
+            snprintf(v, sizeof v, "%llu", (unsigned long long)limit);
+            setenv("CUMUX_MEMORY_LIMIT", v, 1);
+        } else {
+            enum cumux_priority p;
+            if (!cumux_priority_parse(argv[i + 1], &p)) {
+                fprintf(stderr, "cumux run: --priority %s: not high, normal or low\n", argv[i + 1]);
+                return 2;
+            }
+            setenv("CUMUX_PRIORITY", cumux_priority_name(p), 1);
         }
-        char v[32];
-        snprintf(v, sizeof v, "%llu", (unsigned long long)limit);
-        setenv("CUMUX_MEMORY_LIMIT", v, 1);
         i += 2;
     }
     if (i < argc && !strcmp(argv[i], "--"))

@@ -29,14 +29,17 @@ enum cumux_hello_kind {
     CUMUX_HELLO_KILL = 4,   /* the CLI: ends the clients of process `flags` (cumux kill PID) */
     CUMUX_HELLO_SET_MEMORY = 5, /* the CLI: the clients of process `flags` get memory limit `arg` (0: none) */
     CUMUX_HELLO_SET_DEFAULT_MEMORY = 6, /* the CLI: clients that connect from now on: limit `arg` at most */
+    CUMUX_HELLO_SET_PRIORITY = 7, /* the CLI: the clients of process `flags` get priority class `arg` */
+    CUMUX_HELLO_SET_DEFAULT_PRIORITY = 8, /* the CLI: clients that ask for none get class `arg` */
 };
 
 /* STATUS flags */
 #define CUMUX_STATUS_RECORDS 1u /* lines for programs (cumux control), not people:
-                                 * "server SUPERVISOR_PID WORKER_PID DEFAULT_LIMIT_BYTES"
+                                 * "server SUPERVISOR_PID WORKER_PID DEFAULT_LIMIT_BYTES DEFAULT_PRIORITY"
                                  * "gpu INDEX PCI_BUS_ID SMS USED_BYTES TOTAL_BYTES NAME"
                                  * "client ID PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS GPU_NS
-                                 *  COMMAND" (GPU_NS: its GPU time so far, estimated: server/usage.c) */
+                                 *  PRIORITY COMMAND" (GPU_NS: its GPU time so far, estimated: server/usage.c;
+                                 *  PRIORITY: high, normal or low) */
 
 struct cumux_hello {
     uint32_t magic;

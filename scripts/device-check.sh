@@ -180,6 +180,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "Prometheus metrics" metrics.txt '^metrics:' 120 \
         tests/test_metrics.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; metrics: $note"
+    server_test "priority classes" priority.txt '^PASS priority' 120 \
+        tests/test_priority.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; priority: $note"
 fi
 
 # --- benchmarks ---

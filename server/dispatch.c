@@ -7,6 +7,7 @@
 
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/priority.h"
 #include "server/handlers.h"
 #define SRV_ROUTES_IMPL
 #include "server/generated/routes.h"
@@ -25,6 +26,9 @@ CUresult op_init(struct srv_client *c, const struct cumux_init *m, uint8_t *out,
         c->name[i] = 0;
         atomic_store(&c->named, true);
     }
+    /* Its priority class, if it asked for one (else the server's default, set when it connected). */
+    if (m->priority >= CUMUX_PRIORITY_LOW && m->priority <= CUMUX_PRIORITY_HIGH)
+        atomic_store(&c->priority, (int)m->priority);
     struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
                                    .client_id = c->id};
     memcpy(out, &rep, sizeof rep);

@@ -21,6 +21,7 @@
 
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/priority.h"
 #include "common/size.h"
 #include "common/text.h"
 #include "common/sock.h"
@@ -171,8 +172,8 @@ static char *status_report(void)
         n += !atomic_load(&c->finished);
     APPEND("clients: %d\n", n);
     if (n)
-        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s %10s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
-               "pinned_MiB", "streams", "kernels", "gpu_s");
+        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s %10s %8s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
+               "pinned_MiB", "streams", "kernels", "gpu_s", "priority");
     for (struct srv_client *c = clients; c; c = c->next) {
         if (atomic_load(&c->finished))
             continue;
@@ -181,10 +182,10 @@ static char *status_report(void)
         uint64_t l = atomic_load(&c->mem_limit);
         if (l)
             snprintf(limit, sizeof limit, "%.1f", l / 1048576.0);
-        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu %10.3f\n", c->id, (int)c->pid, (unsigned)c->uid,
+        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu %10.3f %8s\n", c->id, (int)c->pid, (unsigned)c->uid,
                atomic_load(&c->mem_bytes) / 1048576.0, limit, atomic_load(&c->host_bytes) / 1048576.0,
                atomic_load(&c->nstreams), (unsigned long long)atomic_load(&c->launches),
-               atomic_load(&c->gpu_ns) / 1e9);
+               atomic_load(&c->gpu_ns) / 1e9, cumux_priority_name((enum cumux_priority)atomic_load(&c->priority)));
     }
     pthread_mutex_unlock(&clients_lock);
     return buf;
@@ -218,7 +219,8 @@ ssize_t srv_clients_snapshot(struct srv_client_stat **out)
         *s = (struct srv_client_stat){.id = c->id, .uid = (uint32_t)c->uid, .streams = atomic_load(&c->nstreams),
                                       .pid = (int32_t)c->pid, .mem = atomic_load(&c->mem_bytes),
                                       .limit = atomic_load(&c->mem_limit), .pinned = atomic_load(&c->host_bytes),
-                                      .launches = atomic_load(&c->launches), .gpu_ns = atomic_load(&c->gpu_ns)};
+                                      .launches = atomic_load(&c->launches), .gpu_ns = atomic_load(&c->gpu_ns),
+                                      .priority = atomic_load(&c->priority)};
         snprintf(s->cmd, sizeof s->cmd, "%s", c->cmd[0] ? c->cmd : "?");
         if (atomic_load(&c->named))
             snprintf(s->name, sizeof s->name, "%s", c->name);
@@ -232,8 +234,8 @@ ssize_t srv_clients_snapshot(struct srv_client_stat **out)
 static char *status_records(void)
 {
     struct cumux_text t = cumux_text_new(1024);
-    cumux_text_printf(&t, "server %d %d %llu\n", (int)srv_supervisor_pid, (int)getpid(),
-              (unsigned long long)srv_default_mem_limit());
+    cumux_text_printf(&t, "server %d %d %llu %s\n", (int)srv_supervisor_pid, (int)getpid(),
+              (unsigned long long)srv_default_mem_limit(), cumux_priority_name((enum cumux_priority)srv_default_priority()));
     for (int i = 0; i < srv_gpu_count; i++) {
         size_t f = 0, total = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
@@ -245,9 +247,11 @@ static char *status_records(void)
     struct srv_client_stat *cs = NULL;
     ssize_t n = srv_clients_snapshot(&cs);
     for (ssize_t i = 0; i < n; i++)
-        cumux_text_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s\n", cs[i].id, (int)cs[i].pid, cs[i].uid,
-                  (unsigned long long)cs[i].mem, (unsigned long long)cs[i].limit, (unsigned long long)cs[i].pinned,
-                  cs[i].streams, (unsigned long long)cs[i].launches, (unsigned long long)cs[i].gpu_ns, cs[i].cmd);
+        cumux_text_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s %s\n", cs[i].id, (int)cs[i].pid,
+                          cs[i].uid, (unsigned long long)cs[i].mem, (unsigned long long)cs[i].limit,
+                          (unsigned long long)cs[i].pinned, cs[i].streams, (unsigned long long)cs[i].launches,
+                          (unsigned long long)cs[i].gpu_ns, cumux_priority_name((enum cumux_priority)cs[i].priority),
+                          cs[i].cmd);
     free(cs);
     if (n < 0) {
         free(t.p);
@@ -383,6 +387,7 @@ static void conn_client(struct conn *k)
      * never above the server's default for everyone. */
     uint64_t want = k->hello.arg, dflt = srv_default_mem_limit();
     atomic_store(&c->mem_limit, want && (!dflt || want < dflt) ? want : dflt);
+    atomic_store(&c->priority, srv_default_priority()); /* its INIT may ask for another */
     k->fd = k->out_fd = -1; /* the client owns them now */
     conn_close(k);
     struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0,
@@ -410,6 +415,7 @@ static void conn_client(struct conn *k)
 
 static unsigned kill_clients(pid_t pid, char *text, size_t cap);
 static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap);
+static unsigned set_priority(pid_t pid, int cls, char *text, size_t cap);
 
 /* A whole hello has come. */
 static void conn_hello(struct conn *k)
@@ -464,6 +470,26 @@ static void conn_hello(struct conn *k)
         conn_reply(k, text, 0);
         return;
     }
+    case CUMUX_HELLO_SET_DEFAULT_PRIORITY:
+        if (h->arg < CUMUX_PRIORITY_LOW || h->arg > CUMUX_PRIORITY_HIGH) {
+            conn_reply(k, "not a priority class\n", CUDA_ERROR_INVALID_VALUE);
+            return;
+        }
+        srv_set_default_priority((int)h->arg);
+        cumux_logf("default priority: %s (for clients that ask for none, from now on)",
+                   cumux_priority_name((enum cumux_priority)h->arg));
+        conn_reply(k, "default priority set\n", 0);
+        return;
+    case CUMUX_HELLO_SET_PRIORITY: {
+        char text[1024];
+        unsigned n = h->arg >= CUMUX_PRIORITY_LOW && h->arg <= CUMUX_PRIORITY_HIGH
+                         ? set_priority((pid_t)h->flags, (int)h->arg, text, sizeof text)
+                         : 0;
+        if (h->arg < CUMUX_PRIORITY_LOW || h->arg > CUMUX_PRIORITY_HIGH)
+            snprintf(text, sizeof text, "not a priority class\n");
+        conn_reply(k, text, n ? 0 : CUDA_ERROR_NOT_FOUND);
+        return;
+    }
     case CUMUX_HELLO_SET_MEMORY: {
         char text[1024];
         unsigned n = set_memory_limit((pid_t)h->flags, h->arg, text, sizeof text);
@@ -497,7 +523,10 @@ static void http_read(struct conn *k)
     k->req[k->req_len] = 0;
     if (!strstr(k->req, "\r\n\r\n") && k->req_len < HTTP_REQUEST_MAX)
         return;
-    k->reply = srv_metrics_response(k->req, k->req_len, &k->reply_len);
+    struct srv_client_stat *cs = NULL;
+    ssize_t n_cs = srv_clients_snapshot(&cs);
+    k->reply = srv_metrics_response(k->req, k->req_len, cs, n_cs, &k->reply_len);
+    free(cs);
     if (!k->reply) {
         conn_close(k);
         return;
@@ -764,31 +793,58 @@ static void reply_line(char *text, size_t cap, size_t *len, const char *fmt, ...
     }
 }
 
-/* `cumux set PID --memory SIZE`: the clients of process pid get that limit (0: none) from their next
- * allocation on; what they hold already stays theirs, even past it. */
-static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap)
+/* `cumux set PID ...`: each client of process pid changed by `apply`, which says how in `what`; the reply
+ * has a line a client. Returns how many. */
+static unsigned change_clients(pid_t pid, uint64_t arg, void (*apply)(struct srv_client *, uint64_t, char *, size_t),
+                               char *text, size_t cap)
 {
     unsigned n = 0;
     size_t len = 0;
     text[0] = 0;
-    char lim[32] = "none";
-    if (limit)
-        snprintf(lim, sizeof lim, "%.1f MiB", limit / 1048576.0);
     pthread_mutex_lock(&clients_lock);
     for (struct srv_client *c = clients; c; c = c->next) {
         if (c->pid != pid || atomic_load(&c->dead))
             continue;
-        atomic_store(&c->mem_limit, limit);
+        char who[160], what[160];
+        apply(c, arg, what, sizeof what);
         n++;
-        char who[160];
         srv_client_describe(c, who, sizeof who);
-        reply_line(text, cap, &len, "client %s: device memory limit %s (cumux set), %.1f MiB held\n", who, lim,
-                   atomic_load(&c->mem_bytes) / 1048576.0);
+        reply_line(text, cap, &len, "client %s: %s (cumux set)\n", who, what);
     }
     pthread_mutex_unlock(&clients_lock);
     if (!n)
         snprintf(text, cap, "no client of process %d\n", (int)pid);
     return n;
+}
+
+/* --memory SIZE: that limit (0: none) from its next allocation on; what it holds already stays its own,
+ * even past it. */
+static void apply_memory_limit(struct srv_client *c, uint64_t limit, char *what, size_t cap)
+{
+    atomic_store(&c->mem_limit, limit);
+    if (limit)
+        snprintf(what, cap, "device memory limit %.1f MiB, %.1f MiB held", limit / 1048576.0,
+                 atomic_load(&c->mem_bytes) / 1048576.0);
+    else
+        snprintf(what, cap, "device memory limit none, %.1f MiB held", atomic_load(&c->mem_bytes) / 1048576.0);
+}
+
+static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap)
+{
+    return change_clients(pid, limit, apply_memory_limit, text, cap);
+}
+
+/* --priority CLASS: the streams it makes from now on run in that class's band (a stream's priority is
+ * fixed when it is made). */
+static void apply_priority(struct srv_client *c, uint64_t cls, char *what, size_t cap)
+{
+    atomic_store(&c->priority, (int)cls);
+    snprintf(what, cap, "priority %s for its new streams", cumux_priority_name((enum cumux_priority)cls));
+}
+
+static unsigned set_priority(pid_t pid, int cls, char *text, size_t cap)
+{
+    return change_clients(pid, (uint64_t)cls, apply_priority, text, cap);
 }
 
 /* Ends the clients of process pid; the reply text says what was done. Returns how many. */
@@ -1002,6 +1058,13 @@ int main(int argc, char **argv)
         return 2;
     }
     srv_set_default_mem_limit(dml_bytes);
+    const char *dp = getenv("CUMUX_DEFAULT_PRIORITY");
+    enum cumux_priority dprio = CUMUX_PRIORITY_NORMAL;
+    if (dp && *dp && !cumux_priority_parse(dp, &dprio)) {
+        fprintf(stderr, "cumuxd: CUMUX_DEFAULT_PRIORITY=%s: not high, normal or low\n", dp);
+        return 2;
+    }
+    srv_set_default_priority((int)dprio);
     const char *sndbuf = getenv("CUMUX_TEST_SNDBUF");
     test_sndbuf = sndbuf ? atoi(sndbuf) : 0;
     /* Each client holds about three descriptors (socket, channel, stdout): use all we are allowed. */

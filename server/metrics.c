@@ -73,11 +73,9 @@ static void family(struct cumux_text *t, const char *name, const char *type, con
 }
 
 /* The metrics text (Prometheus exposition format 0.0.4); NULL when out of memory. */
-static char *metrics_text(void)
+static char *metrics_text(const struct srv_client_stat *cs, ssize_t n)
 {
     struct cumux_text t = cumux_text_new(8192);
-    struct srv_client_stat *cs = NULL;
-    ssize_t n = srv_clients_snapshot(&cs);
     if (n < 0) {
         free(t.p);
         return NULL;
@@ -110,6 +108,7 @@ static char *metrics_text(void)
         {"cumux_client_kernel_launches_total", "counter", "Kernels the client launched."},
         {"cumux_client_gpu_seconds_total", "counter",
          "GPU time of the client's kernels, estimated from sampled launches (rate() gives its share)."},
+        {"cumux_client_priority_class", "gauge", "The client's priority class: 1 low, 2 normal, 3 high."},
     };
     for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
         family(&t, fams[f].name, fams[f].type, fams[f].help);
@@ -131,20 +130,21 @@ static char *metrics_text(void)
             case 2: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->pinned); break;
             case 3: cumux_text_printf(&t, "%u\n", c->streams); break;
             case 4: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->launches); break;
-            default: cumux_text_printf(&t, "%.6f\n", c->gpu_ns / 1e9); break;
+            case 5: cumux_text_printf(&t, "%.6f\n", c->gpu_ns / 1e9); break;
+            default: cumux_text_printf(&t, "%d\n", c->priority); break;
             }
         }
     }
-    free(cs);
     return t.p;
 }
 
-char *srv_metrics_response(const char *request, size_t len, size_t *out_len)
+char *srv_metrics_response(const char *request, size_t len, const struct srv_client_stat *clients, ssize_t n,
+                           size_t *out_len)
 {
     /* "GET /metrics" (a query string allowed) answers; anything else is not found. */
     bool get = len >= 13 && !strncmp(request, "GET /metrics", 12) &&
                (request[12] == ' ' || request[12] == '?');
-    char *body = get ? metrics_text() : NULL;
+    char *body = get ? metrics_text(clients, n) : NULL;
     const char *status = get ? (body ? "200 OK" : "500 Internal Server Error") : "404 Not Found";
     const char *text = body ? body : get ? "out of memory\n" : "cumuxd serves /metrics\n";
     size_t tl = strlen(text);

@@ -191,6 +191,7 @@ struct srv_client {
     /* Read by status reports. */
     _Atomic uint64_t mem_bytes;
     _Atomic uint64_t mem_limit; /* device memory it may hold (bytes, 0: no limit): srv_mem_charge */
+    _Atomic int priority;       /* enum cumux_priority: the band of stream priorities of its new streams */
     _Atomic uint64_t host_bytes;
     _Atomic uint64_t launches;
     _Atomic uint64_t work_units; /* kernel and graph launches (usage.c) */
@@ -206,15 +207,18 @@ struct srv_client_stat {
     uint32_t id, uid, streams;
     int32_t pid;
     uint64_t mem, limit, pinned, launches, gpu_ns;
+    int priority;
     char cmd[96], name[64];
 };
 /* The live clients, their GPU time brought up to date: *out (malloc'd) and how many; -1 when out of
  * memory. */
 ssize_t srv_clients_snapshot(struct srv_client_stat **out);
 /* metrics.c: the listening socket for CUMUX_METRICS_PORT ("PORT" on 127.0.0.1, or "ADDR:PORT"), or -1
- * (logged); and the whole HTTP response to a request (NULL when out of memory). */
+ * (logged); and the whole HTTP response to a request, given the clients (srv_clients_snapshot: n < 0 when
+ * that failed), NULL when out of memory. */
 int srv_metrics_listen(const char *spec);
-char *srv_metrics_response(const char *request, size_t len, size_t *out_len);
+char *srv_metrics_response(const char *request, size_t len, const struct srv_client_stat *clients, ssize_t n,
+                           size_t *out_len);
 
 /* usage.c: the client's samples that ended since, into c->gpu_ns; for status requests, from any thread. */
 void srv_usage_refresh(struct srv_client *c);
@@ -297,6 +301,10 @@ int srv_supervise(int *ready_fd);
  * that replaces a failed one has it too. */
 uint64_t srv_default_mem_limit(void);
 void srv_set_default_mem_limit(uint64_t bytes);
+/* The priority class of clients that ask for none (CUMUX_DEFAULT_PRIORITY, `cumux control
+ * set_default_client_priority`): enum cumux_priority, kept with the supervisor too. */
+int srv_default_priority(void);
+void srv_set_default_priority(int cls);
 void srv_supervisor_fault(const struct srv_fault_record *rec); /* from a worker, before it exits */
 void srv_supervisor_serving(void);                            /* from a worker, once it listens */
 /* A standby worker (GPUs up, not serving) waits here until it is told to take over: 0 then, with the

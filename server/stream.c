@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "common/priority.h"
 #include "server/handlers.h"
 
 /* ---------------------------------------------------------------- streams */
@@ -17,7 +19,14 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
         return NULL;
     }
     use_gpu(c, x->gpu);
-    *res = cuStreamCreateWithPriority(&s->cu, CU_STREAM_NON_BLOCKING, priority);
+    /* The program's priority, placed in its class's band (common/priority.c); the program still sees its
+     * own (the shim keeps it). */
+    const struct cumux_device_info *d = &srv_gpus[x->gpu].info;
+    int hw = cumux_priority_stream((enum cumux_priority)atomic_load(&c->priority), priority,
+                                   d->stream_priority_least, d->stream_priority_greatest);
+    cumux_debugf("client %u: a stream of priority %d runs at %d (%s)", c->id, priority, hw,
+                 cumux_priority_name((enum cumux_priority)atomic_load(&c->priority)));
+    *res = cuStreamCreateWithPriority(&s->cu, CU_STREAM_NON_BLOCKING, hw);
     if (*res != CUDA_SUCCESS) {
         free(s);
         return NULL;

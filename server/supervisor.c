@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/priority.h"
 #include "server/server.h"
 
 #define RESTARTS_FAST 20      /* restarts within RESTART_WINDOW_S before the supervisor slows down */
@@ -67,9 +68,24 @@ struct sup_shared {
     _Atomic int32_t standby_pid; /* 0: none */
     _Atomic int32_t standby_ready;
     _Atomic uint64_t default_mem_limit; /* srv_default_mem_limit: set by whichever worker is told */
+    _Atomic int32_t default_priority;   /* srv_default_priority: likewise */
 };
 static struct sup_shared *shared;
 static uint64_t initial_mem_limit; /* before the page exists */
+static int initial_priority = CUMUX_PRIORITY_NORMAL;
+
+int srv_default_priority(void)
+{
+    return shared ? atomic_load(&shared->default_priority) : initial_priority;
+}
+
+void srv_set_default_priority(int cls)
+{
+    if (shared)
+        atomic_store(&shared->default_priority, cls);
+    else
+        initial_priority = cls;
+}
 
 uint64_t srv_default_mem_limit(void)
 {
@@ -289,6 +305,7 @@ int srv_supervise(int *ready_fd)
     if (shared) {
         atomic_store(&shared->enabled, want_standby);
         atomic_store(&shared->default_mem_limit, initial_mem_limit);
+        atomic_store(&shared->default_priority, initial_priority);
     }
     bool ever_served = false, serving = false, standby_ready = false;
     time_t window_start = time(NULL);

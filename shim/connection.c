@@ -13,6 +13,7 @@
 #include "common/map.h"
 #include "common/channel.h"
 #include "common/log.h"
+#include "common/priority.h"
 #include "common/size.h"
 #include "common/sock.h"
 #include "shim/client.h"
@@ -262,13 +263,33 @@ static int requested_memory_limit(uint64_t *bytes)
         return -1;
     }
     /* MPS's other per-client settings are not honoured yet: said, not silently dropped. */
-    static const char *const not_yet[] = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"};
+    static const char *const not_yet[] = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"};
     for (size_t i = 0; i < sizeof not_yet / sizeof *not_yet; i++) {
         const char *v = getenv(not_yet[i]);
         if (v && *v)
             cumux_logf("%s=%s is not honoured by cumux yet: the program runs without it", not_yet[i], v);
     }
     return 0;
+}
+
+/* The priority class the program asks for: CUMUX_PRIORITY (`cumux run --priority`: high, normal, low),
+ * else MPS's CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal); unset: the server's default. One that
+ * cannot be read is logged and left unset. */
+static uint32_t requested_priority(void)
+{
+    static const char *const vars[] = {"CUMUX_PRIORITY", "CUDA_MPS_CLIENT_PRIORITY"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        enum cumux_priority p;
+        if (!v || !*v)
+            continue;
+        if (cumux_priority_parse(v, &p) && (i == 0 || p != CUMUX_PRIORITY_HIGH))
+            return (uint32_t)p;
+        cumux_logf("%s=%s is not a priority (%s): the server's default applies", vars[i], v,
+                   i == 0 ? "high, normal, low" : "0 normal, 1 below normal");
+        return CUMUX_PRIORITY_UNSET;
+    }
+    return CUMUX_PRIORITY_UNSET;
 }
 
 static CUresult connect_server(void)
@@ -354,6 +375,7 @@ CUresult cuInit(unsigned int flags)
             const char *name = getenv("CUMUX_CLIENT_NAME");
             if (name)
                 snprintf(in.name, sizeof in.name, "%s", name);
+            in.priority = requested_priority();
             init_result = shim_call(CUMUX_OP_INIT, &in, sizeof in, buf, sizeof buf, &len);
             struct cumux_init_reply rep;
             if (init_result == CUDA_SUCCESS && len >= sizeof rep) {

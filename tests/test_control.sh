@@ -42,7 +42,14 @@ ctl set_device_pinned_mem_limit "$server" 0 2G || fail "set_device_pinned_mem_li
 # Not yet, and unknown: refused with a word.
 refused set_default_active_thread_percentage 50
 refused set_active_thread_percentage "$server" 50
-refused set_default_client_priority 1
+# Client priority, MPS's levels (0 normal, 1 below normal) and cumux's names.
+[ "$(ctl get_default_client_priority)" = 0 ] || fail "default priority at start: $(ctl get_default_client_priority)"
+ctl set_default_client_priority 1 || fail "set_default_client_priority 1: $(cat "$tmp/ctl.err")"
+[ "$(ctl get_default_client_priority)" = 1 ] || fail "after set_default_client_priority 1: $(ctl get_default_client_priority)"
+ctl set_default_client_priority high || fail "set_default_client_priority high"
+[ "$(ctl get_default_client_priority)" = high ] || fail "after set_default_client_priority high"
+ctl set_default_client_priority 0 || fail "set_default_client_priority 0"
+refused set_default_client_priority 2
 refused no_such_command
 # Several lines on stdin, comments and blank lines skipped, in order; one failing line makes the exit 1.
 out=$(printf '# a comment\n\nget_server_list\nset_default_device_pinned_mem_limit 0 64M\nget_default_device_pinned_mem_limit 0\n' |

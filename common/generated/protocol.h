@@ -16,7 +16,10 @@ struct cumux_u64_reply {
 };
 
 struct cumux_init {
-    char name[64]; /* CUMUX_CLIENT_NAME: how the program wants to be called in cumux top and /metrics */
+    char name[64];     /* CUMUX_CLIENT_NAME: how the program wants to be called in cumux top and /metrics */
+    uint32_t priority; /* enum cumux_priority (common/priority.h): CUMUX_PRIORITY, CUDA_MPS_CLIENT_PRIORITY; 0
+                          unset */
+    uint32_t pad;
 };
 
 struct cumux_init_reply {

@@ -2,7 +2,9 @@
  * each client used): COUNT kernels of MS milliseconds each (spin_flag) on one stream, then checks that
  * every one ran (each wrote its index), prints "busy: done N ms", and waits for a line on stdin before it
  * exits, so that the server can be asked meanwhile. Alone it proves nothing, so it is no test of the suite.
- *   gpu_busy MS COUNT */
+ * With PRIORITY its stream is made with that priority, which cuStreamGetPriority must give back as asked
+ * (the server may run it at another: tests/test_priority.sh).
+ *   gpu_busy MS COUNT [PRIORITY] */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -10,10 +12,10 @@
 
 int main(int argc, char **argv)
 {
-    double ms = argc == 3 ? atof(argv[1]) : 0;
-    int count = argc == 3 ? atoi(argv[2]) : 0;
+    double ms = argc == 3 || argc == 4 ? atof(argv[1]) : 0;
+    int count = argc == 3 || argc == 4 ? atoi(argv[2]) : 0;
     if (ms <= 0 || count <= 0 || count > 100000)
-        gt_fail("usage: gpu_busy MS COUNT");
+        gt_fail("usage: gpu_busy MS COUNT [PRIORITY]");
     gt_begin("busy");
     gt_require_gpu();
     CUdevice dev;
@@ -23,7 +25,15 @@ int main(int argc, char **argv)
     CUdeviceptr flags;
     CK(cuMemAlloc(&flags, (size_t)count * 4));
     CUstream s;
-    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    if (argc == 4) {
+        int want = atoi(argv[3]), got = 1;
+        CK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, want));
+        CK(cuStreamGetPriority(s, &got));
+        if (got != want)
+            gt_fail("cuStreamGetPriority: %d, asked for %d", got, want);
+    } else {
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    }
     long long cycles = gt_cycles_for_ms(dev, ms);
     for (int i = 0; i < count; i++) {
         CUdeviceptr flag = flags + (CUdeviceptr)i * 4;
