@@ -2,7 +2,10 @@
 # The one command for the GPU machine: build everything, run the GPU tests (native and under cumux),
 # the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
-#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup] [--fuzz S]
+#   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
+#                           [--usage-cost] [--fuzz S]
+# --usage-cost: also bench/usage_cost.sh (spin and SGEMM with and without sampling each client's GPU time,
+# about 2 minutes).
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
 # FW_BUDGET seconds (default 420) on top of the rest: with a 10-minute limit per command, run it as a
 # call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks); FW_ONLY="name ..." runs
@@ -23,7 +26,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 fuzz_s=0 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
         --no-mps) bench_opts+=(--no-mps) ;;
         --frameworks) do_fw=1 ;;
         --startup) do_startup=1 ;;
+        --usage-cost) do_usage=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
         -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
@@ -229,6 +233,15 @@ if [ -n "$build" ] && [ $do_startup = 1 ] && [ $native_only = 0 ]; then
     startup_rc=${PIPESTATUS[0]}
 fi
 
+# --- what sampling each client's GPU time costs (bench/usage_cost.sh), when asked ---
+usage_rc="not run"
+if [ -n "$build" ] && [ $do_usage = 1 ] && [ $native_only = 0 ]; then
+    say "usage sampling cost (at most $(($(left) - 10))s)"
+    OUT="$logs/usage-cost" timeout -k 10 "$(($(left) - 10))" bench/usage_cost.sh --build "$build" 2>&1 |
+        tee "$logs/usage-cost.txt"
+    usage_rc=${PIPESTATUS[0]}
+fi
+
 # --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
 # (tests/fuzz/run.sh --fast there), carried here as FUZZ_BINARY ---
 fuzz_note="not run"
@@ -267,6 +280,10 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     if [ $do_startup = 1 ]; then
         echo "start-up benchmark (exit $startup_rc):"
         [ -f "$logs/startup/summary.txt" ] && sed 's/^/  /' "$logs/startup/summary.txt"
+    fi
+    if [ $do_usage = 1 ]; then
+        echo "usage sampling cost (exit $usage_rc):"
+        [ -f "$logs/usage-cost/summary.txt" ] && sed 's/^/  /' "$logs/usage-cost/summary.txt"
     fi
     echo "cumux trace of a cuBLAS program: $trace_note"
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"

@@ -14,7 +14,23 @@
 
 /* ---------------------------------------------------------------- init */
 
-CUresult op_init(struct srv_client *c, const struct cumux_init *m, uint8_t *out, uint32_t *out_len)
+CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len)
+{
+    struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
+                                   .client_id = c->id};
+    memcpy(out, &rep, sizeof rep);
+    uint64_t limit = atomic_load(&c->mem_limit); /* a client with a limit sees a GPU of that size */
+    for (int i = 0; i < srv_gpu_count; i++) {
+        struct cumux_device_info info = srv_gpus[i].info;
+        if (limit && limit < info.total_mem)
+            info.total_mem = limit;
+        memcpy(out + sizeof rep + (size_t)i * sizeof info, &info, sizeof info);
+    }
+    *out_len = (uint32_t)(sizeof rep + (size_t)srv_gpu_count * sizeof(struct cumux_device_info));
+    return CUDA_SUCCESS;
+}
+
+CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m)
 {
     /* Its name, once: printable, without the characters that quote it in /metrics and the records. */
     if (!atomic_load(&c->named)) {
@@ -29,17 +45,6 @@ CUresult op_init(struct srv_client *c, const struct cumux_init *m, uint8_t *out,
     /* Its priority class, if it asked for one (else the server's default, set when it connected). */
     if (m->priority >= CUMUX_PRIORITY_LOW && m->priority <= CUMUX_PRIORITY_HIGH)
         atomic_store(&c->priority, (int)m->priority);
-    struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
-                                   .client_id = c->id};
-    memcpy(out, &rep, sizeof rep);
-    uint64_t limit = atomic_load(&c->mem_limit); /* a client with a limit sees a GPU of that size */
-    for (int i = 0; i < srv_gpu_count; i++) {
-        struct cumux_device_info info = srv_gpus[i].info;
-        if (limit && limit < info.total_mem)
-            info.total_mem = limit;
-        memcpy(out + sizeof rep + (size_t)i * sizeof info, &info, sizeof info);
-    }
-    *out_len = (uint32_t)(sizeof rep + (size_t)srv_gpu_count * sizeof(struct cumux_device_info));
     return CUDA_SUCCESS;
 }
 

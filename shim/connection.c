@@ -371,12 +371,15 @@ CUresult cuInit(unsigned int flags)
             static uint8_t buf[CUMUX_REPLY_DATA];
             uint32_t len = 0;
             shim.initialized = true; /* shim_call needs the channel */
-            struct cumux_init in = {0};
+            struct cumux_none none = {0};
+            init_result = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
+            /* What we say of ourselves, before any stream is made: our name and our priority class. */
+            struct cumux_client_info info = {.priority = requested_priority()};
             const char *name = getenv("CUMUX_CLIENT_NAME");
             if (name)
-                snprintf(in.name, sizeof in.name, "%s", name);
-            in.priority = requested_priority();
-            init_result = shim_call(CUMUX_OP_INIT, &in, sizeof in, buf, sizeof buf, &len);
+                snprintf(info.name, sizeof info.name, "%s", name);
+            if (init_result == CUDA_SUCCESS)
+                init_result = shim_send(CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
             struct cumux_init_reply rep;
             if (init_result == CUDA_SUCCESS && len >= sizeof rep) {
                 memcpy(&rep, buf, sizeof rep);

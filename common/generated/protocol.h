@@ -15,13 +15,6 @@ struct cumux_u64_reply {
     uint64_t value;
 };
 
-struct cumux_init {
-    char name[64];     /* CUMUX_CLIENT_NAME: how the program wants to be called in cumux top and /metrics */
-    uint32_t priority; /* enum cumux_priority (common/priority.h): CUMUX_PRIORITY, CUDA_MPS_CLIENT_PRIORITY; 0
-                          unset */
-    uint32_t pad;
-};
-
 struct cumux_init_reply {
     int32_t driver_version;
     int32_t device_count;
@@ -959,11 +952,19 @@ struct cumux_node_get_type {
     uint32_t pad;
 };
 
+/* What the program says of itself, sent once right after INIT (before any stream is made): its name and
+ * its priority class. */
+struct cumux_client_info {
+    char name[64];     /* CUMUX_CLIENT_NAME: how the program wants to be called in cumux top and /metrics */
+    uint32_t priority; /* enum cumux_priority (common/priority.h): CUMUX_PRIORITY, CUDA_MPS_CLIENT_PRIORITY; 0
+                          unset */
+    uint32_t pad;
+};
+
 _Static_assert(sizeof(struct cumux_none) % 8 == 0, "none: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_none, unused_) % 8 == 0, "none.unused_: 8-aligned");
 _Static_assert(sizeof(struct cumux_u64_reply) % 8 == 0, "u64_reply: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_u64_reply, value) % 8 == 0, "u64_reply.value: 8-aligned");
-_Static_assert(sizeof(struct cumux_init) % 8 == 0, "init: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_init_reply) % 8 == 0, "init_reply: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_device_info) % 8 == 0, "device_info: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_device_info, total_mem) % 8 == 0, "device_info.total_mem: 8-aligned");
@@ -1219,11 +1220,12 @@ _Static_assert(sizeof(struct cumux_graph_get_root_nodes) % 8 == 0, "graph_get_ro
 _Static_assert(sizeof(struct cumux_graph_get_edges) % 8 == 0, "graph_get_edges: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_dependents) % 8 == 0, "node_get_dependents: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_client_info) % 8 == 0, "client_info: a multiple of 8 bytes");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
 #define CUMUX_OPS(X)                                               \
     X(PAD, cumux_none, 1)                                          \
-    X(INIT, cumux_init, 0)                                         \
+    X(INIT, cumux_none, 0)                                         \
     X(CTX_CREATE, cumux_ctx_create, 0)                             \
     X(CTX_DESTROY, cumux_ctx_destroy, 0)                           \
     X(CTX_SYNC, cumux_ctx_sync, 0)                                 \
@@ -1346,7 +1348,8 @@ _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a mu
     X(GRAPH_COND_HANDLE, cumux_graph_cond_handle, 0)               \
     X(GRAPH_ADD_COND_NODE, cumux_graph_add_cond_node, 0)           \
     X(GRAPH_MEM_TRIM, cumux_pool_default, 0)                       \
-    X(GRAPH_MEM_ATTR, cumux_graph_mem_attr, 0)
+    X(GRAPH_MEM_ATTR, cumux_graph_mem_attr, 0)                     \
+    X(CLIENT_INFO, cumux_client_info, 1)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1474,6 +1477,7 @@ enum cumux_op {
     CUMUX_OP_GRAPH_ADD_COND_NODE,
     CUMUX_OP_GRAPH_MEM_TRIM,
     CUMUX_OP_GRAPH_MEM_ATTR,
+    CUMUX_OP_CLIENT_INFO,
     CUMUX_OP_COUNT
 };
 

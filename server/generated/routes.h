@@ -57,7 +57,8 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
 CUresult op_memset(struct srv_client *c, const struct cumux_memset *m, struct srv_stream *stream);
 
 /* server/dispatch.c */
-CUresult op_init(struct srv_client *c, const struct cumux_init *m, uint8_t *out, uint32_t *out_len);
+CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len);
+CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m);
 
 /* server/graph.c */
 CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin *m, struct srv_stream *stream);
@@ -271,7 +272,7 @@ static const struct {
     uint8_t direction;
 } srv_op_shape[CUMUX_OP_COUNT] = {
     [CUMUX_OP_PAD] = {sizeof(struct cumux_none), 1},
-    [CUMUX_OP_INIT] = {sizeof(struct cumux_init), 0},
+    [CUMUX_OP_INIT] = {sizeof(struct cumux_none), 0},
     [CUMUX_OP_CTX_CREATE] = {sizeof(struct cumux_ctx_create), 0},
     [CUMUX_OP_CTX_DESTROY] = {sizeof(struct cumux_ctx_destroy), 0},
     [CUMUX_OP_CTX_SYNC] = {sizeof(struct cumux_ctx_sync), 0},
@@ -395,6 +396,7 @@ static const struct {
     [CUMUX_OP_GRAPH_ADD_COND_NODE] = {sizeof(struct cumux_graph_add_cond_node), 0},
     [CUMUX_OP_GRAPH_MEM_TRIM] = {sizeof(struct cumux_pool_default), 0},
     [CUMUX_OP_GRAPH_MEM_ATTR] = {sizeof(struct cumux_graph_mem_attr), 0},
+    [CUMUX_OP_CLIENT_INFO] = {sizeof(struct cumux_client_info), 1},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -408,8 +410,7 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     (void)answered;
     switch (op) {
     case CUMUX_OP_INIT: {
-        const struct cumux_init *m = body;
-        *result = op_init(c, m, out, out_len);
+        *result = op_init(c, out, out_len);
         return 0;
     }
     case CUMUX_OP_CTX_CREATE: {
@@ -1599,6 +1600,11 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_GRAPH_MEM_ATTR: {
         const struct cumux_graph_mem_attr *m = body;
         *result = op_graph_mem_attr(c, m, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_CLIENT_INFO: {
+        const struct cumux_client_info *m = body;
+        *result = op_client_info(c, m);
         return 0;
     }
     default:

@@ -20,8 +20,8 @@ struct malformed_drop {
 };
 
 static const struct malformed_drop malformed_drops[] = {
-    {CUMUX_OP_INIT, 1, sizeof(struct cumux_init) - 8, "INIT with a body 8 bytes short"},
-    {CUMUX_OP_INIT, CUMUX_NO_REPLY, sizeof(struct cumux_init), "INIT (answered) one-way"},
+    {CUMUX_OP_INIT, 1, sizeof(struct cumux_none) - 8, "INIT with a body 8 bytes short"},
+    {CUMUX_OP_INIT, CUMUX_NO_REPLY, sizeof(struct cumux_none), "INIT (answered) one-way"},
     {CUMUX_OP_CTX_CREATE, 1, sizeof(struct cumux_ctx_create) - 8, "CTX_CREATE with a body 8 bytes short"},
     {CUMUX_OP_CTX_CREATE, CUMUX_NO_REPLY, sizeof(struct cumux_ctx_create), "CTX_CREATE (answered) one-way"},
     {CUMUX_OP_CTX_DESTROY, 1, sizeof(struct cumux_ctx_destroy) - 8, "CTX_DESTROY with a body 8 bytes short"},
@@ -265,6 +265,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_MEM_TRIM, CUMUX_NO_REPLY, sizeof(struct cumux_pool_default), "GRAPH_MEM_TRIM (answered) one-way"},
     {CUMUX_OP_GRAPH_MEM_ATTR, 1, sizeof(struct cumux_graph_mem_attr) - 8, "GRAPH_MEM_ATTR with a body 8 bytes short"},
     {CUMUX_OP_GRAPH_MEM_ATTR, CUMUX_NO_REPLY, sizeof(struct cumux_graph_mem_attr), "GRAPH_MEM_ATTR (answered) one-way"},
+    {CUMUX_OP_CLIENT_INFO, CUMUX_NO_REPLY, sizeof(struct cumux_client_info) - 8, "CLIENT_INFO with a body 8 bytes short"},
+    {CUMUX_OP_CLIENT_INFO, 1, sizeof(struct cumux_client_info), "CLIENT_INFO (one-way) with a reply slot"},
 };
 
 struct malformed_handle {
