@@ -96,6 +96,7 @@ struct shim_state {
     pthread_rwlock_t ranges_lock;
     struct cumux_ranges dev_ranges;    /* tag: device ordinal + 1 | SHIM_RANGE_GLOBAL; extra: its context */
     struct cumux_ranges pinned_ranges; /* client address; extra: the server's address of the same memory */
+    struct cumux_ranges va_reserved;   /* device address ranges held here, without access (memory.c) */
     struct CUctx_st *primary[CUMUX_MAX_DEVICES];
     int primary_refs[CUMUX_MAX_DEVICES];
     unsigned primary_flags[CUMUX_MAX_DEVICES];

@@ -8,14 +8,89 @@
 
 #include "common/map.h"
 #include "common/channel.h"
+#include "common/log.h"
 #include "shim/client.h"
 
 /* ---- the shim's address ranges ---- */
+
+/* Device addresses are the server's, and unified addressing takes every pointer as either device or host
+ * memory by its number alone; so no memory of this process may lie where the server's device memory does.
+ * Each device range the shim learns is held here, without access and without memory (PROT_NONE,
+ * MAP_NORESERVE), so that nothing the program maps afterwards lands there. The holds are kept when the
+ * memory is freed (the driver reuses its addresses), and given up only where the server's host memory is
+ * to be mapped at the same address (release_va). A range this process already uses cannot be held: that
+ * is said once, since pointers there would be taken for device memory. Caller holds ranges_lock. */
+static void hold_va(uint64_t base, uint64_t size)
+{
+    static bool said;
+    uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), start = base & ~(pg - 1), end;
+    if (!cumux_add_u64(base, size, &end) || !cumux_add_u64(end, pg - 1, &end))
+        return;
+    end &= ~(pg - 1);
+    for (uint64_t cur = start; cur < end;) {
+        const struct cumux_range *r = cumux_ranges_find(&shim.va_reserved, cur);
+        if (r) {
+            cur = r->base + r->size;
+            continue;
+        }
+        uint64_t stop = end;
+        for (size_t i = 0; i < shim.va_reserved.n; i++)
+            if (shim.va_reserved.v[i].base > cur) { /* sorted: the first past cur */
+                if (shim.va_reserved.v[i].base < stop)
+                    stop = shim.va_reserved.v[i].base;
+                break;
+            }
+        void *m = mmap((void *)(uintptr_t)cur, stop - cur, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m == MAP_FAILED || (uint64_t)(uintptr_t)m != cur) {
+            if (m != MAP_FAILED)
+                munmap(m, stop - cur); /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+            if (!said) {
+                said = true;
+                cumux_logf("device memory at %#llx..%#llx: this process has memory at the same addresses: "
+                           "pointers there are taken for device memory",
+                           (unsigned long long)cur, (unsigned long long)stop);
+            }
+            cur = stop;
+            continue;
+        }
+        cumux_ranges_add(&shim.va_reserved, cur, stop - cur, 0, 0);
+        cur = stop;
+    }
+}
+
+/* Gives up the holds on [base, base+size): the server's host memory is to be mapped there. */
+static void release_va(uint64_t base, uint64_t size)
+{
+    uint64_t end;
+    if (!cumux_add_u64(base, size, &end))
+        return;
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    for (size_t i = 0; i < shim.va_reserved.n;) {
+        struct cumux_range r = shim.va_reserved.v[i];
+        if (r.base >= end || r.base + r.size <= base) {
+            i++;
+            continue;
+        }
+        /* Cut the overlap out; what is left on either side stays held. */
+        uint64_t lo = r.base > base ? r.base : base, hi = r.base + r.size < end ? r.base + r.size : end;
+        munmap((void *)(uintptr_t)lo, hi - lo);
+        cumux_ranges_remove(&shim.va_reserved, r.base, NULL);
+        if (lo > r.base)
+            cumux_ranges_add(&shim.va_reserved, r.base, lo - r.base, 0, 0);
+        if (hi < r.base + r.size)
+            cumux_ranges_add(&shim.va_reserved, hi, r.base + r.size - hi, 0, 0);
+        i = 0; /* the table changed: start over (few entries overlap a host mapping) */
+    }
+    pthread_rwlock_unlock(&shim.ranges_lock);
+}
+
 void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, uint64_t flags)
 {
     pthread_rwlock_wrlock(&shim.ranges_lock);
     if (!cumux_ranges_find(&shim.dev_ranges, base))
         cumux_ranges_add(&shim.dev_ranges, base, size, ((uint64_t)ctx->device + 1) | flags, (uint64_t)(uintptr_t)ctx);
+    hold_va(base, size);
     pthread_rwlock_unlock(&shim.ranges_lock);
 }
 
@@ -197,7 +272,9 @@ static CUresult pinned_alloc(void **pp, size_t size, unsigned int flags, bool ma
         return r;
     }
     if (server_addr != (uint64_t)(uintptr_t)mine) {
-        /* The server mapped it elsewhere: move ours there if we can, so that both agree on the address. */
+        /* The server mapped it elsewhere: move ours there if we can, so that both agree on the address (a
+         * hold on device addresses there is stale: the server's host memory is there now). */
+        release_va(server_addr, len);
         void *moved = cumux_mmap((void *)(uintptr_t)server_addr, len, PROT_READ | PROT_WRITE,
                            MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
         if (moved != MAP_FAILED && (uint64_t)(uintptr_t)moved == server_addr) {
