@@ -3,7 +3,9 @@
 # the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
-#                           [--usage-cost] [--fuzz S]
+#                           [--usage-cost] [--latency] [--fuzz S]
+# --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
+# under MPS and under cumux normal and high priority; about 1.5 minutes).
 # --usage-cost: also bench/usage_cost.sh (spin and SGEMM with and without sampling each client's GPU time,
 # about 2 minutes).
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
@@ -26,7 +28,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 fuzz_s=0 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
         --frameworks) do_fw=1 ;;
         --startup) do_startup=1 ;;
         --usage-cost) do_usage=1 ;;
+        --latency) do_latency=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
         -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
@@ -242,6 +245,15 @@ if [ -n "$build" ] && [ $do_usage = 1 ] && [ $native_only = 0 ]; then
     usage_rc=${PIPESTATUS[0]}
 fi
 
+# --- a latency-critical program beside a load (bench/latency.sh), when asked ---
+latency_rc="not run"
+if [ -n "$build" ] && [ $do_latency = 1 ] && [ $native_only = 0 ]; then
+    say "latency benchmark (at most $(($(left) - 10))s)"
+    OUT="$logs/latency" timeout -k 10 "$(($(left) - 10))" bench/latency.sh --build "$build" "${bench_opts[@]}" 2>&1 |
+        tee "$logs/latency.txt"
+    latency_rc=${PIPESTATUS[0]}
+fi
+
 # --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
 # (tests/fuzz/run.sh --fast there), carried here as FUZZ_BINARY ---
 fuzz_note="not run"
@@ -280,6 +292,10 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     if [ $do_startup = 1 ]; then
         echo "start-up benchmark (exit $startup_rc):"
         [ -f "$logs/startup/summary.txt" ] && sed 's/^/  /' "$logs/startup/summary.txt"
+    fi
+    if [ $do_latency = 1 ]; then
+        echo "latency benchmark (exit $latency_rc):"
+        [ -f "$logs/latency/summary.txt" ] && sed 's/^/  /' "$logs/latency/summary.txt"
     fi
     if [ $do_usage = 1 ]; then
         echo "usage sampling cost (exit $usage_rc):"
