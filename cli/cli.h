@@ -11,6 +11,8 @@
 int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
 /* cumux stop. */
 int cli_stop(void);
+/* A server for the pipe directory, started if none runs. 0 when one answers. */
+int cli_ensure_server(void);
 /* The server's status for programs (status_records.c). */
 struct cli_client {
     unsigned id, uid, streams;

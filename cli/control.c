@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/priority.h"
@@ -153,6 +154,54 @@ static int run_line(char **w, int n)
         printf("%s\n", !strcmp(p, "normal") ? "0" : !strcmp(p, "low") ? "1" : p);
         cli_records_free(&r);
         return 0;
+    }
+    /* One server, of this user: it is started, listed and stopped as MPS's per-user servers are. */
+    if (!strcmp(cmd, "start_server")) {
+        if (n != 3 || strcmp(w[1], "-uid") != 0) {
+            fprintf(stderr, "cumux control: start_server -uid UID\n");
+            return 1;
+        }
+        char *end;
+        long uid = strtol(w[2], &end, 10);
+        if (*end || uid != (long)getuid()) {
+            fprintf(stderr, "cumux control: cumuxd serves its own user (uid %u), not uid %s\n", (unsigned)getuid(), w[2]);
+            return 1;
+        }
+        return cli_ensure_server() == 0 ? 0 : 1;
+    }
+    if (!strcmp(cmd, "shutdown_server")) {
+        if (n < 2 || n > 3 || (n == 3 && strcmp(w[2], "-f") != 0)) {
+            fprintf(stderr, "cumux control: shutdown_server PID [-f]\n");
+            return 1;
+        }
+        if (cli_records_get(&r) < 0)
+            return 1;
+        bool ok = is_server(&r, w[1]);
+        cli_records_free(&r);
+        return ok ? (cli_stop() == 0 ? 0 : 1) : 1; /* at once, clients disconnected: as -f */
+    }
+    if (!strcmp(cmd, "get_server_status")) {
+        NEED(1);
+        if (cli_records_get(&r) < 0)
+            return 1;
+        bool ok = is_server(&r, w[1]);
+        if (ok)
+            printf("ACTIVE\n");
+        cli_records_free(&r);
+        return ok ? 0 : 1;
+    }
+    if (!strcmp(cmd, "get_device_client_list")) {
+        if (n > 2) {
+            fprintf(stderr, "cumux control: get_device_client_list [PID]\n");
+            return 1;
+        }
+        if (cli_records_get(&r) < 0)
+            return 1;
+        bool ok = n == 1 || is_server(&r, w[1]);
+        for (size_t i = 0; ok && i < r.n; i++) /* every client uses device 0: cumux serves one GPU a server */
+            printf("%s:%d\n", r.ngpus ? r.gpus[0].bus_id : "0", r.clients[i].pid);
+        cli_records_free(&r);
+        return ok ? 0 : 1;
     }
     if (!strcmp(cmd, "quit")) {
         /* MPS's "quit -t SECONDS" waits that long for clients to finish: cumux stops at once. */

@@ -303,8 +303,7 @@ static int cmd_status(void)
     return 0;
 }
 
-/* A server for the pipe directory, started if none runs. 0 when one answers. */
-static int ensure_server(void)
+int cli_ensure_server(void)
 {
     int s = connect_server();
     if (s < 0 && errno == EPERM)
@@ -517,7 +516,7 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "cumux: cannot find the shim libcuda.so.1 (set CUMUX_LIB_DIRECTORY)\n");
         return 1;
     }
-    if (ensure_server() != 0)
+    if (cli_ensure_server() != 0)
         return 1;
     if (prepend_library_path(lib) < 0)
         return 1;
@@ -574,7 +573,7 @@ static int cmd_trace(int argc, char **argv)
             return 1;
         }
     } else {
-        if (ensure_server() != 0)
+        if (cli_ensure_server() != 0)
             return 1;
         snprintf(target, sizeof target, "%s/libcuda.so.1", lib);
         if (prepend_library_path(lib) < 0)

@@ -73,6 +73,26 @@ ctl terminate_client "$server" "$client" >/dev/null || fail "terminate_client: $
 kill -USR1 "$client"
 wait "$client" || fail "gpu_hang idle did not get CUDA_ERROR_MPS_CLIENT_TERMINATED: $(cat "$tmp/hang.out")"
 client=""
+# The per-user server commands.
+[ "$(ctl get_server_status "$server")" = ACTIVE ] || fail "get_server_status: $(ctl get_server_status "$server")"
+refused get_server_status 1
+ctl start_server -uid "$(id -u)" || fail "start_server -uid $(id -u) (one runs): $(cat "$tmp/ctl.err")"
+refused start_server -uid 12345
+"$cli" run -- "$gdir/gpu_hang" idle >"$tmp/hang.out" 2>&1 &
+client=$!
+for ((i = 0; i < 300; i++)); do grep -q '^hang: waiting' "$tmp/hang.out" && break; sleep 0.1; done
+ctl get_device_client_list | grep -q ":$client\$" || fail "get_device_client_list: $(ctl get_device_client_list)"
+kill -KILL "$client"
+wait "$client" 2>/dev/null
+client=""
+refused shutdown_server 1
+ctl shutdown_server "$server" -f >/dev/null || fail "shutdown_server: $(cat "$tmp/ctl.err")"
+for ((i = 0; i < 100; i++)); do [ -z "$(pids_of_ours)" ] && break; sleep 0.05; done
+[ -z "$(pids_of_ours)" ] || fail "cumuxd processes left after shutdown_server: $(pids_of_ours)"
+LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ctl start_server -uid "$(id -u)" ||
+    fail "start_server -uid $(id -u): $(cat "$tmp/ctl.err")"
+server=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid")
+[ "$(ctl get_server_list)" = "$server" ] || fail "get_server_list after start_server: $(ctl get_server_list)"
 # quit stops the server.
 ctl quit >/dev/null || fail "quit: $(cat "$tmp/ctl.err")"
 for ((i = 0; i < 100; i++)); do [ -z "$(pids_of_ours)" ] && break; sleep 0.05; done
