@@ -1,7 +1,7 @@
 /* One process of the spin benchmark: 16 blocks x 128 threads spinning 2,000,000 cycles, 10 launches
  * then a stream synchronize, in a loop. All processes share a wall-clock start time and count the
- * launches completed inside [start, start + duration].
- * usage: bench_spin START_REALTIME_NS DURATION_S [CYCLES] */
+ * launches completed inside [start, start + duration]. BLOCKS: another grid (issue 13's many clients use 4).
+ * usage: bench_spin START_REALTIME_NS DURATION_S [CYCLES [BLOCKS]] */
 #include "bench_util.h"
 
 int main(int argc, char **argv)
@@ -13,6 +13,9 @@ int main(int argc, char **argv)
     uint64_t start = strtoull(argv[1], NULL, 10);
     double dur = strtod(argv[2], NULL);
     long long cycles = argc > 3 ? strtoll(argv[3], NULL, 10) : 2000000;
+    unsigned blocks = argc > 4 ? (unsigned)strtoul(argv[4], NULL, 10) : 16;
+    if (blocks == 0)
+        blocks = 16;
     uint64_t end = start + (uint64_t)(dur * 1e9);
 
     bench_init();
@@ -20,7 +23,7 @@ int main(int argc, char **argv)
     CUfunction fn;
     BCK(cuModuleGetFunction(&fn, mod, "spin_cycles"));
     void *args[] = {&cycles};
-    BCK(cuLaunchKernel(fn, 16, 1, 1, 128, 1, 1, 0, NULL, args, NULL)); /* warm-up */
+    BCK(cuLaunchKernel(fn, blocks, 1, 1, 128, 1, 1, 0, NULL, args, NULL)); /* warm-up */
     BCK(cuStreamSynchronize(NULL));
 
     uint64_t now = bench_ns(CLOCK_REALTIME);
@@ -33,7 +36,7 @@ int main(int argc, char **argv)
     long launches = 0;
     for (;;) {
         for (int i = 0; i < 10; i++)
-            BCK(cuLaunchKernel(fn, 16, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+            BCK(cuLaunchKernel(fn, blocks, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
         BCK(cuStreamSynchronize(NULL));
         if (bench_ns(CLOCK_REALTIME) > end)
             break;

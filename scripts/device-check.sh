@@ -6,6 +6,7 @@
 #                           [--usage-cost] [--latency] [--fuzz S]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
+# --many: also bench/many.sh (issue 13: 16 to 128 clients of 4-block kernels, MPS and cumux; ~4 minutes).
 # --usage-cost: also bench/usage_cost.sh (spin and SGEMM with and without sampling each client's GPU time,
 # about 2 minutes).
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
@@ -28,7 +29,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 fuzz_s=0 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 do_many=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -39,6 +40,7 @@ while [ $# -gt 0 ]; do
         --startup) do_startup=1 ;;
         --usage-cost) do_usage=1 ;;
         --latency) do_latency=1 ;;
+        --many) do_many=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
         -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
@@ -254,6 +256,15 @@ if [ -n "$build" ] && [ $do_latency = 1 ] && [ $native_only = 0 ]; then
     latency_rc=${PIPESTATUS[0]}
 fi
 
+# --- many clients (bench/many.sh), when asked ---
+many_rc="not run"
+if [ -n "$build" ] && [ $do_many = 1 ] && [ $native_only = 0 ]; then
+    say "many-clients benchmark (at most $(($(left) - 10))s)"
+    OUT="$logs/many" timeout -k 10 "$(($(left) - 10))" bench/many.sh --build "$build" "${bench_opts[@]}" 2>&1 |
+        tee "$logs/many.txt"
+    many_rc=${PIPESTATUS[0]}
+fi
+
 # --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
 # (tests/fuzz/run.sh --fast there), carried here as FUZZ_BINARY ---
 fuzz_note="not run"
@@ -292,6 +303,10 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     if [ $do_startup = 1 ]; then
         echo "start-up benchmark (exit $startup_rc):"
         [ -f "$logs/startup/summary.txt" ] && sed 's/^/  /' "$logs/startup/summary.txt"
+    fi
+    if [ $do_many = 1 ]; then
+        echo "many-clients benchmark (exit $many_rc):"
+        [ -f "$logs/many/summary.txt" ] && sed 's/^/  /' "$logs/many/summary.txt"
     fi
     if [ $do_latency = 1 ]; then
         echo "latency benchmark (exit $latency_rc):"

@@ -7,6 +7,9 @@
  *     the whole GPU and ~2T on half of it
  *  4. two disjoint halves at once: each as fast as alone on its half (>= 0.95x)
  *  5. what making a partition and a stream in it costs (a change of SMs must take effect in 100 ms)
+ *  6. does the primary context keep off a green half (reserved, not just capped)
+ *  7. issue 13: 64 streams of 4-block 1 ms kernels in the primary context (32 hardware queues) against 64
+ *     green contexts over the whole GPU, a stream each: do green contexts bring queues of their own?
  *   gcc -O2 -I/usr/local/cuda/include tools/probe_green_partition.c -o /tmp/pgp -lcuda && \
  *     /tmp/pgp build/tests/gpu/gpu_kernels.fatbin */
 #define _POSIX_C_SOURCE 200809L
@@ -154,7 +157,38 @@ int main(int argc, char **argv)
     CK(cuStreamSynchronize(ps));
     printf("6. the green half's grid beside a whole-GPU grid of the primary context: %.1f ms (alone %.1f): %s\n",
            green_beside, alone, green_beside < 1.15 * alone ? "its SMs kept for it" : "shared with the primary context");
-    printf("SUMMARY q1 %s, q2 %s, half alone %.1f ms, halves together %.2fx, partition+stream %.2f ms\n",
-           q1 < 0 ? "refused" : "ran", q2 < 0 ? "refused" : "ran", alone, alone / both, t_make[0]);
+    /* 7: 64 streams of the primary context against 64 whole-GPU green contexts, 20 launches of 4 blocks each. */
+    enum { NS = 64, LAUNCHES = 20 };
+    long long ms1 = (long long)khz; /* 1 ms */
+    void *a1[] = {&ms1, &p0, &v};
+    CUstream many[NS];
+    CUgreenCtx wg[NS];
+    for (int i = 0; i < NS; i++)
+        CK(cuStreamCreate(&many[i], CU_STREAM_NON_BLOCKING));
+    t = now_ms();
+    for (int l = 0; l < LAUNCHES; l++)
+        for (int i = 0; i < NS; i++)
+            CK(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, many[i], a1, NULL));
+    CK(cuCtxSynchronize());
+    double prim_ms = now_ms() - t;
+    CUdevResourceDesc wdesc;
+    CK(cuDevResourceGenerateDesc(&wdesc, &all, 1));
+    for (int i = 0; i < NS; i++) {
+        CK(cuGreenCtxCreate(&wg[i], wdesc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+        CK(cuGreenCtxStreamCreate(&many[i], wg[i], CU_STREAM_NON_BLOCKING, 0));
+    }
+    CK(cuCtxSetCurrent(prim));
+    t = now_ms();
+    for (int l = 0; l < LAUNCHES; l++)
+        for (int i = 0; i < NS; i++)
+            CK(cuLaunchKernel(use, 4, 1, 1, 128, 1, 1, 0, many[i], a1, NULL));
+    for (int i = 0; i < NS; i++)
+        CK(cuStreamSynchronize(many[i]));
+    double green_ms = now_ms() - t;
+    printf("7. %d streams x %d launches of 4 blocks x 1 ms: primary context %.1f ms, %d green contexts %.1f ms "
+           "(ideal, all concurrent: ~%d ms)\n", NS, LAUNCHES, prim_ms, NS, green_ms, LAUNCHES);
+    printf("SUMMARY q1 %s, q2 %s, half alone %.1f ms, halves together %.2fx, partition+stream %.2f ms, "
+           "64 streams %.0f ms vs 64 green %.0f ms\n", q1 < 0 ? "refused" : "ran", q2 < 0 ? "refused" : "ran", alone,
+           alone / both, t_make[0], prim_ms, green_ms);
     return 0;
 }

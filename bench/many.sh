@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Issue 13's table: N processes each launching a 4-block spin kernel (~1 ms, 10 launches then a
+# synchronize) in a loop over a common window; aggregate launches/s and the device memory in use, under
+# NVIDIA MPS and under cumux (natively too with --native), for each N; ratios last. A run whose
+# processes do not all start (MPS serves at most 48 clients) says so.
+#   bench/many.sh [--build DIR] [--duration S] [--clients "16 32 48 64 128"] [--native] [--no-mps]
+# Logs: ${OUT:-/tmp/cumux-many}.
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build="$repo/build" dur=6 clients="16 32 48 64 128" do_native=0 do_mps=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
+        --duration) dur=$2; shift ;;
+        --clients) clients=$2; shift ;;
+        --native) do_native=1 ;;
+        --no-mps) do_mps=0 ;;
+        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        *) echo "many.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+out="${OUT:-/tmp/cumux-many}"
+mkdir -p "$out" || exit 2
+cli="$build/cli/cumux" spin="$build/bench/bench_spin"
+[ -x "$spin" ] || { echo "many.sh: $spin not built" >&2; exit 2; }
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "SKIP: no CUDA GPU on this machine"
+    exit 0
+fi
+mps_pipe=/tmp/mps_pipe mps_log=/tmp/mps_log
+mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
+[ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
+log() { echo "[$(date +%T)] $*"; }
+. "$repo/scripts/lib/sharing.sh"
+trap 'mps_stop; cumux_stop' EXIT
+declare -A R M
+# run MODE N PREFIX...: N processes; R[MODE,N] the aggregate (or how many failed), M[MODE,N] GiB in use.
+run() {
+    local mode=$1 n=$2 i pids=() start mem
+    shift 2
+    start=$(($(date +%s%N) + (5 + n / 16) * 1000000000))
+    rm -f "$out/$mode.$n".*.log
+    for ((i = 1; i <= n; i++)); do
+        timeout -k 5 $((dur + 120)) "$@" "$spin" "$start" "$dur" 2000000 4 >"$out/$mode.$n.$i.log" 2>&1 &
+        pids+=($!)
+    done
+    # The device memory in use in the middle of the window.
+    sleep $((5 + n / 16 + dur / 2))
+    mem=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+    for i in "${pids[@]}"; do wait "$i"; done
+    R[$mode,$n]=$(cat "$out/$mode.$n".*.log | awk -v want="$n" '
+        /^spin / { for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }; s += v["launches_per_s"]; c++ }
+        END { if (c == want) printf "%.0f", s; else printf "%d_of_%d_failed", want - c, want }')
+    M[$mode,$n]=$(awk -v m="${mem:-0}" 'BEGIN { printf "%.1f", m / 1024 }')
+    log "$mode, $n clients: ${R[$mode,$n]} launches/s, ${M[$mode,$n]} GiB in use"
+}
+modes=()
+if [ $do_native = 1 ]; then
+    modes+=(native)
+    for n in $clients; do run native "$n"; done
+fi
+if [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
+    modes+=(mps)
+    for n in $clients; do run mps "$n" env CUDA_MPS_PIPE_DIRECTORY=$mps_pipe; done
+    mps_stop
+fi
+if [ -x "$cli" ] && cumux_start; then
+    modes+=(cumux)
+    for n in $clients; do run cumux "$n" "$cli" run --; done
+    cumux_stop
+fi
+{
+    echo "== many clients: 4-block ~1 ms spin kernels, ${dur} s window (bench/many.sh, $(date -u +%FT%TZ)) =="
+    printf '%-8s' clients
+    for m in "${modes[@]}"; do printf ' %14s %8s' "$m/s" "GiB"; done
+    printf ' %10s\n' cumux/MPS
+    for n in $clients; do
+        printf '%-8s' "$n"
+        for m in "${modes[@]}"; do printf ' %14s %8s' "${R[$m,$n]:--}" "${M[$m,$n]:--}"; done
+        awk -v a="${R[cumux,$n]:-}" -v b="${R[mps,$n]:-}" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf " %9.2fx\n", a / b; else print "          -" }'
+    done
+} | tee "$out/summary.txt"
