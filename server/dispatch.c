@@ -105,6 +105,7 @@ void srv_client_release_all(struct srv_client *c)
             cuStreamSynchronize(s->cu);
         }
     }
+    srv_usage_departed(c);
     srv_usage_release(c);
     srv_graph_release_all(c); /* graphs name the client's kernels and memory: before those go */
     srv_events_unpark(c);     /* and the events their nodes may name */

@@ -726,7 +726,42 @@ static void on_gpu_fault(CUresult r, int gpu)
         culprit = 0; /* kernels of several clients faulted at once: no one name */
     else if (!owners && nm && srv_module_departed_owner(mods[0], gone, sizeof gone - 16))
         strcat(gone, " (gone)"); /* it had its error and left before the dump was read */
-    worker_fails(r, gpu, culprit, gone[0] ? gone : NULL, "fatal GPU error");
+    /* Without a dump: a fault comes from a kernel that was running, so the clients with launches not known
+     * to have ended are the candidates; when there is one, it is the culprit. */
+    char why[sizeof ((struct srv_fault_record *)0)->why] = "fatal GPU error";
+    if (!culprit && !gone[0] && lock_clients_briefly()) {
+        unsigned cands = 0;
+        uint32_t only = 0;
+        size_t len = strlen(why);
+        for (struct srv_client *c = clients; c; c = c->next) {
+            if (atomic_load(&c->finished) || !srv_usage_in_flight(c))
+                continue;
+            only = c->id;
+            int k = snprintf(why + len, sizeof why - len, "%s%u pid %d", cands ? ", " : "; kernels in flight: ",
+                             c->id, (int)c->pid);
+            if (k > 0 && (size_t)k < sizeof why - len)
+                len += (size_t)k;
+            cands++;
+        }
+        pthread_mutex_unlock(&clients_lock);
+        /* And those that went with kernels in flight just before (within 2 s). */
+        char went[4][160];
+        size_t nw = srv_usage_departed_lately(2000000000ull, went, 4);
+        for (size_t i = 0; i < nw; i++) {
+            int k = snprintf(why + len, sizeof why - len, "%s%.40s (gone)", cands ? ", " : "; kernels in flight: ",
+                             went[i]);
+            if (k > 0 && (size_t)k < sizeof why - len)
+                len += (size_t)k;
+            cands++;
+        }
+        if (cands == 1) {
+            culprit = only; /* 0 when the one candidate has gone: named by its description */
+            if (!only)
+                snprintf(gone, sizeof gone, "%.150s (gone)", went[0]);
+            snprintf(why, sizeof why, "fatal GPU error (culprit: the only client with kernels in flight)");
+        }
+    }
+    worker_fails(r, gpu, culprit, gone[0] ? gone : NULL, why);
 }
 
 /* ---------------------------------------------------------------- cumux kill

@@ -195,6 +195,7 @@ struct srv_client {
     _Atomic uint64_t host_bytes;
     _Atomic uint64_t launches;
     _Atomic uint64_t work_units; /* kernel and graph launches (usage.c) */
+    _Atomic uint64_t done_units; /* of those, how many are known to have ended (usage.c) */
     _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
     struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
     _Atomic uint32_t nstreams;
@@ -222,6 +223,12 @@ char *srv_metrics_response(const char *request, size_t len, const struct srv_cli
 
 /* usage.c: the client's samples that ended since, into c->gpu_ns; for status requests, from any thread. */
 void srv_usage_refresh(struct srv_client *c);
+/* Has the client launched work not known to have ended (the candidates for a fault's culprit)? */
+bool srv_usage_in_flight(struct srv_client *c);
+/* A client goes: remembered a while if it had kernels in flight (srv_usage_departed_lately: those that
+ * went within the last `within_ns`, described, at most max). */
+void srv_usage_departed(struct srv_client *c);
+size_t srv_usage_departed_lately(uint64_t within_ns, char (*out)[160], size_t max);
 
 /* printf.c: device printf of a worker's client goes to that client's stdout */
 void srv_printf_bind(struct srv_client *c); /* in the worker thread, once */
@@ -272,7 +279,7 @@ struct srv_fault_record {
     int32_t gpu;
     char clients[448];    /* the other clients that had the GPU then: "id pid uid command; ..." */
     char culprit[160];    /* the client that caused it, when known: "id pid uid command" */
-    char why[96];         /* "fatal GPU error", or why the worker was given up */
+    char why[192];        /* "fatal GPU error" (and the candidates for its culprit), or why the worker was given up */
 };
 extern struct srv_fault_record srv_faults[SRV_FAULTS_KEPT]; /* the last ones, by srv_nfaults % KEPT */
 extern uint32_t srv_nfaults, srv_worker_restarts;

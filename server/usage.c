@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/channel.h"
 #include "server/handlers.h"
 
 #define USAGE_PAIRS 64 /* samples in flight: 64 x 64 launches covers a queue deeper than the driver lets one grow */
@@ -53,8 +54,11 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
         if (q == CUDA_SUCCESS && cuEventElapsedTime(&ms, p->start, p->end) == CUDA_SUCCESS && ms >= 0) {
             u->sampled_ns += ms * 1e6;
             u->sampled++;
-            if (p->unit > u->done_units)
+            if (p->unit > u->done_units) {
                 u->done_units = p->unit;
+                if (p->unit > atomic_load(&c->done_units))
+                    atomic_store(&c->done_units, p->unit);
+            }
         }
         u->first = (u->first + 1) % USAGE_PAIRS;
         u->n--;
@@ -65,6 +69,7 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
 
 void srv_usage_synced(struct srv_client *c)
 {
+    atomic_store(&c->done_units, atomic_load(&c->work_units)); /* sampling or not */
     pthread_mutex_lock(&usage_lock);
     struct srv_usage *u = c->usage;
     if (u) {
@@ -74,6 +79,44 @@ void srv_usage_synced(struct srv_client *c)
             atomic_store(&c->gpu_ns, (uint64_t)(u->sampled_ns / (double)u->sampled * (double)u->done_units));
     }
     pthread_mutex_unlock(&usage_lock);
+}
+
+/* Clients that went with kernels in flight, lately: a culprit often has its error, and leaves, before
+ * the fault watch sees the fault. */
+#define DEPARTED_KEPT 8
+static struct {
+    uint64_t at_ns;
+    char who[160];
+} departed[DEPARTED_KEPT];
+static unsigned departed_next;
+
+void srv_usage_departed(struct srv_client *c)
+{
+    if (!srv_usage_in_flight(c))
+        return;
+    pthread_mutex_lock(&usage_lock);
+    unsigned i = departed_next++ % DEPARTED_KEPT;
+    departed[i].at_ns = cumux_now_ns();
+    srv_client_describe(c, departed[i].who, sizeof departed[i].who);
+    pthread_mutex_unlock(&usage_lock);
+}
+
+size_t srv_usage_departed_lately(uint64_t within_ns, char (*out)[160], size_t max)
+{
+    size_t n = 0;
+    uint64_t now = cumux_now_ns();
+    pthread_mutex_lock(&usage_lock);
+    for (unsigned i = 0; i < DEPARTED_KEPT && n < max; i++)
+        if (departed[i].at_ns && now - departed[i].at_ns <= within_ns)
+            memcpy(out[n++], departed[i].who, sizeof departed[i].who);
+    pthread_mutex_unlock(&usage_lock);
+    return n;
+}
+
+bool srv_usage_in_flight(struct srv_client *c)
+{
+    srv_usage_refresh(c);
+    return atomic_load(&c->work_units) > atomic_load(&c->done_units);
 }
 
 void srv_usage_refresh(struct srv_client *c)
