@@ -36,8 +36,12 @@ CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, struct srv_st
         break;
     }
     after_op(stream);
-    if (r == CUDA_SUCCESS && answered)
-        r = take_pending(c, cuStreamSynchronize(stream->cu));
+    if (r == CUDA_SUCCESS && answered) {
+        r = cuStreamSynchronize(stream->cu);
+        if (r == CUDA_SUCCESS)
+            srv_usage_synced(c); /* a synchronous copy ends what came before it (usage.c) */
+        r = take_pending(c, r);
+    }
     return r;
 }
 
@@ -216,6 +220,8 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
     after_op(stream);
     if (r != CUDA_SUCCESS)
         cuStreamSynchronize(stream->cu); /* no copy may still be writing into a slot the client reuses */
+    else
+        srv_usage_synced(c); /* its last chunk came after everything before it on the stream */
     return take_pending(c, r);
 }
 
