@@ -192,6 +192,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "priority classes" priority.txt '^PASS priority' 120 \
         tests/test_priority.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; priority: $note"
+    server_test "128 clients at once" many-clients.txt '^many clients:' 180 \
+        tests/test_many_clients.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 128
+    limit_note="$limit_note; $note"
 fi
 
 # --- benchmarks ---
