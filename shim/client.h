@@ -188,5 +188,8 @@ bool shim_forget_device_range(uint64_t p);
 #define SHIM_RANGE_VMM (1ull << 33)    /* VMM: back-to-back mappings are one span, as in CUDA */
 #define SHIM_RANGE_GRAPH (1ull << 34)  /* a graph's allocation (captured, or an allocation node) */
 void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, uint64_t flags);
+/* Device addresses held in this process (no access, no memory) so that none of its memory lands there:
+ * every device range does it; a VMM reservation does it before its mappings come (memory.c). */
+void shim_hold_device_va(uint64_t base, uint64_t size);
 
 #endif

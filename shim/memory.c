@@ -85,6 +85,13 @@ static void release_va(uint64_t base, uint64_t size)
     pthread_rwlock_unlock(&shim.ranges_lock);
 }
 
+void shim_hold_device_va(uint64_t base, uint64_t size)
+{
+    pthread_rwlock_wrlock(&shim.ranges_lock);
+    hold_va(base, size);
+    pthread_rwlock_unlock(&shim.ranges_lock);
+}
+
 void shim_add_device_range(uint64_t base, uint64_t size, struct CUctx_st *ctx, uint64_t flags)
 {
     pthread_rwlock_wrlock(&shim.ranges_lock);

@@ -119,8 +119,10 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t p;
     r = shim_op_vmm_reserve(size, alignment, addr, flags, &p);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         *ptr = (CUdeviceptr)p;
+        shim_hold_device_va(p, size); /* its mappings come later: nothing of ours may land there meanwhile */
+    }
     return r;
 }
 

@@ -45,8 +45,11 @@ int main(void)
                                 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
     size_t gran = 0;
     CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-    CUdeviceptr va;
+    CUdeviceptr va, bare;
     CK(cuMemAddressReserve(&va, 2 * gran, 0, 0, 0));
+    /* A reservation with nothing mapped yet is held too: its mappings must find it free. */
+    CK(cuMemAddressReserve(&bare, gran, 0, 0, 0));
+    check_held(bare, gran, "a VMM reservation not mapped yet");
     CUmemGenericAllocationHandle h[2];
     CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     for (int i = 0; i < 2; i++) {
@@ -88,6 +91,7 @@ int main(void)
         CK(cuMemRelease(h[i]));
     }
     CK(cuMemAddressFree(va, 2 * gran));
+    CK(cuMemAddressFree(bare, gran));
     CK(cuMemFreeAsync(d[3], s));
     CK(cuStreamSynchronize(s));
     for (int i = 0; i < 3; i++)
