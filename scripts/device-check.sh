@@ -241,32 +241,24 @@ if [ -n "$build" ] && [ $do_startup = 1 ] && [ $native_only = 0 ]; then
     startup_rc=${PIPESTATUS[0]}
 fi
 
-# --- what sampling each client's GPU time costs (bench/usage_cost.sh), when asked ---
-usage_rc="not run"
-if [ -n "$build" ] && [ $do_usage = 1 ] && [ $native_only = 0 ]; then
-    say "usage sampling cost (at most $(($(left) - 10))s)"
-    OUT="$logs/usage-cost" timeout -k 10 "$(($(left) - 10))" bench/usage_cost.sh --build "$build" 2>&1 |
-        tee "$logs/usage-cost.txt"
-    usage_rc=${PIPESTATUS[0]}
-fi
-
-# --- a latency-critical program beside a load (bench/latency.sh), when asked ---
-latency_rc="not run"
-if [ -n "$build" ] && [ $do_latency = 1 ] && [ $native_only = 0 ]; then
-    say "latency benchmark (at most $(($(left) - 10))s)"
-    OUT="$logs/latency" timeout -k 10 "$(($(left) - 10))" bench/latency.sh --build "$build" "${bench_opts[@]}" 2>&1 |
-        tee "$logs/latency.txt"
-    latency_rc=${PIPESTATUS[0]}
-fi
-
-# --- many clients (bench/many.sh), when asked ---
-many_rc="not run"
-if [ -n "$build" ] && [ $do_many = 1 ] && [ $native_only = 0 ]; then
-    say "many-clients benchmark (at most $(($(left) - 10))s)"
-    OUT="$logs/many" timeout -k 10 "$(($(left) - 10))" bench/many.sh --build "$build" "${bench_opts[@]}" 2>&1 |
-        tee "$logs/many.txt"
-    many_rc=${PIPESTATUS[0]}
-fi
+# --- the benchmarks run only when asked: what sampling each client's GPU time costs (bench/usage_cost.sh),
+# a latency-critical program beside a load (bench/latency.sh), many clients (bench/many.sh) ---
+# extra_bench FLAG NAME LABEL SCRIPT [ARGS...]: within what is left of the budget; its exit status in
+# extra_rc[NAME], its output in $logs/NAME.txt and its logs (summary.txt last) in $logs/NAME/.
+declare -A extra_rc
+extra_names=(usage-cost latency many)
+extra_bench() {
+    local flag=$1 name=$2 label=$3
+    shift 3
+    extra_rc[$name]="not run"
+    { [ -n "$build" ] && [ "$flag" = 1 ] && [ $native_only = 0 ]; } || return 0
+    say "$label (at most $(($(left) - 10))s)"
+    OUT="$logs/$name" timeout -k 10 "$(($(left) - 10))" "$@" --build "$build" 2>&1 | tee "$logs/$name.txt"
+    extra_rc[$name]=${PIPESTATUS[0]}
+}
+extra_bench $do_usage usage-cost "usage sampling cost" bench/usage_cost.sh
+extra_bench $do_latency latency "latency benchmark" bench/latency.sh "${bench_opts[@]}"
+extra_bench $do_many many "many-clients benchmark" bench/many.sh "${bench_opts[@]}"
 
 # --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
 # (tests/fuzz/run.sh --fast there), carried here as FUZZ_BINARY ---
@@ -307,18 +299,11 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
         echo "start-up benchmark (exit $startup_rc):"
         [ -f "$logs/startup/summary.txt" ] && sed 's/^/  /' "$logs/startup/summary.txt"
     fi
-    if [ $do_many = 1 ]; then
-        echo "many-clients benchmark (exit $many_rc):"
-        [ -f "$logs/many/summary.txt" ] && sed 's/^/  /' "$logs/many/summary.txt"
-    fi
-    if [ $do_latency = 1 ]; then
-        echo "latency benchmark (exit $latency_rc):"
-        [ -f "$logs/latency/summary.txt" ] && sed 's/^/  /' "$logs/latency/summary.txt"
-    fi
-    if [ $do_usage = 1 ]; then
-        echo "usage sampling cost (exit $usage_rc):"
-        [ -f "$logs/usage-cost/summary.txt" ] && sed 's/^/  /' "$logs/usage-cost/summary.txt"
-    fi
+    for name in "${extra_names[@]}"; do
+        [ "${extra_rc[$name]}" = "not run" ] && continue
+        echo "$name (exit ${extra_rc[$name]}):"
+        [ -f "$logs/$name/summary.txt" ] && sed 's/^/  /' "$logs/$name/summary.txt"
+    done
     echo "cumux trace of a cuBLAS program: $trace_note"
     echo "hostile clients (test_hostile, bystander gpu_vecadd): $hostile_note"
     echo "fault recovery (5 faults of gpu_fault): $fault_note"
