@@ -24,16 +24,8 @@ out="${OUT:-/tmp/cumux-latency}"
 mkdir -p "$out" || exit 2
 cli="$build/cli/cumux" prog="$build/bench/bench_latency"
 [ -x "$prog" ] || { echo "latency.sh: $prog not built" >&2; exit 2; }
-if ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "SKIP: no CUDA GPU on this machine"
-    exit 0
-fi
-mps_pipe=/tmp/mps_pipe mps_log=/tmp/mps_log
-mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
-[ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
-log() { echo "[$(date +%T)] $*"; }
 . "$repo/scripts/lib/sharing.sh"
-trap 'mps_stop; cumux_stop' EXIT
+sharing_init
 declare -A R
 kv() { grep -o "$2=[0-9.]*" "$1" 2>/dev/null | tail -1 | cut -d= -f2; }
 run_pair() { # NAME LOAD LATENCY_PREFIX_WORDS LATENCY_EXTRA LOAD_PREFIX_WORDS

@@ -25,16 +25,8 @@ out="${OUT:-/tmp/cumux-many}"
 mkdir -p "$out" || exit 2
 cli="$build/cli/cumux" spin="$build/bench/bench_spin"
 [ -x "$spin" ] || { echo "many.sh: $spin not built" >&2; exit 2; }
-if ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "SKIP: no CUDA GPU on this machine"
-    exit 0
-fi
-mps_pipe=/tmp/mps_pipe mps_log=/tmp/mps_log
-mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
-[ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
-log() { echo "[$(date +%T)] $*"; }
 . "$repo/scripts/lib/sharing.sh"
-trap 'mps_stop; cumux_stop' EXIT
+sharing_init
 declare -A R M
 # run MODE N PREFIX...: N processes; R[MODE,N] the aggregate (or how many failed), M[MODE,N] GiB in use.
 run() {

@@ -23,14 +23,8 @@ out="${OUT:-/tmp/cumux-usage-cost}"
 mkdir -p "$out" || exit 2
 cli="$build/cli/cumux" spin="$build/bench/bench_spin" sgemm="$build/tests/runtime/rt_sgemm_loop_static"
 for p in "$cli" "$spin" "$sgemm"; do [ -x "$p" ] || { echo "usage_cost.sh: $p not built" >&2; exit 2; }; done
-if ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "SKIP: no CUDA GPU on this machine"
-    exit 0
-fi
-log() { echo "[$(date +%T)] $*"; }
-mps_ctl="" # sharing.sh's MPS half is not used here
 . "$repo/scripts/lib/sharing.sh"
-trap cumux_stop EXIT
+sharing_init
 # one WHICH SAMPLING N: N processes of the benchmark under a server started with that sampling; the sum.
 one() {
     local which=$1 sampling=$2 n=$3 i pids=() start

@@ -1,7 +1,22 @@
 # Starting and stopping the GPU sharing modes the benchmarks compare: NVIDIA MPS and cumux.
-# Sourced by bench/run.sh and tests/runtime/bench_sgemm.sh. The caller sets: out (log folder),
+# Sourced by the benchmarks (bench/*.sh, tests/runtime/bench_sgemm.sh). The caller sets: out (log folder),
 # cli (the cumux CLI), mps_ctl (nvidia-cuda-mps-control), mps_pipe, mps_log, and defines log().
 mps_up=0 cumux_up=0
+# The newer benchmarks (bench/latency.sh, bench/many.sh, bench/usage_cost.sh) call this first: it exits 0
+# with a SKIP line where there is no GPU, and sets MPS's defaults (mps_ctl "" where MPS is not installed)
+# and log().
+sharing_init() {
+    if ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "SKIP: no CUDA GPU on this machine"
+        exit 0
+    fi
+    mps_pipe=/tmp/mps_pipe mps_log=/tmp/mps_log
+    mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
+    [ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] &&
+        mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
+    log() { echo "[$(date +%T)] $*"; }
+    trap 'mps_stop; cumux_stop' EXIT
+}
 # Anchored on the program path: a shell whose command line merely mentions MPS must not match.
 mps_procs() { pgrep -f '^[^ ]*nvidia-cuda-mps-(control|server)( |$)' 2>/dev/null || true; }
 mps_start() {
