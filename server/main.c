@@ -828,10 +828,10 @@ static void reply_line(char *text, size_t cap, size_t *len, const char *fmt, ...
     }
 }
 
-/* `cumux set PID ...`: each client of process pid changed by `apply`, which says how in `what`; the reply
- * has a line a client. Returns how many. */
+/* `cumux set PID ...` and `cumux kill PID`: each client of process pid changed by `apply`, which says how
+ * in `what`; the reply has a line a client, or `none` (a format taking the pid). Returns how many. */
 static unsigned change_clients(pid_t pid, uint64_t arg, void (*apply)(struct srv_client *, uint64_t, char *, size_t),
-                               char *text, size_t cap)
+                               const char *none, char *text, size_t cap)
 {
     unsigned n = 0;
     size_t len = 0;
@@ -844,13 +844,15 @@ static unsigned change_clients(pid_t pid, uint64_t arg, void (*apply)(struct srv
         apply(c, arg, what, sizeof what);
         n++;
         srv_client_describe(c, who, sizeof who);
-        reply_line(text, cap, &len, "client %s: %s (cumux set)\n", who, what);
+        reply_line(text, cap, &len, "client %s: %s\n", who, what);
     }
     pthread_mutex_unlock(&clients_lock);
     if (!n)
-        snprintf(text, cap, "no client of process %d\n", (int)pid);
+        snprintf(text, cap, none, (int)pid);
     return n;
 }
+
+#define NO_CLIENT_OF_PROCESS "no client of process %d\n"
 
 /* --memory SIZE: that limit (0: none) from its next allocation on; what it holds already stays its own,
  * even past it. */
@@ -858,15 +860,16 @@ static void apply_memory_limit(struct srv_client *c, uint64_t limit, char *what,
 {
     atomic_store(&c->mem_limit, limit);
     if (limit)
-        snprintf(what, cap, "device memory limit %.1f MiB, %.1f MiB held", limit / 1048576.0,
+        snprintf(what, cap, "device memory limit %.1f MiB, %.1f MiB held (cumux set)", limit / 1048576.0,
                  atomic_load(&c->mem_bytes) / 1048576.0);
     else
-        snprintf(what, cap, "device memory limit none, %.1f MiB held", atomic_load(&c->mem_bytes) / 1048576.0);
+        snprintf(what, cap, "device memory limit none, %.1f MiB held (cumux set)",
+                 atomic_load(&c->mem_bytes) / 1048576.0);
 }
 
 static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap)
 {
-    return change_clients(pid, limit, apply_memory_limit, text, cap);
+    return change_clients(pid, limit, apply_memory_limit, NO_CLIENT_OF_PROCESS, text, cap);
 }
 
 /* --priority CLASS: the streams it makes from now on run in that class's band (a stream's priority is
@@ -874,51 +877,41 @@ static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t c
 static void apply_priority(struct srv_client *c, uint64_t cls, char *what, size_t cap)
 {
     atomic_store(&c->priority, (int)cls);
-    snprintf(what, cap, "priority %s for its new streams", cumux_priority_name((enum cumux_priority)cls));
+    snprintf(what, cap, "priority %s for its new streams (cumux set)", cumux_priority_name((enum cumux_priority)cls));
 }
 
 static unsigned set_priority(pid_t pid, int cls, char *text, size_t cap)
 {
-    return change_clients(pid, (uint64_t)cls, apply_priority, text, cap);
+    return change_clients(pid, (uint64_t)cls, apply_priority, NO_CLIENT_OF_PROCESS, text, cap);
 }
 
 /* Ends the clients of process pid; the reply text says what was done. Returns how many. */
+/* One client killed: its calls fail from now on, and a watch gives its work `grace` ms to drain. */
+static void apply_kill(struct srv_client *c, uint64_t grace, char *what, size_t cap)
+{
+    atomic_store(&c->shm->server_fault, (int32_t)CUDA_ERROR_MPS_CLIENT_TERMINATED);
+    shutdown(c->sock, SHUT_RDWR); /* its shim sees the server gone, and returns the error above */
+    mark_dead(c);
+    snprintf(what, cap, "terminated by cumux kill");
+    struct kill_watch *kw = malloc(sizeof *kw);
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (kw) {
+        *kw = (struct kill_watch){.id = c->id, .grace_ms = grace};
+        atomic_fetch_add(&kills_pending, 1);
+        if (pthread_create(&t, &a, kill_watch_main, kw) != 0) {
+            atomic_fetch_sub(&kills_pending, 1);
+            free(kw);
+        }
+    }
+    pthread_attr_destroy(&a);
+}
+
 static unsigned kill_clients(pid_t pid, char *text, size_t cap)
 {
-    unsigned n = 0;
-    uint64_t grace = kill_grace_ms();
-    size_t len = 0;
-    text[0] = 0;
-    pthread_mutex_lock(&clients_lock);
-    for (struct srv_client *c = clients; c; c = c->next) {
-        if (c->pid != pid || atomic_load(&c->dead))
-            continue;
-        atomic_store(&c->shm->server_fault, (int32_t)CUDA_ERROR_MPS_CLIENT_TERMINATED);
-        shutdown(c->sock, SHUT_RDWR); /* its shim sees the server gone, and returns the error above */
-        mark_dead(c);
-        n++;
-        char who[160];
-        srv_client_describe(c, who, sizeof who);
-        reply_line(text, cap, &len, "client %s: terminated by cumux kill\n", who);
-        struct kill_watch *kw = malloc(sizeof *kw);
-        pthread_t t;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        if (kw) {
-            *kw = (struct kill_watch){.id = c->id, .grace_ms = grace};
-            atomic_fetch_add(&kills_pending, 1);
-            if (pthread_create(&t, &a, kill_watch_main, kw) != 0) {
-                atomic_fetch_sub(&kills_pending, 1);
-                free(kw);
-            }
-        }
-        pthread_attr_destroy(&a);
-    }
-    pthread_mutex_unlock(&clients_lock);
-    if (!n)
-        snprintf(text, cap, "no client of cumuxd has pid %d\n", (int)pid);
-    return n;
+    return change_clients(pid, kill_grace_ms(), apply_kill, "no client of cumuxd has pid %d\n", text, cap);
 }
 
 static int serve(int lsock)

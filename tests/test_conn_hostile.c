@@ -560,6 +560,16 @@ static void kill_pids(void)
         CHECK(st == CUDA_ERROR_NOT_FOUND && strstr(text, "no client of process"),
               "memory limit for pid field %#x: status %d, \"%s\"", nobody[i], st, text);
     }
+    /* Priority classes outside 1..3, for a client and as the default, are refused and change nothing. */
+    const uint64_t bad_class[] = {0, 4, 0xffffffffull, UINT64_MAX};
+    for (size_t i = 0; i < sizeof bad_class / sizeof *bad_class; i++) {
+        int st = pid_request(dir, CUMUX_HELLO_SET_PRIORITY, (uint32_t)getpid(), bad_class[i], text, sizeof text);
+        CHECK(st != 0 && strstr(text, "not a priority class"), "priority class %#llx for a client: status %d, \"%s\"",
+              (unsigned long long)bad_class[i], st, text);
+        st = pid_request(dir, CUMUX_HELLO_SET_DEFAULT_PRIORITY, 0, bad_class[i], text, sizeof text);
+        CHECK(st == CUDA_ERROR_INVALID_VALUE, "default priority class %#llx: status %d, \"%s\"",
+              (unsigned long long)bad_class[i], st, text);
+    }
     int lst = pid_request(dir, CUMUX_HELLO_SET_MEMORY, (uint32_t)getpid(), UINT64_MAX, text, sizeof text);
     CHECK(lst == 0 && strstr(text, "device memory limit"), "a 2^64-1 limit for this test's client: status %d, \"%s\"",
           lst, text);

@@ -44,6 +44,17 @@ exec 5<>/dev/tcp/127.0.0.1/"$port" || fail "connect to $port"
 printf 'GET /metr' >&5
 m=$(scrape /metrics)
 exec 5>&-
+# A request that never ends its headers, up to the 4 KiB the server reads: answered (404) and closed, the
+# server on.
+resp=$(python3 - "$port" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b"GET /" + b"x" * 4091)  # the whole 4 KiB the server reads, no end of headers
+print(s.recv(64).decode(errors="replace").split("\r\n")[0])
+PY
+) || fail "an oversized request: no answer"
+[ "$resp" = "HTTP/1.1 404 Not Found" ] || fail "an oversized request was answered: $resp"
+[ "$(scrape /other)" = "HTTP 404" ] || fail "after an oversized request: $(scrape /other)"
 user=$(id -un)
 labels="pid=\"$client\",user=\"$user\",name=\"trainer__a_\""
 line=$(echo "$m" | grep "^cumux_client_gpu_seconds_total{$labels,client=\"[0-9]*\"} ") ||
