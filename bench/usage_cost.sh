@@ -28,7 +28,7 @@ sharing_init
 # one WHICH SAMPLING N: N processes of the benchmark under a server started with that sampling; the sum.
 one() {
     local which=$1 sampling=$2 n=$3 i pids=() start
-    CUMUX_SERVER_ENV="CUMUX_USAGE_SAMPLING=$sampling" cumux_start || { echo FAIL; return; }
+    CUMUX_SERVER_ENV="CUMUX_USAGE_SAMPLING=$sampling" cumux_start >&2 || { echo FAIL; return; }
     start=$(($(date +%s%N) + 5000000000))
     for ((i = 1; i <= n; i++)); do
         if [ "$which" = spin ]; then
@@ -39,7 +39,7 @@ one() {
         pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i"; done
-    cumux_stop
+    cumux_stop >&2
     cat "$out/$which.$sampling.$n".*.log | awk -v want="$n" '
         /^(spin|sgemm) / { for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
                            s += v["launches_per_s"] + v["iters_per_s"]; c++ }

@@ -1,5 +1,6 @@
 /* The server's GPUs: one primary context per visible device, and the facts clients ask about. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -33,6 +34,28 @@ int srv_gpus_init(void)
     }
     if (n > CUMUX_MAX_DEVICES)
         n = CUMUX_MAX_DEVICES;
+    /* How a worker thread waits in a synchronize. The driver's "auto" spins while the process has fewer
+     * contexts than cores: here one context, so every client waiting in a synchronize held a core, and
+     * 48 clients on 16 cores got half the launches they got with "yield" (docs/performance.md).
+     * CUMUX_SYNC=yield (default) | spin | blocking | auto. */
+    const char *sync_env = getenv("CUMUX_SYNC");
+    unsigned sched = CU_CTX_SCHED_YIELD;
+    if (sync_env && *sync_env) {
+        static const struct { const char *name; unsigned flag; } modes[] = {
+            {"yield", CU_CTX_SCHED_YIELD}, {"spin", CU_CTX_SCHED_SPIN},
+            {"blocking", CU_CTX_SCHED_BLOCKING_SYNC}, {"auto", CU_CTX_SCHED_AUTO}};
+        size_t m = 0;
+        while (m < sizeof modes / sizeof modes[0] && strcmp(modes[m].name, sync_env) != 0)
+            m++;
+        if (m < sizeof modes / sizeof modes[0])
+            sched = modes[m].flag;
+        else {
+            cumux_logf("CUMUX_SYNC=%s: not yield, spin, blocking or auto; waiting by yielding", sync_env);
+            sync_env = "yield";
+        }
+    } else {
+        sync_env = "yield";
+    }
     for (int i = 0; i < n; i++) {
         struct srv_gpu *g = &srv_gpus[i];
         struct cumux_device_info *info = &g->info;
@@ -53,6 +76,8 @@ int srv_gpus_init(void)
                                  ? v
                                  : CUMUX_ATTR_MISSING;
         }
+        if ((r = cuDevicePrimaryCtxSetFlags(g->dev, sched)) != CUDA_SUCCESS)
+            cumux_logf("device %d: waiting by %s: %s", i, sync_env, errname(r));
         if ((r = cuDevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
             cumux_logf("device %d: primary context: %s", i, errname(r));
             return -1;
@@ -64,9 +89,15 @@ int srv_gpus_init(void)
         }
         srv_memop_kernels_load(i); /* failing, only such operations on pool memory fail */
         cuCtxGetStreamPriorityRange(&info->stream_priority_least, &info->stream_priority_greatest);
-        cumux_logf("GPU %d: %s, %d SMs, %llu MiB, %s", i, info->name,
+        /* the mode logged is the one the driver holds, not the one asked for */
+        unsigned flags = 0;
+        int active = 0;
+        static const char *const sched_names[8] = {"auto", "spin", "yield", "?", "blocking", "?", "?", "?"};
+        cuDevicePrimaryCtxGetState(g->dev, &flags, &active);
+        cumux_logf("GPU %d: %s, %d SMs, %llu MiB, %s, waits by %s", i, info->name,
                    info->attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT],
-                   (unsigned long long)(info->total_mem >> 20), info->pci_bus_id);
+                   (unsigned long long)(info->total_mem >> 20), info->pci_bus_id,
+                   sched_names[flags & CU_CTX_SCHED_MASK]);
     }
     srv_gpu_count = n;
     return 0;

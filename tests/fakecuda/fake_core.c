@@ -971,6 +971,7 @@ static struct {
     pthread_mutex_t mu;
     size_t limits[CU_LIMIT_MAX];
     bool limits_set;
+    unsigned flags;
 } pctx = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static _Thread_local CUcontext current;
 
@@ -987,6 +988,35 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)
     pctx.refs++;
     pthread_mutex_unlock(&pctx.mu);
     *out = PCTX;
+    return CUDA_SUCCESS;
+}
+
+/* The server sets how its context waits (CUMUX_SYNC); the fake keeps the flags for GetState to show,
+ * with no waiting of its own to change. */
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+    INIT_OR_RETURN();
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if ((flags & CU_CTX_SCHED_MASK) > CU_CTX_SCHED_BLOCKING_SYNC)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pctx.mu);
+    pctx.flags = flags;
+    pthread_mutex_unlock(&pctx.mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    INIT_OR_RETURN();
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pctx.mu);
+    *flags = pctx.flags;
+    *active = pctx.refs > 0;
+    pthread_mutex_unlock(&pctx.mu);
     return CUDA_SUCCESS;
 }
 
