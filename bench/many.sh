@@ -3,12 +3,14 @@
 # synchronize) in a loop over a common window; aggregate launches/s and the device memory in use, under
 # NVIDIA MPS and under cumux (natively too with --native), for each N; ratios last. A run whose
 # processes do not all start (MPS serves at most 48 clients) says so.
-#   bench/many.sh [--build DIR] [--duration S] [--clients "16 32 48 64 128"] [--native] [--no-mps]
+#   bench/many.sh [--build DIR] [--duration S] [--clients "16 32 48 64 128"] [--native] [--no-mps] [--green]
+# --green: also cumux with a green context of its own for every client (CUMUX_GREEN_QUEUES=1: do they
+# bring hardware queues of their own?).
 # Logs: ${OUT:-/tmp/cumux-many}.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build="$repo/build" dur=6 clients="16 32 48 64 128" do_native=0 do_mps=1
+build="$repo/build" dur=6 clients="16 32 48 64 128" do_native=0 do_mps=1 do_green=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
@@ -16,7 +18,8 @@ while [ $# -gt 0 ]; do
         --clients) clients=$2; shift ;;
         --native) do_native=1 ;;
         --no-mps) do_mps=0 ;;
-        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        --green) do_green=1 ;;
+        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "many.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -63,14 +66,24 @@ if [ -x "$cli" ] && cumux_start; then
     for n in $clients; do run cumux "$n" "$cli" run --; done
     cumux_stop
 fi
+if [ $do_green = 1 ] && [ -x "$cli" ] && CUMUX_SERVER_ENV="CUMUX_GREEN_QUEUES=1" cumux_start; then
+    modes+=(green)
+    for n in $clients; do run green "$n" "$cli" run --; done
+    cumux_stop
+fi
 {
     echo "== many clients: 4-block ~1 ms spin kernels, ${dur} s window (bench/many.sh, $(date -u +%FT%TZ)) =="
     printf '%-8s' clients
     for m in "${modes[@]}"; do printf ' %14s %8s' "$m/s" "GiB"; done
-    printf ' %10s\n' cumux/MPS
+    printf ' %10s' cumux/MPS
+    [ $do_green = 1 ] && printf ' %10s' green/MPS
+    echo
     for n in $clients; do
         printf '%-8s' "$n"
         for m in "${modes[@]}"; do printf ' %14s %8s' "${R[$m,$n]:--}" "${M[$m,$n]:--}"; done
-        awk -v a="${R[cumux,$n]:-}" -v b="${R[mps,$n]:-}" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf " %9.2fx\n", a / b; else print "          -" }'
+        for m in cumux $([ $do_green = 1 ] && echo green); do
+            awk -v a="${R[$m,$n]:-}" -v b="${R[mps,$n]:-}" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf " %9.2fx", a / b; else printf "          -" }'
+        done
+        echo
     done
 } | tee "$out/summary.txt"

@@ -19,6 +19,9 @@ struct cli_client {
     int pid;
     unsigned long long device, limit, pinned, kernels, gpu_ns; /* bytes; launches; GPU time (estimated) */
     char priority[16]; /* high, normal, low */
+    unsigned sms;      /* SMs its kernels may use (0: not known yet) */
+    int reserved;      /* they are its alone */
+    unsigned percent;  /* its active thread percentage (100: no cap) */
     char cmd[128];
 };
 struct cli_gpu {
@@ -31,6 +34,7 @@ struct cli_records {
     int server_pid, worker_pid;
     unsigned long long default_limit;
     char default_priority[16];
+    unsigned default_percent; /* active thread percentage for new clients (100: no cap) */
     struct cli_gpu gpus[CLI_MAX_GPUS];
     int ngpus;
     struct cli_client *clients;

@@ -57,6 +57,20 @@ static int set_default_limit(const char *value)
 }
 
 /* One command line; 0 when done, 1 when refused or failed (said on stderr). */
+/* A percentage as MPS takes it (a decimal above 0, at most 100), rounded up to a whole one; 0 (said)
+ * when it is none. */
+static unsigned parse_percent(const char *s)
+{
+    char *end;
+    double p = strtod(s, &end);
+    if (*end || !(p > 0 && p <= 100)) {
+        fprintf(stderr, "cumux control: %s is not a percentage (above 0, at most 100)\n", s);
+        return 0;
+    }
+    unsigned whole = (unsigned)p;
+    return whole + (p > whole);
+}
+
 static int run_line(char **w, int n)
 {
     const char *cmd = w[0];
@@ -207,14 +221,48 @@ static int run_line(char **w, int n)
         /* MPS's "quit -t SECONDS" waits that long for clients to finish: cumux stops at once. */
         return cli_stop();
     }
-    static const char *const not_yet[] = {
-        "set_default_active_thread_percentage", "get_default_active_thread_percentage",
-        "set_active_thread_percentage", "get_active_thread_percentage"};
-    for (size_t i = 0; i < sizeof not_yet / sizeof *not_yet; i++)
-        if (!strcmp(cmd, not_yet[i])) {
-            fprintf(stderr, "cumux control: %s is not supported by cumux yet\n", cmd);
+    /* MPS's active thread percentage: for the server's PID, the default of clients that connect from now
+     * on (as MPS); for a client's PID (cumux's own), that client's, from its next kernel on. */
+    if (!strcmp(cmd, "set_default_active_thread_percentage") || !strcmp(cmd, "set_active_thread_percentage")) {
+        bool per_pid = cmd[4] == 'a';
+        NEED(per_pid ? 2 : 1);
+        unsigned pct = parse_percent(w[per_pid ? 2 : 1]);
+        if (!pct)
+            return 1;
+        if (cli_records_get(&r) < 0)
+            return 1;
+        long pid = per_pid ? strtol(w[1], NULL, 10) : r.server_pid;
+        bool server = pid == r.server_pid, client = false;
+        for (size_t i = 0; i < r.n; i++)
+            client |= r.clients[i].pid == pid;
+        cli_records_free(&r);
+        if (!server && !client) {
+            fprintf(stderr, "cumux control: %s is neither cumuxd's pid nor a client's\n", w[1]);
             return 1;
         }
+        if (server)
+            return cli_request(CUMUX_HELLO_SET_DEFAULT_THREADS, 0, pct, NULL) == 0 ? 0 : 1;
+        return cli_request(CUMUX_HELLO_SET_SMS, (uint32_t)pid, (uint64_t)pct << 32 | CUMUX_SMS_KEEP, NULL) == 0 ? 0
+                                                                                                          : 1;
+    }
+    if (!strcmp(cmd, "get_default_active_thread_percentage") || !strcmp(cmd, "get_active_thread_percentage")) {
+        bool per_pid = cmd[4] == 'a';
+        NEED(per_pid ? 1 : 0);
+        if (cli_records_get(&r) < 0)
+            return 1;
+        long pid = per_pid ? strtol(w[1], NULL, 10) : r.server_pid;
+        int found = pid == r.server_pid ? (int)r.default_percent : -1;
+        for (size_t i = 0; i < r.n && found < 0; i++)
+            if (r.clients[i].pid == pid)
+                found = (int)r.clients[i].percent;
+        cli_records_free(&r);
+        if (found < 0) {
+            fprintf(stderr, "cumux control: %s is neither cumuxd's pid nor a client's\n", w[1]);
+            return 1;
+        }
+        printf("%.1f\n", (double)found);
+        return 0;
+    }
     fprintf(stderr, "cumux control: unknown command %s\n", cmd);
     return 1;
 #undef NEED

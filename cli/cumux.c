@@ -27,18 +27,23 @@ static void usage(FILE *f)
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs, clients and recent faults\n"
                "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
-               "  run [--memory SIZE] [--priority high|normal|low] -- CMD [ARGS...]\n"
+               "  run [--memory SIZE] [--priority high|normal|low] [--sms N] [--threads P] -- CMD [ARGS...]\n"
                "                         run CMD under cumux (starts the server if none runs); --memory:\n"
                "                         its device memory at most SIZE (4G, 512M), which it sees as the\n"
                "                         GPU's size (also CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT);\n"
-               "                         --priority: its streams' class (also CUMUX_PRIORITY)\n"
+               "                         --priority: its streams' class (also CUMUX_PRIORITY); --sms: N SMs\n"
+               "                         for its kernels alone (also CUMUX_SMS); --threads: its kernels on at\n"
+               "                         most P%% of the SMs (also CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)\n"
                "  set PID --memory SIZE  change the device memory limit of client process PID (none: no limit)\n"
                "  set PID --priority P   change the class of the streams client process PID makes from now on\n"
+               "  set PID --sms N|none   reserve N SMs for client process PID alone, from its next operation on\n"
+               "  set PID --threads P|none   its kernels on at most P%% of the SMs, from its next operation on\n"
                "  top [--once [--json]] [--interval S]   live view: per client GPU time share,\n"
                "                         kernels/s, memory and limit; per GPU utilization and SM activity\n"
                "  control [COMMAND...]   nvidia-cuda-mps-control's commands, one a line on stdin (or the\n"
                "                         arguments as one): get_server_list, get_client_list, ps,\n"
-               "                         terminate_client, *_device_pinned_mem_limit, quit\n"
+               "                         terminate_client, *_device_pinned_mem_limit,\n"
+               "                         *_active_thread_percentage, *_client_priority, quit\n"
                "  trace [--native] [-o FILE] -- CMD [ARGS...]   run CMD with every driver call logged\n"
                "                         (also CUMUX_TRACE=1 with run; see docs/trace.md)\n"
                "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY, CUMUX_DEBUG.\n",
@@ -280,13 +285,21 @@ static int cmd_set(int argc, char **argv)
     enum cumux_priority prio;
     bool memory = argc == 4 && !strcmp(argv[2], "--memory") && cumux_parse_size(argv[3], &value);
     bool priority = argc == 4 && !strcmp(argv[2], "--priority") && cumux_priority_parse(argv[3], &prio);
-    if (!end || *end || pid <= 0 || pid > INT32_MAX || !(memory || priority)) {
+    uint32_t count = 0;
+    bool sms = argc == 4 && !strcmp(argv[2], "--sms") && cumux_parse_count(argv[3], 4096, &count);
+    bool threads = argc == 4 && !strcmp(argv[2], "--threads") && cumux_parse_count(argv[3], 100, &count);
+    if (!end || *end || pid <= 0 || pid > INT32_MAX || !(memory || priority || sms || threads)) {
         fprintf(stderr, "usage: cumux set PID --memory SIZE   (SIZE: 4G, 512M, none)\n"
-                        "       cumux set PID --priority high|normal|low\n");
+                        "       cumux set PID --priority high|normal|low\n"
+                        "       cumux set PID --sms N|none\n"
+                        "       cumux set PID --threads PERCENT|none\n");
         return 2;
     }
-    int st = memory ? cli_request(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, value, stdout)
-                    : cli_request(CUMUX_HELLO_SET_PRIORITY, (uint32_t)pid, (uint64_t)prio, stdout);
+    /* The SMs' request changes one of the two and keeps the other (CUMUX_SMS_KEEP). */
+    uint64_t sm_arg = sms ? (uint64_t)CUMUX_SMS_KEEP << 32 | count : (uint64_t)count << 32 | CUMUX_SMS_KEEP;
+    int st = memory     ? cli_request(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, value, stdout)
+             : priority ? cli_request(CUMUX_HELLO_SET_PRIORITY, (uint32_t)pid, (uint64_t)prio, stdout)
+                        : cli_request(CUMUX_HELLO_SET_SMS, (uint32_t)pid, sm_arg, stdout);
     if (st < 0 && errno != EPERM)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
     return st == 0 ? 0 : 1;
@@ -485,8 +498,20 @@ static bool trace_requested(void)
 static int cmd_run(int argc, char **argv)
 {
     int i = 1;
-    while (i + 1 < argc && (!strcmp(argv[i], "--memory") || !strcmp(argv[i], "--priority"))) {
-        if (argv[i][2] == 'm') {
+    while (i + 1 < argc && (!strcmp(argv[i], "--memory") || !strcmp(argv[i], "--priority") ||
+                            !strcmp(argv[i], "--sms") || !strcmp(argv[i], "--threads"))) {
+        if (!strcmp(argv[i], "--sms") || !strcmp(argv[i], "--threads")) {
+            bool sms = argv[i][2] == 's';
+            uint32_t n;
+            if (!cumux_parse_count(argv[i + 1], sms ? 4096 : 100, &n) || n == 0) {
+                fprintf(stderr, "cumux run: %s %s: not %s\n", argv[i], argv[i + 1],
+                        sms ? "a number of SMs" : "a percentage (1 to 100)");
+                return 2;
+            }
+            char v[16];
+            snprintf(v, sizeof v, "%u", n);
+            setenv(sms ? "CUMUX_SMS" : "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, 1);
+        } else if (argv[i][2] == 'm') {
             uint64_t limit;
             if (!cumux_parse_size(argv[i + 1], &limit)) {
                 fprintf(stderr, "cumux run: --memory %s: not a size (4G, 512M, none)\n", argv[i + 1]);

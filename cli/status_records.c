@@ -33,8 +33,8 @@ int cli_records_get(struct cli_records *r)
     size_t cap = 0;
     for (char *save, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (!strncmp(line, "server ", 7)) {
-            sscanf(line + 7, "%d %d %llu %15s", &r->server_pid, &r->worker_pid, &r->default_limit,
-                   r->default_priority);
+            sscanf(line + 7, "%d %d %llu %15s %u", &r->server_pid, &r->worker_pid, &r->default_limit,
+                   r->default_priority, &r->default_percent);
             continue;
         }
         if (!strncmp(line, "gpu ", 4) && r->ngpus < CLI_MAX_GPUS) {
@@ -58,8 +58,9 @@ int cli_records_get(struct cli_records *r)
         }
         struct cli_client *c = &r->clients[r->n];
         int used = 0;
-        if (sscanf(line + 7, "%u %d %u %llu %llu %llu %u %llu %llu %15s %n", &c->id, &c->pid, &c->uid, &c->device,
-                   &c->limit, &c->pinned, &c->streams, &c->kernels, &c->gpu_ns, c->priority, &used) >= 10) {
+        if (sscanf(line + 7, "%u %d %u %llu %llu %llu %u %llu %llu %15s %u %d %u %n", &c->id, &c->pid, &c->uid,
+                   &c->device, &c->limit, &c->pinned, &c->streams, &c->kernels, &c->gpu_ns, c->priority, &c->sms,
+                   &c->reserved, &c->percent, &used) >= 13) {
             snprintf(c->cmd, sizeof c->cmd, "%s", line + 7 + used);
             r->n++;
         }

@@ -229,8 +229,9 @@ static void print_json(const struct cli_records *r, const struct gpu_view *gv, c
             printf("%llu", c->limit);
         else
             printf("null");
-        printf(",\"priority\":\"%s\",\"streams\":%u,\"kernels\":%llu,\"kernels_per_s\":%.1f,\"gpu_time_s\":%.6f,"
-               "\"gpu_share_pct\":%.2f}", c->priority, c->streams, c->kernels, cv[i].kernels_per_s, c->gpu_ns / 1e9,
+        printf(",\"priority\":\"%s\",\"sms\":%u,\"sms_reserved\":%s,\"streams\":%u,\"kernels\":%llu,"
+               "\"kernels_per_s\":%.1f,\"gpu_time_s\":%.6f,\"gpu_share_pct\":%.2f}", c->priority, c->sms,
+               c->reserved ? "true" : "false", c->streams, c->kernels, cv[i].kernels_per_s, c->gpu_ns / 1e9,
                cv[i].share);
     }
     printf("]}\n");
@@ -258,16 +259,18 @@ static void print_screen(const struct cli_records *r, const struct gpu_view *gv,
             sparkline(gv[i].hist_sm, gv[i].nhist, 60);
         }
     }
-    printf("\n%8s %-10s %-6s %7s %9s %10s %10s %7s  %s\n", "PID", "USER", "PRIO", "GPU%", "KERNEL/S", "MEM_MiB",
-           "LIMIT_MiB", "STREAMS", "COMMAND");
+    printf("\n%8s %-10s %-6s %5s %7s %9s %10s %10s %7s  %s\n", "PID", "USER", "PRIO", "SMS", "GPU%", "KERNEL/S",
+           "MEM_MiB", "LIMIT_MiB", "STREAMS", "COMMAND");
     for (size_t i = 0; i < n; i++) {
         const struct cli_client *c = cv[i].c;
-        char user[64], limit[24] = "-";
+        char user[64], limit[24] = "-", sms[16] = "-"; /* SMs: r, reserved for it alone */
         user_name(c->uid, user, sizeof user);
         if (c->limit)
             snprintf(limit, sizeof limit, "%.1f", c->limit / 1048576.0);
-        printf("%8d %-10.10s %-6s %6.1f%% %9.0f %10.1f %10s %7u  %.60s\n", c->pid, user, c->priority, cv[i].share,
-               cv[i].kernels_per_s, c->device / 1048576.0, limit, c->streams, c->cmd);
+        if (c->sms)
+            snprintf(sms, sizeof sms, "%u%s", c->sms, c->reserved ? "r" : "");
+        printf("%8d %-10.10s %-6s %5s %6.1f%% %9.0f %10.1f %10s %7u  %.60s\n", c->pid, user, c->priority, sms,
+               cv[i].share, cv[i].kernels_per_s, c->device / 1048576.0, limit, c->streams, c->cmd);
     }
     fflush(stdout);
 }

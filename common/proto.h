@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 4u
+#define CUMUX_PROTO_VERSION 5u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -31,6 +31,9 @@ enum cumux_hello_kind {
     CUMUX_HELLO_SET_DEFAULT_MEMORY = 6, /* the CLI: clients that connect from now on: limit `arg` at most */
     CUMUX_HELLO_SET_PRIORITY = 7, /* the CLI: the clients of process `flags` get priority class `arg` */
     CUMUX_HELLO_SET_DEFAULT_PRIORITY = 8, /* the CLI: clients that ask for none get class `arg` */
+    CUMUX_HELLO_SET_SMS = 9, /* the CLI: the clients of process `flags` get SMs: `arg` = reserved SMs (low 32 bits,
+                              * 0 none) | thread percentage << 32 (0 none); either CUMUX_SMS_KEEP: unchanged */
+    CUMUX_HELLO_SET_DEFAULT_THREADS = 10, /* the CLI: clients that connect from now on: thread percentage `arg` */
 };
 
 /* STATUS flags */
@@ -50,6 +53,7 @@ struct cumux_hello {
 };
 
 /* hello flags */
+#define CUMUX_SMS_KEEP 0xffffffffu /* SET_SMS: this half stays as it is */
 #define CUMUX_HELLO_STDOUT 1u /* CLIENT: the client's stdout comes with the hello, for device printf */
 
 struct cumux_welcome {

@@ -96,3 +96,23 @@ bool cumux_parse_device_limits(const char *s, int dev, uint64_t *bytes)
     }
     return true;
 }
+
+bool cumux_parse_count(const char *s, uint32_t max, uint32_t *n)
+{
+    if (!s || !*s)
+        return false;
+    if (!strcmp(s, "none")) {
+        *n = 0;
+        return true;
+    }
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || p - s > 10)
+            return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (v > max)
+        return false;
+    *n = (uint32_t)v;
+    return true;
+}

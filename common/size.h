@@ -14,4 +14,7 @@ bool cumux_parse_size(const char *s, uint64_t *bytes);
  * taken for every device. *bytes is 0 when the device has no entry; false when malformed. */
 bool cumux_parse_device_limits(const char *s, int dev, uint64_t *bytes);
 
+/* A count from 0 to max in plain digits ("16"), or "none": 0. false when malformed or past max. */
+bool cumux_parse_count(const char *s, uint32_t max, uint32_t *n);
+
 #endif

@@ -6,7 +6,8 @@
 #                           [--usage-cost] [--latency] [--fuzz S]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
-# --many: also bench/many.sh (issue 13: 16 to 128 clients of 4-block kernels, MPS and cumux; ~4 minutes).
+# --many: also bench/many.sh --green (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
+# with a green context a client; ~5 minutes).
 # --usage-cost: also bench/usage_cost.sh (spin and SGEMM with and without sampling each client's GPU time,
 # about 2 minutes).
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
@@ -192,6 +193,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "priority classes" priority.txt '^PASS priority' 120 \
         tests/test_priority.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; priority: $note"
+    server_test "reserved SMs" sms.txt '^PASS sms' 120 \
+        tests/test_sms.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; SMs: $note"
     server_test "128 clients at once" many-clients.txt '^many clients:' 180 \
         tests/test_many_clients.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 128
     limit_note="$limit_note; $note"
@@ -258,7 +262,7 @@ extra_bench() {
 }
 extra_bench $do_usage usage-cost "usage sampling cost" bench/usage_cost.sh
 extra_bench $do_latency latency "latency benchmark" bench/latency.sh "${bench_opts[@]}"
-extra_bench $do_many many "many-clients benchmark" bench/many.sh "${bench_opts[@]}"
+extra_bench $do_many many "many-clients benchmark" bench/many.sh --green "${bench_opts[@]}"
 
 # --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
 # (tests/fuzz/run.sh --fast there), carried here as FUZZ_BINARY ---

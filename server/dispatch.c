@@ -45,6 +45,15 @@ CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m)
     /* Its priority class, if it asked for one (else the server's default, set when it connected). */
     if (m->priority >= CUMUX_PRIORITY_LOW && m->priority <= CUMUX_PRIORITY_HIGH)
         atomic_store(&c->priority, (int)m->priority);
+    /* Its SMs: a reservation, a thread percentage (else the server's default). A reservation that cannot
+     * be had is logged, and the program runs on the shared SMs. */
+    uint32_t pct = m->thread_percent ? m->thread_percent : srv_default_thread_percent();
+    if (m->sms || (pct && pct < 100)) {
+        char why[256];
+        int rc = srv_placement_want(c, m->sms, pct, why, sizeof why);
+        cumux_logf("client %u (pid %d): %s%s", c->id, (int)c->pid, rc ? "its SMs as asked cannot be had: " : "",
+                   why);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -170,6 +179,7 @@ void srv_client_release_all(struct srv_client *c)
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
         if (c->stage_event[i])
             cuEventDestroy(c->stage_event[i]);
+    srv_placement_release(c); /* after its streams: their green contexts go, and its reservation */
     /* The staging buffers stay mapped until the reaper has unregistered them (srv_client_free). */
 }
 

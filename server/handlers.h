@@ -24,6 +24,7 @@ void srv_events_unpark(struct srv_client *c);
 /* memory.c */
 void host_release(struct srv_client *c, uint64_t base);
 
+
 /* ipc.c: before an allocation's owner frees it (stream: the free's, or NULL for a synchronous free).
  * True when others still have it open: the memory then stays until the last of them closes it, and the
  * owner only forgets it. */

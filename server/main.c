@@ -172,8 +172,8 @@ static char *status_report(void)
         n += !atomic_load(&c->finished);
     APPEND("clients: %d\n", n);
     if (n)
-        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s %10s %8s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
-               "pinned_MiB", "streams", "kernels", "gpu_s", "priority");
+        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s %10s %8s %6s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
+               "pinned_MiB", "streams", "kernels", "gpu_s", "priority", "SMs");
     for (struct srv_client *c = clients; c; c = c->next) {
         if (atomic_load(&c->finished))
             continue;
@@ -182,10 +182,13 @@ static char *status_report(void)
         uint64_t l = atomic_load(&c->mem_limit);
         if (l)
             snprintf(limit, sizeof limit, "%.1f", l / 1048576.0);
-        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu %10.3f %8s\n", c->id, (int)c->pid, (unsigned)c->uid,
+        char sms[16] = "-"; /* r: reserved for it alone */
+        if (atomic_load(&c->sms_now))
+            snprintf(sms, sizeof sms, "%u%s", atomic_load(&c->sms_now), atomic_load(&c->sms_reserved) ? "r" : "");
+        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu %10.3f %8s %6s\n", c->id, (int)c->pid, (unsigned)c->uid,
                atomic_load(&c->mem_bytes) / 1048576.0, limit, atomic_load(&c->host_bytes) / 1048576.0,
                atomic_load(&c->nstreams), (unsigned long long)atomic_load(&c->launches),
-               atomic_load(&c->gpu_ns) / 1e9, cumux_priority_name((enum cumux_priority)atomic_load(&c->priority)));
+               atomic_load(&c->gpu_ns) / 1e9, cumux_priority_name((enum cumux_priority)atomic_load(&c->priority)), sms);
     }
     pthread_mutex_unlock(&clients_lock);
     return buf;
@@ -220,7 +223,9 @@ ssize_t srv_clients_snapshot(struct srv_client_stat **out)
                                       .pid = (int32_t)c->pid, .mem = atomic_load(&c->mem_bytes),
                                       .limit = atomic_load(&c->mem_limit), .pinned = atomic_load(&c->host_bytes),
                                       .launches = atomic_load(&c->launches), .gpu_ns = atomic_load(&c->gpu_ns),
-                                      .priority = atomic_load(&c->priority)};
+                                      .priority = atomic_load(&c->priority), .sms = atomic_load(&c->sms_now),
+                                      .reserved = atomic_load(&c->sms_reserved),
+                                      .percent = atomic_load(&c->want_percent)};
         snprintf(s->cmd, sizeof s->cmd, "%s", c->cmd[0] ? c->cmd : "?");
         if (atomic_load(&c->named))
             snprintf(s->name, sizeof s->name, "%s", c->name);
@@ -234,8 +239,9 @@ ssize_t srv_clients_snapshot(struct srv_client_stat **out)
 static char *status_records(void)
 {
     struct cumux_text t = cumux_text_new(1024);
-    cumux_text_printf(&t, "server %d %d %llu %s\n", (int)srv_supervisor_pid, (int)getpid(),
-              (unsigned long long)srv_default_mem_limit(), cumux_priority_name((enum cumux_priority)srv_default_priority()));
+    cumux_text_printf(&t, "server %d %d %llu %s %u\n", (int)srv_supervisor_pid, (int)getpid(),
+              (unsigned long long)srv_default_mem_limit(), cumux_priority_name((enum cumux_priority)srv_default_priority()),
+              srv_default_thread_percent() ? srv_default_thread_percent() : 100);
     for (int i = 0; i < srv_gpu_count; i++) {
         size_t f = 0, total = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
@@ -247,11 +253,11 @@ static char *status_records(void)
     struct srv_client_stat *cs = NULL;
     ssize_t n = srv_clients_snapshot(&cs);
     for (ssize_t i = 0; i < n; i++)
-        cumux_text_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s %s\n", cs[i].id, (int)cs[i].pid,
+        cumux_text_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s %u %d %u %s\n", cs[i].id, (int)cs[i].pid,
                           cs[i].uid, (unsigned long long)cs[i].mem, (unsigned long long)cs[i].limit,
                           (unsigned long long)cs[i].pinned, cs[i].streams, (unsigned long long)cs[i].launches,
                           (unsigned long long)cs[i].gpu_ns, cumux_priority_name((enum cumux_priority)cs[i].priority),
-                          cs[i].cmd);
+                          cs[i].sms, (int)cs[i].reserved, cs[i].percent ? cs[i].percent : 100, cs[i].cmd);
     free(cs);
     if (n < 0) {
         free(t.p);
@@ -416,6 +422,8 @@ static void conn_client(struct conn *k)
 static unsigned kill_clients(pid_t pid, char *text, size_t cap);
 static unsigned set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap);
 static unsigned set_priority(pid_t pid, int cls, char *text, size_t cap);
+static unsigned set_sms(pid_t pid, uint64_t arg, char *text, size_t cap);
+static unsigned sms_refused;
 
 /* A whole hello has come. */
 static void conn_hello(struct conn *k)
@@ -494,6 +502,29 @@ static void conn_hello(struct conn *k)
         char text[1024];
         unsigned n = set_memory_limit((pid_t)h->flags, h->arg, text, sizeof text);
         conn_reply(k, text, n ? 0 : CUDA_ERROR_NOT_FOUND);
+        return;
+    }
+    case CUMUX_HELLO_SET_SMS: {
+        char text[1024];
+        if ((h->arg >> 32) > 100 && (h->arg >> 32) != CUMUX_SMS_KEEP) {
+            conn_reply(k, "not a percentage\n", CUDA_ERROR_INVALID_VALUE);
+            return;
+        }
+        unsigned n = set_sms((pid_t)h->flags, h->arg, text, sizeof text);
+        conn_reply(k, text, !n ? CUDA_ERROR_NOT_FOUND : sms_refused ? CUDA_ERROR_INVALID_VALUE : 0);
+        return;
+    }
+    case CUMUX_HELLO_SET_DEFAULT_THREADS: {
+        if (h->arg > 100) {
+            conn_reply(k, "not a percentage\n", CUDA_ERROR_INVALID_VALUE);
+            return;
+        }
+        srv_set_default_thread_percent((unsigned)h->arg);
+        char text[96];
+        snprintf(text, sizeof text, "default active thread percentage: %u\n",
+                 h->arg && h->arg < 100 ? (unsigned)h->arg : 100);
+        cumux_logf("%.*s (for clients from now on)", (int)strlen(text) - 1, text);
+        conn_reply(k, text, 0);
         return;
     }
     case CUMUX_HELLO_CLIENT:
@@ -840,7 +871,7 @@ static unsigned change_clients(pid_t pid, uint64_t arg, void (*apply)(struct srv
     for (struct srv_client *c = clients; c; c = c->next) {
         if (c->pid != pid || atomic_load(&c->dead))
             continue;
-        char who[160], what[160];
+        char who[160], what[256];
         apply(c, arg, what, sizeof what);
         n++;
         srv_client_describe(c, who, sizeof who);
@@ -883,6 +914,32 @@ static void apply_priority(struct srv_client *c, uint64_t cls, char *what, size_
 static unsigned set_priority(pid_t pid, int cls, char *text, size_t cap)
 {
     return change_clients(pid, (uint64_t)cls, apply_priority, NO_CLIENT_OF_PROCESS, text, cap);
+}
+
+/* --sms N / --threads P: its kernels from their next operation on run on N SMs of their own and at most P%
+ * of the SMs (placement.c); a reservation that cannot be had leaves the old one, and says why. */
+/* sms_refused: by the last set_sms (change_clients runs on this thread alone) */
+static void apply_sms(struct srv_client *c, uint64_t arg, char *what, size_t cap)
+{
+    char why[200];
+    uint32_t sms = (uint32_t)arg, pct = (uint32_t)(arg >> 32);
+    if (sms == CUMUX_SMS_KEEP)
+        sms = atomic_load(&c->want_sms);
+    if (pct == CUMUX_SMS_KEEP)
+        pct = atomic_load(&c->want_percent);
+    if (srv_placement_want(c, sms, pct, why, sizeof why) != 0) {
+        sms_refused++;
+        snprintf(what, cap, "unchanged: %s", why);
+    } else {
+        snprintf(what, cap, "%s (cumux set)", why);
+    }
+    cumux_logf("client %u: SMs: %s", c->id, what);
+}
+
+static unsigned set_sms(pid_t pid, uint64_t arg, char *text, size_t cap)
+{
+    sms_refused = 0;
+    return change_clients(pid, arg, apply_sms, NO_CLIENT_OF_PROCESS, text, cap);
 }
 
 /* Ends the clients of process pid; the reply text says what was done. Returns how many. */

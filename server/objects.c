@@ -137,8 +137,10 @@ void after_op(struct srv_stream *s)
 struct srv_stream *stream_get(struct srv_client *c, uint32_t h)
 {
     struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-    if (s)
+    if (s) {
         use_gpu(c, s->ctx->gpu);
+        srv_place_stream(c, s); /* its client's SMs may have changed since its last operation */
+    }
     return s;
 }
 

@@ -44,4 +44,19 @@ int recv_client_fd(struct srv_client *c, uint64_t min_size);
  * would leave the server's mapping past its end (SIGBUS). -1 when it cannot be sealed or is too short. */
 int recv_sealed_fd(struct srv_client *c, uint64_t min_size, int seals);
 
+/* placement.c (srv_placement_want in server.h): a stream is made with srv_place_new_stream and, before each operation on it, srv_place_stream moves it
+ * where its client's kernels now belong; srv_place_stream_gone after cuStreamDestroy; srv_placement_release
+ * at the client's end, after its streams. */
+extern _Atomic uint64_t srv_placement_gen;
+CUresult srv_place_new_stream(struct srv_client *c, int gpu, int hw_priority, CUstream *out,
+                              struct srv_placed **where, uint64_t *gen);
+void srv_place_stream_slow(struct srv_client *c, struct srv_stream *s);
+static inline void srv_place_stream(struct srv_client *c, struct srv_stream *s)
+{
+    if (s->placed_gen != atomic_load_explicit(&srv_placement_gen, memory_order_acquire))
+        srv_place_stream_slow(c, s);
+}
+void srv_place_stream_gone(struct srv_stream *s);
+void srv_placement_release(struct srv_client *c);
+
 #endif

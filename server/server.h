@@ -52,9 +52,14 @@ enum srv_stream_kind { STREAM_LEGACY, STREAM_BLOCKING, STREAM_NONBLOCKING };
 
 struct srv_ctx;
 
+struct srv_placed; /* placement.c: a green context a client's streams are in */
+
 struct srv_stream {
     CUstream cu; /* always a real non-blocking stream: legacy semantics are emulated per client */
     struct srv_ctx *ctx;
+    struct srv_placed *placed; /* the green context it is in (placement.c), NULL: the primary context */
+    uint64_t placed_gen;       /* the placement generation it follows */
+    int hw_priority;           /* its priority in the driver */
     enum srv_stream_kind kind;
     uint32_t handle;
     bool dirty;          /* blocking stream: work since the legacy stream last joined it */
@@ -199,6 +204,16 @@ struct srv_client {
     _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
     struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
     _Atomic uint32_t nstreams;
+    /* Its SMs (placement.c): what it asked for, and the SMs its kernels may use now (0: all). */
+    _Atomic uint32_t want_sms;      /* reserved for it alone (cumux run --sms, cumux set --sms); 0 none */
+    _Atomic uint32_t want_percent;  /* its active thread percentage; 0 the server's default */
+    _Atomic uint32_t sms_now;       /* SMs its kernels may use (status); 0 before it has a stream */
+    _Atomic bool sms_reserved;      /* they are its alone */
+    uint64_t sm_reserved[CUMUX_MAX_DEVICES]; /* its reserved SM groups, under placement.c's lock */
+    struct srv_placed *placed[CUMUX_MAX_DEVICES]; /* worker: where its streams go now (NULL: the primary
+                                                   * context, every SM) */
+    struct srv_placed *retired;     /* worker: places some of its streams may still be in */
+    uint64_t placed_gen[CUMUX_MAX_DEVICES]; /* worker: the placement generation placed[] follows */
 
     struct srv_client *next;
 };
@@ -209,6 +224,9 @@ struct srv_client_stat {
     int32_t pid;
     uint64_t mem, limit, pinned, launches, gpu_ns;
     int priority;
+    uint32_t sms;  /* SMs its kernels may use; 0 before its first stream */
+    bool reserved; /* they are its alone */
+    uint32_t percent; /* its active thread percentage, 0: none */
     char cmd[96], name[64];
 };
 /* The live clients, their GPU time brought up to date: *out (malloc'd) and how many; -1 when out of
@@ -322,5 +340,13 @@ bool srv_worker_is_standby(void);
 int srv_standby_state(pid_t *pid);
 int srv_standby_wait(volatile sig_atomic_t *stop);
 int64_t srv_wall_ms(void);
+
+/* placement.c: which SMs a client's kernels may use (reservations, thread percentages: green contexts).
+ * srv_placement_want (any thread): reserve `sms` SMs for it alone (0: none) and cap it at `percent` of
+ * the SMs (0: no cap); -1 when that cannot be (why says so; the old stands), 0 (why: what it got).
+ * The default percentage is for clients that ask for none, from when it is set (0: none). */
+int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, char *why, size_t cap);
+unsigned srv_default_thread_percent(void);
+void srv_set_default_thread_percent(unsigned percent);
 
 #endif

@@ -26,7 +26,9 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
                                    d->stream_priority_least, d->stream_priority_greatest);
     cumux_debugf("client %u: a stream of priority %d runs at %d (%s)", c->id, priority, hw,
                  cumux_priority_name((enum cumux_priority)atomic_load(&c->priority)));
-    *res = cuStreamCreateWithPriority(&s->cu, CU_STREAM_NON_BLOCKING, hw);
+    s->ctx = x;
+    s->hw_priority = hw;
+    *res = srv_place_new_stream(c, x->gpu, hw, &s->cu, &s->placed, &s->placed_gen);
     if (*res != CUDA_SUCCESS) {
         free(s);
         return NULL;
@@ -37,6 +39,7 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
     s->handle = handle_new(c, OBJ_STREAM, s);
     if (!s->handle) {
         cuStreamDestroy(s->cu);
+        srv_place_stream_gone(s);
         free(s);
         *res = CUDA_ERROR_OUT_OF_MEMORY;
         return NULL;
@@ -71,6 +74,7 @@ void stream_free(struct srv_client *c, struct srv_stream *s)
         }
     }
     cuStreamDestroy(s->cu);
+    srv_place_stream_gone(s);
     handle_drop(c, s->handle);
     atomic_fetch_sub(&c->nstreams, 1);
     free(s);

@@ -69,6 +69,7 @@ struct sup_shared {
     _Atomic int32_t standby_ready;
     _Atomic uint64_t default_mem_limit; /* srv_default_mem_limit: set by whichever worker is told */
     _Atomic int32_t default_priority;   /* srv_default_priority: likewise */
+    _Atomic uint32_t default_percent;   /* srv_default_thread_percent: likewise */
 };
 static struct sup_shared *shared;
 static uint64_t initial_mem_limit; /* before the page exists */
@@ -85,6 +86,22 @@ void srv_set_default_priority(int cls)
         atomic_store(&shared->default_priority, cls);
     else
         initial_priority = cls;
+}
+
+static unsigned initial_percent;
+
+unsigned srv_default_thread_percent(void)
+{
+    return shared ? atomic_load(&shared->default_percent) : initial_percent;
+}
+
+void srv_set_default_thread_percent(unsigned percent)
+{
+    percent = percent >= 100 ? 0 : percent;
+    if (shared)
+        atomic_store(&shared->default_percent, percent);
+    else
+        initial_percent = percent;
 }
 
 uint64_t srv_default_mem_limit(void)
@@ -306,6 +323,7 @@ int srv_supervise(int *ready_fd)
         atomic_store(&shared->enabled, want_standby);
         atomic_store(&shared->default_mem_limit, initial_mem_limit);
         atomic_store(&shared->default_priority, initial_priority);
+        atomic_store(&shared->default_percent, initial_percent);
     }
     bool ever_served = false, serving = false, standby_ready = false;
     time_t window_start = time(NULL);

@@ -262,13 +262,6 @@ static int requested_memory_limit(uint64_t *bytes)
         cumux_logf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s is not of the form 0=4G,1=512M", mps);
         return -1;
     }
-    /* MPS's other per-client settings are not honoured yet: said, not silently dropped. */
-    static const char *const not_yet[] = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"};
-    for (size_t i = 0; i < sizeof not_yet / sizeof *not_yet; i++) {
-        const char *v = getenv(not_yet[i]);
-        if (v && *v)
-            cumux_logf("%s=%s is not honoured by cumux yet: the program runs without it", not_yet[i], v);
-    }
     return 0;
 }
 
@@ -290,6 +283,36 @@ static uint32_t requested_priority(void)
         return CUMUX_PRIORITY_UNSET;
     }
     return CUMUX_PRIORITY_UNSET;
+}
+
+/* A whole number from 1 to max in the variable, 0 when unset; said and 0 when it is something else. */
+static uint32_t requested_count(const char *var, uint32_t max, const char *what)
+{
+    const char *v = getenv(var);
+    uint32_t n = 0;
+    if (!v || !*v)
+        return 0;
+    if (!cumux_parse_count(v, max, &n) || n == 0)
+        cumux_logf("%s=%s is not %s (1 to %u): ignored", var, v, what, max);
+    return n;
+}
+
+/* MPS's active thread percentage (a decimal number above 0, at most 100), rounded up; 0 when unset or
+ * not one (said). */
+static uint32_t requested_percent(void)
+{
+    const char *var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", *v = getenv(var);
+    if (!v || !*v)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    double p = strtod(v, &end);
+    if (errno || *end || !(p > 0 && p <= 100)) {
+        cumux_logf("%s=%s is not a percentage (above 0, at most 100): ignored", var, v);
+        return 0;
+    }
+    uint32_t whole = (uint32_t)p;
+    return whole + (p > whole);
 }
 
 static CUresult connect_server(void)
@@ -374,7 +397,10 @@ CUresult cuInit(unsigned int flags)
             struct cumux_none none = {0};
             init_result = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
             /* What we say of ourselves, before any stream is made: our name and our priority class. */
-            struct cumux_client_info info = {.priority = requested_priority()};
+            struct cumux_client_info info = {
+                .priority = requested_priority(),
+                .sms = requested_count("CUMUX_SMS", 4096, "a number of SMs"),
+                .thread_percent = requested_percent()};
             const char *name = getenv("CUMUX_CLIENT_NAME");
             if (name)
                 snprintf(info.name, sizeof info.name, "%s", name);

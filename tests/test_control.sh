@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cumux control: nvidia-cuda-mps-control's command lines (issue 11): the server and client lists, ps, the
-# device memory limits (default and per server), terminate_client, quit; commands cumux does not do yet
-# and malformed ones fail with a message; several lines on stdin run in order; the default limit
+# device memory limits (default and per server), the active thread percentages (the server's default and
+# a client's), terminate_client, quit; unknown and malformed commands fail with a message; several lines on stdin run in order; the default limit
 # survives a worker that replaces a faulted one. On the fake driver in CI; on a GPU the same script.
 # usage: test_control.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
 set -u
@@ -39,9 +39,22 @@ refused set_default_device_pinned_mem_limit 0 lots
 refused set_device_pinned_mem_limit 1 0 1G
 ctl set_device_pinned_mem_limit "$server" 0 2G || fail "set_device_pinned_mem_limit: $(cat "$tmp/ctl.err")"
 [ "$(ctl get_default_device_pinned_mem_limit 0)" = 2G ] || fail "after set_device_pinned_mem_limit: $(ctl get_default_device_pinned_mem_limit 0)"
-# Not yet, and unknown: refused with a word.
-refused set_default_active_thread_percentage 50
-refused set_active_thread_percentage "$server" 50
+# The active thread percentage: the server's (the default of new clients) and a client's own.
+[ "$(ctl get_default_active_thread_percentage)" = 100.0 ] || fail "default percentage at start: $(ctl get_default_active_thread_percentage)"
+ctl set_default_active_thread_percentage 50 || fail "set_default_active_thread_percentage 50: $(cat "$tmp/ctl.err")"
+[ "$(ctl get_default_active_thread_percentage)" = 50.0 ] || fail "after set_default_active_thread_percentage 50"
+[ "$(ctl get_active_thread_percentage "$server")" = 50.0 ] || fail "get_active_thread_percentage of the server"
+ctl set_active_thread_percentage "$server" 33.3 || fail "set_active_thread_percentage server 33.3"
+[ "$(ctl get_default_active_thread_percentage)" = 34.0 ] || fail "33.3 rounds to 34: $(ctl get_default_active_thread_percentage)"
+[ "$(ctl get_active_thread_percentage "$client")" = 100.0 ] || fail "a client from before keeps 100: $(ctl get_active_thread_percentage "$client")"
+ctl set_active_thread_percentage "$client" 25 || fail "set_active_thread_percentage client 25: $(cat "$tmp/ctl.err")"
+[ "$(ctl get_active_thread_percentage "$client")" = 25.0 ] || fail "the client's after set: $(ctl get_active_thread_percentage "$client")"
+refused set_default_active_thread_percentage 0
+refused set_default_active_thread_percentage 101
+refused set_active_thread_percentage 1 50
+refused get_active_thread_percentage 1
+ctl set_default_active_thread_percentage 100 || fail "set_default_active_thread_percentage 100"
+# Unknown: refused with a word.
 # Client priority, MPS's levels (0 normal, 1 below normal) and cumux's names.
 [ "$(ctl get_default_client_priority)" = 0 ] || fail "default priority at start: $(ctl get_default_client_priority)"
 ctl set_default_client_priority 1 || fail "set_default_client_priority 1: $(cat "$tmp/ctl.err")"

@@ -28,6 +28,17 @@ static void want_dev(const char *s, int dev, bool ok, uint64_t bytes)
     }
 }
 
+static void want_count(const char *s, uint32_t max, bool ok, uint32_t n)
+{
+    uint32_t v = 12345;
+    bool r = cumux_parse_count(s, max, &v);
+    if (r != ok || (ok && v != n)) {
+        printf("FAIL count \"%s\" (max %u): %s %u, want %s %u\n", s ? s : "(null)", max, r ? "ok" : "refused", v,
+               ok ? "ok" : "refused", n);
+        failures++;
+    }
+}
+
 int main(void)
 {
     want("4096", true, 4096);
@@ -65,6 +76,17 @@ int main(void)
     want_dev("-1=1G", 0, false, 0);
     want_dev("0=1Q", 0, false, 0);
     want_dev(NULL, 0, true, 0);
+    want_count("16", 4096, true, 16);
+    want_count("none", 100, true, 0);
+    want_count("0", 100, true, 0);
+    want_count("100", 100, true, 100);
+    want_count("101", 100, false, 0);
+    want_count("-5", 100, false, 0);
+    want_count("+5", 100, false, 0);
+    want_count("5%", 100, false, 0);
+    want_count("", 100, false, 0);
+    want_count(NULL, 100, false, 0);
+    want_count("99999999999999999999", 4096, false, 0);
     if (failures)
         return 1;
     printf("PASS size\n");

@@ -952,12 +952,16 @@ struct cumux_node_get_type {
     uint32_t pad;
 };
 
-/* What the program says of itself, sent once right after INIT (before any stream is made): its name and
- * its priority class. */
+/* What the program says of itself, sent once right after INIT (before any stream is made): its name, its
+ * priority class and the SMs it asks for. */
 struct cumux_client_info {
-    char name[64];     /* CUMUX_CLIENT_NAME: how the program wants to be called in cumux top and /metrics */
-    uint32_t priority; /* enum cumux_priority (common/priority.h): CUMUX_PRIORITY, CUDA_MPS_CLIENT_PRIORITY; 0
-                          unset */
+    char name[64];           /* CUMUX_CLIENT_NAME: how the program wants to be called in cumux top and
+                                /metrics */
+    uint32_t priority;       /* enum cumux_priority (common/priority.h): CUMUX_PRIORITY,
+                                CUDA_MPS_CLIENT_PRIORITY; 0 unset */
+    uint32_t sms;            /* CUMUX_SMS (cumux run --sms): SMs reserved for it alone; 0 none */
+    uint32_t thread_percent; /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the share of the SMs it may use; 0 the
+                                server's default */
     uint32_t pad;
 };
 

@@ -90,10 +90,18 @@ void fc_dev_range_remove(uint64_t base);
 /* ---- live counts, written to $CUMUX_FAKE_STATS ---- */
 struct fc_stats {
     _Atomic long allocations, alloc_bytes, streams, events, modules, libraries, graphs, graph_execs,
-        host_registered, pools, vmm_allocations, vmm_reservations, vmm_mappings, arrays, textures;
+        host_registered, pools, vmm_allocations, vmm_reservations, vmm_mappings, arrays, textures, green_ctxs;
 };
 extern struct fc_stats fc_stats;
 void fc_stats_start(void);
+
+/* fake_green.c, fake_stream.c: the SMs of the green context a stream was made in (SM i is bit i); while an
+ * op runs, fc_running_sms points at its stream's (NULL outside a green context: the whole device). */
+struct fc_sms {
+    uint64_t bits[3];
+};
+void fc_stream_set_sms(CUstream s, const struct fc_sms *sms);
+extern _Thread_local const struct fc_sms *fc_running_sms;
 
 /* ---- work: one op per asynchronous call, run in stream order (fake_stream.c) ---- */
 /* OP_EVENT_NODE: a graph's event record or wait node, made a record or a wait when the graph is launched. */

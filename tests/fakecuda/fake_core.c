@@ -1188,13 +1188,14 @@ static void stats_write(void)
     fprintf(f,
             "allocations %ld\nalloc_bytes %ld\nstreams %ld\nevents %ld\nmodules %ld\nlibraries %ld\n"
             "graphs %ld\ngraph_execs %ld\nhost_registered %ld\npools %ld\nvmm_allocations %ld\n"
-            "vmm_reservations %ld\nvmm_mappings %ld\narrays %ld\ntextures %ld\n",
+            "vmm_reservations %ld\nvmm_mappings %ld\narrays %ld\ntextures %ld\ngreen_ctxs %ld\n",
             atomic_load(&fc_stats.allocations), atomic_load(&fc_stats.alloc_bytes), atomic_load(&fc_stats.streams),
             atomic_load(&fc_stats.events), atomic_load(&fc_stats.modules), atomic_load(&fc_stats.libraries),
             atomic_load(&fc_stats.graphs), atomic_load(&fc_stats.graph_execs),
             atomic_load(&fc_stats.host_registered), atomic_load(&fc_stats.pools),
             atomic_load(&fc_stats.vmm_allocations), atomic_load(&fc_stats.vmm_reservations),
-            atomic_load(&fc_stats.vmm_mappings), atomic_load(&fc_stats.arrays), atomic_load(&fc_stats.textures));
+            atomic_load(&fc_stats.vmm_mappings), atomic_load(&fc_stats.arrays), atomic_load(&fc_stats.textures),
+            atomic_load(&fc_stats.green_ctxs));
     if (fclose(f) == 0)
         rename(tmp, stats_path); /* readers see the old file or the new one, never half of one */
     else

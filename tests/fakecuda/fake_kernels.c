@@ -111,6 +111,22 @@ KERNEL k_spin_flag(const struct fc_launch *l)
     }
 }
 
+/* The SMs its stream's green context holds (all of the device's outside one), as many as it has blocks:
+ * a GPU spreads a grid of long blocks over every SM it may use. */
+KERNEL k_sm_ids(const struct fc_launch *l)
+{
+    uint64_t bitmap = a_ptr(l, 0);
+    spin_cycles(a_i64(l, 1));
+    fc_oracle_any(l->call, bitmap, 32);
+    uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+    for (unsigned sm = 0; sm < FC_SM_COUNT && blocks; sm++) {
+        if (fc_running_sms && !(fc_running_sms->bits[sm / 64] >> (sm % 64) & 1))
+            continue;
+        PTR(uint32_t, bitmap)[sm / 32] |= 1u << (sm % 32);
+        blocks--;
+    }
+}
+
 KERNEL k_copy_flag(const struct fc_launch *l)
 {
     uint64_t flag = a_ptr(l, 0), out = a_ptr(l, 1);
@@ -306,6 +322,7 @@ const struct fc_kernel_def fc_kernels[] = {
     {"vec_add", "kernel vec_add", 4, {0, 8, 16, 24}, {8, 8, 8, 4}, 1024, 16, 0, k_vec_add},
     {"matmul_tiled", "kernel matmul_tiled", 6, {0, 8, 16, 24, 28, 32}, {8, 8, 8, 4, 4, 4}, 1024, 32, 2 * GT_TILE * GT_TILE * 4, k_matmul_tiled},
     {"spin_flag", "kernel spin_flag", 3, {0, 8, 16}, {8, 8, 4}, 1024, 16, 0, k_spin_flag},
+    {"sm_ids", "kernel sm_ids", 2, {0, 8}, {8, 8}, 1024, 16, 0, k_sm_ids},
     {"copy_flag", "kernel copy_flag", 2, {0, 8}, {8, 8}, 1024, 8, 0, k_copy_flag},
     {"write_value", "kernel write_value", 2, {0, 8}, {8, 4}, 1024, 8, 0, k_write_value},
     {"fault_store", "kernel fault_store", 1, {0}, {8}, 1024, 8, 0, k_fault_store},

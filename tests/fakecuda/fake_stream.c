@@ -27,6 +27,8 @@ struct fc_stream {
     uint32_t magic;
     unsigned flags;
     int priority;
+    bool green;         /* made in a green context (fake_green.c) */
+    struct fc_sms sms;  /* then its SMs */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* new work (for the executor) and finished work (for waiters) */
     struct fc_op *head, *tail;
@@ -570,6 +572,7 @@ static void *executor(void *arg)
         if (op->ord_in)
             ord_wait_turn(op);
         ord_current = op;
+        fc_running_sms = s->green ? &s->sms : NULL;
         sigjmp_buf jb;
         if (sigsetjmp(jb, 1) == 0) {
             fc_fault_env = &jb;
@@ -794,6 +797,16 @@ CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int prior
     atomic_fetch_add(&fc_stats.streams, 1);
     *out = (CUstream)s;
     return CUDA_SUCCESS;
+}
+
+_Thread_local const struct fc_sms *fc_running_sms;
+
+/* Before the stream's first op: the op's submission (under the stream's lock) orders it before the run. */
+void fc_stream_set_sms(CUstream hs, const struct fc_sms *sms)
+{
+    struct fc_stream *s = (struct fc_stream *)hs;
+    s->sms = *sms;
+    s->green = true;
 }
 
 CUresult cuStreamCreate(CUstream *out, unsigned int flags)

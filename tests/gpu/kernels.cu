@@ -40,6 +40,21 @@ __global__ void spin_flag(long long cycles, int *flag, int value)
         *(volatile int *)flag = value;
 }
 
+// Which SMs a grid ran on: each block busy-waits `cycles` (so that the grid spreads over every SM it may
+// use), then sets the bit of its SM in bitmap (8 words: SMs 0-255).
+__global__ void sm_ids(unsigned *bitmap, long long cycles)
+{
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    if (threadIdx.x == 0) {
+        unsigned id;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+        if (id < 256)
+            atomicOr(&bitmap[id / 32], 1u << (id % 32));
+    }
+}
+
 __global__ void copy_flag(const int *flag, int *out)
 {
     *out = *(const volatile int *)flag;

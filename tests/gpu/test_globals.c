@@ -72,17 +72,17 @@ int main(void)
     static const char *const kernels[] = {"vec_add",  "matmul_tiled", "spin_flag", "copy_flag",
                                           "write_value", "cond_count", "table_modify", "fill_pattern", "xform",
                                           "scale_add", "add_u32", "bounded256", "empty_kernel",
-                                          "tex_fetch_2d", "surf_write_2d", "fault_store"};
+                                          "tex_fetch_2d", "surf_write_2d", "fault_store", "sm_ids"};
     const unsigned nk = sizeof kernels / sizeof kernels[0];
     unsigned count = 0;
     CK(cuModuleGetFunctionCount(&count, mod));
     if (count != nk)
         gt_fail("cuModuleGetFunctionCount: %u, kernels.cu has %u", count, nk);
-    CUfunction fns[16];
+    CUfunction fns[32];
     memset(fns, 0, sizeof fns);
-    CK(cuModuleEnumerateFunctions(fns, count < 16 ? count : 16, mod));
-    unsigned seen[16] = {0};
-    for (unsigned i = 0; i < count && i < 16; i++) {
+    CK(cuModuleEnumerateFunctions(fns, count < 32 ? count : 32, mod));
+    unsigned seen[32] = {0};
+    for (unsigned i = 0; i < count && i < 32; i++) {
         const char *name = NULL;
         CK(cuFuncGetName(&name, fns[i]));
         unsigned k = 0;
@@ -96,7 +96,7 @@ int main(void)
         if (seen[k] != 1)
             gt_fail("%s enumerated %u times", kernels[k], seen[k]);
     /* An enumerated function runs: table_modify through its handle from the list. */
-    for (unsigned i = 0; i < count && i < 16; i++) {
+    for (unsigned i = 0; i < count && i < 32; i++) {
         const char *name = NULL;
         CK(cuFuncGetName(&name, fns[i]));
         if (!strcmp(name, "table_modify")) {
@@ -117,9 +117,9 @@ int main(void)
     CK(cuLibraryGetKernelCount(&lcount, lib));
     if (lcount != nk)
         gt_fail("cuLibraryGetKernelCount: %u, kernels.cu has %u", lcount, nk);
-    CUkernel ks[16];
-    CK(cuLibraryEnumerateKernels(ks, lcount < 16 ? lcount : 16, lib));
-    for (unsigned i = 0; i < lcount && i < 16; i++) {
+    CUkernel ks[32];
+    CK(cuLibraryEnumerateKernels(ks, lcount < 32 ? lcount : 32, lib));
+    for (unsigned i = 0; i < lcount && i < 32; i++) {
         const char *name = NULL;
         CK(cuKernelGetName(&name, ks[i]));
         unsigned k = 0;

@@ -1,0 +1,338 @@
+/* Which SMs a client's kernels run on (issue 11): reserved SMs, MPS's active thread percentage, through
+ * green contexts. The device's SMs are split once into groups (common/sm_plan.h); a client whose kernels
+ * may not use every SM gets a green context over its groups, and its streams are made there. Clients
+ * with no reservation and no cap stay in the primary context, as before, while no reservation exists;
+ * once one does, they move to a green context over the SMs it leaves (else their kernels would still
+ * reach the reserved SMs). A green context shares the primary context's memory and code: a client's
+ * streams move, nothing else does.
+ *
+ * A change (a reservation, a cap, a client with a reservation leaving) bumps srv_placement_gen; each
+ * worker notices at its client's next operation on a stream, makes the new green context, and moves the
+ * stream there: the new stream first waits for the old one's work, so the order of the client's work is
+ * kept and nothing waits on the CPU. A context left behind is destroyed when the client goes (changes are
+ * rare; streams not used again stay where they were). CUMUX_GREEN_QUEUES=1 gives every client a green
+ * context of its own even with no reservation (for the many-clients measurements, issue 13). */
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/sm_plan.h"
+#include "server/handlers.h"
+
+_Atomic uint64_t srv_placement_gen = 1;
+
+struct srv_placed {
+    int gpu;
+    uint64_t mask; /* its SM groups */
+    CUgreenCtx green;
+    unsigned streams; /* the client's streams in it */
+    struct srv_placed *next_retired;
+};
+
+/* The device's SM groups, made at the first need and never changed. */
+static struct layout {
+    _Atomic int state; /* 0 not made yet, 1 ready, -1 the driver cannot partition */
+    unsigned n, per, total;
+    uint64_t full, all; /* the whole groups; all groups (the last may be the rest) */
+    unsigned sms[CUMUX_SM_MAX_GROUPS];
+    CUdevResource res[CUMUX_SM_MAX_GROUPS];
+    char why[128]; /* state -1: why */
+} layouts[CUMUX_MAX_DEVICES];
+
+static pthread_mutex_t place_mu = PTHREAD_MUTEX_INITIALIZER; /* layouts' making, reserved[] */
+static uint64_t reserved[CUMUX_MAX_DEVICES];                 /* every client's reserved groups */
+static int queues_of_own = -1;                                /* CUMUX_GREEN_QUEUES */
+
+static const char *errname(CUresult r)
+{
+    const char *s = NULL;
+    cuGetErrorName(r, &s);
+    return s ? s : "unknown error";
+}
+
+/* Under place_mu. */
+static struct layout *layout_locked(int gpu)
+{
+    struct layout *L = &layouts[gpu];
+    if (atomic_load(&L->state) != 0)
+        return atomic_load(&L->state) > 0 ? L : NULL;
+    CUdevResource whole;
+    CUresult r = cuDeviceGetDevResource(srv_gpus[gpu].dev, &whole, CU_DEV_RESOURCE_TYPE_SM);
+    unsigned per = 0, n = 0;
+    if (r == CUDA_SUCCESS) {
+        per = whole.sm.smCoscheduledAlignment > whole.sm.minSmPartitionSize ? whole.sm.smCoscheduledAlignment
+                                                                            : whole.sm.minSmPartitionSize;
+        if (per == 0)
+            per = 1;
+        n = whole.sm.smCount / per;
+        if (n > CUMUX_SM_MAX_GROUPS - 1)
+            n = CUMUX_SM_MAX_GROUPS - 1;
+        if (n < 2)
+            r = CUDA_ERROR_NOT_SUPPORTED; /* nothing to share out */
+    }
+    CUdevResource rest;
+    memset(&rest, 0, sizeof rest);
+    if (r == CUDA_SUCCESS)
+        r = cuDevSmResourceSplitByCount(L->res, &n, &whole, &rest, 0, per);
+    if (r != CUDA_SUCCESS || n < 2) {
+        snprintf(L->why, sizeof L->why, "this GPU's SMs cannot be partitioned (green contexts: %s)",
+                 r != CUDA_SUCCESS ? errname(r) : "fewer than two groups");
+        cumux_logf("GPU %d: %s", gpu, L->why);
+        atomic_store(&L->state, -1);
+        return NULL;
+    }
+    L->per = per;
+    L->total = 0;
+    for (unsigned i = 0; i < n; i++)
+        L->total += L->sms[i] = L->res[i].sm.smCount;
+    L->full = n >= 64 ? ~0ull : (1ull << n) - 1;
+    if (rest.sm.smCount && n < CUMUX_SM_MAX_GROUPS) {
+        L->res[n] = rest;
+        L->total += L->sms[n] = rest.sm.smCount;
+        n++;
+    }
+    L->n = n;
+    L->all = n >= 64 ? ~0ull : (1ull << n) - 1;
+    cumux_logf("GPU %d: SMs in %u groups of %u for reservations (%u SMs)", gpu, n, per, L->total);
+    atomic_store(&L->state, 1);
+    return L;
+}
+
+static struct layout *layout(int gpu)
+{
+    struct layout *L = &layouts[gpu];
+    int st = atomic_load(&L->state);
+    if (st)
+        return st > 0 ? L : NULL;
+    pthread_mutex_lock(&place_mu);
+    L = layout_locked(gpu);
+    pthread_mutex_unlock(&place_mu);
+    return L;
+}
+
+static bool own_queues(void)
+{
+    if (queues_of_own < 0) {
+        const char *e = getenv("CUMUX_GREEN_QUEUES");
+        queues_of_own = e && strcmp(e, "1") == 0;
+    }
+    return queues_of_own;
+}
+
+int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, char *why, size_t cap)
+{
+    if (percent >= 100)
+        percent = 0;
+    int rc = 0;
+    pthread_mutex_lock(&place_mu);
+    uint64_t before[CUMUX_MAX_DEVICES];
+    memcpy(before, c->sm_reserved, sizeof before);
+    for (int g = 0; g < srv_gpu_count; g++) {
+        reserved[g] &= ~c->sm_reserved[g];
+        c->sm_reserved[g] = 0;
+    }
+    for (int g = 0; g < srv_gpu_count && (sms || percent); g++) {
+        struct layout *L = layout_locked(g);
+        if (!L) {
+            snprintf(why, cap, "%s", layouts[g].why);
+            rc = -1;
+            break;
+        }
+        if (!sms)
+            continue;
+        uint64_t pick = cumux_sm_reserve(L->full, reserved[g], cumux_sm_groups_for(sms, L->per));
+        if (!pick) {
+            unsigned free_sms = cumux_sm_count(L->full & ~reserved[g], L->sms, L->n);
+            snprintf(why, cap, "%u SMs cannot be reserved on GPU %d: %u SMs are free of reservations, and SMs "
+                     "of at least one group (%u) stay for the other clients", sms, g, free_sms, L->per);
+            rc = -1;
+            break;
+        }
+        c->sm_reserved[g] = pick;
+        reserved[g] |= pick;
+    }
+    if (rc != 0) { /* all or nothing: the old reservation stands */
+        for (int g = 0; g < srv_gpu_count; g++) {
+            reserved[g] &= ~c->sm_reserved[g];
+            c->sm_reserved[g] = before[g];
+            reserved[g] |= before[g];
+        }
+    } else {
+        atomic_store(&c->want_sms, sms);
+        atomic_store(&c->want_percent, percent);
+        if (sms && srv_gpu_count > 0) {
+            char text[160];
+            cumux_sm_format(c->sm_reserved[0], layouts[0].sms, layouts[0].n, text, sizeof text);
+            snprintf(why, cap, "SMs %s of GPU 0 reserved (%u asked for)", text, sms);
+        } else if (percent) {
+            snprintf(why, cap, "its kernels may use %u%% of the SMs", percent);
+        } else {
+            snprintf(why, cap, "every SM no reservation holds");
+        }
+    }
+    atomic_fetch_add(&srv_placement_gen, 1);
+    pthread_mutex_unlock(&place_mu);
+    return rc;
+}
+
+/* The groups the client's kernels may use on gpu now (worker). */
+static uint64_t target(struct srv_client *c, int gpu, const struct layout *L)
+{
+    pthread_mutex_lock(&place_mu);
+    uint64_t mine = c->sm_reserved[gpu], shared = L->all & ~reserved[gpu];
+    pthread_mutex_unlock(&place_mu);
+    if (mine)
+        return mine;
+    unsigned pct = atomic_load(&c->want_percent);
+    if (pct == 0 || pct >= 100)
+        return shared;
+    unsigned k = cumux_sm_groups_for_percent(pct, L->total, L->per);
+    return cumux_sm_window(shared, k, c->id * k); /* capped clients spread over the shared SMs */
+}
+
+static struct srv_placed *placed_new(int gpu, const struct layout *L, uint64_t mask)
+{
+    CUdevResource pick[CUMUX_SM_MAX_GROUPS];
+    unsigned n = 0;
+    for (unsigned i = 0; i < L->n; i++)
+        if (mask >> i & 1)
+            pick[n++] = L->res[i];
+    CUdevResourceDesc desc;
+    struct srv_placed *p = calloc(1, sizeof *p);
+    CUresult r = p ? cuDevResourceGenerateDesc(&desc, pick, n) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = cuGreenCtxCreate(&p->green, desc, srv_gpus[gpu].dev, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (r != CUDA_SUCCESS) {
+        cumux_logf("GPU %d: a green context over SM groups %#llx: %s", gpu, (unsigned long long)mask, errname(r));
+        free(p);
+        return NULL;
+    }
+    p->gpu = gpu;
+    p->mask = mask;
+    return p;
+}
+
+/* Worker: where the client's streams on gpu go from now on. */
+static void retarget(struct srv_client *c, int gpu)
+{
+    struct layout *L = atomic_load(&layouts[gpu].state) > 0 ? &layouts[gpu] : NULL;
+    if (!L && own_queues())
+        L = layout(gpu);
+    if (!L) {
+        atomic_store(&c->sms_now, (uint32_t)srv_gpus[gpu].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
+        return; /* nobody partitioned anything: the primary context */
+    }
+    uint64_t mask = target(c, gpu, L);
+    bool primary = mask == L->all && !own_queues();
+    struct srv_placed *cur = c->placed[gpu];
+    atomic_store(&c->sms_now, cumux_sm_count(mask, L->sms, L->n));
+    atomic_store(&c->sms_reserved, c->sm_reserved[gpu] != 0);
+    if ((primary && !cur) || (cur && cur->mask == mask))
+        return;
+    struct srv_placed *p = NULL;
+    if (!primary && !(p = placed_new(gpu, L, mask)))
+        return; /* stays where it is (logged) */
+    if (cur) {
+        cur->next_retired = c->retired;
+        c->retired = cur;
+    }
+    c->placed[gpu] = p;
+    char text[160];
+    cumux_sm_format(mask, L->sms, L->n, text, sizeof text);
+    cumux_debugf("client %u: its streams on GPU %d now run on SMs %s (%s)", c->id, gpu, text,
+                 c->sm_reserved[gpu] ? "reserved" : p ? "shared, green context" : "primary context");
+}
+
+static CUresult stream_in(struct srv_placed *p, int hw_priority, CUstream *out)
+{
+    return p ? cuGreenCtxStreamCreate(out, p->green, CU_STREAM_NON_BLOCKING, hw_priority)
+             : cuStreamCreateWithPriority(out, CU_STREAM_NON_BLOCKING, hw_priority);
+}
+
+CUresult srv_place_new_stream(struct srv_client *c, int gpu, int hw_priority, CUstream *out,
+                              struct srv_placed **where, uint64_t *gen)
+{
+    uint64_t g = atomic_load(&srv_placement_gen);
+    if (c->placed_gen[gpu] != g) {
+        retarget(c, gpu);
+        c->placed_gen[gpu] = g;
+    }
+    CUresult r = stream_in(c->placed[gpu], hw_priority, out);
+    if (r == CUDA_SUCCESS && c->placed[gpu])
+        c->placed[gpu]->streams++;
+    *where = c->placed[gpu];
+    *gen = g;
+    return r;
+}
+
+void srv_place_stream_slow(struct srv_client *c, struct srv_stream *s)
+{
+    int gpu = s->ctx->gpu;
+    uint64_t g = atomic_load(&srv_placement_gen);
+    if (c->placed_gen[gpu] != g) {
+        retarget(c, gpu);
+        c->placed_gen[gpu] = g;
+    }
+    if (s->capturing)
+        return; /* its work is being recorded, not run: it moves once the capture ends */
+    if (s->placed != c->placed[gpu]) {
+        CUstream n;
+        CUresult r = stream_in(c->placed[gpu], s->hw_priority, &n);
+        if (r != CUDA_SUCCESS) {
+            cumux_logf("client %u: a stream could not move to its SMs: %s", c->id, errname(r));
+        } else {
+            /* The new stream starts where the old one ends; the old one goes when its work is done. */
+            cuEventRecord(s->ctx->join_event, s->cu);
+            cuStreamWaitEvent(n, s->ctx->join_event, 0);
+            cuStreamDestroy(s->cu);
+            s->cu = n;
+            if (s->placed)
+                s->placed->streams--;
+            s->placed = c->placed[gpu];
+            if (s->placed)
+                s->placed->streams++;
+        }
+    }
+    s->placed_gen = g;
+}
+
+void srv_place_stream_gone(struct srv_stream *s)
+{
+    if (s->placed)
+        s->placed->streams--;
+    s->placed = NULL;
+}
+
+void srv_placement_release(struct srv_client *c)
+{
+    pthread_mutex_lock(&place_mu);
+    bool had = false;
+    for (int g = 0; g < srv_gpu_count; g++) {
+        had |= c->sm_reserved[g] != 0;
+        reserved[g] &= ~c->sm_reserved[g];
+        c->sm_reserved[g] = 0;
+    }
+    if (had) /* the others may use those SMs again */
+        atomic_fetch_add(&srv_placement_gen, 1);
+    pthread_mutex_unlock(&place_mu);
+    /* Its streams are gone (and their work done: srv_client_release_all waited for it). */
+    for (int g = 0; g < CUMUX_MAX_DEVICES; g++) {
+        struct srv_placed *p = c->placed[g];
+        if (p) {
+            if (p->streams)
+                cumux_logf("client %u: %u streams left in its green context", c->id, p->streams);
+            cuGreenCtxDestroy(p->green);
+            free(p);
+            c->placed[g] = NULL;
+        }
+    }
+    while (c->retired) {
+        struct srv_placed *p = c->retired;
+        c->retired = p->next_retired;
+        cuGreenCtxDestroy(p->green);
+        free(p);
+    }
+}
