@@ -1,40 +1,86 @@
 /* Reservations and caps of SMs as sets of SM groups (common/sm_plan.h). */
 #include "common/sm_plan.h"
 
-#include <stdbool.h>
 #include <stdio.h>
+
+#define WORDS (CUMUX_SM_MAX_GROUPS / 64)
+
+struct cumux_sm_set cumux_sm_first(unsigned n)
+{
+    struct cumux_sm_set s = {{0}};
+    for (unsigned i = 0; i < n && i < CUMUX_SM_MAX_GROUPS; i++)
+        s.w[i / 64] |= 1ull << (i % 64);
+    return s;
+}
+
+struct cumux_sm_set cumux_sm_or(struct cumux_sm_set a, struct cumux_sm_set b)
+{
+    for (int i = 0; i < WORDS; i++)
+        a.w[i] |= b.w[i];
+    return a;
+}
+
+struct cumux_sm_set cumux_sm_minus(struct cumux_sm_set a, struct cumux_sm_set b)
+{
+    for (int i = 0; i < WORDS; i++)
+        a.w[i] &= ~b.w[i];
+    return a;
+}
+
+bool cumux_sm_equal(struct cumux_sm_set a, struct cumux_sm_set b)
+{
+    for (int i = 0; i < WORDS; i++)
+        if (a.w[i] != b.w[i])
+            return false;
+    return true;
+}
+
+bool cumux_sm_empty(struct cumux_sm_set a)
+{
+    return cumux_sm_groups(a) == 0;
+}
+
+unsigned cumux_sm_groups(struct cumux_sm_set a)
+{
+    unsigned n = 0;
+    for (int i = 0; i < WORDS; i++)
+        n += (unsigned)__builtin_popcountll(a.w[i]);
+    return n;
+}
 
 unsigned cumux_sm_groups_for(unsigned sms, unsigned per)
 {
     return per ? sms / per + (sms % per != 0) : 0;
 }
 
-uint64_t cumux_sm_reserve(uint64_t full, uint64_t reserved, unsigned k)
+struct cumux_sm_set cumux_sm_reserve(struct cumux_sm_set full, struct cumux_sm_set reserved, unsigned k)
 {
-    uint64_t free_groups = full & ~reserved, pick = 0;
-    if (k == 0 || (unsigned)__builtin_popcountll(free_groups) <= k)
-        return 0; /* one whole group stays for everyone else */
+    struct cumux_sm_set free_groups = cumux_sm_minus(full, reserved), pick = {{0}};
+    if (k == 0 || cumux_sm_groups(free_groups) < k)
+        return pick;
     for (unsigned i = 0; i < CUMUX_SM_MAX_GROUPS && k; i++) {
-        if (free_groups >> i & 1) {
-            pick |= 1ull << i;
+        if (cumux_sm_has(&free_groups, i)) {
+            pick.w[i / 64] |= 1ull << (i % 64);
             k--;
         }
     }
     return pick;
 }
 
-uint64_t cumux_sm_window(uint64_t shared, unsigned k, unsigned start)
+struct cumux_sm_set cumux_sm_window(struct cumux_sm_set shared, unsigned k, unsigned start)
 {
-    unsigned n = (unsigned)__builtin_popcountll(shared);
+    unsigned n = cumux_sm_groups(shared);
     if (n == 0 || k >= n)
         return shared;
     unsigned idx[CUMUX_SM_MAX_GROUPS], m = 0;
     for (unsigned i = 0; i < CUMUX_SM_MAX_GROUPS; i++)
-        if (shared >> i & 1)
+        if (cumux_sm_has(&shared, i))
             idx[m++] = i;
-    uint64_t w = 0;
-    for (unsigned j = 0; j < k; j++)
-        w |= 1ull << idx[(start + j) % n];
+    struct cumux_sm_set w = {{0}};
+    for (unsigned j = 0; j < k; j++) {
+        unsigned g = idx[(start + j) % n];
+        w.w[g / 64] |= 1ull << (g % 64);
+    }
     return w;
 }
 
@@ -47,23 +93,25 @@ unsigned cumux_sm_groups_for_percent(unsigned percent, unsigned total_sms, unsig
     return g ? g : 1;
 }
 
-unsigned cumux_sm_count(uint64_t mask, const unsigned *group_sms, unsigned ngroups)
+unsigned cumux_sm_count(struct cumux_sm_set set, const unsigned *group_sms, unsigned ngroups)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < ngroups && i < CUMUX_SM_MAX_GROUPS; i++)
-        if (mask >> i & 1)
+        if (cumux_sm_has(&set, i))
             n += group_sms[i];
     return n;
 }
 
-void cumux_sm_format(uint64_t mask, const unsigned *group_sms, unsigned ngroups, char *out, unsigned cap)
+void cumux_sm_format(struct cumux_sm_set set, const unsigned *group_sms, unsigned ngroups, char *out, unsigned cap)
 {
     unsigned first = 0, len = 0;
     int run_start = -1;
     if (cap)
         out[0] = 0;
-    for (unsigned i = 0; i <= ngroups && i < CUMUX_SM_MAX_GROUPS + 1; i++) {
-        bool in = i < ngroups && i < CUMUX_SM_MAX_GROUPS && (mask >> i & 1);
+    if (ngroups > CUMUX_SM_MAX_GROUPS)
+        ngroups = CUMUX_SM_MAX_GROUPS;
+    for (unsigned i = 0; i <= ngroups; i++) {
+        bool in = i < ngroups && cumux_sm_has(&set, i);
         if (in && run_start < 0)
             run_start = (int)first;
         if (!in && run_start >= 0) {

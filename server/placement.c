@@ -26,7 +26,7 @@ _Atomic uint64_t srv_placement_gen = 1;
 
 struct srv_placed {
     int gpu;
-    uint64_t mask; /* its SM groups */
+    struct cumux_sm_set mask; /* its SM groups */
     CUgreenCtx green;
     unsigned streams; /* the client's streams in it */
     struct srv_placed *next_retired;
@@ -36,14 +36,14 @@ struct srv_placed {
 static struct layout {
     _Atomic int state; /* 0 not made yet, 1 ready, -1 the driver cannot partition */
     unsigned n, per, total;
-    uint64_t full, all; /* the whole groups; all groups (the last may be the rest) */
+    struct cumux_sm_set full, all; /* the whole groups; all groups (the last may be the rest) */
     unsigned sms[CUMUX_SM_MAX_GROUPS];
     CUdevResource res[CUMUX_SM_MAX_GROUPS];
     char why[128]; /* state -1: why */
 } layouts[CUMUX_MAX_DEVICES];
 
 static pthread_mutex_t place_mu = PTHREAD_MUTEX_INITIALIZER; /* layouts' making, reserved[] */
-static uint64_t reserved[CUMUX_MAX_DEVICES];                 /* every client's reserved groups */
+static struct cumux_sm_set reserved[CUMUX_MAX_DEVICES];      /* every client's reserved groups */
 static int queues_of_own = -1;                                /* CUMUX_GREEN_QUEUES */
 
 static const char *errname(CUresult r)
@@ -53,30 +53,43 @@ static const char *errname(CUresult r)
     return s ? s : "unknown error";
 }
 
+/* CUMUX_SM_GROUPS=fine: groups as small as the driver makes them when SMs need not be coscheduled (an
+ * exact 66 + 66 on an H200, at the cost of large thread-block clusters inside a reservation); default
+ * "coscheduled": the driver's usual granularity. */
+static bool fine_groups(void)
+{
+    const char *e = getenv("CUMUX_SM_GROUPS");
+    return e && strcmp(e, "fine") == 0;
+}
+
 /* Under place_mu. */
 static struct layout *layout_locked(int gpu)
 {
     struct layout *L = &layouts[gpu];
     if (atomic_load(&L->state) != 0)
         return atomic_load(&L->state) > 0 ? L : NULL;
-    CUdevResource whole;
+    CUdevResource whole, rest;
+    memset(&rest, 0, sizeof rest);
+    unsigned flags = fine_groups() ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0, per = 0, n = 0;
     CUresult r = cuDeviceGetDevResource(srv_gpus[gpu].dev, &whole, CU_DEV_RESOURCE_TYPE_SM);
-    unsigned per = 0, n = 0;
     if (r == CUDA_SUCCESS) {
-        per = whole.sm.smCoscheduledAlignment > whole.sm.minSmPartitionSize ? whole.sm.smCoscheduledAlignment
-                                                                            : whole.sm.minSmPartitionSize;
-        if (per == 0)
-            per = 1;
+        /* The smallest group the driver gives: asked for 1 SM, it rounds up to its granularity. */
+        CUdevResource one[1];
+        unsigned k = 1;
+        r = cuDevSmResourceSplitByCount(one, &k, &whole, NULL, flags, 1);
+        per = r == CUDA_SUCCESS && k == 1 ? one[0].sm.smCount : 0;
+        if (r == CUDA_SUCCESS && per == 0)
+            r = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (r == CUDA_SUCCESS) {
         n = whole.sm.smCount / per;
         if (n > CUMUX_SM_MAX_GROUPS - 1)
             n = CUMUX_SM_MAX_GROUPS - 1;
         if (n < 2)
             r = CUDA_ERROR_NOT_SUPPORTED; /* nothing to share out */
     }
-    CUdevResource rest;
-    memset(&rest, 0, sizeof rest);
     if (r == CUDA_SUCCESS)
-        r = cuDevSmResourceSplitByCount(L->res, &n, &whole, &rest, 0, per);
+        r = cuDevSmResourceSplitByCount(L->res, &n, &whole, &rest, flags, per);
     if (r != CUDA_SUCCESS || n < 2) {
         snprintf(L->why, sizeof L->why, "this GPU's SMs cannot be partitioned (green contexts: %s)",
                  r != CUDA_SUCCESS ? errname(r) : "fewer than two groups");
@@ -88,15 +101,16 @@ static struct layout *layout_locked(int gpu)
     L->total = 0;
     for (unsigned i = 0; i < n; i++)
         L->total += L->sms[i] = L->res[i].sm.smCount;
-    L->full = n >= 64 ? ~0ull : (1ull << n) - 1;
+    L->full = cumux_sm_first(n);
     if (rest.sm.smCount && n < CUMUX_SM_MAX_GROUPS) {
         L->res[n] = rest;
         L->total += L->sms[n] = rest.sm.smCount;
         n++;
     }
     L->n = n;
-    L->all = n >= 64 ? ~0ull : (1ull << n) - 1;
-    cumux_logf("GPU %d: SMs in %u groups of %u for reservations (%u SMs)", gpu, n, per, L->total);
+    L->all = cumux_sm_first(n);
+    cumux_logf("GPU %d: SMs in %u groups of %u for reservations (%u SMs%s)", gpu, n, per, L->total,
+               flags ? ", not coscheduled" : "");
     atomic_store(&L->state, 1);
     return L;
 }
@@ -128,11 +142,11 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
         percent = 0;
     int rc = 0;
     pthread_mutex_lock(&place_mu);
-    uint64_t before[CUMUX_MAX_DEVICES];
+    struct cumux_sm_set before[CUMUX_MAX_DEVICES];
     memcpy(before, c->sm_reserved, sizeof before);
     for (int g = 0; g < srv_gpu_count; g++) {
-        reserved[g] &= ~c->sm_reserved[g];
-        c->sm_reserved[g] = 0;
+        reserved[g] = cumux_sm_minus(reserved[g], c->sm_reserved[g]);
+        c->sm_reserved[g] = (struct cumux_sm_set){{0}};
     }
     for (int g = 0; g < srv_gpu_count && (sms || percent); g++) {
         struct layout *L = layout_locked(g);
@@ -143,22 +157,21 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
         }
         if (!sms)
             continue;
-        uint64_t pick = cumux_sm_reserve(L->full, reserved[g], cumux_sm_groups_for(sms, L->per));
-        if (!pick) {
-            unsigned free_sms = cumux_sm_count(L->full & ~reserved[g], L->sms, L->n);
-            snprintf(why, cap, "%u SMs cannot be reserved on GPU %d: %u SMs are free of reservations, and SMs "
-                     "of at least one group (%u) stay for the other clients", sms, g, free_sms, L->per);
+        struct cumux_sm_set pick = cumux_sm_reserve(L->full, reserved[g], cumux_sm_groups_for(sms, L->per));
+        if (cumux_sm_empty(pick)) {
+            unsigned free_sms = cumux_sm_count(cumux_sm_minus(L->full, reserved[g]), L->sms, L->n);
+            snprintf(why, cap, "%u SMs cannot be reserved on GPU %d: %u SMs in whole groups of %u are free of "
+                     "reservations", sms, g, free_sms, L->per);
             rc = -1;
             break;
         }
         c->sm_reserved[g] = pick;
-        reserved[g] |= pick;
+        reserved[g] = cumux_sm_or(reserved[g], pick);
     }
     if (rc != 0) { /* all or nothing: the old reservation stands */
         for (int g = 0; g < srv_gpu_count; g++) {
-            reserved[g] &= ~c->sm_reserved[g];
+            reserved[g] = cumux_sm_or(cumux_sm_minus(reserved[g], c->sm_reserved[g]), before[g]);
             c->sm_reserved[g] = before[g];
-            reserved[g] |= before[g];
         }
     } else {
         atomic_store(&c->want_sms, sms);
@@ -179,13 +192,18 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
 }
 
 /* The groups the client's kernels may use on gpu now (worker). */
-static uint64_t target(struct srv_client *c, int gpu, const struct layout *L)
+static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct layout *L)
 {
     pthread_mutex_lock(&place_mu);
-    uint64_t mine = c->sm_reserved[gpu], shared = L->all & ~reserved[gpu];
+    struct cumux_sm_set mine = c->sm_reserved[gpu], shared = cumux_sm_minus(L->all, reserved[gpu]);
     pthread_mutex_unlock(&place_mu);
-    if (mine)
+    if (!cumux_sm_empty(mine))
         return mine;
+    if (cumux_sm_empty(shared)) {
+        /* Reservations hold every SM: the others run anywhere rather than not at all (said). */
+        cumux_logf("client %u: every SM of GPU %d is reserved: its kernels run on reserved SMs", c->id, gpu);
+        shared = L->all;
+    }
     unsigned pct = atomic_load(&c->want_percent);
     if (pct == 0 || pct >= 100)
         return shared;
@@ -193,20 +211,23 @@ static uint64_t target(struct srv_client *c, int gpu, const struct layout *L)
     return cumux_sm_window(shared, k, c->id * k); /* capped clients spread over the shared SMs */
 }
 
-static struct srv_placed *placed_new(int gpu, const struct layout *L, uint64_t mask)
+static struct srv_placed *placed_new(int gpu, const struct layout *L, struct cumux_sm_set mask)
 {
-    CUdevResource pick[CUMUX_SM_MAX_GROUPS];
+    CUdevResource *pick = malloc(L->n * sizeof *pick); /* up to 256 x 144 bytes: not on a worker's stack */
     unsigned n = 0;
-    for (unsigned i = 0; i < L->n; i++)
-        if (mask >> i & 1)
+    for (unsigned i = 0; pick && i < L->n; i++)
+        if (cumux_sm_has(&mask, i))
             pick[n++] = L->res[i];
     CUdevResourceDesc desc;
-    struct srv_placed *p = calloc(1, sizeof *p);
+    struct srv_placed *p = pick ? calloc(1, sizeof *p) : NULL;
     CUresult r = p ? cuDevResourceGenerateDesc(&desc, pick, n) : CUDA_ERROR_OUT_OF_MEMORY;
+    free(pick);
     if (r == CUDA_SUCCESS)
         r = cuGreenCtxCreate(&p->green, desc, srv_gpus[gpu].dev, CU_GREEN_CTX_DEFAULT_STREAM);
     if (r != CUDA_SUCCESS) {
-        cumux_logf("GPU %d: a green context over SM groups %#llx: %s", gpu, (unsigned long long)mask, errname(r));
+        char text[160];
+        cumux_sm_format(mask, L->sms, L->n, text, sizeof text);
+        cumux_logf("GPU %d: a green context over SMs %s: %s", gpu, text, errname(r));
         free(p);
         return NULL;
     }
@@ -225,12 +246,12 @@ static void retarget(struct srv_client *c, int gpu)
         atomic_store(&c->sms_now, (uint32_t)srv_gpus[gpu].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
         return; /* nobody partitioned anything: the primary context */
     }
-    uint64_t mask = target(c, gpu, L);
-    bool primary = mask == L->all && !own_queues();
+    struct cumux_sm_set mask = target(c, gpu, L);
+    bool primary = cumux_sm_equal(mask, L->all) && !own_queues();
     struct srv_placed *cur = c->placed[gpu];
     atomic_store(&c->sms_now, cumux_sm_count(mask, L->sms, L->n));
-    atomic_store(&c->sms_reserved, c->sm_reserved[gpu] != 0);
-    if ((primary && !cur) || (cur && cur->mask == mask))
+    atomic_store(&c->sms_reserved, !cumux_sm_empty(c->sm_reserved[gpu]));
+    if ((primary && !cur) || (cur && cumux_sm_equal(cur->mask, mask)))
         return;
     struct srv_placed *p = NULL;
     if (!primary && !(p = placed_new(gpu, L, mask)))
@@ -243,7 +264,7 @@ static void retarget(struct srv_client *c, int gpu)
     char text[160];
     cumux_sm_format(mask, L->sms, L->n, text, sizeof text);
     cumux_debugf("client %u: its streams on GPU %d now run on SMs %s (%s)", c->id, gpu, text,
-                 c->sm_reserved[gpu] ? "reserved" : p ? "shared, green context" : "primary context");
+                 !cumux_sm_empty(c->sm_reserved[gpu]) ? "reserved" : p ? "shared, green context" : "primary context");
 }
 
 static CUresult stream_in(struct srv_placed *p, int hw_priority, CUstream *out)
@@ -311,9 +332,9 @@ void srv_placement_release(struct srv_client *c)
     pthread_mutex_lock(&place_mu);
     bool had = false;
     for (int g = 0; g < srv_gpu_count; g++) {
-        had |= c->sm_reserved[g] != 0;
-        reserved[g] &= ~c->sm_reserved[g];
-        c->sm_reserved[g] = 0;
+        had |= !cumux_sm_empty(c->sm_reserved[g]);
+        reserved[g] = cumux_sm_minus(reserved[g], c->sm_reserved[g]);
+        c->sm_reserved[g] = (struct cumux_sm_set){{0}};
     }
     if (had) /* the others may use those SMs again */
         atomic_fetch_add(&srv_placement_gen, 1);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/sm_plan.h"
 #include "common/proto.h"
 #include "common/ranges.h"
 
@@ -209,7 +210,7 @@ struct srv_client {
     _Atomic uint32_t want_percent;  /* its active thread percentage; 0 the server's default */
     _Atomic uint32_t sms_now;       /* SMs its kernels may use (status); 0 before it has a stream */
     _Atomic bool sms_reserved;      /* they are its alone */
-    uint64_t sm_reserved[CUMUX_MAX_DEVICES]; /* its reserved SM groups, under placement.c's lock */
+    struct cumux_sm_set sm_reserved[CUMUX_MAX_DEVICES]; /* its reserved SM groups, under placement.c's lock */
     struct srv_placed *placed[CUMUX_MAX_DEVICES]; /* worker: where its streams go now (NULL: the primary
                                                    * context, every SM) */
     struct srv_placed *retired;     /* worker: places some of its streams may still be in */

@@ -78,5 +78,24 @@ b1=$(sms_of "$tmp/b.out" 1)
 grep -q "its SMs as asked cannot be had: $nsm SMs cannot be reserved" "$tmp/log/cumuxd.log" ||
     fail "an impossible reservation not said"
 "$cli" run --sms 0 -- true 2>/dev/null && fail "cumux run --sms 0 ran"
+# Fine groups (CUMUX_SM_GROUPS=fine): half the SMs each for two programs, exactly, disjoint.
+"$cli" stop >/dev/null || fail "cumux stop"
+CUMUX_SM_GROUPS=fine LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
+    fail "cumux start with CUMUX_SM_GROUPS=fine"
+half=$((nsm / 2))
+mkfifo "$tmp/c.in" || fail "mkfifo"
+"$cli" run --sms "$half" -- "$gdir/gpu_sm_ids" 2 <"$tmp/c.in" >"$tmp/a.out" 2>&1 &
+client=$!
+exec 3>"$tmp/c.in"
+a1=$(sms_of "$tmp/a.out" 1)
+"$cli" run --sms "$half" -- "$gdir/gpu_sm_ids" 1 >"$tmp/b.out" 2>&1 </dev/null || fail "the second half failed"
+b1=$(sms_of "$tmp/b.out" 1)
+[ -n "$a1" ] && [ -n "$b1" ] && [ -z "$(overlap "$a1" "$b1")" ] || fail "halves overlap: $a1 / $b1"
+[ "$(status_sms "$client")" = "${half}r" ] || fail "fine groups: the first half holds $(status_sms "$client")"
+grep -q "client .*: SMs .* reserved ($half asked for)" "$tmp/log/cumuxd.log" || fail "no reservation of $half logged"
+echo go >&3
+exec 3>&-
+wait "$client" || fail "the first half failed"
+client=""
 "$cli" set 1 --threads 101 2>/dev/null && fail "cumux set --threads 101 accepted"
 echo "PASS sms"

@@ -9,7 +9,8 @@
 
 #include "fake.h"
 
-#define FC_SM_ALIGN 8 /* an H200's split granularity: 66 SMs asked for, 72 given */
+#define FC_SM_ALIGN 8      /* an H200's split granularity: 66 SMs asked for, 72 given */
+#define FC_SM_ALIGN_FINE 2 /* with CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING (a pair of SMs) */
 
 struct fc_sm_set {
     uint64_t bits[3]; /* SM i is bit i (FC_SM_COUNT <= 192) */
@@ -75,11 +76,12 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGrou
                                      CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
     CHECK_RET(fc_check_init());
-    if (!nbGroups || !input || input->type != CU_DEV_RESOURCE_TYPE_SM || useFlags != 0 ||
-        minCount > input->sm.smCount)
+    if (!nbGroups || !input || input->type != CU_DEV_RESOURCE_TYPE_SM ||
+        (useFlags & ~(unsigned)CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING) || minCount > input->sm.smCount)
         return input && input->type != CU_DEV_RESOURCE_TYPE_SM ? CUDA_ERROR_INVALID_RESOURCE_TYPE
                                                                : CUDA_ERROR_INVALID_VALUE;
-    unsigned per = minCount < FC_SM_ALIGN ? FC_SM_ALIGN : (minCount + FC_SM_ALIGN - 1) / FC_SM_ALIGN * FC_SM_ALIGN;
+    unsigned align = useFlags ? FC_SM_ALIGN_FINE : FC_SM_ALIGN;
+    unsigned per = minCount < align ? align : (minCount + align - 1) / align * align;
     unsigned possible = input->sm.smCount / per;
     if (!result) {
         *nbGroups = possible;
