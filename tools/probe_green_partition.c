@@ -16,6 +16,11 @@
  *  8. the primary context's memory written by a kernel on a green stream, copied and set on it, an event
  *     recorded there and waited on by a primary stream (all with the primary context current)
  *  9. what 128 green contexts over the whole GPU cost: time and device memory
+ * 10. the split's granularity: minSmPartitionSize and smCoscheduledAlignment of the device, and the group
+ *     the driver gives for 1 SM with and without CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING
+ *     (server/placement.c, CUMUX_SM_GROUPS=fine)
+ * 11. thread-block clusters of 2, 4, 8 (cuLaunchKernelEx) in the primary context, in a green context of
+ *     coscheduled groups and in one of fine groups (66 SMs): which launch
  * The probe sets CUDA_DEVICE_MAX_CONNECTIONS=32 for itself, as cumuxd does.
  *   gcc -O2 -I/usr/local/cuda/include tools/probe_green_partition.c -o /tmp/pgp -lcuda && \
  *     /tmp/pgp build/tests/gpu/gpu_kernels.fatbin */
@@ -259,6 +264,68 @@ int main(int argc, char **argv)
     CK(cuStreamSynchronize(gstreams[1]));
     printf("8. primary memory set, written and read on green streams, event across: %s\n",
            bad == 0 && host2 == val ? "all right" : "WRONG");
+    /* 10: granularity. */
+    printf("10. device SM resource: %u SMs, minSmPartitionSize %u, smCoscheduledAlignment %u\n", all.sm.smCount,
+           all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment);
+    unsigned fine_per = 0, co_per = 0;
+    for (int fl = 0; fl < 2; fl++) {
+        CUdevResource one[1];
+        unsigned k1 = 1;
+        CUresult r = cuDevSmResourceSplitByCount(one, &k1, &all, NULL,
+                                                 fl ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0, 1);
+        unsigned per = r == CUDA_SUCCESS ? one[0].sm.smCount : 0;
+        *(fl ? &fine_per : &co_per) = per;
+        printf("10. 1 SM asked for%s: %s, a group of %u\n", fl ? " (IGNORE_SM_COSCHEDULING)" : "", ename(r), per);
+    }
+    /* 11: clusters in green contexts of coscheduled and of fine groups, 66 SMs or the nearest above. */
+    CUstream cs[3] = {ps, NULL, NULL};
+    const char *cname[3] = {"primary context", "coscheduled green (72 SMs)", "fine green"};
+    for (int fl = 0; fl < 2; fl++) {
+        unsigned per = fl ? fine_per : co_per;
+        if (!per)
+            continue;
+        static CUdevResource grp[256];
+        CUdevResource rest2;
+        unsigned ng = all.sm.smCount / per;
+        if (ng > 256)
+            ng = 256;
+        CUresult r = cuDevSmResourceSplitByCount(grp, &ng, &all, &rest2, fl ? CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : 0, per);
+        unsigned take = (66 + per - 1) / per;
+        if (r != CUDA_SUCCESS || take > ng) {
+            printf("11. %s split: %s\n", fl ? "fine" : "coscheduled", ename(r));
+            continue;
+        }
+        CUdevResourceDesc d;
+        CUgreenCtx gc;
+        r = cuDevResourceGenerateDesc(&d, grp, take);
+        if (r == CUDA_SUCCESS)
+            r = cuGreenCtxCreate(&gc, d, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+        if (r == CUDA_SUCCESS)
+            r = cuGreenCtxStreamCreate(&cs[1 + fl], gc, CU_STREAM_NON_BLOCKING, 0);
+        if (r != CUDA_SUCCESS)
+            printf("11. %s green context of %u groups: %s\n", fl ? "fine" : "coscheduled", take, ename(r));
+        else if (fl)
+            printf("11. fine green context: %u groups of %u = %u SMs\n", take, per, take * per);
+    }
+    CK(cuCtxSetCurrent(prim));
+    for (int w = 0; w < 3; w++) {
+        if (!cs[w])
+            continue;
+        printf("11. clusters on %s:", cname[w]);
+        for (unsigned cl = 2; cl <= 8; cl *= 2) {
+            CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+            at.value.clusterDim.x = cl;
+            at.value.clusterDim.y = 1;
+            at.value.clusterDim.z = 1;
+            CUlaunchConfig cfg = {.gridDimX = cl * 8, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
+                                  .blockDimZ = 1, .sharedMemBytes = 0, .hStream = cs[w], .attrs = &at, .numAttrs = 1};
+            CUresult r = cuLaunchKernelEx(&cfg, use, a1, NULL);
+            if (r == CUDA_SUCCESS)
+                r = cuStreamSynchronize(cs[w]);
+            printf(" %u: %s", cl, ename(r));
+        }
+        printf("\n");
+    }
     printf("SUMMARY q1 %s (%.0f ms, whole %.0f), q2 %s (%.0f ms), halves together %.2fx, partition+stream %.2f ms, "
            "burst of 10 on 64 streams: primary %.0f ms, green %.0f ms; 128: %.0f vs %.0f ms; memory %s\n",
            q1 < 0 ? "refused" : "ran", q1, whole, q2 < 0 ? "refused" : "ran", q2, alone / both, t_make[0],
