@@ -2,8 +2,8 @@
 # Issue 12: a latency-critical program beside a training job (bench_latency: 20 us kernels, each waited
 # for; beside a load whose grids fill every SM with 500 us blocks). Its round-trip latency alone, then with
 # the load natively (time-sliced), under NVIDIA MPS (also with its stream at the greatest priority), under
-# cumux (normal, and as a high-priority client), each the median and 99th percentile, with the load's
-# throughput; prints a table last.
+# cumux (normal, as a high-priority client, and high with 8 SMs reserved for it), each the median and
+# 99th percentile, with the load's throughput; prints a table last.
 #   bench/latency.sh [--build DIR] [--duration S] [--no-mps]
 # Logs: ${OUT:-/tmp/cumux-latency}.
 set -u
@@ -62,7 +62,9 @@ if [ -x "$cli" ] && cumux_start; then
     run_pair cumux_alone 0 "$cli run --" "" ""
     run_pair cumux 1 "$cli run --" "" "$cli run --"
     run_pair cumux_high 1 "$cli run --priority high --" "" "$cli run --"
-    cases+=(cumux_alone cumux cumux_high)
+    # SMs of its own for the latency program (8, one group on an H200): the load's blocks never hold them.
+    run_pair cumux_sms8 1 "$cli run --priority high --sms 8 --" "" "$cli run --"
+    cases+=(cumux_alone cumux cumux_high cumux_sms8)
     cumux_stop
 fi
 {

@@ -4,11 +4,15 @@
  *   sms: N: LIST
  * (LIST: the SM numbers, comma-separated). Between rounds it waits for a line on stdin, so that the test
  * can change its SMs meanwhile. Every id must be a real SM of the device, and at least one must be set.
- * Alone it proves nothing, so it is no test of the suite.
- *   gpu_sm_ids ROUNDS [MS] */
+ * Alone it proves nothing, so it is no test of the suite. With "free" it does not wait between rounds and
+ * prints when each round's SMs were read (CLOCK_REALTIME ns): "sms: N t=NS: LIST" (bench/sms.sh times a
+ * change of SMs with it).
+ *   gpu_sm_ids ROUNDS [MS [free]] */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_test.h"
 
@@ -16,8 +20,9 @@ int main(int argc, char **argv)
 {
     int rounds = argc >= 2 ? atoi(argv[1]) : 0;
     double ms = argc >= 3 ? atof(argv[2]) : 2.0;
-    if (rounds <= 0 || rounds > 1000 || ms <= 0)
-        gt_fail("usage: gpu_sm_ids ROUNDS [MS]");
+    bool free_running = argc >= 4 && !strcmp(argv[3], "free");
+    if (rounds <= 0 || rounds > 100000 || ms <= 0)
+        gt_fail("usage: gpu_sm_ids ROUNDS [MS [free]]");
     gt_begin("sm_ids");
     gt_require_gpu();
     CUdevice dev;
@@ -53,9 +58,15 @@ int main(int argc, char **argv)
         }
         if (n == 0)
             gt_fail("round %d: no SM recorded", r);
-        printf("sms: %d: %s\n", n, list);
+        if (free_running) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            printf("sms: %d t=%lld: %s\n", n, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, list);
+        } else {
+            printf("sms: %d: %s\n", n, list);
+        }
         fflush(stdout);
-        if (r + 1 < rounds) {
+        if (r + 1 < rounds && !free_running) {
             char line[16];
             if (!fgets(line, sizeof line, stdin))
                 gt_fail("no line on stdin");
