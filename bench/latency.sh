@@ -64,7 +64,10 @@ if [ -x "$cli" ] && cumux_start; then
     run_pair cumux_high 1 "$cli run --priority high --" "" "$cli run --"
     # SMs of its own for the latency program (8, one group on an H200): the load's blocks never hold them.
     run_pair cumux_sms8 1 "$cli run --priority high --sms 8 --" "" "$cli run --"
-    cases+=(cumux_alone cumux cumux_high cumux_sms8)
+    # The load alone under cumux, at normal and at low priority (low must cost it nothing alone).
+    run_pair cumux_load_normal 1 "true" "" "$cli run --"
+    run_pair cumux_load_low 1 "true" "" "$cli run --priority low --"
+    cases+=(cumux_alone cumux cumux_high cumux_sms8 cumux_load_normal cumux_load_low)
     cumux_stop
 fi
 {
@@ -76,5 +79,5 @@ fi
     done
     echo "latency: 1 block of 32 threads spinning 20 us, then a synchronize; load: 8 blocks of 256 threads an SM,"
     echo "500 us each, 4 grids then a synchronize; ${dur} s windows. load_alone: the load with no latency client"
-    echo "(its p50/p99 are those of 'true', meaningless)."
+    echo "(its p50/p99 are those of 'true', meaningless); so are cumux_load_normal and cumux_load_low."
 } | tee "$out/summary.txt"

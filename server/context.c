@@ -46,7 +46,11 @@ static CUresult ctx_sync(struct srv_client *c, struct srv_ctx *x)
     use_gpu(c, x->gpu);
     CUresult first = CUDA_SUCCESS;
     for (struct srv_stream *s = x->streams; s; s = s->next_in_ctx) {
+        if (srv_stream_known_idle(c, s))
+            continue;
         CUresult r = cuStreamSynchronize(s->cu);
+        if (r == CUDA_SUCCESS)
+            s->idle_gen = c->work_gen;
         if (first == CUDA_SUCCESS)
             first = r;
     }

@@ -87,6 +87,9 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     uint8_t *out = scratch;
     uint32_t out_len = 0;
     CUresult r;
+    /* Anything but a question of completion may queue work: streams known idle before are not now. */
+    if (hdr->op != CUMUX_OP_STREAM_QUERY && hdr->op != CUMUX_OP_STREAM_SYNC && hdr->op != CUMUX_OP_CTX_SYNC)
+        c->work_gen++;
     if (srv_route(c, hdr->op, body, payload, payload_len, answered, out, &out_len, &r) < 0)
         return -1;
     if (slot) {

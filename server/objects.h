@@ -36,6 +36,8 @@ bool host_ok(struct srv_client *c, uint64_t p, uint64_t n);
 /* The device bytes a memset (or memset node) touches from m->dst; false when its shape is invalid or
  * overflows. width 0 or height 0 is a valid empty memset (span 0). */
 bool memset_span(const struct cumux_memset *m, uint64_t *span);
+/* stream.c: s was found idle and no command of its client since could have queued work on it. */
+bool srv_stream_known_idle(struct srv_client *c, struct srv_stream *s);
 /* Whether work sent to s now would be captured into a graph rather than run. */
 bool srv_stream_capturing(struct srv_client *c, struct srv_stream *s);
 /* A descriptor the client sent over the socket just before the command that needs it; -1 if none. */

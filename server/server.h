@@ -61,6 +61,8 @@ struct srv_stream {
     struct srv_placed *placed; /* the green context it is in (placement.c), NULL: the primary context */
     uint64_t placed_gen;       /* the placement generation it follows */
     int hw_priority;           /* its priority in the driver */
+    uint64_t idle_gen;         /* the driver said it was idle when the client's work_gen was this (0: never):
+                                * while work_gen stays there, it still is, and no driver call is needed */
     enum srv_stream_kind kind;
     uint32_t handle;
     bool dirty;          /* blocking stream: work since the legacy stream last joined it */
@@ -158,6 +160,7 @@ struct srv_client {
      * (tag: accessible or not, extra: the allocation's handle). */
     struct cumux_ranges vmm_reserved, vmm_mapped;
     CUresult pending_error;          /* first error of a one-way command, reported at the next sync */
+    uint64_t work_gen;               /* bumped by every command that may queue work (dispatch.c) */
     int current_gpu;
     bool staging_registered;
     CUdeviceptr hostfn_words;     /* the device's address of shm->hostfn_stream_done, 0 when not registered */

@@ -102,20 +102,36 @@ CUresult op_stream_destroy(struct srv_client *c, struct srv_stream *stream)
     return CUDA_SUCCESS;
 }
 
+/* A stream the driver found idle, with no command of the client since that could have queued work on it,
+ * is idle still (its client's commands are the only source of its work, and they come in order): the
+ * answer needs no driver call (issue 12: round trips). */
+bool srv_stream_known_idle(struct srv_client *c, struct srv_stream *s)
+{
+    return s->idle_gen == c->work_gen && !s->capturing;
+}
+
 CUresult op_stream_sync(struct srv_client *c, struct srv_stream *stream)
 {
+    if (srv_stream_known_idle(c, stream))
+        return take_pending(c, CUDA_SUCCESS);
     CHECK(before_op(stream)); /* the legacy stream also waits for blocking streams' earlier work */
     CUresult r = cuStreamSynchronize(stream->cu);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         srv_usage_synced(c);
+        stream->idle_gen = c->work_gen;
+    }
     return take_pending(c, r);
 }
 
 CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)
 {
-    (void)c;
+    if (srv_stream_known_idle(c, stream))
+        return CUDA_SUCCESS;
     CHECK(before_op(stream));
-    return cuStreamQuery(stream->cu);
+    CUresult r = cuStreamQuery(stream->cu);
+    if (r == CUDA_SUCCESS)
+        stream->idle_gen = c->work_gen;
+    return r;
 }
 
 CUresult op_stream_wait_event(struct srv_client *c, const struct cumux_stream_wait_event *m,
