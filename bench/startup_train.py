@@ -1,7 +1,8 @@
 """Start-up of a PyTorch training program, as a user meets it: from the interpreter's start (the caller
 passes its clock in STARTUP_T0) to the end of 15 warm-up steps of a ResNet-50 (torchvision's, else a
 stand-in CNN of the same shape of work) with cuDNN's benchmark mode on, batch 32 of 224x224 images.
-Then timed steps: 20, or for STARTUP_DURATION seconds. With STARTUP_READY set, that file is created once
+Then timed steps: 20, or for STARTUP_DURATION seconds. STARTUP_BATCH: another batch size (bench/latency_torch.sh
+trains with 64). With STARTUP_READY set, that file is created once
 warm; with STARTUP_GO set, the timed steps wait until that file exists (bench/startup.sh starts two
 programs' timed steps together this way). Prints one line:
 STARTUP model=M import=S model_ready=S first_step=S warm=S steps_per_s=N images_per_s=N"""
@@ -30,8 +31,9 @@ except ImportError:
     kind = "cnn"
 model = model.cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x = torch.randn(32, 3, 224, 224, device="cuda")
-y = torch.randint(0, 1000, (32,), device="cuda")
+batch = int(os.environ.get("STARTUP_BATCH", "32"))
+x = torch.randn(batch, 3, 224, 224, device="cuda")
+y = torch.randint(0, 1000, (batch,), device="cuda")
 lossf = torch.nn.CrossEntropyLoss()
 torch.cuda.synchronize()
 t_model = time.time()

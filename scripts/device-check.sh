@@ -3,7 +3,8 @@
 # the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
-#                           [--usage-cost] [--latency] [--many] [--sms] [--seed] [--fuzz S]
+#                           [--usage-cost] [--latency] [--many] [--sms] [--seed] [--latency-torch]
+#                           [--fuzz S]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
 # --many: also bench/many.sh --green (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
@@ -12,6 +13,8 @@
 # and MPS at 50% each; how long a change of SMs takes; ~1.5 minutes).
 # --seed: also bench/seed_table.sh (issue 11: two ResNet-50 trainings time-sliced, under MPS and cumux, with
 # nvidia-smi's utilization, GPM SM activity and per-program GPU time; 3-5 minutes: a call of its own).
+# --latency-torch: also bench/latency_torch.sh (issue 12's table: ResNet-18 inference p99 alone and beside a
+# ResNet-50 training, natively, under MPS and cumux; ~5 minutes: a call of its own).
 # --usage-cost: also bench/usage_cost.sh (spin and SGEMM with and without sampling each client's GPU time,
 # about 2 minutes).
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
@@ -34,7 +37,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 fuzz_s=0 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -48,8 +51,9 @@ while [ $# -gt 0 ]; do
         --many) do_many=1 ;;
         --sms) do_sms=1 ;;
         --seed) do_seed=1 ;;
+        --latency-torch) do_latency_torch=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
-        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -u$/{/^#/p}' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -256,7 +260,7 @@ fi
 # extra_bench FLAG NAME LABEL SCRIPT [ARGS...]: within what is left of the budget; its exit status in
 # extra_rc[NAME], its output in $logs/NAME.txt and its logs (summary.txt last) in $logs/NAME/.
 declare -A extra_rc
-extra_names=(usage-cost latency many sms seed)
+extra_names=(usage-cost latency many sms seed latency-torch)
 extra_bench() {
     local flag=$1 name=$2 label=$3
     shift 3
@@ -271,6 +275,7 @@ extra_bench $do_latency latency "latency benchmark" bench/latency.sh "${bench_op
 extra_bench $do_many many "many-clients benchmark" bench/many.sh --green "${bench_opts[@]}"
 extra_bench $do_sms sms "reserved-SMs benchmark" bench/sms.sh "${bench_opts[@]}"
 extra_bench $do_seed seed "the seed's two ResNet-50 trainings" bench/seed_table.sh "${bench_opts[@]}"
+extra_bench $do_latency_torch latency-torch "ResNet-18 inference beside a training" bench/latency_torch.sh "${bench_opts[@]}"
 
 # --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
 # (tests/fuzz/run.sh --fast there), carried here as FUZZ_BINARY ---
