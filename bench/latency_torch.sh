@@ -4,12 +4,12 @@
 # training's images/s: time-sliced (natively), under NVIDIA MPS, and under cumux (normal; the inference
 # program high; high with SMs reserved for it). The training is warm before the requests are timed.
 # Prints a table last.
-#   bench/latency_torch.sh [--build DIR] [--duration S] [--no-mps] [--sms N]
+#   bench/latency_torch.sh [--build DIR] [--duration S] [--no-mps] [--sms "8 16 32"]
 # Logs: ${OUT:-/tmp/cumux-latency-torch}.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build="$repo/build" dur=20 do_mps=1 sms=16
+build="$repo/build" dur=20 do_mps=1 sms="8 16 32"
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
@@ -72,7 +72,9 @@ if [ -x "$cli" ] && cumux_start; then
     one cumux_alone 0 "$cli run --" ""
     one cumux 1 "$cli run --" "$cli run --"
     one cumux_high 1 "$cli run --priority high --" "$cli run --"
-    one cumux_high_sms 1 "$cli run --priority high --sms $sms --" "$cli run --"
+    for n in $sms; do
+        one "cumux_high_sms$n" 1 "$cli run --priority high --sms $n --" "$cli run --"
+    done
     one cumux_train_alone 1 "true" "$cli run --"
     cumux_stop
 fi
@@ -85,6 +87,6 @@ fi
         r=$(awk -v a="${R[$c,p99]:-}" -v b="$base" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }')
         printf '%-18s %9s %9s %14s %14s\n' "$c" "${R[$c,p50]:--}" "${R[$c,p99]:--}" "$r" "${R[$c,img]:--}"
     done
-    echo "p99/own alone: against the same program alone in the same mode (native, mps, cumux). cumux_high_sms:"
-    echo "the inference program high, with $sms SMs reserved for it; cumux_train_alone: the training alone."
+    echo "p99/own alone: against the same program alone in the same mode (native, mps, cumux). cumux_high_smsN:"
+    echo "the inference program high, with N SMs reserved for it; cumux_train_alone: the training alone."
 } | tee "$out/summary.txt"
