@@ -30,7 +30,15 @@ cli="$build/cli/cumux" spin="$build/bench/bench_spin"
 [ -x "$spin" ] || { echo "many.sh: $spin not built" >&2; exit 2; }
 . "$repo/scripts/lib/sharing.sh"
 sharing_init
-declare -A R M
+declare -A R M C
+# server_ticks: CPU ticks (user + system) of the server processes so far.
+server_ticks() {
+    local p t=0
+    for p in $(pgrep -x cumuxd; pgrep -f '^[^ ]*nvidia-cuda-mps-server'); do
+        t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo $t
+}
 # run MODE N PREFIX...: N processes; R[MODE,N] the aggregate (or how many failed), M[MODE,N] GiB in use.
 run() {
     local mode=$1 n=$2 i pids=() start mem
@@ -41,15 +49,24 @@ run() {
         timeout -k 5 $((dur + 120)) "$@" "$spin" "$start" "$dur" 2000000 4 >"$out/$mode.$n.$i.log" 2>&1 &
         pids+=($!)
     done
-    # The device memory in use in the middle of the window.
-    sleep $((5 + n / 16 + dur / 2))
+    # The device memory in use in the middle of the window, and the machine's CPU over 2 s there: busy
+    # share of all cores, and how much of it the server (cumuxd, nvidia-cuda-mps-server) took.
+    sleep $((5 + n / 16 + dur / 2 - 1))
     mem=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+    local c0 c1 s0 s1
+    c0=$(head -1 /proc/stat) s0=$(server_ticks)
+    sleep 2
+    c1=$(head -1 /proc/stat) s1=$(server_ticks)
+    C[$mode,$n]=$(awk -v a="$c0" -v b="$c1" -v s0="$s0" -v s1="$s1" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        split(a, x); split(b, y); t = 0; for (i = 2; i <= 11; i++) t += y[i] - x[i]
+        idle = (y[5] - x[5]) + (y[6] - x[6]); ncpu = t / (2 * hz)
+        printf "%.0f%%/%.1f", t > 0 ? 100 * (t - idle) / t : 0, (s1 - s0) / hz / 2 }')
     for i in "${pids[@]}"; do wait "$i"; done
     R[$mode,$n]=$(cat "$out/$mode.$n".*.log | awk -v want="$n" '
         /^spin / { for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }; s += v["launches_per_s"]; c++ }
         END { if (c == want) printf "%.0f", s; else printf "%d_of_%d_failed", want - c, want }')
     M[$mode,$n]=$(awk -v m="${mem:-0}" 'BEGIN { printf "%.1f", m / 1024 }')
-    log "$mode, $n clients: ${R[$mode,$n]} launches/s, ${M[$mode,$n]} GiB in use"
+    log "$mode, $n clients: ${R[$mode,$n]} launches/s, ${M[$mode,$n]} GiB in use, CPU busy/server cores ${C[$mode,$n]}"
 }
 modes=()
 if [ $do_native = 1 ]; then
@@ -74,16 +91,17 @@ fi
 {
     echo "== many clients: 4-block ~1 ms spin kernels, ${dur} s window (bench/many.sh, $(date -u +%FT%TZ)) =="
     printf '%-8s' clients
-    for m in "${modes[@]}"; do printf ' %14s %8s' "$m/s" "GiB"; done
+    for m in "${modes[@]}"; do printf ' %14s %8s %10s' "$m/s" "GiB" "cpu/srv"; done
     printf ' %10s' cumux/MPS
     [ $do_green = 1 ] && printf ' %10s' green/MPS
     echo
     for n in $clients; do
         printf '%-8s' "$n"
-        for m in "${modes[@]}"; do printf ' %14s %8s' "${R[$m,$n]:--}" "${M[$m,$n]:--}"; done
+        for m in "${modes[@]}"; do printf ' %14s %8s %10s' "${R[$m,$n]:--}" "${M[$m,$n]:--}" "${C[$m,$n]:--}"; done
         for m in cumux $([ $do_green = 1 ] && echo green); do
             awk -v a="${R[$m,$n]:-}" -v b="${R[mps,$n]:-}" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf " %9.2fx", a / b; else printf "          -" }'
         done
         echo
     done
+    echo "cpu/srv: the machine's CPU busy (all cores) / cores the server processes used, 2 s mid-window."
 } | tee "$out/summary.txt"
