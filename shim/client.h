@@ -19,6 +19,13 @@
 #define SHIM_MAGIC_DEAD 0xdeadbeefu
 
 /* Handles the program holds are pointers to these. The server knows each by its integer handle. */
+/* What the shim knows of a stream's completion (stream.c): shim_work_seq + 1 as it was when the server last
+ * found it idle (query) or synchronized it (sync; pending errors reported); 0: nothing known. While no work
+ * message has been sent since, the same answer needs no round trip. */
+struct shim_idle {
+    _Atomic uint64_t query_seq, sync_seq;
+};
+
 struct CUctx_st {
     uint32_t magic;
     uint32_t handle;        /* server context handle */
@@ -31,6 +38,8 @@ struct CUctx_st {
     uint64_t id;
     int cache_config;
     int shmem_config;
+    struct shim_idle legacy_idle; /* its legacy stream's */
+    _Atomic uint64_t synced_seq;  /* cuCtxSynchronize's, as shim_idle.sync_seq */
 };
 
 struct CUstream_st {
@@ -40,6 +49,7 @@ struct CUstream_st {
     unsigned flags;
     int priority;
     uint64_t id;
+    struct shim_idle idle;
 };
 
 struct CUevent_st {
@@ -120,6 +130,14 @@ CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *p
 void *shim_ring_reserve(uint32_t size, CUresult *err);
 /* One-way message written in place: begin returns where body_len bytes go (ring lock held), end publishes. */
 void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err);
+/* Under ring_lock: the message of op, size bytes, is in the ring; counts it (shim_work_seq) unless it is a
+ * completion question (stream query or synchronize, context synchronize), whose place among the work
+ * messages this thread then finds in shim_question_seq. */
+void shim_ring_commit(uint16_t op, uint32_t size);
+extern _Atomic uint64_t shim_work_seq;
+extern _Thread_local uint64_t shim_question_seq;
+/* Whether the answer that set seq (shim_idle) still holds: no work sent since, the server there. */
+bool shim_idle_still(uint64_t seq);
 void shim_send_end(void);
 /* Send a descriptor over the socket for the next command (HOST_ALLOC, MODULE_LOAD); the caller holds
  * sock_lock from here until that command is sent. */

@@ -77,9 +77,12 @@ CUresult shim_lost_error(void)
     return f ? (CUresult)f : CUDA_ERROR_MPS_CONNECTION_FAILED;
 }
 
+static _Atomic int lost; /* the connection to the server is gone */
+
 static void server_lost(void)
 {
     static _Atomic int said;
+    atomic_store(&lost, 1);
     if (!atomic_exchange(&said, 1))
         cumux_logf("lost the connection to cumuxd: every further CUDA call fails");
 }
@@ -101,7 +104,33 @@ void *shim_ring_reserve(uint32_t size, CUresult *err)
     return p;
 }
 
+_Atomic uint64_t shim_work_seq;
+_Thread_local uint64_t shim_question_seq;
+
+static bool is_question(uint16_t op)
+{
+    return op == CUMUX_OP_STREAM_QUERY || op == CUMUX_OP_STREAM_SYNC || op == CUMUX_OP_CTX_SYNC;
+}
+
+/* A work message counts once it is in the ring (before the call that sent it returns), and a question
+ * reads the count under the same lock: the count a question saw is exactly the work ahead of it. */
+void shim_ring_commit(uint16_t op, uint32_t size)
+{
+    if (is_question(op))
+        shim_question_seq = atomic_load_explicit(&shim_work_seq, memory_order_relaxed);
+    cumux_ring_commit(shim.shm, size);
+    if (!is_question(op))
+        atomic_fetch_add_explicit(&shim_work_seq, 1, memory_order_release);
+}
+
+bool shim_idle_still(uint64_t seq)
+{
+    return seq != 0 && seq == atomic_load_explicit(&shim_work_seq, memory_order_acquire) + 1 &&
+           !atomic_load_explicit(&lost, memory_order_relaxed) && atomic_load(&shim.shm->server_fault) == 0;
+}
+
 static uint32_t begun_size; /* under ring_lock, from shim_send_begin to shim_send_end */
+static uint16_t begun_op;
 
 void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
 {
@@ -120,12 +149,13 @@ void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
     h->reply = CUMUX_NO_REPLY;
     h->size = size;
     begun_size = size;
+    begun_op = op;
     return h + 1;
 }
 
 void shim_send_end(void)
 {
-    cumux_ring_commit(shim.shm, begun_size);
+    shim_ring_commit(begun_op, begun_size);
     pthread_mutex_unlock(&shim.ring_lock);
 }
 
@@ -148,7 +178,7 @@ static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_l
     memcpy(h + 1, body, body_len);
     if (payload_len)
         memcpy((char *)(h + 1) + body_len, payload, payload_len);
-    cumux_ring_commit(shim.shm, size);
+    shim_ring_commit(op, size);
     pthread_mutex_unlock(&shim.ring_lock);
     return CUDA_SUCCESS;
 }

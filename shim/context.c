@@ -550,9 +550,16 @@ CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+/* As a stream's synchronize (stream.c): while no work has been sent since the last one, the next needs no
+ * round trip. */
 static CUresult ctx_sync(struct CUctx_st *c)
 {
-    return shim_op_ctx_sync(c->handle);
+    if (shim_idle_still(atomic_load(&c->synced_seq)))
+        return CUDA_SUCCESS;
+    CUresult r = shim_op_ctx_sync(c->handle);
+    if (r == CUDA_SUCCESS)
+        atomic_store(&c->synced_seq, shim_question_seq + 1);
+    return r;
 }
 
 CUresult cuCtxSynchronize(void)

@@ -100,7 +100,7 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         return r;
     }
     memcpy(p, &msg, sizeof msg);
-    cumux_ring_commit(shim.shm, msg.h.size);
+    shim_ring_commit(msg.h.op, msg.h.size);
     pthread_mutex_unlock(&shim.ring_lock);
     uint64_t nchunks = (n + chunk - 1) / chunk, i;
     for (i = 0; i < nchunks; i++) {

@@ -1,4 +1,5 @@
-/* Streams and events. Work submitted to them travels one way; queries and synchronizations are round trips. */
+/* Streams and events. Work submitted to them travels one way; queries and synchronizations are round trips,
+ * except about a stream known idle (below). */
 #include <stdlib.h>
 
 #include "shim/client.h"
@@ -83,18 +84,52 @@ CUresult cuStreamDestroy(CUstream s)
     return shim_op_stream_destroy(s->handle);
 }
 
+/* What is known of h's completion: a stream's own, the legacy stream's in its context; NULL for the
+ * per-thread default stream (asked every time). */
+static struct shim_idle *idle_of(CUstream h, struct CUctx_st *ctx)
+{
+    if (h == NULL)
+        h = cumux_tls_ptds ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    if (h == CU_STREAM_PER_THREAD)
+        return NULL;
+    return h == CU_STREAM_LEGACY ? &ctx->legacy_idle : &h->idle;
+}
+
+/* A stream the server found idle (or synchronized) stays so while this process sends no work: the
+ * question is answered here, with no round trip (issue 12). Errors of earlier one-way work were reported
+ * by the synchronize that made the answer; a query's answer is reused for queries only. */
 CUresult cuStreamSynchronize(CUstream h)
 {
     uint32_t s;
-    CUresult r = shim_resolve_stream(h, &s, NULL);
-    return r != CUDA_SUCCESS ? r : shim_op_stream_sync(s);
+    struct CUctx_st *ctx;
+    CUresult r = shim_resolve_stream(h, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct shim_idle *known = idle_of(h, ctx);
+    if (known && shim_idle_still(atomic_load(&known->sync_seq)))
+        return CUDA_SUCCESS;
+    r = shim_op_stream_sync(s);
+    if (r == CUDA_SUCCESS && known) {
+        atomic_store(&known->sync_seq, shim_question_seq + 1);
+        atomic_store(&known->query_seq, shim_question_seq + 1);
+    }
+    return r;
 }
 
 CUresult cuStreamQuery(CUstream h)
 {
     uint32_t s;
-    CUresult r = shim_resolve_stream(h, &s, NULL);
-    return r != CUDA_SUCCESS ? r : shim_op_stream_query(s);
+    struct CUctx_st *ctx;
+    CUresult r = shim_resolve_stream(h, &s, &ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct shim_idle *known = idle_of(h, ctx);
+    if (known && (shim_idle_still(atomic_load(&known->query_seq)) || shim_idle_still(atomic_load(&known->sync_seq))))
+        return CUDA_SUCCESS;
+    r = shim_op_stream_query(s);
+    if (r == CUDA_SUCCESS && known)
+        atomic_store(&known->query_seq, shim_question_seq + 1);
+    return r;
 }
 
 CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
