@@ -1,6 +1,10 @@
 /* Launch rate and call latency from one process:
  *  - empty kernel <<<1,1>>>(int) launched N times on the legacy stream, then a context sync (median of reps);
- *  - median round trip of cuStreamQuery and cuCtxSynchronize with no work pending.
+ *  - median round trip of cuStreamQuery and cuCtxSynchronize with no work pending (under cumux answered from
+ *    what is known of the stream, when nothing was sent since the last answer);
+ *  - the same question when it must be asked (a one-way event record on another stream just before:
+ *    query_asked_ns), and a launch of the empty kernel followed by its stream's synchronize
+ *    (launch_sync_ns: the latency of the smallest piece of GPU work).
  * usage: bench_launch [LAUNCHES=200000] [REPS=5] [CALLS=20000] */
 #include "bench_util.h"
 
@@ -63,6 +67,26 @@ int main(int argc, char **argv)
         lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
     }
     double query_own_ns = bench_median(lat, calls);
+    CUstream other;
+    CUevent ev;
+    BCK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    BCK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    for (int i = 0; i < calls; i++) {
+        BCK(cuEventRecord(ev, other));
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuStreamQuery(own));
+        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
+    }
+    double query_asked_ns = bench_median(lat, calls);
+    for (int i = 0; i < calls; i++) {
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, own, args, NULL));
+        BCK(cuStreamSynchronize(own));
+        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
+    }
+    double launch_sync_ns = bench_median(lat, calls);
+    BCK(cuEventDestroy(ev));
+    BCK(cuStreamDestroy(other));
     BCK(cuStreamDestroy(own));
     for (int i = 0; i < calls; i++) {
         uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
@@ -71,7 +95,8 @@ int main(int argc, char **argv)
     }
     double sync_ns = bench_median(lat, calls);
     free(lat);
-    printf("launch_rate=%.0f launch_call_ns=%.0f stream_query_ns=%.0f stream_query_own_ns=%.0f ctx_sync_ns=%.0f\n",
-           launch_rate, launch_call_ns, query_ns, query_own_ns, sync_ns);
+    printf("launch_rate=%.0f launch_call_ns=%.0f stream_query_ns=%.0f stream_query_own_ns=%.0f ctx_sync_ns=%.0f "
+           "query_asked_ns=%.0f launch_sync_ns=%.0f\n",
+           launch_rate, launch_call_ns, query_ns, query_own_ns, sync_ns, query_asked_ns, launch_sync_ns);
     return 0;
 }
