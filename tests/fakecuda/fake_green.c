@@ -33,9 +33,12 @@ struct fc_green {
 
 static _Atomic uint32_t next_split = 1;
 
-static struct fc_sm_set *set_of(CUdevResource *r)
+/* The padding follows a 4-byte field: not aligned for the set, so copied in and out. */
+static struct fc_sm_set set_of(const CUdevResource *r)
 {
-    return (struct fc_sm_set *)(void *)r->_internal_padding;
+    struct fc_sm_set s;
+    memcpy(&s, r->_internal_padding, sizeof s);
+    return s;
 }
 
 static unsigned set_count(const struct fc_sm_set *s)
@@ -50,7 +53,7 @@ static void make_resource(CUdevResource *r, const struct fc_sm_set *s)
 {
     memset(r, 0, sizeof *r);
     r->type = CU_DEV_RESOURCE_TYPE_SM;
-    *set_of(r) = *s;
+    memcpy(r->_internal_padding, s, sizeof *s);
     r->sm.smCount = set_count(s);
     r->sm.minSmPartitionSize = FC_SM_ALIGN;
     r->sm.smCoscheduledAlignment = FC_SM_ALIGN;
@@ -88,7 +91,7 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGrou
         return CUDA_SUCCESS;
     }
     unsigned n = *nbGroups < possible ? *nbGroups : possible;
-    const struct fc_sm_set *in = (const struct fc_sm_set *)(const void *)input->_internal_padding;
+    const struct fc_sm_set in_set = set_of(input), *in = &in_set;
     uint32_t split = atomic_fetch_add(&next_split, 1);
     unsigned sm = 0;
     for (unsigned g = 0; g < n; g++) {
@@ -121,7 +124,7 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
     if (!d)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (unsigned i = 0; i < nbResources; i++) {
-        const struct fc_sm_set *s = set_of(&resources[i]);
+        const struct fc_sm_set sv = set_of(&resources[i]), *s = &sv;
         if (resources[i].type != CU_DEV_RESOURCE_TYPE_SM) {
             free(d);
             return CUDA_ERROR_INVALID_RESOURCE_TYPE;
