@@ -142,6 +142,11 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
         percent = 0;
     int rc = 0;
     pthread_mutex_lock(&place_mu);
+    if (c->placement_closed) { /* gone meanwhile (cumux set races its exit): nothing may be held for it */
+        pthread_mutex_unlock(&place_mu);
+        snprintf(why, cap, "the client is going away");
+        return -1;
+    }
     struct cumux_sm_set before[CUMUX_MAX_DEVICES];
     memcpy(before, c->sm_reserved, sizeof before);
     for (int g = 0; g < srv_gpu_count; g++) {
@@ -330,6 +335,7 @@ void srv_place_stream_gone(struct srv_stream *s)
 void srv_placement_release(struct srv_client *c)
 {
     pthread_mutex_lock(&place_mu);
+    c->placement_closed = true;
     bool had = false;
     for (int g = 0; g < srv_gpu_count; g++) {
         had |= !cumux_sm_empty(c->sm_reserved[g]);

@@ -214,6 +214,7 @@ struct srv_client {
     _Atomic uint32_t sms_now;       /* SMs its kernels may use (status); 0 before it has a stream */
     _Atomic bool sms_reserved;      /* they are its alone */
     struct cumux_sm_set sm_reserved[CUMUX_MAX_DEVICES]; /* its reserved SM groups, under placement.c's lock */
+    bool placement_closed; /* under that lock: released at its end, nothing may be reserved for it again */
     struct srv_placed *placed[CUMUX_MAX_DEVICES]; /* worker: where its streams go now (NULL: the primary
                                                    * context, every SM) */
     struct srv_placed *retired;     /* worker: places some of its streams may still be in */
