@@ -77,7 +77,9 @@ client=""
 serve_one "$tmp/vecadd.out" || fail "no program served after the fault"
 [ "$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")" != "$worker" ] || fail "the faulted worker $worker still serves"
 [ "$(ctl get_default_device_pinned_mem_limit 0)" = 64M ] || fail "the default after a new worker: $(ctl get_default_device_pinned_mem_limit 0)"
-# terminate_client, as cumux kill.
+# terminate_client, as cumux kill. (The output file is removed first: the new program's shell may not have
+# emptied it yet when the wait below first looks, and the old program's "hang: waiting" would pass it.)
+rm -f "$tmp/hang.out"
 "$cli" run -- "$gdir/gpu_hang" idle >"$tmp/hang.out" 2>&1 &
 client=$!
 for ((i = 0; i < 300; i++)); do grep -q '^hang: waiting' "$tmp/hang.out" && break; sleep 0.1; done
@@ -91,6 +93,7 @@ client=""
 refused get_server_status 1
 ctl start_server -uid "$(id -u)" || fail "start_server -uid $(id -u) (one runs): $(cat "$tmp/ctl.err")"
 refused start_server -uid 12345
+rm -f "$tmp/hang.out"
 "$cli" run -- "$gdir/gpu_hang" idle >"$tmp/hang.out" 2>&1 &
 client=$!
 for ((i = 0; i < 300; i++)); do grep -q '^hang: waiting' "$tmp/hang.out" && break; sleep 0.1; done

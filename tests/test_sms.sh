@@ -12,7 +12,7 @@ cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
 own_server_test
 export CUMUX_STANDBY=0 CUMUX_DEBUG=1
-fail_show="$tmp/a.out $tmp/b.out $tmp/set.out"
+fail_show="$tmp/a.out $tmp/b.out $tmp/c.out $tmp/set.out"
 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
 nsm=$("$cli" status | sed -n 's/^GPU 0: .*, \([0-9]*\) SMs.*/\1/p')
 [ -n "$nsm" ] || nsm=$("$cli" status | grep -o '[0-9]* SMs' | head -1 | cut -d' ' -f1)
@@ -84,10 +84,10 @@ CUMUX_SM_GROUPS=fine LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fail "cumux start with CUMUX_SM_GROUPS=fine"
 half=$((nsm / 2))
 mkfifo "$tmp/c.in" || fail "mkfifo"
-"$cli" run --sms "$half" -- "$gdir/gpu_sm_ids" 2 <"$tmp/c.in" >"$tmp/a.out" 2>&1 &
+"$cli" run --sms "$half" -- "$gdir/gpu_sm_ids" 2 <"$tmp/c.in" >"$tmp/c.out" 2>&1 &
 client=$!
 exec 3>"$tmp/c.in"
-a1=$(sms_of "$tmp/a.out" 1)
+a1=$(sms_of "$tmp/c.out" 1)
 "$cli" run --sms "$half" -- "$gdir/gpu_sm_ids" 1 >"$tmp/b.out" 2>&1 </dev/null || fail "the second half failed"
 b1=$(sms_of "$tmp/b.out" 1)
 [ -n "$a1" ] && [ -n "$b1" ] && [ -z "$(overlap "$a1" "$b1")" ] || fail "halves overlap: $a1 / $b1"
