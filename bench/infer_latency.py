@@ -10,21 +10,13 @@ import time
 
 import torch
 
+from bench_models import model_or_standin
+
 if not torch.cuda.is_available():
     print("SKIP infer_latency: no CUDA device")
     sys.exit(77)
 torch.backends.cudnn.benchmark = True
-try:
-    import torchvision
-
-    model = torchvision.models.resnet18()
-    kind = "resnet18"
-except ImportError:
-    nn = torch.nn
-    model = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
-                          *[nn.Sequential(nn.Conv2d(64, 64, 3, 1, 1), nn.BatchNorm2d(64), nn.ReLU()) for _ in range(8)],
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 1000))
-    kind = "cnn"
+model, kind = model_or_standin("resnet18")
 model = model.cuda().half().eval()
 host = torch.randn(1, 3, 224, 224).half().pin_memory()
 dev = torch.empty(1, 3, 224, 224, device="cuda", dtype=torch.half)

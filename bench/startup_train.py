@@ -12,23 +12,14 @@ import time
 
 t0 = float(os.environ.get("STARTUP_T0", time.time()))
 import torch  # noqa: E402
+from bench_models import model_or_standin  # noqa: E402
 
 t_import = time.time()
 if not torch.cuda.is_available():
     print("SKIP startup_train: no CUDA device")
     sys.exit(77)
 torch.backends.cudnn.benchmark = True
-try:
-    import torchvision
-
-    model = torchvision.models.resnet50()
-    kind = "resnet50"
-except ImportError:
-    nn = torch.nn
-    model = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
-                          *[nn.Sequential(nn.Conv2d(64, 64, 3, 1, 1), nn.BatchNorm2d(64), nn.ReLU()) for _ in range(8)],
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 1000))
-    kind = "cnn"
+model, kind = model_or_standin("resnet50")
 model = model.cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 batch = int(os.environ.get("STARTUP_BATCH", "32"))

@@ -30,28 +30,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static const char *ename(CUresult r)
-{
-    const char *s = NULL;
-    cuGetErrorName(r, &s);
-    return s ? s : "?";
-}
-
-#define CK(x)                                                                                          \
-    do {                                                                                               \
-        CUresult r_ = (x);                                                                             \
-        if (r_) {                                                                                      \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #x, ename(r_));                               \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "probe_util.h"
 
 static void *slurp(const char *p)
 {

@@ -19,14 +19,6 @@ static long gpu_used_mib(void)
     return v;
 }
 
-#define CK(call)                                                                                     \
-    do {                                                                                             \
-        CUresult r_ = (call);                                                                        \
-        if (r_ != CUDA_SUCCESS) {                                                                    \
-            printf("FAIL %s: %s\n", #call, ename(r_));                                             \
-            return 1;                                                                                \
-        }                                                                                            \
-    } while (0)
 
 int main(void)
 {

@@ -1,8 +1,10 @@
-/* What the fault probes share: a monotonic clock in milliseconds and a CUresult's name. */
+/* What the probes share: a monotonic clock in milliseconds, a CUresult's name, a call that must succeed. */
 #ifndef CUMUX_PROBE_UTIL_H
 #define CUMUX_PROBE_UTIL_H
 
 #include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 static inline double now_ms(void)
@@ -18,5 +20,15 @@ static inline const char *ename(CUresult r)
     cuGetErrorName(r, &s);
     return s ? s : "?";
 }
+
+/* A driver call that must succeed: else the line, the call and its error, and the probe ends. */
+#define CK(x)                                                                                          \
+    do {                                                                                               \
+        CUresult r_ = (x);                                                                             \
+        if (r_) {                                                                                      \
+            printf("FAIL line %d: %s -> %s\n", __LINE__, #x, ename(r_));                               \
+            exit(1);                                                                                   \
+        }                                                                                              \
+    } while (0)
 
 #endif

@@ -17,14 +17,6 @@
 
 #include "probe_util.h"
 
-#define CK(x)                                                                                          \
-    do {                                                                                               \
-        CUresult r_ = (x);                                                                             \
-        if (r_) {                                                                                      \
-            printf("FAIL line %d: %s -> %s\n", __LINE__, #x, ename(r_));                               \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
 
 int main(void)
 {
