@@ -4,17 +4,8 @@
 #include <string.h>
 
 #include "common/sm_plan.h"
+#include "tests/check.h"
 
-static int failures;
-#define WANT(cond, ...)                                                                                \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            printf("FAIL line %d: ", __LINE__);                                                        \
-            printf(__VA_ARGS__);                                                                       \
-            printf("\n");                                                                              \
-            failures++;                                                                                \
-        }                                                                                              \
-    } while (0)
 
 static struct cumux_sm_set bits(uint64_t lo)
 {
@@ -29,55 +20,55 @@ int main(void)
         sms[i] = 8;
     sms[16] = 4;
     const struct cumux_sm_set full = cumux_sm_first(16), all = cumux_sm_first(17);
-    WANT(full.w[0] == 0xffff && all.w[0] == 0x1ffff && all.w[1] == 0, "first");
-    WANT(cumux_sm_count(all, sms, 17) == 132, "all %u", cumux_sm_count(all, sms, 17));
-    WANT(cumux_sm_groups_for(66, 8) == 9 && cumux_sm_groups_for(64, 8) == 8 && cumux_sm_groups_for(0, 8) == 0 &&
+    CHECK(full.w[0] == 0xffff && all.w[0] == 0x1ffff && all.w[1] == 0, "first");
+    CHECK(cumux_sm_count(all, sms, 17) == 132, "all %u", cumux_sm_count(all, sms, 17));
+    CHECK(cumux_sm_groups_for(66, 8) == 9 && cumux_sm_groups_for(64, 8) == 8 && cumux_sm_groups_for(0, 8) == 0 &&
              cumux_sm_groups_for(1, 8) == 1,
          "groups_for");
     /* Reservations: the lowest free whole groups, disjoint; all of them may go, not one more. */
     struct cumux_sm_set a = cumux_sm_reserve(full, bits(0), cumux_sm_groups_for(66, 8));
-    WANT(a.w[0] == 0x1ff, "66 SMs: %#llx", (unsigned long long)a.w[0]);
-    WANT(cumux_sm_count(a, sms, 17) == 72, "66 SMs reserved as %u", cumux_sm_count(a, sms, 17));
+    CHECK(a.w[0] == 0x1ff, "66 SMs: %#llx", (unsigned long long)a.w[0]);
+    CHECK(cumux_sm_count(a, sms, 17) == 72, "66 SMs reserved as %u", cumux_sm_count(a, sms, 17));
     struct cumux_sm_set b = cumux_sm_reserve(full, a, 2);
-    WANT(b.w[0] == 0x600, "second reservation %#llx", (unsigned long long)b.w[0]);
+    CHECK(b.w[0] == 0x600, "second reservation %#llx", (unsigned long long)b.w[0]);
     struct cumux_sm_set ab = cumux_sm_or(a, b);
-    WANT(cumux_sm_reserve(full, ab, 5).w[0] == 0xf800, "the last 5 whole groups: %#llx",
+    CHECK(cumux_sm_reserve(full, ab, 5).w[0] == 0xf800, "the last 5 whole groups: %#llx",
          (unsigned long long)cumux_sm_reserve(full, ab, 5).w[0]);
-    WANT(cumux_sm_empty(cumux_sm_reserve(full, ab, 6)), "6 of 5 free groups");
-    WANT(cumux_sm_empty(cumux_sm_reserve(full, bits(0), 17)), "more than the whole groups");
-    WANT(cumux_sm_empty(cumux_sm_reserve(full, bits(0), 0)), "nothing reserved as something");
+    CHECK(cumux_sm_empty(cumux_sm_reserve(full, ab, 6)), "6 of 5 free groups");
+    CHECK(cumux_sm_empty(cumux_sm_reserve(full, bits(0), 17)), "more than the whole groups");
+    CHECK(cumux_sm_empty(cumux_sm_reserve(full, bits(0), 0)), "nothing reserved as something");
     /* Any sequence of reservations never hands out a group twice nor one outside full. */
     struct cumux_sm_set held = {{0}};
     for (unsigned k = 1; k < 8; k++) {
         struct cumux_sm_set r = cumux_sm_reserve(full, held, k);
         if (cumux_sm_empty(r))
             continue;
-        WANT(cumux_sm_groups(r) == k && cumux_sm_equal(cumux_sm_minus(r, held), r) &&
+        CHECK(cumux_sm_groups(r) == k && cumux_sm_equal(cumux_sm_minus(r, held), r) &&
                  cumux_sm_empty(cumux_sm_minus(r, full)),
              "k=%u: %#llx over %#llx", k, (unsigned long long)r.w[0], (unsigned long long)held.w[0]);
         held = cumux_sm_or(held, r);
     }
     /* Caps: a window of the shared groups, wrapping, spread by start. */
     struct cumux_sm_set shared = cumux_sm_minus(all, a);
-    WANT(cumux_sm_window(shared, 2, 0).w[0] == 0x600, "window 0: %#llx",
+    CHECK(cumux_sm_window(shared, 2, 0).w[0] == 0x600, "window 0: %#llx",
          (unsigned long long)cumux_sm_window(shared, 2, 0).w[0]);
-    WANT(cumux_sm_window(shared, 2, 7).w[0] == 0x10200, "window wrapping: %#llx",
+    CHECK(cumux_sm_window(shared, 2, 7).w[0] == 0x10200, "window wrapping: %#llx",
          (unsigned long long)cumux_sm_window(shared, 2, 7).w[0]);
-    WANT(cumux_sm_equal(cumux_sm_window(shared, 8, 3), shared), "a window as large as the share");
-    WANT(cumux_sm_empty(cumux_sm_window(bits(0), 2, 3)), "no share");
-    WANT(cumux_sm_groups_for_percent(50, 132, 8) == 9, "50%%: %u", cumux_sm_groups_for_percent(50, 132, 8));
-    WANT(cumux_sm_groups_for_percent(1, 132, 8) == 1, "1%%");
-    WANT(cumux_sm_groups_for_percent(0, 132, 8) == 1, "0%%: at least one group");
-    WANT(cumux_sm_groups_for_percent(100, 132, 8) == 17, "100%%: %u", cumux_sm_groups_for_percent(100, 132, 8));
-    WANT(cumux_sm_groups_for_percent(250, 132, 8) == 17, "over 100%%");
+    CHECK(cumux_sm_equal(cumux_sm_window(shared, 8, 3), shared), "a window as large as the share");
+    CHECK(cumux_sm_empty(cumux_sm_window(bits(0), 2, 3)), "no share");
+    CHECK(cumux_sm_groups_for_percent(50, 132, 8) == 9, "50%%: %u", cumux_sm_groups_for_percent(50, 132, 8));
+    CHECK(cumux_sm_groups_for_percent(1, 132, 8) == 1, "1%%");
+    CHECK(cumux_sm_groups_for_percent(0, 132, 8) == 1, "0%%: at least one group");
+    CHECK(cumux_sm_groups_for_percent(100, 132, 8) == 17, "100%%: %u", cumux_sm_groups_for_percent(100, 132, 8));
+    CHECK(cumux_sm_groups_for_percent(250, 132, 8) == 17, "over 100%%");
     /* Formatting. */
     char text[64];
     cumux_sm_format(a, sms, 17, text, sizeof text);
-    WANT(strcmp(text, "0-71") == 0, "%s", text);
+    CHECK(strcmp(text, "0-71") == 0, "%s", text);
     cumux_sm_format(bits(0x10201), sms, 17, text, sizeof text);
-    WANT(strcmp(text, "0-7,72-79,128-131") == 0, "%s", text);
+    CHECK(strcmp(text, "0-7,72-79,128-131") == 0, "%s", text);
     cumux_sm_format(bits(0x10201), sms, 17, text, 6);
-    WANT(strlen(text) < 6, "cut: %s", text);
+    CHECK(strlen(text) < 6, "cut: %s", text);
     /* A fine layout, 66 groups of 2: two halves of 66 SMs each, past the first 64 bits. */
     unsigned fine[66];
     for (int i = 0; i < 66; i++)
@@ -85,18 +76,20 @@ int main(void)
     struct cumux_sm_set ffull = cumux_sm_first(66);
     struct cumux_sm_set h1 = cumux_sm_reserve(ffull, bits(0), cumux_sm_groups_for(66, 2));
     struct cumux_sm_set h2 = cumux_sm_reserve(ffull, h1, cumux_sm_groups_for(66, 2));
-    WANT(cumux_sm_count(h1, fine, 66) == 66 && cumux_sm_count(h2, fine, 66) == 66, "halves: %u, %u",
+    CHECK(cumux_sm_count(h1, fine, 66) == 66 && cumux_sm_count(h2, fine, 66) == 66, "halves: %u, %u",
          cumux_sm_count(h1, fine, 66), cumux_sm_count(h2, fine, 66));
-    WANT(cumux_sm_empty(cumux_sm_minus(ffull, cumux_sm_or(h1, h2))) && cumux_sm_groups(cumux_sm_or(h1, h2)) == 66,
+    CHECK(cumux_sm_empty(cumux_sm_minus(ffull, cumux_sm_or(h1, h2))) && cumux_sm_groups(cumux_sm_or(h1, h2)) == 66,
          "the halves cover the device once");
-    WANT(cumux_sm_has(&h2, 65) && !cumux_sm_has(&h2, 32) && cumux_sm_has(&h1, 32), "the halves' groups");
+    CHECK(cumux_sm_has(&h2, 65) && !cumux_sm_has(&h2, 32) && cumux_sm_has(&h1, 32), "the halves' groups");
     cumux_sm_format(h2, fine, 66, text, sizeof text);
-    WANT(strcmp(text, "66-131") == 0, "%s", text);
+    CHECK(strcmp(text, "66-131") == 0, "%s", text);
     struct cumux_sm_set win = cumux_sm_window(ffull, 33, 40);
-    WANT(cumux_sm_groups(win) == 33 && cumux_sm_has(&win, 65) && cumux_sm_has(&win, 6) && !cumux_sm_has(&win, 7),
+    CHECK(cumux_sm_groups(win) == 33 && cumux_sm_has(&win, 65) && cumux_sm_has(&win, 6) && !cumux_sm_has(&win, 7),
          "a window past 64 bits, wrapping");
-    if (failures)
+    if (failures) {
+        printf("FAIL sm_plan: %lu of %lu checks\n", failures, checks);
         return 1;
-    printf("PASS sm_plan\n");
+    }
+    printf("PASS sm_plan (%lu checks)\n", checks);
     return 0;
 }
