@@ -105,15 +105,22 @@ static void stage_set(struct srv_client *c, int slot, uint32_t state)
     cumux_futex_wake(&c->shm->stage_seq[slot], 1);
 }
 
-void srv_staging_flush(struct srv_client *c)
+bool srv_staging_flush(struct srv_client *c, bool wait)
 {
+    bool left = false;
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
-        if (c->stage_pending[i]) {
+        if (!c->stage_pending[i])
+            continue;
+        if (wait)
             cuEventSynchronize(c->stage_event[i]);
-            c->stage_pending[i] = false;
-            stage_set(c, i, CUMUX_STAGE_FREE);
+        else if (cuEventQuery(c->stage_event[i]) == CUDA_ERROR_NOT_READY) {
+            left = true;
+            continue;
         }
+        c->stage_pending[i] = false;
+        stage_set(c, i, CUMUX_STAGE_FREE);
     }
+    return left;
 }
 
 CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_staged *m,
@@ -148,14 +155,10 @@ CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_stage
         return r;
     }
     c->stage_pending[m->slot] = true;
-    /* Give back the slots of earlier chunks as their copies finish; this chunk'stream copy runs meanwhile. */
-    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
-        if (i != (int)m->slot && c->stage_pending[i]) {
-            cuEventSynchronize(c->stage_event[i]);
-            c->stage_pending[i] = false;
-            stage_set(c, i, CUMUX_STAGE_FREE);
-        }
-    }
+    /* Give back the slots of earlier chunks whose copies are done, without waiting: a copy may sit behind
+     * work that waits for this client's next message (a stream wait on a value the client sets after a
+     * question, a host function), so the worker must go on; it looks again while idle (client.c). */
+    srv_staging_flush(c, false);
     return CUDA_SUCCESS;
 }
 
@@ -184,7 +187,7 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
     if (!c->staging_registered || chunk == 0 || m->size == 0 ||
         (width && (m->size % width || !cumux_span_2d(m->pitch, width, rows, &span))) || !dev_ok(c, m->dev, span))
         return CUDA_ERROR_INVALID_VALUE;
-    srv_staging_flush(c);
+    srv_staging_flush(c, true); /* this copy needs every slot */
     CHECK(before_op(stream));
     /* Chunk i is copied into slot i % N while the client copies chunk i-1 out of its slot. */
     uint64_t nchunks = (m->size + chunk - 1) / chunk;

@@ -108,7 +108,7 @@ void srv_client_release_all(struct srv_client *c)
 {
     srv_hostfn_release(c); /* no stream waits any more for a host function the client will not run */
     srv_waits_release(c);  /* nor for memory the client will not write */
-    srv_staging_flush(c);
+    srv_staging_flush(c, true);
     /* Let in-flight work finish first: it may still use the memory freed below. */
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);

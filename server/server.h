@@ -284,7 +284,9 @@ struct hostfn_job;
 /* Run one message; -1 on a protocol violation (the client is then dropped). */
 int srv_dispatch(struct srv_client *c, void *msg, uint32_t size);
 void srv_client_release_all(struct srv_client *c);
-void srv_staging_flush(struct srv_client *c);
+/* copy.c: gives back the staging slots whose copies are done (with wait, all, waiting for them); true when
+ * some are still in use (without wait). */
+bool srv_staging_flush(struct srv_client *c, bool wait);
 
 /* The GPU's kernels for stream memory operations on pool memory (memop_kernels.c); its context current. */
 bool srv_memop_kernels_load(int gpu);

@@ -147,11 +147,15 @@ int main(void)
     if (read_int(flag) != 4)
         gt_fail("4: cuCtxSynchronize returned before the gated kernel's store (%d)", read_int(flag));
 
-    /* 5. A copy (no kernel) into an idle stream: it too is work. */
+    /* 5. Copies (no kernel) from pageable memory into an idle stream: they too are work. Two of them, and a
+     * pause before the question: cumuxd's worker once waited, when idle or at the second copy, for the
+     * first copy's staging slot, i.e. for the gate, which only opens after the question's answer. */
     found_idle(s);
-    int host = 5;
+    int host = 4, host2 = 5;
     gated(s);
     CK(cuMemcpyHtoDAsync(flag, &host, sizeof host, s));
+    CK(cuMemcpyHtoDAsync(flag, &host2, sizeof host2, s));
+    gt_sleep_ms(20);
     EXPECT_RC(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
     *gate = 1;
     CK(cuStreamSynchronize(s));
