@@ -104,9 +104,9 @@ static void *worker_main(void *arg)
             /* Nothing to do: give back staging slots whose copies are done before sleeping, since the
              * client may be waiting for one and will send nothing until it has it. Copies still running
              * are not waited for (one may sit behind work waiting for the client's next message): the
-             * worker sleeps 0.2 ms at a time until they are done. */
+             * worker sleeps 50 us at a time until they are done (after its 50 us of spinning). */
             bool copies_left = srv_staging_flush(c, false);
-            cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, copies_left ? 200000 : 1000000000);
+            cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, copies_left ? 50000 : 1000000000);
         } else if (st > 0 && prof) {
             uint16_t op = ((const struct cumux_msg_hdr *)msg)->op;
             prof->n[op]++;
