@@ -761,13 +761,21 @@ static void on_gpu_fault(CUresult r, int gpu)
      * to have ended are the candidates; when there is one, it is the culprit. */
     char why[sizeof ((struct srv_fault_record *)0)->why] = "fatal GPU error";
     if (!culprit && !gone[0] && lock_clients_briefly()) {
-        unsigned cands = 0;
-        uint32_t only = 0;
+        unsigned cands = 0, nlive = 0;
+        char only_desc[160] = "";
+        uint32_t only = 0, live_id[8];
+        int live_pid[8];
         size_t len = strlen(why);
         for (struct srv_client *c = clients; c; c = c->next) {
             if (atomic_load(&c->finished) || !srv_usage_in_flight(c))
                 continue;
             only = c->id;
+            if (!cands) /* its name, should it leave the list before the record is made */
+                srv_client_describe(c, only_desc, sizeof only_desc);
+            if (nlive < 8) {
+                live_id[nlive] = c->id;
+                live_pid[nlive++] = (int)c->pid;
+            }
             int k = snprintf(why + len, sizeof why - len, "%s%u pid %d", cands ? ", " : "; kernels in flight: ",
                              c->id, (int)c->pid);
             if (k > 0 && (size_t)k < sizeof why - len)
@@ -777,8 +785,20 @@ static void on_gpu_fault(CUresult r, int gpu)
         pthread_mutex_unlock(&clients_lock);
         /* And those that went with kernels in flight just before (within 2 s). */
         char went[4][160];
-        size_t nw = srv_usage_departed_lately(2000000000ull, went, 4);
+        size_t nw = srv_usage_departed_lately(2000000000ull, went, 4), kept = 0;
         for (size_t i = 0; i < nw; i++) {
+            /* One that is leaving is both: its worker recorded its going before it left the list. */
+            unsigned id = 0;
+            int pid = 0;
+            bool listed = false;
+            if (sscanf(went[i], "%u pid %d", &id, &pid) == 2)
+                for (unsigned j = 0; j < nlive && !listed; j++)
+                    listed = live_id[j] == id && live_pid[j] == pid;
+            if (listed)
+                continue;
+            if (kept != i)
+                memcpy(went[kept], went[i], sizeof went[i]);
+            kept++;
             int k = snprintf(why + len, sizeof why - len, "%s%.40s (gone)", cands ? ", " : "; kernels in flight: ",
                              went[i]);
             if (k > 0 && (size_t)k < sizeof why - len)
@@ -789,6 +809,8 @@ static void on_gpu_fault(CUresult r, int gpu)
             culprit = only; /* 0 when the one candidate has gone: named by its description */
             if (!only)
                 snprintf(gone, sizeof gone, "%.150s (gone)", went[0]);
+            else
+                snprintf(gone, sizeof gone, "%.150s", only_desc);
             snprintf(why, sizeof why, "fatal GPU error (culprit: the only client with kernels in flight)");
         }
     }
