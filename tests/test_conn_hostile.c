@@ -570,6 +570,20 @@ static void kill_pids(void)
         CHECK(st == CUDA_ERROR_INVALID_VALUE, "default priority class %#llx: status %d, \"%s\"",
               (unsigned long long)bad_class[i], st, text);
     }
+    /* SMs: a percentage over 100 (other than "keep") is refused, for a client and as the default; a huge
+     * SM count is refused or taken, never a crash (the status below answers). */
+    const uint64_t bad_pct[] = {101, 1000, 0xfffffffeull};
+    for (size_t i = 0; i < sizeof bad_pct / sizeof *bad_pct; i++) {
+        uint64_t arg = bad_pct[i] << 32 | CUMUX_SMS_KEEP;
+        int st = pid_request(dir, CUMUX_HELLO_SET_SMS, (uint32_t)getpid(), arg, text, sizeof text);
+        CHECK(st == CUDA_ERROR_INVALID_VALUE && strstr(text, "not a percentage"), "SMs %#llx: status %d, \"%s\"",
+              (unsigned long long)arg, st, text);
+        st = pid_request(dir, CUMUX_HELLO_SET_DEFAULT_THREADS, 0, bad_pct[i], text, sizeof text);
+        CHECK(st == CUDA_ERROR_INVALID_VALUE, "default thread percentage %#llx: status %d, \"%s\"",
+              (unsigned long long)bad_pct[i], st, text);
+    }
+    pid_request(dir, CUMUX_HELLO_SET_SMS, (uint32_t)getpid(), (uint64_t)CUMUX_SMS_KEEP << 32 | 0xfffffffeu, text,
+                sizeof text);
     int lst = pid_request(dir, CUMUX_HELLO_SET_MEMORY, (uint32_t)getpid(), UINT64_MAX, text, sizeof text);
     CHECK(lst == 0 && strstr(text, "device memory limit"), "a 2^64-1 limit for this test's client: status %d, \"%s\"",
           lst, text);
