@@ -67,23 +67,6 @@ struct cumux_sm_set cumux_sm_reserve(struct cumux_sm_set full, struct cumux_sm_s
     return pick;
 }
 
-struct cumux_sm_set cumux_sm_window(struct cumux_sm_set shared, unsigned k, unsigned start)
-{
-    unsigned n = cumux_sm_groups(shared);
-    if (n == 0 || k >= n)
-        return shared;
-    unsigned idx[CUMUX_SM_MAX_GROUPS], m = 0;
-    for (unsigned i = 0; i < CUMUX_SM_MAX_GROUPS; i++)
-        if (cumux_sm_has(&shared, i))
-            idx[m++] = i;
-    struct cumux_sm_set w = {{0}};
-    for (unsigned j = 0; j < k; j++) {
-        unsigned g = idx[(start + j) % n];
-        w.w[g / 64] |= 1ull << (g % 64);
-    }
-    return w;
-}
-
 unsigned cumux_sm_groups_for_percent(unsigned percent, unsigned total_sms, unsigned per)
 {
     if (percent > 100)
@@ -91,6 +74,47 @@ unsigned cumux_sm_groups_for_percent(unsigned percent, unsigned total_sms, unsig
     unsigned long long sms = ((unsigned long long)percent * total_sms + 99) / 100;
     unsigned g = cumux_sm_groups_for((unsigned)sms, per);
     return g ? g : 1;
+}
+
+struct cumux_sm_set cumux_sm_window_percent(struct cumux_sm_set shared, const unsigned *group_sms, unsigned ngroups,
+                                            unsigned percent, unsigned total_sms, unsigned per, unsigned start)
+{
+    if (ngroups > CUMUX_SM_MAX_GROUPS)
+        ngroups = CUMUX_SM_MAX_GROUPS;
+    if (per == 0)
+        per = 1;
+    if (percent > 100)
+        percent = 100;
+    unsigned long long want = ((unsigned long long)percent * total_sms + 99) / 100;
+    unsigned long long cap = (want + per - 1) / per * per;
+    if (want == 0)
+        want = 1;
+    unsigned idx[CUMUX_SM_MAX_GROUPS], m = 0;
+    unsigned long long in_shared = 0;
+    for (unsigned i = 0; i < ngroups; i++)
+        if (cumux_sm_has(&shared, i)) {
+            idx[m++] = i;
+            in_shared += group_sms[i];
+        }
+    if (m == 0 || in_shared <= want)
+        return shared;
+    struct cumux_sm_set w = {{0}};
+    unsigned long long got = 0;
+    for (unsigned j = 0; j < m && got < want; j++) {
+        unsigned g = idx[(start + j) % m];
+        if (got + group_sms[g] > cap)
+            continue;
+        w.w[g / 64] |= 1ull << (g % 64);
+        got += group_sms[g];
+    }
+    if (got == 0) { /* every group is larger than the cap: the smallest one */
+        unsigned best = idx[0];
+        for (unsigned j = 1; j < m; j++)
+            if (group_sms[idx[j]] < group_sms[best])
+                best = idx[j];
+        w.w[best / 64] |= 1ull << (best % 64);
+    }
+    return w;
 }
 
 unsigned cumux_sm_count(struct cumux_sm_set set, const unsigned *group_sms, unsigned ngroups)

@@ -38,13 +38,16 @@ unsigned cumux_sm_groups_for(unsigned sms, unsigned per);
  * k free ones; empty when fewer are free, or k is 0. */
 struct cumux_sm_set cumux_sm_reserve(struct cumux_sm_set full, struct cumux_sm_set reserved, unsigned k);
 
-/* `k` groups of `shared` (wrapping), starting at its (start mod its size)-th group; all of shared when k
- * covers it. */
-struct cumux_sm_set cumux_sm_window(struct cumux_sm_set shared, unsigned k, unsigned start);
-
 /* The groups of a thread percentage: `percent` of `total_sms`, rounded up to whole groups of `per`, at
  * least one. */
 unsigned cumux_sm_groups_for_percent(unsigned percent, unsigned total_sms, unsigned per);
+
+/* A thread percentage's SMs among `shared` (groups of group_sms[i], ngroups of them): groups taken in
+ * order from its (start mod its size)-th, wrapping, until they hold `percent` of `total_sms`, never more
+ * than that rounded up to whole groups of `per` (a group larger than `per`, the driver's remainder, is
+ * passed over where it would overshoot; fewer where only such groups are left). All of shared when it holds no more; at least one group. */
+struct cumux_sm_set cumux_sm_window_percent(struct cumux_sm_set shared, const unsigned *group_sms, unsigned ngroups,
+                                            unsigned percent, unsigned total_sms, unsigned per, unsigned start);
 
 /* The SMs in `set`, groups of group_sms[i] (ngroups of them). */
 unsigned cumux_sm_count(struct cumux_sm_set set, const unsigned *group_sms, unsigned ngroups);

@@ -212,8 +212,9 @@ static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct la
     unsigned pct = atomic_load(&c->want_percent);
     if (pct == 0 || pct >= 100)
         return shared;
+    /* Capped clients spread over the shared SMs, each starting where its id puts it. */
     unsigned k = cumux_sm_groups_for_percent(pct, L->total, L->per);
-    return cumux_sm_window(shared, k, c->id * k); /* capped clients spread over the shared SMs */
+    return cumux_sm_window_percent(shared, L->sms, L->n, pct, L->total, L->per, c->id * k);
 }
 
 static struct srv_placed *placed_new(int gpu, const struct layout *L, struct cumux_sm_set mask)

@@ -48,14 +48,30 @@ int main(void)
              "k=%u: %#llx over %#llx", k, (unsigned long long)r.w[0], (unsigned long long)held.w[0]);
         held = cumux_sm_or(held, r);
     }
-    /* Caps: a window of the shared groups, wrapping, spread by start. */
-    struct cumux_sm_set shared = cumux_sm_minus(all, a);
-    CHECK(cumux_sm_window(shared, 2, 0).w[0] == 0x600, "window 0: %#llx",
-         (unsigned long long)cumux_sm_window(shared, 2, 0).w[0]);
-    CHECK(cumux_sm_window(shared, 2, 7).w[0] == 0x10200, "window wrapping: %#llx",
-         (unsigned long long)cumux_sm_window(shared, 2, 7).w[0]);
-    CHECK(cumux_sm_equal(cumux_sm_window(shared, 8, 3), shared), "a window as large as the share");
-    CHECK(cumux_sm_empty(cumux_sm_window(bits(0), 2, 3)), "no share");
+    /* Caps: a window of the shared groups, wrapping, spread by start, never more SMs than the percentage
+     * rounded up to whole groups. */
+    struct cumux_sm_set shared = cumux_sm_minus(all, a); /* groups 9-16: 7 x 8 SMs and the 4 left */
+    struct cumux_sm_set w0 = cumux_sm_window_percent(shared, sms, 17, 10, 132, 8, 0); /* 14 SMs: 16 */
+    CHECK(w0.w[0] == 0x600, "window 0: %#llx", (unsigned long long)w0.w[0]);
+    struct cumux_sm_set w7 = cumux_sm_window_percent(shared, sms, 17, 10, 132, 8, 7); /* the 4 and 8: 12 (the next 8 would pass the cap) */
+    CHECK(w7.w[0] == 0x10200 || w7.w[0] == 0x10000 + 0x200, "window wrapping: %#llx", (unsigned long long)w7.w[0]);
+    CHECK(cumux_sm_count(w7, sms, 17) == 12, "wrapping window of %u SMs", cumux_sm_count(w7, sms, 17));
+    CHECK(cumux_sm_equal(cumux_sm_window_percent(shared, sms, 17, 50, 132, 8, 3), shared),
+         "a window as large as the share");
+    CHECK(cumux_sm_empty(cumux_sm_window_percent(bits(0), sms, 17, 10, 132, 8, 3)), "no share");
+    /* The H200's own split (15 groups of 8 and a remainder of 12, SMs 120-131): 25% is 33 SMs, at most 40,
+     * from every start (the remainder once made a window of 44, beyond the cap). */
+    unsigned h200[16];
+    for (int i = 0; i < 15; i++)
+        h200[i] = 8;
+    h200[15] = 12;
+    for (unsigned start = 0; start < 40; start++) {
+        struct cumux_sm_set w = cumux_sm_window_percent(cumux_sm_first(16), h200, 16, 25, 132, 8, start);
+        unsigned n = cumux_sm_count(w, h200, 16);
+        CHECK(n >= 33 && n <= 40, "25%% from group %u: %u SMs", start, n);
+    }
+    unsigned big[2] = {12, 12}; /* every group larger than the cap: the smallest single one */
+    CHECK(cumux_sm_groups(cumux_sm_window_percent(cumux_sm_first(2), big, 2, 1, 24, 8, 0)) == 1, "one group at least");
     CHECK(cumux_sm_groups_for_percent(50, 132, 8) == 9, "50%%: %u", cumux_sm_groups_for_percent(50, 132, 8));
     CHECK(cumux_sm_groups_for_percent(1, 132, 8) == 1, "1%%");
     CHECK(cumux_sm_groups_for_percent(0, 132, 8) == 1, "0%%: at least one group");
@@ -83,7 +99,7 @@ int main(void)
     CHECK(cumux_sm_has(&h2, 65) && !cumux_sm_has(&h2, 32) && cumux_sm_has(&h1, 32), "the halves' groups");
     cumux_sm_format(h2, fine, 66, text, sizeof text);
     CHECK(strcmp(text, "66-131") == 0, "%s", text);
-    struct cumux_sm_set win = cumux_sm_window(ffull, 33, 40);
+    struct cumux_sm_set win = cumux_sm_window_percent(ffull, fine, 66, 50, 132, 2, 40);
     CHECK(cumux_sm_groups(win) == 33 && cumux_sm_has(&win, 65) && cumux_sm_has(&win, 6) && !cumux_sm_has(&win, 7),
          "a window past 64 bits, wrapping");
     if (failures) {

@@ -86,6 +86,10 @@ CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGrou
     unsigned align = useFlags ? FC_SM_ALIGN_FINE : FC_SM_ALIGN;
     unsigned per = minCount < align ? align : (minCount + align - 1) / align * align;
     unsigned possible = input->sm.smCount / per;
+    /* As on the H200: coscheduled groups stay within GPCs, so where the SMs do not divide evenly one more
+     * group's worth is left over (132 SMs in groups of 8: 15 groups and a remainder of 12, SMs 120-131). */
+    if (!useFlags && input->sm.smCount % per && possible > 1)
+        possible--;
     if (!result) {
         *nbGroups = possible;
         return CUDA_SUCCESS;
