@@ -3,8 +3,10 @@
  *  - median round trip of cuStreamQuery and cuCtxSynchronize with no work pending (under cumux answered from
  *    what is known of the stream, when nothing was sent since the last answer);
  *  - the same question when it must be asked (a one-way event record on another stream just before:
- *    query_asked_ns), and a launch of the empty kernel followed by its stream's synchronize
- *    (launch_sync_ns: the latency of the smallest piece of GPU work).
+ *    query_asked_ns: includes the server's handling of that record); the round trip alone of such a
+ *    question, the record given 30 us to be done first (query_rt_ns, ctx_sync_rt_ns); and a launch of the
+ *    empty kernel followed by its stream's synchronize (launch_sync_ns: the latency of the smallest piece
+ *    of GPU work).
  * usage: bench_launch [LAUNCHES=200000] [REPS=5] [CALLS=20000] */
 #include "bench_util.h"
 
@@ -78,6 +80,28 @@ int main(int argc, char **argv)
         lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
     }
     double query_asked_ns = bench_median(lat, calls);
+    /* The same after the record has had time to be done (30 us), alone the question's round trip: under
+     * cumux the message, the worker's driver call on a stream it cannot know idle, and the answer. */
+    for (int i = 0; i < calls; i++) {
+        BCK(cuEventRecord(ev, other));
+        uint64_t w = bench_ns(CLOCK_MONOTONIC) + 30000;
+        while (bench_ns(CLOCK_MONOTONIC) < w) {
+        }
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuStreamQuery(own));
+        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
+    }
+    double query_rt_ns = bench_median(lat, calls);
+    for (int i = 0; i < calls; i++) {
+        BCK(cuEventRecord(ev, other));
+        uint64_t w = bench_ns(CLOCK_MONOTONIC) + 30000;
+        while (bench_ns(CLOCK_MONOTONIC) < w) {
+        }
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuCtxSynchronize());
+        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
+    }
+    double ctx_sync_rt_ns = bench_median(lat, calls);
     for (int i = 0; i < calls; i++) {
         uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
         BCK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, own, args, NULL));
@@ -96,7 +120,8 @@ int main(int argc, char **argv)
     double sync_ns = bench_median(lat, calls);
     free(lat);
     printf("launch_rate=%.0f launch_call_ns=%.0f stream_query_ns=%.0f stream_query_own_ns=%.0f ctx_sync_ns=%.0f "
-           "query_asked_ns=%.0f launch_sync_ns=%.0f\n",
-           launch_rate, launch_call_ns, query_ns, query_own_ns, sync_ns, query_asked_ns, launch_sync_ns);
+           "query_asked_ns=%.0f query_rt_ns=%.0f ctx_sync_rt_ns=%.0f launch_sync_ns=%.0f\n",
+           launch_rate, launch_call_ns, query_ns, query_own_ns, sync_ns, query_asked_ns, query_rt_ns, ctx_sync_rt_ns,
+           launch_sync_ns);
     return 0;
 }

@@ -91,9 +91,9 @@ micro() {
     local mode=$1 k
     shift
     if timeout -k 5 90 "$@" "$bin/bench_launch" >"$out/launch.$mode.log" 2>&1; then
-        for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns launch_sync_ns; do R[$k,$mode]=$(kv "$out/launch.$mode.log" $k); done
+        for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns query_rt_ns ctx_sync_rt_ns launch_sync_ns; do R[$k,$mode]=$(kv "$out/launch.$mode.log" $k); done
     else
-        for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns launch_sync_ns; do R[$k,$mode]=FAIL; done
+        for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns query_rt_ns ctx_sync_rt_ns launch_sync_ns; do R[$k,$mode]=FAIL; done
     fi
     if timeout -k 5 90 "$@" "$bin/bench_copy" >"$out/copy.$mode.log" 2>&1; then
         for k in h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do
@@ -115,7 +115,7 @@ phase() { # MODE DELAY PREFIX...
     micro "$mode" "$@"
 }
 mark() { local mode=$1 why=$2 n k; for n in $procs; do R[spin$n,$mode]=$why; done
-    for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns launch_sync_ns h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do
+    for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns query_rt_ns ctx_sync_rt_ns launch_sync_ns h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do
         R[$k,$mode]=$why; done; }
 
 # --- table ---
@@ -142,6 +142,8 @@ report() {
         row "cuStreamQuery own stream, ns (lower)" stream_query_own_ns
         row "cuCtxSynchronize idle, ns (lower)" ctx_sync_ns
         row "cuStreamQuery that must ask, ns (lower)" query_asked_ns
+        row "  its round trip alone, ns (lower)" query_rt_ns
+        row "cuCtxSynchronize that must ask, rt ns (lower)" ctx_sync_rt_ns
         row "empty kernel + its sync, ns (lower)" launch_sync_ns
         row "channel round trip alone, ns (lower)" channel_rt_ns
         echo "spin: 16x128 threads x 2,000,000 cycles, 10 launches + sync, ${dur} s common window, aggregate over processes."
