@@ -4,13 +4,14 @@
 # NVIDIA MPS and under cumux (natively too with --native), for each N; ratios last. A run whose
 # processes do not all start (MPS serves at most 48 clients) says so.
 #   bench/many.sh [--build DIR] [--duration S] [--clients "16 32 48 64 128"] [--native] [--no-mps] [--green]
+#                 [--pace]
 # --green: also cumux with a green context of its own for every client (CUMUX_GREEN_QUEUES=1: do they
-# bring hardware queues of their own?).
+# bring hardware queues of their own?). --pace: also cumux with launch pacing (CUMUX_PACE=1).
 # Logs: ${OUT:-/tmp/cumux-many}.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build="$repo/build" dur=6 clients="16 32 48 64 128" do_native=0 do_mps=1 do_green=0
+build="$repo/build" dur=6 clients="16 32 48 64 128" do_native=0 do_mps=1 do_green=0 do_pace=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
@@ -19,7 +20,8 @@ while [ $# -gt 0 ]; do
         --native) do_native=1 ;;
         --no-mps) do_mps=0 ;;
         --green) do_green=1 ;;
-        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        --pace) do_pace=1 ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
         *) echo "many.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -60,7 +62,7 @@ run() {
     C[$mode,$n]=$(awk -v a="$c0" -v b="$c1" -v s0="$s0" -v s1="$s1" -v hz="$(getconf CLK_TCK)" 'BEGIN {
         split(a, x); split(b, y); t = 0; for (i = 2; i <= 11; i++) t += y[i] - x[i]
         idle = (y[5] - x[5]) + (y[6] - x[6]); ncpu = t / (2 * hz)
-        printf "%.0f%%/%.1f", t > 0 ? 100 * (t - idle) / t : 0, (s1 - s0) / hz / 2 }')
+        printf "%.0f%%/%.1f", (t > 0 ? 100 * (t - idle) / t : 0), (s1 - s0) / hz / 2 }')
     for i in "${pids[@]}"; do wait "$i"; done
     R[$mode,$n]=$(cat "$out/$mode.$n".*.log | awk -v want="$n" '
         /^spin / { for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }; s += v["launches_per_s"]; c++ }
@@ -88,17 +90,23 @@ if [ $do_green = 1 ] && [ -x "$cli" ] && CUMUX_SERVER_ENV="CUMUX_GREEN_QUEUES=1"
     for n in $clients; do run green "$n" "$cli" run --; done
     cumux_stop
 fi
+if [ $do_pace = 1 ] && [ -x "$cli" ] && CUMUX_SERVER_ENV="CUMUX_PACE=1" cumux_start; then
+    modes+=(paced)
+    for n in $clients; do run paced "$n" "$cli" run --; done
+    cumux_stop
+fi
 {
     echo "== many clients: 4-block ~1 ms spin kernels, ${dur} s window (bench/many.sh, $(date -u +%FT%TZ)) =="
     printf '%-8s' clients
     for m in "${modes[@]}"; do printf ' %14s %8s %10s' "$m/s" "GiB" "cpu/srv"; done
     printf ' %10s' cumux/MPS
     [ $do_green = 1 ] && printf ' %10s' green/MPS
+    [ $do_pace = 1 ] && printf ' %10s' paced/MPS
     echo
     for n in $clients; do
         printf '%-8s' "$n"
         for m in "${modes[@]}"; do printf ' %14s %8s %10s' "${R[$m,$n]:--}" "${M[$m,$n]:--}" "${C[$m,$n]:--}"; done
-        for m in cumux $([ $do_green = 1 ] && echo green); do
+        for m in cumux $([ $do_green = 1 ] && echo green) $([ $do_pace = 1 ] && echo paced); do
             awk -v a="${R[$m,$n]:-}" -v b="${R[mps,$n]:-}" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf " %9.2fx", a / b; else printf "          -" }'
         done
         echo

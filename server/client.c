@@ -120,6 +120,9 @@ static void *worker_main(void *arg)
         free(prof);
     }
     srv_client_release_all(c);
+    if (atomic_load(&c->paced))
+        cumux_logf("client %u: %llu of its %llu launches waited for their stream (pacing)", c->id,
+                   (unsigned long long)atomic_load(&c->paced), (unsigned long long)atomic_load(&c->launches));
     cumux_logf("client %u (pid %d) gone; everything it held is freed", c->id, (int)c->pid);
     atomic_store(&c->finished, 1);
     char b = 1;

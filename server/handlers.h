@@ -37,6 +37,11 @@ void srv_usage_release(struct srv_client *c);
  * as so; most programs that time their work use one). */
 void srv_usage_synced(struct srv_client *c);
 
+/* pacing.c: before a kernel launch on s, while many clients launch and this one's kernels are long, waits
+ * (bounded) for s's earlier work, so that hardware queues shared between clients' streams keep runnable
+ * heads. Off unless CUMUX_PACE=1. */
+void srv_pace_launch(struct srv_client *c, struct srv_stream *s);
+
 /* mem_limit.c: `size` more bytes of device memory held by the client, counted against its limit:
  * CUDA_ERROR_OUT_OF_MEMORY past it (nothing counted). srv_mem_uncharge gives them back. */
 CUresult srv_mem_charge(struct srv_client *c, uint64_t size);

@@ -21,6 +21,7 @@ CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct sr
     void *kp[CUMUX_MAX_PARAMS];
     for (uint32_t i = 0; i < function->nparams; i++)
         kp[i] = (void *)(params + function->param_offsets[i]);
+    srv_pace_launch(c, stream);
     CHECK(before_op(stream));
     int timed = srv_usage_begin(c, stream);
     CUresult r;

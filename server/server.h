@@ -207,6 +207,9 @@ struct srv_client {
     _Atomic uint64_t done_units; /* of those, how many are known to have ended (usage.c) */
     _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
     struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
+    _Atomic uint64_t kernel_ns_recent; /* its sampled launches' recent mean time (usage.c), for pacing.c */
+    _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
+    uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */
     _Atomic uint32_t nstreams;
     /* Its SMs (placement.c): what it asked for, and the SMs its kernels may use now (0: all). */
     _Atomic uint32_t want_sms;      /* reserved for it alone (cumux run --sms, cumux set --sms); 0 none */

@@ -54,6 +54,9 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
         if (q == CUDA_SUCCESS && cuEventElapsedTime(&ms, p->start, p->end) == CUDA_SUCCESS && ms >= 0) {
             u->sampled_ns += ms * 1e6;
             u->sampled++;
+            /* A recent mean (weight 1/4 to the newest) for pacing.c: the client's kernels now. */
+            uint64_t ns = (uint64_t)(ms * 1e6), was = atomic_load_explicit(&c->kernel_ns_recent, memory_order_relaxed);
+            atomic_store_explicit(&c->kernel_ns_recent, was ? (was * 3 + ns) / 4 : ns, memory_order_relaxed);
             if (p->unit > u->done_units) {
                 u->done_units = p->unit;
                 if (p->unit > atomic_load(&c->done_units))
