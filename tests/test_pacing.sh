@@ -27,6 +27,15 @@ timeout 120 "$cli" run -- "$gdir/gpu_stream_memops" >"$tmp/a.out" 2>&1 &
 a=$!
 timeout 120 "$cli" run -- "$gdir/gpu_matmul" >"$tmp/run.out" 2>&1 || fail "gpu_matmul beside another, paced"
 wait "$a" || { cp "$tmp/a.out" "$tmp/run.out"; fail "gpu_stream_memops beside another, paced"; }
+# Many at once, each paced: all give their results.
+pids=()
+for ((i = 1; i <= 24; i++)); do
+    timeout 120 "$cli" run -- "$gdir/gpu_matmul" >"$tmp/m.$i.out" 2>&1 &
+    pids+=($!)
+done
+for ((i = 1; i <= 24; i++)); do
+    wait "${pids[$((i - 1))]}" || { cp "$tmp/m.$i.out" "$tmp/run.out"; fail "client $i of 24, paced"; }
+done
 "$cli" stop >/dev/null || fail "cumux stop"
 grep -q "launches waited for their stream (pacing)" "$log" || fail "no launch waited with pacing forced on"
 # Off by default; on but below its thresholds (one client launching, 2 needed): no launch waits.
