@@ -10,6 +10,22 @@
  * usage: bench_launch [LAUNCHES=200000] [REPS=5] [CALLS=20000] */
 #include "bench_util.h"
 
+/* Median time of a question (cuStreamQuery of `own`, or cuCtxSynchronize when own is NULL) asked 30 us
+ * after an event record on `other`. */
+static double question_after_record(CUevent ev, CUstream other, CUstream own, double *lat, int calls)
+{
+    for (int i = 0; i < calls; i++) {
+        BCK(cuEventRecord(ev, other));
+        uint64_t w = bench_ns(CLOCK_MONOTONIC) + 30000;
+        while (bench_ns(CLOCK_MONOTONIC) < w) {
+        }
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(own ? cuStreamQuery(own) : cuCtxSynchronize());
+        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
+    }
+    return bench_median(lat, calls);
+}
+
 int main(int argc, char **argv)
 {
     long launches = argc > 1 ? strtol(argv[1], NULL, 10) : 200000;
@@ -82,26 +98,8 @@ int main(int argc, char **argv)
     double query_asked_ns = bench_median(lat, calls);
     /* The same after the record has had time to be done (30 us), alone the question's round trip: under
      * cumux the message, the worker's driver call on a stream it cannot know idle, and the answer. */
-    for (int i = 0; i < calls; i++) {
-        BCK(cuEventRecord(ev, other));
-        uint64_t w = bench_ns(CLOCK_MONOTONIC) + 30000;
-        while (bench_ns(CLOCK_MONOTONIC) < w) {
-        }
-        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
-        BCK(cuStreamQuery(own));
-        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
-    }
-    double query_rt_ns = bench_median(lat, calls);
-    for (int i = 0; i < calls; i++) {
-        BCK(cuEventRecord(ev, other));
-        uint64_t w = bench_ns(CLOCK_MONOTONIC) + 30000;
-        while (bench_ns(CLOCK_MONOTONIC) < w) {
-        }
-        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
-        BCK(cuCtxSynchronize());
-        lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);
-    }
-    double ctx_sync_rt_ns = bench_median(lat, calls);
+    double query_rt_ns = question_after_record(ev, other, own, lat, calls);
+    double ctx_sync_rt_ns = question_after_record(ev, other, NULL, lat, calls);
     for (int i = 0; i < calls; i++) {
         uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
         BCK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, own, args, NULL));

@@ -53,40 +53,6 @@ struct chunk_msg {
     CUmemPoolPtrExportData data;
 };
 
-static void send_fd(int sock, int fd, const void *data, size_t len)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec io = {.iov_base = (void *)data, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(cbuf, 0, sizeof cbuf);
-        msg.msg_control = cbuf;
-        msg.msg_controllen = sizeof cbuf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    if (sendmsg(sock, &msg, 0) < 0)
-        perror("sendmsg");
-}
-
-/* A message of exactly len bytes, and the descriptor that came with it (-1: none; -2: the peer is gone). */
-static int recv_fd(int sock, void *data, size_t len)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec io = {.iov_base = data, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-    if (recvmsg(sock, &msg, MSG_WAITALL) != (ssize_t)len)
-        return -2;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    int fd = -1;
-    if (c && c->cmsg_type == SCM_RIGHTS)
-        memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    return fd;
-}
-
 static void context(CUmodule *mod)
 {
     CUcontext ctx = NULL;
@@ -141,7 +107,7 @@ static void worker(int sock)
         CK(cuMemRelease(h)); /* the mapping and the descriptor keep it */
         CK(cuMemsetD32(arena + off, (unsigned)i + 1, size / 4));
         struct chunk_msg m = {.off = off, .size = size, .pattern = (unsigned)i + 1, .kind = 0};
-        send_fd(sock, fd, &m, sizeof m);
+        probe_send_fd(sock, fd, &m, sizeof m);
         close(fd);
         off += size;
     }
@@ -190,21 +156,21 @@ static void worker(int sock)
         pr = cuMemPoolExportToShareableHandle(&pfd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     struct chunk_msg pm = {.kind = 1};
     if (pr == CUDA_SUCCESS) {
-        send_fd(sock, pfd, &pm, sizeof pm);
+        probe_send_fd(sock, pfd, &pm, sizeof pm);
         for (int i = 0; i < NPOOLPTR; i++) {
             CUdeviceptr p;
             CK(cuMemAllocFromPoolAsync(&p, (size_t)(1 + i) << 20, pool, busy));
             CK(cuMemsetD32Async(p, 0x5000u + (unsigned)i, ((size_t)(1 + i) << 20) / 4, busy));
             struct chunk_msg m = {.kind = 2, .va = p, .size = (size_t)(1 + i) << 20, .pattern = 0x5000u + (unsigned)i};
             CK(cuMemPoolExportPointer(&m.data, p));
-            send_fd(sock, -1, &m, sizeof m);
+            probe_send_fd(sock, -1, &m, sizeof m);
         }
         CK(cuStreamSynchronize(busy));
     } else {
         printf("5. a pool with descriptors: %s\n", ename(pr));
     }
     struct chunk_msg end = {.kind = 3};
-    send_fd(sock, -1, &end, sizeof end);
+    probe_send_fd(sock, -1, &end, sizeof end);
     /* The fault. */
     char c;
     if (read(sock, &c, 1) != 1)
@@ -245,7 +211,7 @@ static void standby(int sock)
     CUdeviceptr first = 0;
     for (;;) {
         struct chunk_msg m;
-        int fd = recv_fd(sock, &m, sizeof m);
+        int fd = probe_recv_fd(sock, &m, sizeof m);
         if (fd == -2 || m.kind == 3)
             break;
         if (m.kind == 0) {
@@ -342,7 +308,7 @@ int main(void)
     int nheld = 0;
     for (;;) {
         struct chunk_msg m;
-        int fd = recv_fd(ws[0], &m, sizeof m);
+        int fd = probe_recv_fd(ws[0], &m, sizeof m);
         if (fd == -2) {
             printf("FAIL: the worker died early\n");
             return 1;
@@ -358,7 +324,7 @@ int main(void)
         return 1;
     double t_handed = now_ms();
     for (int i = 0; i < nheld; i++) {
-        send_fd(ss[0], fds[i], &held[i], sizeof held[i]);
+        probe_send_fd(ss[0], fds[i], &held[i], sizeof held[i]);
         if (fds[i] >= 0)
             close(fds[i]);
     }

@@ -35,39 +35,6 @@ struct report {
     int result;          /* CUresult of the step's last call */
 };
 
-static void send_fd(int sock, int fd, const void *data, size_t len)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec io = {.iov_base = (void *)data, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(cbuf, 0, sizeof cbuf);
-        msg.msg_control = cbuf;
-        msg.msg_controllen = sizeof cbuf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    if (sendmsg(sock, &msg, 0) < 0)
-        perror("sendmsg");
-}
-
-static int recv_fd(int sock, void *data, size_t len)
-{
-    char cbuf[CMSG_SPACE(sizeof(int))];
-    struct iovec io = {.iov_base = data, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-    if (recvmsg(sock, &msg, 0) <= 0)
-        return -2;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    int fd = -1;
-    if (c && c->cmsg_type == SCM_RIGHTS)
-        memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    return fd;
-}
-
 static CUcontext context(void)
 {
     CUcontext ctx = NULL;
@@ -109,7 +76,7 @@ static void holder(int sock)
         exit(1);
     }
     unsigned long long v = va;
-    send_fd(sock, fd, &v, sizeof v);
+    probe_send_fd(sock, fd, &v, sizeof v);
     char c;
     (void)!read(sock, &c, 1); /* told to go */
     exit(0);
@@ -198,7 +165,7 @@ int main(int argc, char **argv)
     }
     close(hs[1]);
     unsigned long long hint = 0;
-    int fd = recv_fd(hs[0], &hint, sizeof hint);
+    int fd = probe_recv_fd(hs[0], &hint, sizeof hint);
     if (fd < 0) {
         printf("SKIP or FAIL: the holder handed no descriptor over (no GPU?)\n");
         return 0;

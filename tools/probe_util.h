@@ -31,4 +31,43 @@ static inline const char *ename(CUresult r)
         }                                                                                              \
     } while (0)
 
+/* Descriptor passing between a probe's processes (those that include <sys/socket.h> first, with
+ * _GNU_SOURCE): a message with a descriptor (fd >= 0) or without. */
+#ifdef SCM_RIGHTS
+#include <string.h>
+static inline void probe_send_fd(int sock, int fd, const void *data, size_t len)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec io = {.iov_base = (void *)data, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1};
+    if (fd >= 0) {
+        memset(cbuf, 0, sizeof cbuf);
+        msg.msg_control = cbuf;
+        msg.msg_controllen = sizeof cbuf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    if (sendmsg(sock, &msg, 0) < 0)
+        perror("sendmsg");
+}
+
+/* A message of exactly len bytes and the descriptor that came with it: -1 none, -2 the peer is gone. */
+static inline int probe_recv_fd(int sock, void *data, size_t len)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec io = {.iov_base = data, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+    if (recvmsg(sock, &msg, MSG_WAITALL) != (ssize_t)len)
+        return -2;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    int fd = -1;
+    if (c && c->cmsg_type == SCM_RIGHTS)
+        memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+#endif
+
 #endif
