@@ -7,7 +7,7 @@
  * Pacing keeps at most one kernel of a paced stream in the driver: before a launch the worker waits for
  * the stream's earlier work, so the heads of shared queues stay runnable. It pays a gap between a
  * stream's kernels (the worker's poll and the launch), so it applies only while many clients launch and
- * to clients whose kernels are long (their sampled mean, usage.c). The wait is bounded: a stream may wait
+ * to clients whose kernels are long (their sampled mean, usage.c: without sampling nobody is paced). The wait is bounded: a stream may wait
  * on work that this client's later messages release (a stream memory wait, an event recorded later), and
  * the worker must go on to them. Clients that have captured graphs are not paced.
  * CUMUX_PACE=1 turns it on (off by default until measured on the GPU: docs/performance.md);
