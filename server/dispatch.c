@@ -140,8 +140,8 @@ void srv_client_release_all(struct srv_client *c)
         cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
         if (r.tag == RANGE_ALLOC) {
             CUstream ms;
-            if (mem_stream(c, (int)r.extra, &ms) == CUDA_SUCCESS)
-                cuMemFreeAsync(r.base, ms);
+            if (!srv_chunks_in_arena(r.base) && mem_stream(c, (int)r.extra, &ms) == CUDA_SUCCESS)
+                cuMemFreeAsync(r.base, ms); /* chunks go whole, below */
             srv_mem_uncharge(c, r.size);
         }
     }
@@ -161,6 +161,7 @@ void srv_client_release_all(struct srv_client *c)
                 cuMemPoolTrimTo(c->default_pool[g]->pool, 0);
         }
     }
+    srv_chunks_release_all(c); /* after its streams were synchronized: nothing runs on its chunks */
     if (c->mem_event)
         cuEventDestroy(c->mem_event);
     for (uint32_t h = 1; h <= c->nhandles; h++) {

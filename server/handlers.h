@@ -37,6 +37,17 @@ void srv_usage_release(struct srv_client *c);
  * as so; most programs that time their work use one). */
 void srv_usage_synced(struct srv_client *c);
 
+/* chunks.c (CUMUX_CONTAIN=1): clients' cuMemAlloc and default-pool memory in VMM chunks of an arena of
+ * addresses reserved at the worker's start (srv_chunks_start, after the GPUs), so that it can outlive the
+ * worker (srv_chunks_start: server.h). srv_chunk_free orders the reuse after `after`'s work (NULL: after all
+ * the client's work). */
+bool srv_chunks_on(void);
+bool srv_chunks_in_arena(uint64_t p);
+CUresult srv_chunk_alloc(struct srv_client *c, int gpu, uint64_t size, uint64_t *out);
+CUresult srv_chunk_free(struct srv_client *c, uint64_t ptr, CUstream after);
+void srv_chunks_trim(struct srv_client *c, int gpu);
+void srv_chunks_release_all(struct srv_client *c);
+
 /* pacing.c: before a kernel launch on s, while many clients launch and this one's kernels are long, waits
  * (bounded) for s's earlier work, so that hardware queues shared between clients' streams keep runnable
  * heads. Off unless CUMUX_PACE=1. */

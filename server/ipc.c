@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "common/log.h"
 #include "server/handlers.h"
 
 struct ipc_export {
@@ -45,6 +46,13 @@ CUresult op_ipc_get_mem_handle(struct srv_client *c, const struct cumux_ipc_get_
     const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
     if (!r || r->base != m->ptr || r->tag != RANGE_ALLOC)
         return CUDA_ERROR_INVALID_VALUE;
+    if (srv_chunks_in_arena(m->ptr)) {
+        /* Memory in chunks (CUMUX_CONTAIN=1) is freed by its chunk, not by the last opener: not yet. */
+        static _Atomic int said;
+        if (!atomic_exchange(&said, 1))
+            cumux_logf("cuIpcGetMemHandle: not supported yet for memory that outlives the worker (CUMUX_CONTAIN=1)");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     pthread_mutex_lock(&ipc_lock);
     struct ipc_export *e = *find(0, m->ptr);
     if (e && e->owner != c)

@@ -1313,6 +1313,7 @@ int main(int argc, char **argv)
     }
     if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault) < 0)
         goto out;
+    srv_chunks_start();
     if (srv_worker_is_standby()) {
         srv_gpus_stand_by();
         cumux_logf("standby worker ready: it takes over if the serving worker fails");

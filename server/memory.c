@@ -43,8 +43,12 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
         return alloc_reply(out, out_len, ptr, true);
     }
     CHECK(srv_mem_charge(c, m->size));
-    CUresult r = before_op(stream);
-    if (r == CUDA_SUCCESS) {
+    CUresult r;
+    if (pool->is_default && srv_chunks_on()) { /* memory that can outlive the worker (chunks.c) */
+        uint64_t p64 = 0;
+        r = srv_chunk_alloc(c, pool->gpu, m->size, &p64);
+        ptr = p64;
+    } else if ((r = before_op(stream)) == CUDA_SUCCESS) {
         r = cuMemAllocFromPoolAsync(&ptr, (size_t)m->size, pool->pool, stream->cu);
         after_op(stream);
     }
@@ -53,7 +57,10 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
         return r;
     }
     if (cumux_ranges_add(&c->dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)pool->gpu) < 0) {
-        cuMemFreeAsync(ptr, stream->cu);
+        if (srv_chunks_in_arena(ptr))
+            srv_chunk_free(c, ptr, stream->cu);
+        else
+            cuMemFreeAsync(ptr, stream->cu);
         srv_mem_uncharge(c, m->size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -103,7 +110,8 @@ CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_asy
         take_allocation(c, m->ptr);
         return CUDA_SUCCESS;
     }
-    CUresult res = cuMemFreeAsync(m->ptr, stream->cu);
+    CUresult res = srv_chunks_in_arena(m->ptr) ? srv_chunk_free(c, m->ptr, stream->cu)
+                                               : cuMemFreeAsync(m->ptr, stream->cu);
     after_op(stream);
     if (res == CUDA_SUCCESS)
         take_allocation(c, m->ptr);
@@ -115,6 +123,20 @@ CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, str
 {
     if (m->size == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (srv_chunks_on()) { /* memory that can outlive the worker (chunks.c) */
+        uint64_t p64 = 0;
+        CHECK(srv_mem_charge(c, m->size));
+        CUresult r = srv_chunk_alloc(c, ctx->gpu, m->size, &p64);
+        if (r == CUDA_SUCCESS && cumux_ranges_add(&c->dev_ranges, p64, m->size, RANGE_ALLOC, (uint64_t)ctx->gpu) < 0) {
+            srv_chunk_free(c, p64, NULL);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (r != CUDA_SUCCESS) {
+            srv_mem_uncharge(c, m->size);
+            return r;
+        }
+        return reply_u64(out, out_len, p64);
+    }
     CUstream ms;
     CHECK(alloc_stream(c, ctx->gpu, &ms));
     /* From the client's pool, on a stream of its own: cuMemFree of ordinary allocations waits for every
@@ -159,6 +181,8 @@ CUresult op_mem_range_handle(struct srv_client *c, const struct cumux_mem_range_
 /* Free after everything the client has queued so far, on any of its streams, is done. */
 static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
 {
+    if (srv_chunks_in_arena(ptr))
+        return srv_chunk_free(c, ptr, NULL);
     CUstream ms;
     CHECK(after_client_work(c, gpu, &ms));
     return cuMemFreeAsync(ptr, ms);

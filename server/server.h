@@ -31,6 +31,8 @@ int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */
  * must be current. */
 CUresult srv_arch_data(int g, uint8_t *out, uint32_t cap, uint32_t *out_len);
 void srv_gpus_fini(void);
+/* chunks.c: with CUMUX_CONTAIN=1, reserve the arena of addresses for clients' memory in chunks. */
+void srv_chunks_start(void);
 /* A standby worker's contexts give back their per-thread stacks while it waits (half of a context's
  * memory) and take them again when it takes over (well under a millisecond). */
 void srv_gpus_stand_by(void);
@@ -207,6 +209,7 @@ struct srv_client {
     _Atomic uint64_t done_units; /* of those, how many are known to have ended (usage.c) */
     _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
     struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
+    struct srv_chunks *chunks;   /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
     _Atomic uint64_t kernel_ns_recent; /* its sampled launches' recent mean time (usage.c), for pacing.c */
     _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
     uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */

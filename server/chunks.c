@@ -1,0 +1,411 @@
+/* Client device memory that can outlive the worker (issue 10, docs/faults.md; CUMUX_CONTAIN=1, off by
+ * default while the rest of containment is built). Instead of the driver's pool, a client's cuMemAlloc and
+ * cuMemAllocAsync (its default pool) are carved from VMM chunks of its own, made exportable as file
+ * descriptors and mapped inside one arena of addresses that the worker reserves at start, so that a
+ * worker taking over after a fault can map the same chunks at the same addresses.
+ *
+ * Chunks: a client's first chunk on a GPU is 2 MiB, each next one twice the last up to 64 MiB; an
+ * allocation of 1 MiB or more has a chunk of its own (its size rounded up to the granularity), released
+ * when it is freed. Inside a chunk, first fit at 512-byte alignment over a sorted list of free extents.
+ *
+ * Stream order, as the pool it replaces: a free is ordered after the work before it on its stream (a
+ * synchronous free: after all of the client's work); the extent is reused once an event recorded there has
+ * completed, looked at when the next allocation wants room. A chunk of its own is unmapped likewise once
+ * its free's event has completed (whether cuMemUnmap itself waits for other clients' kernels is
+ * tools/probe_fault_contain.c's question 4: if it does, this belongs on the reaper thread).
+ *
+ * The worker alone touches a client's chunks (its own worker thread, and the cleanup after it ended). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "server/handlers.h"
+
+#define CHUNK_FIRST (2ull << 20)
+#define CHUNK_MAX (64ull << 20)
+#define CHUNK_OWN (1ull << 20) /* from this size an allocation has a chunk of its own */
+#define ALLOC_ALIGN 512ull
+
+struct extent {
+    uint64_t off, size;
+};
+
+struct chunk {
+    uint64_t base, size; /* in the arena */
+    int gpu;
+    bool own;            /* one allocation's alone: released when it is freed */
+    struct extent *free; /* sorted by offset, coalesced */
+    size_t nfree, capfree;
+    struct chunk *next;
+};
+
+struct pending { /* a freed block waiting for its event; a whole chunk of its own when off is UINT64_MAX */
+    struct chunk *ch;
+    uint64_t off, size;
+    CUevent ev;
+    struct pending *next;
+};
+
+struct live { /* an allocation: where it is */
+    uint64_t ptr, size;
+    struct chunk *ch;
+};
+
+struct srv_chunks {
+    struct chunk *chunks;
+    struct pending *pending;
+    uint64_t next_size[CUMUX_MAX_DEVICES];
+    struct live *live;
+    size_t nlive, caplive;
+};
+
+static int contain_on = -1;
+static uint64_t arena_base, arena_size, arena_next;
+static struct extent *arena_free; /* released stretches of the arena, for reuse */
+static size_t narena_free, caparena_free;
+static pthread_mutex_t arena_mu = PTHREAD_MUTEX_INITIALIZER;
+static size_t granularity = 2ull << 20;
+
+bool srv_chunks_on(void)
+{
+    return contain_on > 0;
+}
+
+bool srv_chunks_in_arena(uint64_t p)
+{
+    return contain_on > 0 && p >= arena_base && p - arena_base < arena_size;
+}
+
+void srv_chunks_start(void)
+{
+    const char *e = getenv("CUMUX_CONTAIN");
+    contain_on = 0;
+    if (!(e && !strcmp(e, "1")) || srv_gpu_count < 1)
+        return;
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[0].dev},
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+    size_t g = 0;
+    uint64_t total = 0;
+    cuCtxSetCurrent(srv_gpus[0].ctx);
+    for (int i = 0; i < srv_gpu_count; i++)
+        total += srv_gpus[i].info.total_mem;
+    CUresult r = cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r == CUDA_SUCCESS && g) {
+        granularity = g;
+        /* Twice the devices' memory: room for chunks released and made again elsewhere in it. */
+        arena_size = (total * 2 + g - 1) / g * g;
+        CUdeviceptr base = 0;
+        r = cuMemAddressReserve(&base, arena_size, 0, 0, 0);
+        arena_base = base;
+    }
+    if (r != CUDA_SUCCESS) {
+        cumux_logf("CUMUX_CONTAIN: no arena of addresses for clients' memory (%d): memory stays in pools", (int)r);
+        return;
+    }
+    contain_on = 1;
+    cumux_logf("clients' device memory in VMM chunks of an arena at 0x%llx (%llu GiB; CUMUX_CONTAIN)",
+               (unsigned long long)arena_base, (unsigned long long)(arena_size >> 30));
+}
+
+/* ---- extents: sorted, coalesced lists of free stretches ---- */
+
+static int extents_grow(struct extent **v, size_t *cap)
+{
+    size_t nc = *cap ? *cap * 2 : 8;
+    struct extent *nv = realloc(*v, nc * sizeof *nv);
+    if (!nv)
+        return -1;
+    *v = nv;
+    *cap = nc;
+    return 0;
+}
+
+static int extents_put(struct extent **v, size_t *n, size_t *cap, uint64_t off, uint64_t size)
+{
+    size_t i = 0;
+    while (i < *n && (*v)[i].off < off)
+        i++;
+    bool join_prev = i > 0 && (*v)[i - 1].off + (*v)[i - 1].size == off;
+    bool join_next = i < *n && off + size == (*v)[i].off;
+    if (join_prev && join_next) {
+        (*v)[i - 1].size += size + (*v)[i].size;
+        memmove(&(*v)[i], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
+        (*n)--;
+    } else if (join_prev) {
+        (*v)[i - 1].size += size;
+    } else if (join_next) {
+        (*v)[i].off = off;
+        (*v)[i].size += size;
+    } else {
+        if (*n == *cap && extents_grow(v, cap) < 0)
+            return -1;
+        memmove(&(*v)[i + 1], &(*v)[i], (*n - i) * sizeof **v);
+        (*v)[i] = (struct extent){off, size};
+        (*n)++;
+    }
+    return 0;
+}
+
+/* First fit: size bytes at an offset whose address (base + offset) is a multiple of align; UINT64_MAX when
+ * no extent has room. */
+static uint64_t extents_take(struct extent **v, size_t *n, size_t *cap, uint64_t base, uint64_t size, uint64_t align)
+{
+    for (size_t i = 0; i < *n; i++) {
+        struct extent e = (*v)[i];
+        uint64_t start = (base + e.off + align - 1) / align * align - base;
+        uint64_t lead = start - e.off;
+        if (lead > e.size || e.size - lead < size)
+            continue;
+        uint64_t tail = e.size - lead - size;
+        if (lead && tail) {
+            if (*n == *cap && extents_grow(v, cap) < 0)
+                return UINT64_MAX;
+            memmove(&(*v)[i + 2], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
+            (*v)[i] = (struct extent){e.off, lead};
+            (*v)[i + 1] = (struct extent){start + size, tail};
+            (*n)++;
+        } else if (lead) {
+            (*v)[i].size = lead;
+        } else if (tail) {
+            (*v)[i] = (struct extent){start + size, tail};
+        } else {
+            memmove(&(*v)[i], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
+            (*n)--;
+        }
+        return start;
+    }
+    return UINT64_MAX;
+}
+
+/* ---- the arena ---- */
+
+static uint64_t arena_take(uint64_t size)
+{
+    pthread_mutex_lock(&arena_mu);
+    uint64_t off = extents_take(&arena_free, &narena_free, &caparena_free, 0, size, granularity);
+    if (off == UINT64_MAX && size <= arena_size && arena_next <= arena_size - size) {
+        off = arena_next;
+        arena_next += size;
+    }
+    pthread_mutex_unlock(&arena_mu);
+    return off == UINT64_MAX ? 0 : arena_base + off;
+}
+
+static void arena_give(uint64_t base, uint64_t size)
+{
+    pthread_mutex_lock(&arena_mu);
+    if (extents_put(&arena_free, &narena_free, &caparena_free, base - arena_base, size) < 0)
+        cumux_logf("arena: %llu bytes at 0x%llx lost to reuse (no memory)", (unsigned long long)size,
+                   (unsigned long long)base);
+    pthread_mutex_unlock(&arena_mu);
+}
+
+/* ---- chunks ---- */
+
+static struct srv_chunks *chunks_of(struct srv_client *c)
+{
+    if (!c->chunks)
+        c->chunks = calloc(1, sizeof *c->chunks);
+    return c->chunks;
+}
+
+static CUresult chunk_new(struct srv_client *c, int gpu, uint64_t size, bool own, struct chunk **out)
+{
+    size = (size + granularity - 1) / granularity * granularity;
+    struct chunk *ch = calloc(1, sizeof *ch);
+    uint64_t base = ch ? arena_take(size) : 0;
+    if (!base) {
+        free(ch);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[gpu].dev},
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+    CUmemAccessDesc rw = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemGenericAllocationHandle h = 0;
+    use_gpu(c, gpu);
+    CUresult r = cuMemCreate(&h, size, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+        r = cuMemMap(base, size, 0, h, 0);
+        cuMemRelease(h); /* the mapping holds it (and, later, the descriptor exported for the supervisor) */
+        if (r == CUDA_SUCCESS && (r = cuMemSetAccess(base, size, &rw, 1)) != CUDA_SUCCESS)
+            cuMemUnmap(base, size);
+    }
+    if (r == CUDA_SUCCESS && !own && extents_put(&ch->free, &ch->nfree, &ch->capfree, 0, size) < 0) {
+        cuMemUnmap(base, size);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+        arena_give(base, size);
+        free(ch);
+        return r;
+    }
+    ch->base = base;
+    ch->size = size;
+    ch->gpu = gpu;
+    ch->own = own;
+    ch->next = c->chunks->chunks;
+    c->chunks->chunks = ch;
+    *out = ch;
+    return CUDA_SUCCESS;
+}
+
+static void chunk_unmap(struct srv_client *c, struct chunk *ch)
+{
+    struct chunk **p = &c->chunks->chunks;
+    while (*p && *p != ch)
+        p = &(*p)->next;
+    if (*p)
+        *p = ch->next;
+    use_gpu(c, ch->gpu);
+    cuMemUnmap(ch->base, ch->size);
+    arena_give(ch->base, ch->size);
+    free(ch->free);
+    free(ch);
+}
+
+/* Freed blocks whose event has completed go back to their chunks (chunks of their own are unmapped). */
+static void reclaim(struct srv_client *c, bool wait)
+{
+    struct pending **p = &c->chunks->pending;
+    while (*p) {
+        struct pending *b = *p;
+        if (wait)
+            cuEventSynchronize(b->ev);
+        else if (cuEventQuery(b->ev) == CUDA_ERROR_NOT_READY) {
+            p = &b->next;
+            continue;
+        }
+        *p = b->next;
+        cuEventDestroy(b->ev);
+        if (b->off == UINT64_MAX)
+            chunk_unmap(c, b->ch);
+        else if (extents_put(&b->ch->free, &b->ch->nfree, &b->ch->capfree, b->off, b->size) < 0)
+            cumux_logf("client %u: %llu bytes of a chunk lost to reuse (no memory)", c->id,
+                       (unsigned long long)b->size);
+        free(b);
+    }
+}
+
+static int live_add(struct srv_chunks *k, uint64_t ptr, uint64_t size, struct chunk *ch)
+{
+    if (k->nlive == k->caplive) {
+        size_t nc = k->caplive ? k->caplive * 2 : 16;
+        struct live *nv = realloc(k->live, nc * sizeof *nv);
+        if (!nv)
+            return -1;
+        k->live = nv;
+        k->caplive = nc;
+    }
+    k->live[k->nlive++] = (struct live){ptr, size, ch};
+    return 0;
+}
+
+CUresult srv_chunk_alloc(struct srv_client *c, int gpu, uint64_t size, uint64_t *out)
+{
+    struct srv_chunks *k = chunks_of(c);
+    if (!k)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (size == 0 || size > (1ull << 48))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t need = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    struct chunk *ch = NULL;
+    uint64_t off = UINT64_MAX;
+    if (k->pending)
+        reclaim(c, false);
+    if (need >= CHUNK_OWN) {
+        CHECK(chunk_new(c, gpu, need, true, &ch));
+        off = 0;
+    } else {
+        for (ch = k->chunks; ch; ch = ch->next) {
+            if (ch->own || ch->gpu != gpu)
+                continue;
+            off = extents_take(&ch->free, &ch->nfree, &ch->capfree, ch->base, need, ALLOC_ALIGN);
+            if (off != UINT64_MAX)
+                break;
+        }
+        if (!ch) {
+            uint64_t s = k->next_size[gpu] ? k->next_size[gpu] : CHUNK_FIRST;
+            k->next_size[gpu] = s * 2 < CHUNK_MAX ? s * 2 : CHUNK_MAX;
+            CHECK(chunk_new(c, gpu, s, false, &ch));
+            off = extents_take(&ch->free, &ch->nfree, &ch->capfree, ch->base, need, ALLOC_ALIGN);
+            if (off == UINT64_MAX)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (live_add(k, ch->base + off, need, ch) < 0) {
+        if (ch->own)
+            chunk_unmap(c, ch);
+        else
+            extents_put(&ch->free, &ch->nfree, &ch->capfree, off, need);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = ch->base + off;
+    return CUDA_SUCCESS;
+}
+
+CUresult srv_chunk_free(struct srv_client *c, uint64_t ptr, CUstream after)
+{
+    struct srv_chunks *k = c->chunks;
+    size_t i = 0;
+    while (k && i < k->nlive && k->live[i].ptr != ptr)
+        i++;
+    if (!k || i == k->nlive)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct live l = k->live[i];
+    struct pending *b = calloc(1, sizeof *b);
+    if (!b)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    use_gpu(c, l.ch->gpu);
+    CUresult r = after ? CUDA_SUCCESS : after_client_work(c, l.ch->gpu, &after);
+    if (r == CUDA_SUCCESS)
+        r = cuEventCreate(&b->ev, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS && (r = cuEventRecord(b->ev, after)) != CUDA_SUCCESS)
+        cuEventDestroy(b->ev);
+    if (r != CUDA_SUCCESS) {
+        free(b);
+        return r;
+    }
+    k->live[i] = k->live[--k->nlive];
+    b->ch = l.ch;
+    b->off = l.ch->own ? UINT64_MAX : ptr - l.ch->base;
+    b->size = l.size;
+    b->next = k->pending;
+    k->pending = b;
+    return CUDA_SUCCESS;
+}
+
+void srv_chunks_trim(struct srv_client *c, int gpu)
+{
+    if (!c->chunks)
+        return;
+    reclaim(c, false);
+    /* Shared chunks with nothing allocated from them: one free extent of their whole size. */
+    for (struct chunk *ch = c->chunks->chunks, *next; ch; ch = next) {
+        next = ch->next;
+        if (!ch->own && ch->gpu == gpu && ch->nfree == 1 && ch->free[0].off == 0 && ch->free[0].size == ch->size)
+            chunk_unmap(c, ch);
+    }
+}
+
+void srv_chunks_release_all(struct srv_client *c)
+{
+    struct srv_chunks *k = c->chunks;
+    if (!k)
+        return;
+    reclaim(c, true); /* what it had left is uncharged with its dev_ranges (dispatch.c) */
+    size_t n = 0;
+    uint64_t bytes = 0;
+    for (struct chunk *ch = k->chunks; ch; ch = ch->next, n++)
+        bytes += ch->size;
+    cumux_debugf("client %u: its device memory was in VMM chunks: %zu left at its end (%llu MiB), %zu allocations",
+                 c->id, n, (unsigned long long)(bytes >> 20), k->nlive);
+    /* The client's work has been waited for by its cleanup: nothing runs on its chunks now. */
+    while (k->chunks)
+        chunk_unmap(c, k->chunks);
+    free(k->live);
+    free(k);
+    c->chunks = NULL;
+}
