@@ -248,7 +248,16 @@ static void init_device(void)
     /* Then as much again for VMM reservations (fake_vmm.c): device address space too, so that a stream's
      * access to a range unmapped under it is a GPU fault, as for freed memory, not the process's death. */
     vmm_span = total_mem * 4 + (1ull << 30);
-    void *p = cumux_mmap(NULL, region_size + vmm_span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* At the same place in every process when it is free, as the real driver's device addresses come out
+     * alike in processes that do the same: cumuxd's workers reserve their arena at the same address. */
+    void *p = cumux_mmap((void *)(uintptr_t)0x200000000000ull, region_size + vmm_span, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p != MAP_FAILED && (uintptr_t)p != 0x200000000000ull) { /* old kernels ignore MAP_FIXED_NOREPLACE */
+        munmap(p, region_size + vmm_span);
+        p = MAP_FAILED;
+    }
+    if (p == MAP_FAILED)
+        p = cumux_mmap(NULL, region_size + vmm_span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         fprintf(stderr, "fakecuda: cannot reserve %llu bytes of address space: %s\n",
                 (unsigned long long)(region_size + vmm_span), strerror(errno));

@@ -115,12 +115,21 @@ static uint64_t va_free_at(uint64_t size, uint64_t a)
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
 {
     CHECK_RET(fc_check_init());
-    (void)addr; /* a hint */
     if (!ptr || flags || size == 0 || size % FC_GRANULARITY || (align & (align - 1)) || align > (1ull << 40))
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t a = align > FC_GRANULARITY ? align : FC_GRANULARITY;
     pthread_mutex_lock(&vmm_mu);
-    uint64_t base = nres == MAX_VMM ? 0 : va_free_at(size, a);
+    uint64_t base = 0;
+    /* The hint, as the real driver takes it when that stretch is free (cumuxd's arena in every worker). */
+    if (addr && addr % a == 0 && addr >= fc_vmm_va && size <= fc_vmm_va_size &&
+        addr - fc_vmm_va <= fc_vmm_va_size - size && nres < MAX_VMM) {
+        bool clear = true;
+        for (size_t i = 0; i < nres && clear; i++)
+            clear = reservations[i].base >= addr + size || addr >= reservations[i].base + reservations[i].size;
+        base = clear ? addr : 0;
+    }
+    if (!base)
+        base = nres == MAX_VMM ? 0 : va_free_at(size, a);
     if (!base) {
         pthread_mutex_unlock(&vmm_mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
