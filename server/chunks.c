@@ -72,6 +72,12 @@ bool srv_chunks_on(void)
     return contain_on > 0;
 }
 
+void srv_chunks_arena(uint64_t *base, uint64_t *size)
+{
+    *base = contain_on > 0 ? arena_base : 0;
+    *size = contain_on > 0 ? arena_size : 0;
+}
+
 bool srv_chunks_in_arena(uint64_t p)
 {
     return contain_on > 0 && p >= arena_base && p - arena_base < arena_size;
@@ -96,9 +102,16 @@ void srv_chunks_start(void)
         granularity = g;
         /* Twice the devices' memory: room for chunks released and made again elsewhere in it. */
         arena_size = (total * 2 + g - 1) / g * g;
+        /* The first worker's address, which the supervisor passes on (srv_arena_hint), so that a worker
+         * taking over can map the failed one's chunks where they were. */
         CUdeviceptr base = 0;
-        r = cuMemAddressReserve(&base, arena_size, 0, 0, 0);
+        if (srv_arena_hint_size)
+            arena_size = srv_arena_hint_size;
+        r = cuMemAddressReserve(&base, arena_size, 0, srv_arena_hint, 0);
         arena_base = base;
+        if (r == CUDA_SUCCESS && srv_arena_hint_size && base != srv_arena_hint)
+            cumux_logf("the arena is at 0x%llx, not at 0x%llx as in the first worker: clients' memory cannot be taken "
+                       "over from it", (unsigned long long)base, (unsigned long long)srv_arena_hint);
     }
     if (r != CUDA_SUCCESS) {
         cumux_logf("CUMUX_CONTAIN: no arena of addresses for clients' memory (%d): memory stays in pools", (int)r);
@@ -226,10 +239,13 @@ static CUresult chunk_new(struct srv_client *c, int gpu, uint64_t size, bool own
     CUmemAccessDesc rw = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CUmemGenericAllocationHandle h = 0;
     use_gpu(c, gpu);
+    int fd = -1;
     CUresult r = cuMemCreate(&h, size, &prop, 0);
     if (r == CUDA_SUCCESS) {
         r = cuMemMap(base, size, 0, h, 0);
-        cuMemRelease(h); /* the mapping holds it (and, later, the descriptor exported for the supervisor) */
+        if (r == CUDA_SUCCESS)
+            r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        cuMemRelease(h); /* the mapping holds it, and the descriptor the supervisor keeps */
         if (r == CUDA_SUCCESS && (r = cuMemSetAccess(base, size, &rw, 1)) != CUDA_SUCCESS)
             cuMemUnmap(base, size);
     }
@@ -238,9 +254,15 @@ static CUresult chunk_new(struct srv_client *c, int gpu, uint64_t size, bool own
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (r != CUDA_SUCCESS) {
+        if (fd >= 0)
+            close(fd);
         arena_give(base, size);
         free(ch);
         return r;
+    }
+    if (fd >= 0) { /* the supervisor holds the memory beyond this worker's life */
+        srv_supervisor_keep(c->id, gpu, base, size, fd);
+        close(fd);
     }
     ch->base = base;
     ch->size = size;
@@ -261,6 +283,7 @@ static void chunk_unmap(struct srv_client *c, struct chunk *ch)
         *p = ch->next;
     use_gpu(c, ch->gpu);
     cuMemUnmap(ch->base, ch->size);
+    srv_supervisor_drop(ch->base);
     arena_give(ch->base, ch->size);
     free(ch->free);
     free(ch);
@@ -405,7 +428,49 @@ void srv_chunks_release_all(struct srv_client *c)
     /* The client's work has been waited for by its cleanup: nothing runs on its chunks now. */
     while (k->chunks)
         chunk_unmap(c, k->chunks);
+    srv_supervisor_drop_client(c->id);
     free(k->live);
     free(k);
     c->chunks = NULL;
+}
+
+/* ---- taking over a failed worker's chunks ---- */
+
+void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
+{
+    size_t mapped = 0, clients = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = k[j].client == k[i].client;
+        clients += !seen;
+        CUmemGenericAllocationHandle h = 0;
+        CUresult r = CUDA_ERROR_INVALID_VALUE;
+        /* Only where the failed worker had it: inside this arena, which is at the same address. */
+        if (contain_on > 0 && k[i].gpu >= 0 && k[i].gpu < srv_gpu_count && k[i].size &&
+            k[i].base >= arena_base && k[i].size <= arena_size && k[i].base - arena_base <= arena_size - k[i].size) {
+            cuCtxSetCurrent(srv_gpus[k[i].gpu].ctx);
+            r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)k[i].fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        }
+        if (r == CUDA_SUCCESS) {
+            r = cuMemMap(k[i].base, k[i].size, 0, h, 0);
+            cuMemRelease(h);
+            CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[k[i].gpu].dev},
+                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+            if (r == CUDA_SUCCESS && cuMemSetAccess(k[i].base, k[i].size, &rw, 1) == CUDA_SUCCESS) {
+                mapped++;
+                bytes += k[i].size;
+            }
+            if (r == CUDA_SUCCESS)
+                cuMemUnmap(k[i].base, k[i].size);
+        }
+        close(k[i].fd);
+        /* No client comes back for its memory yet (docs/faults.md, step 2): let it go. */
+        srv_supervisor_drop(k[i].base);
+    }
+    if (n)
+        cumux_logf("took over %zu of %zu chunk(s) of %zu client(s) of the failed worker (%llu MiB) at their addresses; "
+                   "let go: clients do not come back for them yet",
+                   mapped, n, clients, (unsigned long long)(bytes >> 20));
 }

@@ -1326,6 +1326,10 @@ int main(int argc, char **argv)
         }
         srv_gpus_take_over();
         cumux_logf("standby worker takes over");
+        struct srv_kept_chunk *kept = calloc(4096, sizeof *kept);
+        size_t nk = kept ? srv_standby_take(kept, 4096) : 0;
+        srv_chunks_adopt(kept, nk);
+        free(kept);
     }
     listen_sock = lsock;
     /* The worker's pid, for whoever must tell a new worker from the old one (tests, monitoring): there
@@ -1339,7 +1343,9 @@ int main(int argc, char **argv)
         close(ready[1]);
         ready[1] = -1;
     }
-    srv_supervisor_serving();
+    uint64_t arena_base, arena_size;
+    srv_chunks_arena(&arena_base, &arena_size);
+    srv_supervisor_serving(arena_base, arena_size);
     serve(lsock);
     cumux_logf("stopping: disconnecting clients");
     close(lsock);

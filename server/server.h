@@ -31,8 +31,13 @@ int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */
  * must be current. */
 CUresult srv_arch_data(int g, uint8_t *out, uint32_t cap, uint32_t *out_len);
 void srv_gpus_fini(void);
-/* chunks.c: with CUMUX_CONTAIN=1, reserve the arena of addresses for clients' memory in chunks. */
+/* chunks.c: with CUMUX_CONTAIN=1, reserve the arena of addresses for clients' memory in chunks (at
+ * srv_arena_hint when the supervisor knows one); where it is (0 0: none); a failed worker's chunks mapped
+ * again where they were (their descriptors closed). */
 void srv_chunks_start(void);
+struct srv_kept_chunk;
+void srv_chunks_arena(uint64_t *base, uint64_t *size);
+void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n);
 /* A standby worker's contexts give back their per-thread stacks while it waits (half of a context's
  * memory) and take them again when it takes over (well under a millisecond). */
 void srv_gpus_stand_by(void);
@@ -344,7 +349,24 @@ void srv_set_default_mem_limit(uint64_t bytes);
 int srv_default_priority(void);
 void srv_set_default_priority(int cls);
 void srv_supervisor_fault(const struct srv_fault_record *rec); /* from a worker, before it exits */
-void srv_supervisor_serving(void);                            /* from a worker, once it listens */
+/* From a worker, once it listens; with its arena of clients' memory (chunks.c; 0 0: none), which the
+ * supervisor hands to the workers it starts after (srv_arena_hint), so that all have it at one address. */
+void srv_supervisor_serving(uint64_t arena_base, uint64_t arena_size);
+extern uint64_t srv_arena_hint, srv_arena_hint_size;
+/* Clients' memory chunks outlive their worker (issue 10): a worker hands each chunk's descriptor to the
+ * supervisor (keep), and says when it released one (drop) or when a client is gone (drop_client); at a
+ * takeover the supervisor gives them all to the standby, which reads them after srv_standby_wait
+ * (srv_standby_take: how many, up to cap; the descriptors are then the caller's). */
+struct srv_kept_chunk {
+    uint32_t client;
+    int32_t gpu;
+    uint64_t base, size;
+    int fd;
+};
+void srv_supervisor_keep(uint32_t client, int gpu, uint64_t base, uint64_t size, int fd);
+void srv_supervisor_drop(uint64_t base);
+void srv_supervisor_drop_client(uint32_t client);
+size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap);
 /* A standby worker (GPUs up, not serving) waits here until it is told to take over: 0 then, with the
  * supervisor's history of faults; -1 when the server stops first. */
 bool srv_worker_is_standby(void);

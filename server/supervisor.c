@@ -25,12 +25,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "common/priority.h"
+#include "common/sock.h"
 #include "server/server.h"
 
 #define RESTARTS_FAST 20      /* restarts within RESTART_WINDOW_S before the supervisor slows down */
@@ -48,6 +50,7 @@ struct sup_msg {
     uint32_t kind;
     int32_t from; /* the worker's pid */
     struct srv_fault_record rec;
+    uint64_t arena_base, arena_size; /* SUP_SERVING: its arena of clients' memory (chunks.c) */
 };
 _Static_assert(sizeof(struct sup_msg) <= PIPE_BUF, "a report is written in one piece");
 
@@ -118,6 +121,7 @@ void srv_set_default_mem_limit(uint64_t bytes)
 }
 
 static int report_fd = -1; /* a worker's end of the pipe to the supervisor */
+static int keep_fd = -1;   /* a worker's end of its socket of kept descriptors */
 static int go_fd = -1;     /* a standby worker's end of its pipe from the supervisor */
 static volatile sig_atomic_t sup_stop;
 static volatile pid_t sup_active, sup_standby;
@@ -148,9 +152,9 @@ int64_t srv_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sup_send(uint32_t kind, const struct srv_fault_record *rec)
+static void sup_send(uint32_t kind, const struct srv_fault_record *rec, uint64_t arena_base, uint64_t arena_size)
 {
-    struct sup_msg m = {.kind = kind, .from = (int32_t)getpid()};
+    struct sup_msg m = {.kind = kind, .from = (int32_t)getpid(), .arena_base = arena_base, .arena_size = arena_size};
     if (rec)
         m.rec = *rec;
     if (report_fd >= 0) {
@@ -161,10 +165,10 @@ static void sup_send(uint32_t kind, const struct srv_fault_record *rec)
 
 void srv_supervisor_fault(const struct srv_fault_record *rec)
 {
-    sup_send(SUP_FAULT, rec);
+    sup_send(SUP_FAULT, rec, 0, 0);
 }
 
-void srv_supervisor_serving(void)
+void srv_supervisor_serving(uint64_t arena_base, uint64_t arena_size)
 {
     const struct srv_fault_record *last = NULL;
     if (srv_nfaults) {
@@ -175,7 +179,7 @@ void srv_supervisor_serving(void)
         }
         last = f;
     }
-    sup_send(SUP_SERVING, last);
+    sup_send(SUP_SERVING, last, arena_base, arena_size);
 }
 
 int srv_standby_state(pid_t *pid)
@@ -201,7 +205,7 @@ bool srv_worker_is_standby(void)
 
 int srv_standby_wait(volatile sig_atomic_t *stop)
 {
-    sup_send(SUP_STANDBY, NULL);
+    sup_send(SUP_STANDBY, NULL, 0, 0);
     struct sup_go g;
     size_t got = 0;
     while (got < sizeof g && !*stop) { /* a stop that came while the GPUs started: not a read to wait on */
@@ -222,20 +226,168 @@ int srv_standby_wait(volatile sig_atomic_t *stop)
     return 0;
 }
 
+/* ---- kept descriptors of clients' memory chunks ---- */
+
+enum keep_kind { KEEP_CHUNK = 1, KEEP_DROP, KEEP_DROP_CLIENT, KEEP_TAKE, KEEP_TAKE_END };
+
+struct keep_msg {
+    uint32_t kind;
+    uint32_t client;
+    int32_t gpu;
+    uint32_t reserved;
+    uint64_t base, size;
+};
+
+uint64_t srv_arena_hint, srv_arena_hint_size;
+static struct srv_kept_chunk *kept; /* the supervisor's: every chunk a worker handed over, not yet dropped */
+static size_t nkept, capkept;
+static int keep_active = -1, keep_standby = -1; /* the supervisor's ends of the workers' sockets */
+
+static void keep_send(uint32_t kind, uint32_t client, int gpu, uint64_t base, uint64_t size, int fd)
+{
+    struct keep_msg m = {.kind = kind, .client = client, .gpu = gpu, .base = base, .size = size};
+    if (keep_fd >= 0 && cumux_sock_send(keep_fd, &m, sizeof m, fd) < 0)
+        cumux_logf("the supervisor was not told of a chunk at 0x%llx: %s", (unsigned long long)base, strerror(errno));
+}
+
+void srv_supervisor_keep(uint32_t client, int gpu, uint64_t base, uint64_t size, int fd)
+{
+    keep_send(KEEP_CHUNK, client, gpu, base, size, fd);
+}
+
+void srv_supervisor_drop(uint64_t base)
+{
+    keep_send(KEEP_DROP, 0, 0, base, 0, -1);
+}
+
+void srv_supervisor_drop_client(uint32_t client)
+{
+    keep_send(KEEP_DROP_CLIENT, client, 0, 0, 0, -1);
+}
+
+size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        struct keep_msg m;
+        int fd = -1;
+        if (keep_fd < 0 || cumux_sock_recv(keep_fd, &m, sizeof m, &fd) < 0 || m.kind != KEEP_TAKE) {
+            if (fd >= 0)
+                close(fd);
+            return n;
+        }
+        if (n < cap && fd >= 0) {
+            out[n++] = (struct srv_kept_chunk){m.client, m.gpu, m.base, m.size, fd};
+        } else {
+            if (fd >= 0)
+                close(fd);
+            srv_supervisor_drop(m.base); /* no room here: the supervisor lets it go */
+        }
+    }
+}
+
+/* Supervisor: what a worker said of its chunks. */
+static void keep_read(int sock)
+{
+    for (;;) {
+        struct keep_msg m;
+        int fd = -1;
+        if (cumux_sock_recv_some(sock, &m, sizeof m, &fd) != (ssize_t)sizeof m) {
+            if (fd >= 0)
+                close(fd);
+            return;
+        }
+        if (m.kind == KEEP_CHUNK && fd >= 0) {
+            if (nkept == capkept) {
+                size_t nc = capkept ? capkept * 2 : 64;
+                struct srv_kept_chunk *nv = realloc(kept, nc * sizeof *nv);
+                if (!nv) {
+                    close(fd);
+                    cumux_logf("no memory to keep a chunk's descriptor: it will not outlive its worker");
+                    continue;
+                }
+                kept = nv;
+                capkept = nc;
+            }
+            kept[nkept++] = (struct srv_kept_chunk){m.client, m.gpu, m.base, m.size, fd};
+            continue;
+        }
+        if (fd >= 0)
+            close(fd);
+        for (size_t i = 0; i < nkept;) {
+            if ((m.kind == KEEP_DROP && kept[i].base == m.base) ||
+                (m.kind == KEEP_DROP_CLIENT && kept[i].client == m.client)) {
+                close(kept[i].fd);
+                kept[i] = kept[--nkept];
+            } else {
+                i++;
+            }
+        }
+    }
+}
+
+/* Supervisor: the chunks go to the standby that takes over (their descriptors stay here too, until the
+ * new worker drops them); without one, they are let go. */
+static void keep_hand_over(bool to_standby)
+{
+    if (keep_active >= 0)
+        keep_read(keep_active); /* what the failed worker said last */
+    size_t handed = 0;
+    for (size_t i = 0; to_standby && keep_standby >= 0 && i < nkept; i++) {
+        struct keep_msg m = {.kind = KEEP_TAKE, .client = kept[i].client, .gpu = kept[i].gpu, .base = kept[i].base,
+                             .size = kept[i].size};
+        handed += cumux_sock_send(keep_standby, &m, sizeof m, kept[i].fd) == 0;
+    }
+    if (to_standby && keep_standby >= 0) {
+        struct keep_msg end = {.kind = KEEP_TAKE_END};
+        cumux_sock_send(keep_standby, &end, sizeof end, -1);
+    }
+    if (nkept)
+        cumux_logf("clients' memory: %zu chunk(s) %s", nkept, to_standby ? "handed to the worker taking over" : "let go");
+    (void)handed;
+    if (!to_standby) {
+        for (size_t i = 0; i < nkept; i++)
+            close(kept[i].fd);
+        nkept = 0;
+    }
+    for (size_t i = 0; i < nkept; i++)
+        kept[i].client = UINT32_MAX; /* the old worker's ids: the new worker drops these by address */
+    if (keep_active >= 0)
+        close(keep_active);
+    keep_active = to_standby ? keep_standby : -1;
+    keep_standby = -1;
+}
+
 /* Forks a worker; returns its pid in the supervisor, 0 in the worker. A standby's pipe: *go_out. */
 static pid_t fork_worker(int rep[2], bool standby, int *go_out)
 {
-    int go[2] = {-1, -1};
+    int go[2] = {-1, -1}, ks[2] = {-1, -1};
     if (standby && pipe2(go, O_CLOEXEC) < 0)
         return -1;
-    pid_t w = fork();
-    if (w < 0) {
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ks) < 0) {
         if (standby)
             close(go[0]), close(go[1]);
         return -1;
     }
+    pid_t w = fork();
+    if (w < 0) {
+        if (standby)
+            close(go[0]), close(go[1]);
+        close(ks[0]), close(ks[1]);
+        return -1;
+    }
     if (w == 0) {
         close(rep[0]);
+        close(ks[0]);
+        keep_fd = ks[1];
+        if (keep_active >= 0)
+            close(keep_active);
+        if (keep_standby >= 0)
+            close(keep_standby);
+        keep_active = keep_standby = -1;
+        for (size_t i = 0; i < nkept; i++) /* the supervisor's, not the worker's */
+            close(kept[i].fd);
+        nkept = 0;
         close(chld_pipe[0]);
         close(chld_pipe[1]);
         report_fd = rep[1];
@@ -251,9 +403,18 @@ static pid_t fork_worker(int rep[2], bool standby, int *go_out)
             _exit(1);
         return 0; /* the worker goes on with main() */
     }
+    close(ks[1]);
+    fcntl(ks[0], F_SETFL, O_NONBLOCK);
     if (standby) {
         close(go[0]);
         *go_out = go[1];
+        if (keep_standby >= 0)
+            close(keep_standby);
+        keep_standby = ks[0];
+    } else {
+        if (keep_active >= 0)
+            close(keep_active);
+        keep_active = ks[0];
     }
     return w;
 }
@@ -274,6 +435,7 @@ static void activate_standby(int *standby_go)
     }
     close(*standby_go);
     *standby_go = -1;
+    keep_hand_over(true);
     sup_active = sup_standby;
     sup_standby = 0;
     standby_note(0, false);
@@ -360,8 +522,12 @@ int srv_supervise(int *ready_fd)
                 standby_failures++;
             }
         }
-        struct pollfd pf[2] = {{.fd = rep[0], .events = POLLIN}, {.fd = chld_pipe[0], .events = POLLIN}};
-        poll(pf, 2, 1000);
+        struct pollfd pf[3] = {{.fd = rep[0], .events = POLLIN},
+                               {.fd = chld_pipe[0], .events = POLLIN},
+                               {.fd = keep_active, .events = POLLIN}};
+        poll(pf, keep_active >= 0 ? 3 : 2, 1000);
+        if (keep_active >= 0)
+            keep_read(keep_active);
         char drain[64];
         while (read(chld_pipe[0], drain, sizeof drain) > 0)
             ;
@@ -387,6 +553,10 @@ int srv_supervise(int *ready_fd)
                 }
             } else if (m.kind == SUP_SERVING && m.from == sup_active) {
                 serving = ever_served = true;
+                if (m.arena_size && !srv_arena_hint_size) { /* the first arena: every later worker's too */
+                    srv_arena_hint = m.arena_base;
+                    srv_arena_hint_size = m.arena_size;
+                }
                 init_failures = 0;
                 if (srv_nfaults)
                     srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT].recovered_ms = m.rec.recovered_ms;
@@ -442,6 +612,7 @@ int srv_supervise(int *ready_fd)
             time_t now = time(NULL);
             if (now - window_start >= RESTART_WINDOW_S)
                 window_start = now, in_window = 0;
+            keep_hand_over(false); /* a cold worker has no clients to give their memory back to */
             bool slow = ++in_window > RESTARTS_FAST || (!serving && init_failures > 0);
             cumux_logf("worker %d ended (%s): starting a new one%s", (int)w, why, slow ? " in 1 s" : "");
             if (slow)

@@ -3,7 +3,9 @@
 # it keeps clients' memory in an arena; the GPU suite's programs, which allocate and free every way
 # (cuMemAlloc, stream-ordered, pools, graphs, a killed client's gigabyte), give their results with it; their
 # memory was in chunks and all of it comes back when they end; IPC export of chunk memory is refused and
-# said (not supported yet). On the fake driver in CI (the oracle faults any access to unmapped memory, so a
+# said (not supported yet). Then with a standby: its arena is at the serving worker's address, and when a
+# program faults while another holds memory, the standby taking over maps the held chunks where they were
+# (clients do not come back for them yet: it lets them go, and says so). On the fake driver in CI (the oracle faults any access to unmapped memory, so a
 # chunk unmapped too early fails a program); on a GPU the same script.
 # usage: test_contain_memory.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
 set -u
@@ -31,5 +33,29 @@ grep -q "cuIpcGetMemHandle: not supported yet for memory that outlives the worke
 for ((i = 0; i < 50; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
 after=$(used)
 [ -n "$before" ] && [ "$after" = "$before" ] || fail "device memory in use $before MiB before, $after MiB after"
+"$cli" stop >/dev/null || fail "cumux stop"
+
+# A fault while a program holds memory: the standby takes its chunks over at the same addresses.
+rm -f "$log"
+CUMUX_STANDBY=1 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
+    fail "cumux start with a standby"
+wait_standby_ready 1 || fail "no standby ready"
+arenas=$(sed -n "s/.*VMM chunks of an arena at \(0x[0-9a-f]*\).*/\1/p" "$log" | sort -u)
+[ "$(grep -c 'VMM chunks of an arena at' "$log")" -ge 2 ] && [ "$(wc -l <<<"$arenas")" = 1 ] ||
+    fail "the workers' arenas are not at one address: $arenas"
+mkfifo "$tmp/hold.in" || fail "mkfifo"
+"$cli" run -- "$gdir/gpu_busy" 1 4 <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
+client=$!
+exec 3>"$tmp/hold.in"
+for ((i = 0; i < 100; i++)); do grep -q '^busy: done' "$tmp/hold.out" && break; sleep 0.1; done
+grep -q '^busy: done' "$tmp/hold.out" || fail "the holder did not run: $(cat "$tmp/hold.out")"
+"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error"
+for ((i = 0; i < 100; i++)); do grep -q 'took over .* chunk' "$log" && break; sleep 0.1; done
+grep -q 'took over 1 of 1 chunk(s) of 1 client(s) of the failed worker (2 MiB) at their addresses' "$log" ||
+    fail "the holder's chunk not taken over: $(grep -i 'took over\|chunk' "$log")"
+exec 3>&-
+wait "$client" 2>/dev/null
+client=""
+serve_one "$tmp/run.out" || fail "no program served after the takeover"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

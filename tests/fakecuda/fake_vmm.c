@@ -6,7 +6,9 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/map.h"
@@ -17,6 +19,7 @@
 
 struct vmm_alloc {
     int fd;
+    bool exportable; /* made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, or imported from one */
     uint64_t size;
     unsigned maps;
     bool released;
@@ -65,6 +68,50 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAl
     }
     a->fd = fd;
     a->size = size;
+    a->exportable = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+    atomic_fetch_add(&fc_stats.vmm_allocations, 1);
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
+    return CUDA_SUCCESS;
+}
+
+/* A descriptor of the allocation (its memfd), as the driver gives one for an allocation made to be shared
+ * that way; the memory lives while any descriptor or mapping of it does, in any process. */
+CUresult cuMemExportToShareableHandle(void *handle, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
+                                      unsigned long long flags)
+{
+    CHECK_RET(fc_check_init());
+    struct vmm_alloc *a = (struct vmm_alloc *)(uintptr_t)h;
+    if (!handle || !a || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!a->exportable)
+        return CUDA_ERROR_NOT_PERMITTED;
+    int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *(int *)handle = fd;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, CUmemAllocationHandleType type)
+{
+    CHECK_RET(fc_check_init());
+    int src = (int)(intptr_t)os_handle;
+    struct stat st;
+    if (!h || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || src < 0 || fstat(src, &st) < 0 ||
+        st.st_size <= 0 || (uint64_t)st.st_size % FC_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t size = (uint64_t)st.st_size;
+    CHECK_RET(fc_mem_account((int64_t)size));
+    struct vmm_alloc *a = calloc(1, sizeof *a);
+    int fd = fcntl(src, F_DUPFD_CLOEXEC, 0);
+    if (!a || fd < 0) {
+        if (fd >= 0)
+            close(fd);
+        free(a);
+        fc_mem_account(-(int64_t)size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *a = (struct vmm_alloc){.fd = fd, .exportable = true, .size = size};
     atomic_fetch_add(&fc_stats.vmm_allocations, 1);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
     return CUDA_SUCCESS;
