@@ -206,6 +206,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "reserved SMs" sms.txt '^PASS sms' 120 \
         tests/test_sms.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; SMs: $note"
+    server_test "memory in VMM chunks (CUMUX_CONTAIN=1)" contain.txt '^PASS contain_memory' 150 \
+        tests/test_contain_memory.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; chunks: $note"
     server_test "128 clients at once" many-clients.txt '^many clients:' 180 \
         tests/test_many_clients.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 128
     limit_note="$limit_note; $note"
