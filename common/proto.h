@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 5u
+#define CUMUX_PROTO_VERSION 6u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -34,6 +34,8 @@ enum cumux_hello_kind {
     CUMUX_HELLO_SET_SMS = 9, /* the CLI: the clients of process `flags` get SMs: `arg` = reserved SMs (low 32 bits,
                               * 0 none) | thread percentage << 32 (0 none); either CUMUX_SMS_KEEP: unchanged */
     CUMUX_HELLO_SET_DEFAULT_THREADS = 10, /* the CLI: clients that connect from now on: thread percentage `arg` */
+    CUMUX_HELLO_RESUME = 11, /* a shim whose worker failed: as CLIENT, and `token` (its welcome's resume_token)
+                              * lets it take back its memory (op RESUME_MEMORY) from the worker that took over */
 };
 
 /* STATUS flags */
@@ -50,6 +52,7 @@ struct cumux_hello {
     uint32_t kind;
     uint32_t flags;
     uint64_t arg; /* CLIENT: the device memory limit the program asks for (bytes, 0: none); SET_MEMORY: the limit */
+    uint64_t token; /* RESUME: the resume token its first welcome gave */
 };
 
 /* hello flags */
@@ -63,6 +66,7 @@ struct cumux_welcome {
     uint32_t client_id;
     uint64_t shm_size; /* the shm descriptor comes with this message */
     uint64_t text_len; /* STATUS: that many bytes of text follow */
+    uint64_t resume_token; /* CLIENT: a secret to give in a RESUME hello should its worker fail (0: no resuming) */
     char message[192];
 };
 
@@ -115,6 +119,9 @@ struct cumux_shm {
      * worker, written before it lets go of the client: from then on the client's calls return it, as the
      * calls of a program whose own context faulted do, instead of a lost connection. */
     alignas(64) _Atomic int32_t server_fault;
+    /* Written before server_fault: 1 when the client may come back (hello RESUME) to the worker that takes
+     * over, its memory kept (CUMUX_CONTAIN=1): it is not the culprit, or had no kernel in flight. */
+    _Atomic int32_t server_resumable;
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];
     alignas(4096) uint8_t staging[CUMUX_STAGING_SLOTS][CUMUX_STAGING_BYTES];

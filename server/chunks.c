@@ -17,6 +17,7 @@
  * The worker alone touches a client's chunks (its own worker thread, and the cleanup after it ended). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -35,6 +36,7 @@ struct chunk {
     uint64_t base, size; /* in the arena */
     int gpu;
     bool own;            /* one allocation's alone: released when it is freed */
+    bool taken_back;     /* a failed worker's, taken back by op_resume_memory: where its allocations may be */
     struct extent *free; /* sorted by offset, coalesced */
     size_t nfree, capfree;
     struct chunk *next;
@@ -261,7 +263,9 @@ static CUresult chunk_new(struct srv_client *c, int gpu, uint64_t size, bool own
         return r;
     }
     if (fd >= 0) { /* the supervisor holds the memory beyond this worker's life */
-        srv_supervisor_keep(c->id, gpu, base, size, fd);
+        struct srv_kept_chunk k = {.client = c->id, .gpu = gpu, .base = base, .size = size, .token = c->resume_token,
+                                   .pid = (int32_t)c->pid, .uid = (uint32_t)c->uid, .fd = fd};
+        srv_supervisor_keep(&k);
         close(fd);
     }
     ch->base = base;
@@ -436,19 +440,47 @@ void srv_chunks_release_all(struct srv_client *c)
 
 /* ---- taking over a failed worker's chunks ---- */
 
+struct orphan { /* a failed worker's chunk, mapped where it was, until its client takes it back */
+    struct srv_kept_chunk k; /* fd closed */
+    uint64_t deadline_ns;
+};
+static struct orphan *orphans;
+static size_t norphans;
+static pthread_mutex_t orphans_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t resume_wait_ns(void)
+{
+    const char *e = getenv("CUMUX_RESUME_WAIT_MS");
+    char *end;
+    unsigned long v = e && *e ? strtoul(e, &end, 10) : 10000;
+    if (e && *e && (*end || v > 3600000))
+        v = 10000;
+    return (uint64_t)v * 1000000ull;
+}
+
 void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
 {
     size_t mapped = 0, clients = 0;
     uint64_t bytes = 0;
+    uint64_t deadline = mono_ns() + resume_wait_ns();
+    pthread_mutex_lock(&orphans_mu);
+    struct orphan *o = n ? calloc(n, sizeof *o) : NULL;
     for (size_t i = 0; i < n; i++) {
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++)
-            seen = k[j].client == k[i].client;
+            seen = k[j].token == k[i].token;
         clients += !seen;
         CUmemGenericAllocationHandle h = 0;
         CUresult r = CUDA_ERROR_INVALID_VALUE;
         /* Only where the failed worker had it: inside this arena, which is at the same address. */
-        if (contain_on > 0 && k[i].gpu >= 0 && k[i].gpu < srv_gpu_count && k[i].size &&
+        if (o && contain_on > 0 && k[i].gpu >= 0 && k[i].gpu < srv_gpu_count && k[i].size && k[i].token &&
             k[i].base >= arena_base && k[i].size <= arena_size && k[i].base - arena_base <= arena_size - k[i].size) {
             cuCtxSetCurrent(srv_gpus[k[i].gpu].ctx);
             r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)k[i].fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -458,19 +490,161 @@ void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
             cuMemRelease(h);
             CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[k[i].gpu].dev},
                                   .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-            if (r == CUDA_SUCCESS && cuMemSetAccess(k[i].base, k[i].size, &rw, 1) == CUDA_SUCCESS) {
-                mapped++;
-                bytes += k[i].size;
-            }
-            if (r == CUDA_SUCCESS)
+            if (r == CUDA_SUCCESS && (r = cuMemSetAccess(k[i].base, k[i].size, &rw, 1)) != CUDA_SUCCESS)
                 cuMemUnmap(k[i].base, k[i].size);
         }
         close(k[i].fd);
-        /* No client comes back for its memory yet (docs/faults.md, step 2): let it go. */
-        srv_supervisor_drop(k[i].base);
+        k[i].fd = -1;
+        if (r != CUDA_SUCCESS) {
+            srv_supervisor_drop(k[i].base);
+            continue;
+        }
+        /* Its stretch of the arena is taken (this worker has made no chunk yet: all below is left alone). */
+        pthread_mutex_lock(&arena_mu);
+        if (k[i].base - arena_base + k[i].size > arena_next)
+            arena_next = k[i].base - arena_base + k[i].size;
+        pthread_mutex_unlock(&arena_mu);
+        o[mapped] = (struct orphan){.k = k[i], .deadline_ns = deadline};
+        mapped++;
+        bytes += k[i].size;
     }
+    if (o && mapped) {
+        struct orphan *all = realloc(orphans, (norphans + mapped) * sizeof *all);
+        if (all) {
+            memcpy(all + norphans, o, mapped * sizeof *all);
+            orphans = all;
+            norphans += mapped;
+        } else { /* nowhere to keep them: let them go now */
+            for (size_t i = 0; i < mapped; i++) {
+                cuCtxSetCurrent(srv_gpus[o[i].k.gpu].ctx);
+                cuMemUnmap(o[i].k.base, o[i].k.size);
+                srv_supervisor_drop(o[i].k.base);
+            }
+        }
+    }
+    free(o);
+    pthread_mutex_unlock(&orphans_mu);
     if (n)
         cumux_logf("took over %zu of %zu chunk(s) of %zu client(s) of the failed worker (%llu MiB) at their addresses; "
-                   "let go: clients do not come back for them yet",
-                   mapped, n, clients, (unsigned long long)(bytes >> 20));
+                   "kept %.1f s for their clients to come back",
+                   mapped, n, clients, (unsigned long long)(bytes >> 20), resume_wait_ns() / 1e9);
+}
+
+void srv_chunks_expire(void)
+{
+    if (!norphans) /* read without the lock: a miss is seen at the next call */
+        return;
+    uint64_t now = mono_ns();
+    pthread_mutex_lock(&orphans_mu);
+    size_t gone = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < norphans;) {
+        if (orphans[i].deadline_ns > now) {
+            i++;
+            continue;
+        }
+        cuCtxSetCurrent(srv_gpus[orphans[i].k.gpu].ctx);
+        cuMemUnmap(orphans[i].k.base, orphans[i].k.size);
+        srv_supervisor_drop(orphans[i].k.base);
+        arena_give(orphans[i].k.base, orphans[i].k.size);
+        bytes += orphans[i].k.size;
+        gone++;
+        orphans[i] = orphans[--norphans];
+    }
+    pthread_mutex_unlock(&orphans_mu);
+    if (gone)
+        cumux_logf("%zu chunk(s) of the failed worker's clients (%llu MiB) not taken back: let go", gone,
+                   (unsigned long long)(bytes >> 20));
+}
+
+/* Takes [off, off + size) out of a free extent that holds it whole; -1 when none does. */
+static int extents_carve(struct extent **v, size_t *n, size_t *cap, uint64_t off, uint64_t size)
+{
+    for (size_t e = 0; e < *n; e++) {
+        struct extent x = (*v)[e];
+        if (off < x.off || size > x.size || off - x.off > x.size - size)
+            continue;
+        uint64_t lead = off - x.off, tail = x.size - lead - size;
+        if (lead && tail) {
+            if (*n == *cap && extents_grow(v, cap) < 0)
+                return -1;
+            memmove(&(*v)[e + 2], &(*v)[e + 1], (*n - e - 1) * sizeof **v);
+            (*v)[e] = (struct extent){x.off, lead};
+            (*v)[e + 1] = (struct extent){off + size, tail};
+            (*n)++;
+        } else if (lead) {
+            (*v)[e].size = lead;
+        } else if (tail) {
+            (*v)[e] = (struct extent){off + size, tail};
+        } else {
+            memmove(&(*v)[e], &(*v)[e + 1], (*n - e - 1) * sizeof **v);
+            (*n)--;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* A client back after its worker failed (hello RESUME): the first time, its chunks (those its token, pid
+ * and uid made) become its own, all free; then each range it says it holds is an allocation again if it
+ * lies wholly in what is still free of one of them. Nothing the client says is trusted: a range elsewhere
+ * is only not taken. It may come in several messages. */
+CUresult op_resume_memory(struct srv_client *c, const struct cumux_resume_memory *m, const uint8_t *payload,
+                          uint32_t payload_len, uint8_t *out, uint32_t *out_len)
+{
+    if (!c->resume_claim || (uint64_t)m->count * sizeof(struct cumux_resume_range) != payload_len)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_chunks *k = chunks_of(c);
+    if (!k)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t claimed = 0;
+    pthread_mutex_lock(&orphans_mu);
+    for (size_t i = 0; i < norphans;) {
+        struct orphan *o = &orphans[i];
+        if (o->k.token != c->resume_claim || o->k.pid != (int32_t)c->pid || o->k.uid != (uint32_t)c->uid) {
+            i++;
+            continue;
+        }
+        struct chunk *ch = calloc(1, sizeof *ch);
+        if (!ch || extents_put(&ch->free, &ch->nfree, &ch->capfree, 0, o->k.size) < 0) {
+            free(ch);
+            break; /* stays an orphan: let go at its deadline */
+        }
+        ch->base = o->k.base;
+        ch->size = o->k.size;
+        ch->gpu = o->k.gpu;
+        ch->taken_back = true;
+        ch->next = k->chunks;
+        k->chunks = ch;
+        orphans[i] = orphans[--norphans];
+        claimed++;
+    }
+    pthread_mutex_unlock(&orphans_mu);
+    uint64_t restored = 0;
+    const struct cumux_resume_range *rr = (const struct cumux_resume_range *)payload;
+    for (uint32_t i = 0; i < m->count; i++) {
+        struct cumux_resume_range r;
+        memcpy(&r, &rr[i], sizeof r); /* the payload may be unaligned */
+        struct chunk *ch = k->chunks;
+        while (ch && !(ch->taken_back && ch->gpu == r.gpu && r.size && r.ptr >= ch->base && r.size <= ch->size &&
+                       r.ptr - ch->base <= ch->size - r.size))
+            ch = ch->next;
+        if (!ch || srv_mem_charge(c, r.size) != CUDA_SUCCESS)
+            continue;
+        if (extents_carve(&ch->free, &ch->nfree, &ch->capfree, r.ptr - ch->base, r.size) < 0) {
+            srv_mem_uncharge(c, r.size); /* not free: it overlaps one taken back already */
+            continue;
+        }
+        if (cumux_ranges_add(&c->dev_ranges, r.ptr, r.size, RANGE_ALLOC, (uint64_t)ch->gpu) < 0 ||
+            live_add(k, r.ptr, r.size, ch) < 0) {
+            cumux_ranges_remove(&c->dev_ranges, r.ptr, NULL);
+            extents_put(&ch->free, &ch->nfree, &ch->capfree, r.ptr - ch->base, r.size);
+            srv_mem_uncharge(c, r.size);
+            continue;
+        }
+        restored++;
+    }
+    cumux_logf("client %u (pid %d): back after its worker failed: %zu chunk(s) taken back, %llu of %u allocation(s) "
+               "intact", c->id, (int)c->pid, claimed, (unsigned long long)restored, m->count);
+    return reply_u64(out, out_len, restored);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "common/map.h"
@@ -163,6 +164,9 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
     c->pid = pid;
     c->uid = uid;
     c->sock = sock;
+    /* Its secret for coming back after a worker change, when its memory can outlive the worker. */
+    if (srv_chunks_on() && getrandom(&c->resume_token, sizeof c->resume_token, 0) != sizeof c->resume_token)
+        c->resume_token = 0;
     command_of(pid, c->cmd, sizeof c->cmd);
     c->shm_fd = memfd_create("cumux-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (c->shm_fd < 0 || ftruncate(c->shm_fd, sizeof(struct cumux_shm)) < 0)

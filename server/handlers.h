@@ -41,7 +41,6 @@ void srv_usage_synced(struct srv_client *c);
  * addresses reserved at the worker's start (srv_chunks_start, after the GPUs), so that it can outlive the
  * worker (srv_chunks_start: server.h). srv_chunk_free orders the reuse after `after`'s work (NULL: after all
  * the client's work). */
-bool srv_chunks_on(void);
 bool srv_chunks_in_arena(uint64_t p);
 CUresult srv_chunk_alloc(struct srv_client *c, int gpu, uint64_t size, uint64_t *out);
 CUresult srv_chunk_free(struct srv_client *c, uint64_t ptr, CUstream after);

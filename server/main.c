@@ -394,10 +394,13 @@ static void conn_client(struct conn *k)
     uint64_t want = k->hello.arg, dflt = srv_default_mem_limit();
     atomic_store(&c->mem_limit, want && (!dflt || want < dflt) ? want : dflt);
     atomic_store(&c->priority, srv_default_priority()); /* its INIT may ask for another */
+    if (k->hello.kind == CUMUX_HELLO_RESUME)
+        c->resume_claim = k->hello.token;
     k->fd = k->out_fd = -1; /* the client owns them now */
     conn_close(k);
     struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0,
-                              .client_id = c->id, .shm_size = sizeof(struct cumux_shm)};
+                              .client_id = c->id, .shm_size = sizeof(struct cumux_shm),
+                              .resume_token = c->resume_token};
     /* Still non-blocking: a fresh socket takes a welcome at once, and if it does not, the client is
      * dropped rather than waited for. */
     if (cumux_sock_send(s, &w, sizeof w, c->shm_fd) < 0)
@@ -434,7 +437,8 @@ static void conn_hello(struct conn *k)
         return;
     }
     bool allowed = k->cred.uid == getuid() || k->cred.uid == 0;
-    if (k->out_fd >= 0 && (h->kind != CUMUX_HELLO_CLIENT || !(h->flags & CUMUX_HELLO_STDOUT) ||
+    if (k->out_fd >= 0 && ((h->kind != CUMUX_HELLO_CLIENT && h->kind != CUMUX_HELLO_RESUME) ||
+                           !(h->flags & CUMUX_HELLO_STDOUT) ||
                            h->version != CUMUX_PROTO_VERSION || !allowed)) {
         close(k->out_fd);
         k->out_fd = -1;
@@ -528,6 +532,7 @@ static void conn_hello(struct conn *k)
         return;
     }
     case CUMUX_HELLO_CLIENT:
+    case CUMUX_HELLO_RESUME: /* which memory it may take back is checked when it asks (chunks.c) */
         conn_client(k);
         return;
     default:
@@ -709,6 +714,11 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
         }
         if (atomic_load(&c->finished))
             continue;
+        /* It may come back with its memory when it cannot be the culprit: another is named, or it had no
+         * kernel in flight (a fault comes from a running kernel). */
+        bool innocent = culprit || culprit_desc || !srv_usage_in_flight(c);
+        if (c->shm && c->resume_token && innocent)
+            atomic_store(&c->shm->server_resumable, 1);
         if (c->shm)
             atomic_store(&c->shm->server_fault, (int32_t)code);
         int k = snprintf(rec.clients + len, sizeof rec.clients - len, "%s", n ? "; " : "");
@@ -1045,6 +1055,7 @@ static int serve(int lsock)
         }
         pthread_mutex_unlock(&clients_lock);
         int r = poll(fds, k, timeout);
+        srv_chunks_expire();
         if (r < 0 && errno != EINTR) {
             rc = -1;
             break;

@@ -35,9 +35,13 @@ void srv_gpus_fini(void);
  * srv_arena_hint when the supervisor knows one); where it is (0 0: none); a failed worker's chunks mapped
  * again where they were (their descriptors closed). */
 void srv_chunks_start(void);
+bool srv_chunks_on(void);
 struct srv_kept_chunk;
 void srv_chunks_arena(uint64_t *base, uint64_t *size);
 void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n);
+/* The main thread, now and then: a failed worker's chunks that nobody took back in CUMUX_RESUME_WAIT_MS
+ * (default 10000) are let go. */
+void srv_chunks_expire(void);
 /* A standby worker's contexts give back their per-thread stacks while it waits (half of a context's
  * memory) and take them again when it takes over (well under a millisecond). */
 void srv_gpus_stand_by(void);
@@ -215,6 +219,8 @@ struct srv_client {
     _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
     struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
     struct srv_chunks *chunks;   /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
+    uint64_t resume_token;       /* its secret for a RESUME hello after a worker change (0: none) */
+    uint64_t resume_claim;       /* a RESUME hello's token: whose memory it may take back (0: none) */
     _Atomic uint64_t kernel_ns_recent; /* its sampled launches' recent mean time (usage.c), for pacing.c */
     _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
     uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */
@@ -361,9 +367,12 @@ struct srv_kept_chunk {
     uint32_t client;
     int32_t gpu;
     uint64_t base, size;
+    uint64_t token; /* its client's resume token, pid and uid: who may take it back */
+    int32_t pid;
+    uint32_t uid;
     int fd;
 };
-void srv_supervisor_keep(uint32_t client, int gpu, uint64_t base, uint64_t size, int fd);
+void srv_supervisor_keep(const struct srv_kept_chunk *k);
 void srv_supervisor_drop(uint64_t base);
 void srv_supervisor_drop_client(uint32_t client);
 size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap);

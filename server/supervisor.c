@@ -234,8 +234,10 @@ struct keep_msg {
     uint32_t kind;
     uint32_t client;
     int32_t gpu;
+    int32_t pid;
+    uint64_t base, size, token;
+    uint32_t uid;
     uint32_t reserved;
-    uint64_t base, size;
 };
 
 uint64_t srv_arena_hint, srv_arena_hint_size;
@@ -243,26 +245,40 @@ static struct srv_kept_chunk *kept; /* the supervisor's: every chunk a worker ha
 static size_t nkept, capkept;
 static int keep_active = -1, keep_standby = -1; /* the supervisor's ends of the workers' sockets */
 
-static void keep_send(uint32_t kind, uint32_t client, int gpu, uint64_t base, uint64_t size, int fd)
+static void keep_send(const struct keep_msg *m, int fd)
 {
-    struct keep_msg m = {.kind = kind, .client = client, .gpu = gpu, .base = base, .size = size};
-    if (keep_fd >= 0 && cumux_sock_send(keep_fd, &m, sizeof m, fd) < 0)
-        cumux_logf("the supervisor was not told of a chunk at 0x%llx: %s", (unsigned long long)base, strerror(errno));
+    if (keep_fd >= 0 && cumux_sock_send(keep_fd, m, sizeof *m, fd) < 0)
+        cumux_logf("the supervisor was not told of a chunk at 0x%llx: %s", (unsigned long long)m->base, strerror(errno));
 }
 
-void srv_supervisor_keep(uint32_t client, int gpu, uint64_t base, uint64_t size, int fd)
+static struct keep_msg keep_msg_of(uint32_t kind, const struct srv_kept_chunk *k)
 {
-    keep_send(KEEP_CHUNK, client, gpu, base, size, fd);
+    return (struct keep_msg){.kind = kind, .client = k->client, .gpu = k->gpu, .pid = k->pid, .base = k->base,
+                             .size = k->size, .token = k->token, .uid = k->uid};
+}
+
+static struct srv_kept_chunk kept_of(const struct keep_msg *m, int fd)
+{
+    return (struct srv_kept_chunk){.client = m->client, .gpu = m->gpu, .base = m->base, .size = m->size,
+                                   .token = m->token, .pid = m->pid, .uid = m->uid, .fd = fd};
+}
+
+void srv_supervisor_keep(const struct srv_kept_chunk *k)
+{
+    struct keep_msg m = keep_msg_of(KEEP_CHUNK, k);
+    keep_send(&m, k->fd);
 }
 
 void srv_supervisor_drop(uint64_t base)
 {
-    keep_send(KEEP_DROP, 0, 0, base, 0, -1);
+    struct keep_msg m = {.kind = KEEP_DROP, .base = base};
+    keep_send(&m, -1);
 }
 
 void srv_supervisor_drop_client(uint32_t client)
 {
-    keep_send(KEEP_DROP_CLIENT, client, 0, 0, 0, -1);
+    struct keep_msg m = {.kind = KEEP_DROP_CLIENT, .client = client};
+    keep_send(&m, -1);
 }
 
 size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap)
@@ -277,7 +293,7 @@ size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap)
             return n;
         }
         if (n < cap && fd >= 0) {
-            out[n++] = (struct srv_kept_chunk){m.client, m.gpu, m.base, m.size, fd};
+            out[n++] = kept_of(&m, fd);
         } else {
             if (fd >= 0)
                 close(fd);
@@ -309,7 +325,7 @@ static void keep_read(int sock)
                 kept = nv;
                 capkept = nc;
             }
-            kept[nkept++] = (struct srv_kept_chunk){m.client, m.gpu, m.base, m.size, fd};
+            kept[nkept++] = kept_of(&m, fd);
             continue;
         }
         if (fd >= 0)
@@ -334,8 +350,7 @@ static void keep_hand_over(bool to_standby)
         keep_read(keep_active); /* what the failed worker said last */
     size_t handed = 0;
     for (size_t i = 0; to_standby && keep_standby >= 0 && i < nkept; i++) {
-        struct keep_msg m = {.kind = KEEP_TAKE, .client = kept[i].client, .gpu = kept[i].gpu, .base = kept[i].base,
-                             .size = kept[i].size};
+        struct keep_msg m = keep_msg_of(KEEP_TAKE, &kept[i]);
         handed += cumux_sock_send(keep_standby, &m, sizeof m, kept[i].fd) == 0;
     }
     if (to_standby && keep_standby >= 0) {

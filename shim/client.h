@@ -95,6 +95,7 @@ struct shim_state {
     int sock;
     struct cumux_shm *shm;
     uint32_t client_id;
+    uint64_t resume_token; /* from the first welcome: to come back after the worker failed (0: cannot) */
     int driver_version;
     int device_count;
     struct cumux_device_info devices[CUMUX_MAX_DEVICES];
@@ -119,6 +120,14 @@ extern struct shim_state shim;
 
 /* connection.c */
 CUresult shim_require_init(void);
+/* Before a path that uses the ring or the staging slots directly (not shim_call / shim_send): a channel
+ * whose worker failed is replaced first when it can be (a resume), else its error. */
+CUresult shim_check_channel(void);
+/* What is made again in the worker that took over after a resume (shim/resume.c registers it). */
+void shim_set_rebuild(CUresult (*rebuild)(void));
+/* After a resume: the primary contexts (context.c) and default pools (pool.c) get the new worker's handles. */
+CUresult shim_contexts_rebind(void);
+CUresult shim_pools_rebind(void);
 /* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply. */
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len);
 /* One-way: nothing comes back; an error surfaces at the next synchronizing call. */

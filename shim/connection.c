@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/map.h"
@@ -87,6 +88,45 @@ static void server_lost(void)
         cumux_logf("lost the connection to cumuxd: every further CUDA call fails");
 }
 
+/* ---- coming back after the worker failed (docs/faults.md; a server with CUMUX_CONTAIN=1) ----
+ * When the worker serving this program fails for another program's fault, the server marks the channel
+ * resumable. The first call that finds the channel broken connects again (hello RESUME with the token of
+ * its first welcome), says hello as at cuInit, and has what the program held made again (the rebuild that
+ * shim/resume.c registers); meanwhile other threads' calls wait for it. A program that is not resumable
+ * (the culprit, or one with kernels in flight when nobody was named) keeps its error, as under CUDA. */
+static pthread_mutex_t resume_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int resuming;
+static __thread bool tls_resuming;
+static CUresult (*rebuild_after_resume)(void);
+static CUresult handshake(bool first);
+struct conn;
+static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn);
+static void use_connection(const struct conn *conn);
+
+void shim_set_rebuild(CUresult (*rebuild)(void))
+{
+    rebuild_after_resume = rebuild;
+}
+
+static bool channel_failed(void)
+{
+    struct cumux_shm *m = shim.shm;
+    return m && (atomic_load_explicit(&lost, memory_order_relaxed) ||
+                 atomic_load_explicit(&m->server_fault, memory_order_relaxed));
+}
+
+static bool broken(void)
+{
+    return !tls_resuming && (atomic_load_explicit(&resuming, memory_order_relaxed) || channel_failed());
+}
+
+static CUresult resume(void);
+
+CUresult shim_check_channel(void)
+{
+    return broken() ? resume() : CUDA_SUCCESS;
+}
+
 /* ---- the ring ---- */
 void *shim_ring_reserve(uint32_t size, CUresult *err)
 {
@@ -134,6 +174,8 @@ static uint16_t begun_op;
 
 void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
 {
+    if (broken() && (*err = resume()) != CUDA_SUCCESS)
+        return NULL;
     uint32_t size = cumux_msg_size(body_len);
     if (size > CUMUX_MAX_MSG) {
         *err = CUDA_ERROR_INVALID_VALUE;
@@ -165,6 +207,11 @@ static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_l
     uint32_t size = cumux_msg_size(body_len + payload_len);
     if (size > CUMUX_MAX_MSG)
         return CUDA_ERROR_INVALID_VALUE;
+    if (broken()) {
+        CUresult e = resume();
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&shim.ring_lock);
     struct cumux_msg_hdr *h = shim_ring_reserve(size, &err);
@@ -190,6 +237,11 @@ CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *p
 
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len)
 {
+    if (broken()) { /* before the reply slot is looked up: it is the new channel's after */
+        CUresult e = resume();
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
     int s = shim_reply_slot();
     struct cumux_reply_slot *slot = &shim.shm->replies[s];
     uint32_t before = atomic_load(&slot->seq);
@@ -345,7 +397,16 @@ static uint32_t requested_percent(void)
     return whole + (p > whole);
 }
 
-static CUresult connect_server(void)
+/* Connects and says hello (CLIENT, or RESUME with the token of the first welcome): the socket, the
+ * channel and the client id into *conn. */
+struct conn {
+    int sock;
+    struct cumux_shm *shm;
+    uint32_t client_id;
+    uint64_t resume_token;
+};
+
+static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn)
 {
     char path[256];
     if (cumux_socket_path(path, sizeof path) < 0) {
@@ -365,7 +426,7 @@ static CUresult connect_server(void)
                    path, strerror(errno));
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
-    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_CLIENT};
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .token = token};
     if (requested_memory_limit(&h.arg) < 0) {
         close(s);
         return CUDA_ERROR_INVALID_VALUE;
@@ -400,9 +461,97 @@ static CUresult connect_server(void)
         close(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    shim.sock = s;
-    shim.shm = m;
-    shim.client_id = w.client_id;
+    *conn = (struct conn){.sock = s, .shm = m, .client_id = w.client_id, .resume_token = w.resume_token};
+    return CUDA_SUCCESS;
+}
+
+static void use_connection(const struct conn *conn)
+{
+    shim.sock = conn->sock;
+    shim.shm = conn->shm;
+    shim.client_id = conn->client_id;
+    if (conn->resume_token)
+        shim.resume_token = conn->resume_token;
+}
+
+static CUresult resume(void)
+{
+    pthread_mutex_lock(&resume_lock);
+    if (!channel_failed()) { /* another thread has done it meanwhile */
+        pthread_mutex_unlock(&resume_lock);
+        return CUDA_SUCCESS;
+    }
+    if (!shim.resume_token || !atomic_load(&shim.shm->server_resumable)) {
+        pthread_mutex_unlock(&resume_lock);
+        return shim_lost_error();
+    }
+    CUresult fault = shim_lost_error();
+    atomic_store(&resuming, 1);
+    tls_resuming = true;
+    /* The worker taking over serves within milliseconds (a cold one within about a second); until then the
+     * connection waits in the listening socket's backlog. */
+    struct conn conn;
+    CUresult r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+    for (int i = 0; i < 50 && r != CUDA_SUCCESS; i++) {
+        r = connect_server(CUMUX_HELLO_RESUME, shim.resume_token, &conn);
+        if (r != CUDA_SUCCESS)
+            nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&shim.ring_lock);
+        int old_sock = shim.sock;
+        use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
+        atomic_store(&lost, 0);
+        pthread_mutex_unlock(&shim.ring_lock);
+        close(old_sock);
+        atomic_fetch_add(&shim_work_seq, 1); /* what was known idle was the old worker's */
+        r = handshake(false);
+        if (r == CUDA_SUCCESS && rebuild_after_resume)
+            r = rebuild_after_resume();
+    }
+    if (r == CUDA_SUCCESS)
+        cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
+                   "over", (int)fault, shim.client_id);
+    else
+        cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d)", (int)fault,
+                   (int)r);
+    tls_resuming = false;
+    atomic_store(&resuming, 0);
+    pthread_mutex_unlock(&resume_lock);
+    return r == CUDA_SUCCESS ? CUDA_SUCCESS : fault;
+}
+
+/* The first messages of a connection: INIT (the devices: taken the first time, the same ones after a
+ * resume) and what the program says of itself (its name, priority class and SMs), before any stream. */
+static CUresult handshake(bool first)
+{
+    static uint8_t buf[CUMUX_REPLY_DATA];
+    uint32_t len = 0;
+    struct cumux_none none = {0};
+    CUresult r = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
+    struct cumux_client_info info = {
+        .priority = requested_priority(),
+        .sms = requested_count("CUMUX_SMS", 4096, "a number of SMs"),
+        .thread_percent = requested_percent()};
+    const char *name = getenv("CUMUX_CLIENT_NAME");
+    if (name)
+        snprintf(info.name, sizeof info.name, "%s", name);
+    if (r == CUDA_SUCCESS)
+        r = shim_send(CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
+    struct cumux_init_reply rep;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (len < sizeof rep)
+        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+    memcpy(&rep, buf, sizeof rep);
+    if (rep.device_count < 0 || rep.device_count > CUMUX_MAX_DEVICES ||
+        len < sizeof rep + (size_t)rep.device_count * sizeof(struct cumux_device_info))
+        return CUDA_ERROR_MPS_CONNECTION_FAILED;
+    if (!first)
+        return rep.device_count == shim.device_count ? CUDA_SUCCESS : CUDA_ERROR_MPS_CONNECTION_FAILED;
+    shim.driver_version = rep.driver_version;
+    shim.device_count = rep.device_count;
+    memcpy(shim.devices, buf + sizeof rep, (size_t)rep.device_count * sizeof(struct cumux_device_info));
     return CUDA_SUCCESS;
 }
 
@@ -419,37 +568,13 @@ CUresult cuInit(unsigned int flags)
             pthread_key_create(&slot_key, slot_release);
             pthread_atfork(NULL, NULL, after_fork_child);
         }
-        init_result = connect_server();
+        struct conn conn;
+        init_result = connect_server(CUMUX_HELLO_CLIENT, 0, &conn);
+        if (init_result == CUDA_SUCCESS)
+            use_connection(&conn);
         if (init_result == CUDA_SUCCESS) {
-            static uint8_t buf[CUMUX_REPLY_DATA];
-            uint32_t len = 0;
             shim.initialized = true; /* shim_call needs the channel */
-            struct cumux_none none = {0};
-            init_result = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
-            /* What we say of ourselves, before any stream is made: our name and our priority class. */
-            struct cumux_client_info info = {
-                .priority = requested_priority(),
-                .sms = requested_count("CUMUX_SMS", 4096, "a number of SMs"),
-                .thread_percent = requested_percent()};
-            const char *name = getenv("CUMUX_CLIENT_NAME");
-            if (name)
-                snprintf(info.name, sizeof info.name, "%s", name);
-            if (init_result == CUDA_SUCCESS)
-                init_result = shim_send(CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
-            struct cumux_init_reply rep;
-            if (init_result == CUDA_SUCCESS && len >= sizeof rep) {
-                memcpy(&rep, buf, sizeof rep);
-                if (rep.device_count < 0 || rep.device_count > CUMUX_MAX_DEVICES ||
-                    len < sizeof rep + (size_t)rep.device_count * sizeof(struct cumux_device_info)) {
-                    init_result = CUDA_ERROR_MPS_CONNECTION_FAILED;
-                } else {
-                    shim.driver_version = rep.driver_version;
-                    shim.device_count = rep.device_count;
-                    memcpy(shim.devices, buf + sizeof rep, (size_t)rep.device_count * sizeof(struct cumux_device_info));
-                }
-            } else if (init_result == CUDA_SUCCESS) {
-                init_result = CUDA_ERROR_MPS_CONNECTION_FAILED;
-            }
+            init_result = handshake(true);
             if (init_result != CUDA_SUCCESS) {
                 shim.initialized = false;
                 munmap(shim.shm, sizeof(struct cumux_shm));

@@ -299,6 +299,27 @@ static CUresult ctx_delete(struct CUctx_st *c)
     return r;
 }
 
+CUresult shim_contexts_rebind(void)
+{
+    /* ctx_lock may be held by this very thread (a call that found the worker gone): try, else go on. */
+    bool locked = pthread_mutex_trylock(&shim.ctx_lock) == 0;
+    CUresult r = CUDA_SUCCESS;
+    for (int dev = 0; dev < shim.device_count && r == CUDA_SUCCESS; dev++) {
+        struct CUctx_st *c = shim.primary[dev];
+        struct cumux_ctx_reply rep;
+        if (c && (r = shim_op_ctx_create(dev, c->flags, &rep)) == CUDA_SUCCESS) {
+            c->handle = rep.ctx;
+            c->legacy_stream = rep.legacy_stream;
+            atomic_store(&c->synced_seq, 0);
+            atomic_store(&c->legacy_idle.query_seq, 0);
+            atomic_store(&c->legacy_idle.sync_seq, 0);
+        }
+    }
+    if (locked)
+        pthread_mutex_unlock(&shim.ctx_lock);
+    return r;
+}
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     if (!shim.initialized)

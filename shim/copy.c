@@ -48,8 +48,10 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch,
                                  uint64_t width, uint64_t n)
 {
     uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
+    CUresult r = shim_check_channel();
+    if (r != CUDA_SUCCESS)
+        return r;
     pthread_mutex_lock(&shim.stage_lock);
-    CUresult r = CUDA_SUCCESS;
     for (uint64_t off = 0; off < n && r == CUDA_SUCCESS;) {
         uint64_t len = n - off < chunk ? n - off : chunk;
         int slot = (int)(shim.stage_next++ % CUMUX_STAGING_SLOTS);
@@ -81,6 +83,9 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
                                  uint64_t width, uint64_t n)
 {
     uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
+    CUresult ch = shim_check_channel();
+    if (ch != CUDA_SUCCESS)
+        return ch;
     pthread_mutex_lock(&shim.stage_lock);
     int s = shim_reply_slot();
     struct cumux_reply_slot *reply = &shim.shm->replies[s];

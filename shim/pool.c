@@ -36,6 +36,21 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
     return r;
 }
 
+CUresult shim_pools_rebind(void)
+{
+    bool locked = pthread_mutex_trylock(&shim.ctx_lock) == 0; /* as shim_contexts_rebind */
+    CUresult r = CUDA_SUCCESS;
+    for (int dev = 0; dev < shim.device_count && r == CUDA_SUCCESS; dev++) {
+        uint64_t h;
+        if (shim.default_pool[dev] && (r = shim_op_pool_default(dev, &h)) == CUDA_SUCCESS)
+            shim.default_pool[dev]->handle = (uint32_t)h;
+        shim.current_pool[dev] = shim.default_pool[dev]; /* pools it made are not made again (yet) */
+    }
+    if (locked)
+        pthread_mutex_unlock(&shim.ctx_lock);
+    return r;
+}
+
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     if (dev >= 0 && dev < shim.device_count && shim.current_pool[dev] && pool) {

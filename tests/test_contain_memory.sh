@@ -35,7 +35,8 @@ after=$(used)
 [ -n "$before" ] && [ "$after" = "$before" ] || fail "device memory in use $before MiB before, $after MiB after"
 "$cli" stop >/dev/null || fail "cumux stop"
 
-# A fault while a program holds memory: the standby takes its chunks over at the same addresses.
+# A fault while a program holds memory: the standby takes its chunks over at the same addresses, and the
+# program, idle at the fault, comes back to it: its memory intact, and it computes again.
 rm -f "$log"
 CUMUX_STANDBY=1 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
     fail "cumux start with a standby"
@@ -44,18 +45,23 @@ arenas=$(sed -n "s/.*VMM chunks of an arena at \(0x[0-9a-f]*\).*/\1/p" "$log" | 
 [ "$(grep -c 'VMM chunks of an arena at' "$log")" -ge 2 ] && [ "$(wc -l <<<"$arenas")" = 1 ] ||
     fail "the workers' arenas are not at one address: $arenas"
 mkfifo "$tmp/hold.in" || fail "mkfifo"
-"$cli" run -- "$gdir/gpu_busy" 1 4 <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
+"$cli" run -- "$gdir/gpu_contain_bystander" wait <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
 client=$!
 exec 3>"$tmp/hold.in"
-for ((i = 0; i < 100; i++)); do grep -q '^busy: done' "$tmp/hold.out" && break; sleep 0.1; done
-grep -q '^busy: done' "$tmp/hold.out" || fail "the holder did not run: $(cat "$tmp/hold.out")"
+for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
+grep -q '^bystander: ready' "$tmp/hold.out" || fail "the bystander did not get ready: $(cat "$tmp/hold.out")"
 "$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error"
 for ((i = 0; i < 100; i++)); do grep -q 'took over .* chunk' "$log" && break; sleep 0.1; done
-grep -q 'took over 1 of 1 chunk(s) of 1 client(s) of the failed worker (2 MiB) at their addresses' "$log" ||
-    fail "the holder's chunk not taken over: $(grep -i 'took over\|chunk' "$log")"
+# Its small and stream-ordered allocations share a 2 MiB chunk; the 3 MiB one has a chunk of 4 MiB.
+grep -q 'took over 2 of 2 chunk(s) of 1 client(s) of the failed worker (6 MiB) at their addresses' "$log" ||
+    fail "the bystander's chunks not taken over: $(grep -i 'took over\|chunk' "$log")"
+echo go >&3
 exec 3>&-
-wait "$client" 2>/dev/null
+wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander did not come back whole"; }
 client=""
+grep -q '^PASS contain_bystander' "$tmp/hold.out" || fail "the bystander: $(tail -3 "$tmp/hold.out")"
+grep -q 'back after its worker failed: 2 chunk(s) taken back, 3 of 3 allocation(s) intact' "$log" ||
+    fail "the server did not give the bystander its memory back: $(grep 'back after' "$log")"
 serve_one "$tmp/run.out" || fail "no program served after the takeover"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

@@ -965,6 +965,22 @@ struct cumux_client_info {
     uint32_t pad;
 };
 
+/* A client back after its worker failed (hello RESUME) takes back its device memory: the allocations it
+ * holds, each inside a chunk the failed worker had made for it (server/chunks.c, CUMUX_CONTAIN=1), which
+ * the worker that took over has mapped at the same addresses. Ranges that are not wholly in such a chunk,
+ * or overlap one taken back before, are left out (their memory is lost). */
+struct cumux_resume_memory {
+    uint32_t count; /* cumux_resume_range entries in the payload */
+    uint32_t pad;
+};
+
+struct cumux_resume_range {
+    uint64_t ptr;
+    uint64_t size;
+    int32_t gpu;
+    uint32_t pad;
+};
+
 _Static_assert(sizeof(struct cumux_none) % 8 == 0, "none: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_none, unused_) % 8 == 0, "none.unused_: 8-aligned");
 _Static_assert(sizeof(struct cumux_u64_reply) % 8 == 0, "u64_reply: a multiple of 8 bytes");
@@ -1225,6 +1241,10 @@ _Static_assert(sizeof(struct cumux_graph_get_edges) % 8 == 0, "graph_get_edges: 
 _Static_assert(sizeof(struct cumux_node_get_dependents) % 8 == 0, "node_get_dependents: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_client_info) % 8 == 0, "client_info: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_resume_memory) % 8 == 0, "resume_memory: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_resume_range) % 8 == 0, "resume_range: a multiple of 8 bytes");
+_Static_assert(offsetof(struct cumux_resume_range, ptr) % 8 == 0, "resume_range.ptr: 8-aligned");
+_Static_assert(offsetof(struct cumux_resume_range, size) % 8 == 0, "resume_range.size: 8-aligned");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
 #define CUMUX_OPS(X)                                               \
@@ -1353,7 +1373,8 @@ _Static_assert(sizeof(struct cumux_client_info) % 8 == 0, "client_info: a multip
     X(GRAPH_ADD_COND_NODE, cumux_graph_add_cond_node, 0)           \
     X(GRAPH_MEM_TRIM, cumux_pool_default, 0)                       \
     X(GRAPH_MEM_ATTR, cumux_graph_mem_attr, 0)                     \
-    X(CLIENT_INFO, cumux_client_info, 1)
+    X(CLIENT_INFO, cumux_client_info, 1)                           \
+    X(RESUME_MEMORY, cumux_resume_memory, 0)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1482,6 +1503,7 @@ enum cumux_op {
     CUMUX_OP_GRAPH_MEM_TRIM,
     CUMUX_OP_GRAPH_MEM_ATTR,
     CUMUX_OP_CLIENT_INFO,
+    CUMUX_OP_RESUME_MEMORY,
     CUMUX_OP_COUNT
 };
 

@@ -39,6 +39,10 @@ CUresult op_tex_create(struct srv_client *c, const struct cumux_tex_create *m, s
 CUresult op_surf_create(struct srv_client *c, struct srv_array *array, uint8_t *out, uint32_t *out_len);
 CUresult op_tex_destroy(struct srv_client *c, struct srv_texture *tex);
 
+/* server/chunks.c */
+CUresult op_resume_memory(struct srv_client *c, const struct cumux_resume_memory *m, const uint8_t *payload,
+                          uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+
 /* server/context.c */
 CUresult op_ctx_create(struct srv_client *c, const struct cumux_ctx_create *m, uint8_t *out, uint32_t *out_len);
 CUresult op_ctx_destroy(struct srv_client *c, const struct cumux_ctx_destroy *m, struct srv_ctx *ctx);
@@ -397,6 +401,7 @@ static const struct {
     [CUMUX_OP_GRAPH_MEM_TRIM] = {sizeof(struct cumux_pool_default), 0},
     [CUMUX_OP_GRAPH_MEM_ATTR] = {sizeof(struct cumux_graph_mem_attr), 0},
     [CUMUX_OP_CLIENT_INFO] = {sizeof(struct cumux_client_info), 1},
+    [CUMUX_OP_RESUME_MEMORY] = {sizeof(struct cumux_resume_memory), 0},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1605,6 +1610,11 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_CLIENT_INFO: {
         const struct cumux_client_info *m = body;
         *result = op_client_info(c, m);
+        return 0;
+    }
+    case CUMUX_OP_RESUME_MEMORY: {
+        const struct cumux_resume_memory *m = body;
+        *result = op_resume_memory(c, m, payload, payload_len, out, out_len);
         return 0;
     }
     default:

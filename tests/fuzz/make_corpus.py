@@ -232,6 +232,11 @@ seeds['graph_cond'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_COND_HANDLE', str
     msg('GRAPH_COND_HANDLE', struct.pack('<IIII', 6, 0, 7, 0)) + \
     msg('GRAPH_ADD_COND_NODE', struct.pack('<IIQII', 6, 0, 1, 1, 1)) + \
     msg('GRAPH_ADD_COND_NODE', struct.pack('<IIQII', 6, 0, 1, 9, 1)) + msg('GRAPH_DESTROY', two(6))
+# Taking memory back after a worker change, by a client that did not come back (refused), with a count
+# its payload does not hold, and with none.
+seeds['resume_memory'] = msg('RESUME_MEMORY', struct.pack('<II', 1, 0) + struct.pack('<QQiI', addr(BUF4K), 4096, 0, 0)) + \
+    msg('RESUME_MEMORY', struct.pack('<II', 1000, 0) + struct.pack('<QQiI', addr(BUF1M), 1 << 20, 0, 0)) + \
+    msg('RESUME_MEMORY', struct.pack('<II', 0, 0))
 seeds['ring_raw'] = raw(struct.pack('<HHI', OP['INIT'], 0, 16) + b'\0' * 8) + raw(struct.pack('<HHI', OP['PAD'], NO_REPLY, 16) + b'\0' * 8)
 seeds['bad_handles'] = b''.join(msg(o, h(99)) for o in ('CTX_SYNC', 'STREAM_SYNC', 'EVENT_SYNC', 'MEM_INFO')) + \
     msg('STREAM_DESTROY', h(LEGACY), False) + msg('EVENT_DESTROY', h(STREAM), False)

@@ -267,6 +267,8 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_GRAPH_MEM_ATTR, CUMUX_NO_REPLY, sizeof(struct cumux_graph_mem_attr), "GRAPH_MEM_ATTR (answered) one-way"},
     {CUMUX_OP_CLIENT_INFO, CUMUX_NO_REPLY, sizeof(struct cumux_client_info) - 8, "CLIENT_INFO with a body 8 bytes short"},
     {CUMUX_OP_CLIENT_INFO, 1, sizeof(struct cumux_client_info), "CLIENT_INFO (one-way) with a reply slot"},
+    {CUMUX_OP_RESUME_MEMORY, 1, sizeof(struct cumux_resume_memory) - 8, "RESUME_MEMORY with a body 8 bytes short"},
+    {CUMUX_OP_RESUME_MEMORY, CUMUX_NO_REPLY, sizeof(struct cumux_resume_memory), "RESUME_MEMORY (answered) one-way"},
 };
 
 struct malformed_handle {

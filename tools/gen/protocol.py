@@ -32,7 +32,7 @@ HANDLE_LOOKUP = {
     "TEXTURE": ("srv_texture", "handle_get(c, %s, OBJ_TEXTURE)", "CUDA_ERROR_INVALID_HANDLE"),
     "LINK": ("srv_link", "handle_get(c, %s, OBJ_LINK)", "CUDA_ERROR_INVALID_HANDLE"),
 }
-SERVER_FILES = {"dispatch", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "array", "link", "copy", "module", "launch",
+SERVER_FILES = {"dispatch", "chunks", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "array", "link", "copy", "module", "launch",
                 "hostfn", "graph"}
 
 

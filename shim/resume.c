@@ -1,0 +1,64 @@
+/* After the GPU worker failed for another program's fault, the program comes back to the worker that took
+ * over (connection.c) and what it held is made again there (docs/faults.md, issue 10). So far: its primary
+ * contexts and their legacy streams, its default pools, and its device memory, which the new worker has
+ * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
+ * takes back those that lie in the chunks of this program. Streams, events, modules and the rest that it
+ * made are not made again yet: calls naming them fail with CUDA_ERROR_INVALID_HANDLE. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "shim/client.h"
+
+/* The allocations, in batches that fit a message. */
+static CUresult resume_memory(void)
+{
+    enum { BATCH = 1024 };
+    struct {
+        struct cumux_resume_memory m;
+        struct cumux_resume_range r[BATCH];
+    } *msg = malloc(sizeof *msg);
+    if (!msg)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t restored = 0, asked = 0;
+    CUresult r = CUDA_SUCCESS;
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    size_t i = 0, n = shim.dev_ranges.n;
+    while (r == CUDA_SUCCESS && (i < n || asked == 0)) {
+        uint32_t k = 0;
+        for (; i < n && k < BATCH; i++) {
+            const struct cumux_range *g = &shim.dev_ranges.v[i];
+            if (g->tag >> 32) /* a module global, IPC, VMM or graph memory: not an allocation of its own */
+                continue;
+            msg->r[k++] = (struct cumux_resume_range){.ptr = g->base, .size = g->size, .gpu = (int32_t)(g->tag - 1)};
+        }
+        msg->m = (struct cumux_resume_memory){.count = k};
+        uint64_t got = 0;
+        uint32_t len = 0;
+        r = shim_call(CUMUX_OP_RESUME_MEMORY, msg, sizeof msg->m + k * sizeof msg->r[0], &got, sizeof got, &len);
+        restored += r == CUDA_SUCCESS && len == sizeof got ? got : 0;
+        asked += k ? k : 1;
+        if (i >= n)
+            break;
+    }
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    free(msg);
+    if (r == CUDA_SUCCESS)
+        cumux_logf("after the worker failed: %llu allocation(s) of device memory kept", (unsigned long long)restored);
+    return r;
+}
+
+static CUresult rebuild(void)
+{
+    CUresult r = shim_contexts_rebind();
+    if (r == CUDA_SUCCESS)
+        r = shim_pools_rebind();
+    if (r == CUDA_SUCCESS)
+        r = resume_memory();
+    return r;
+}
+
+__attribute__((constructor)) static void register_rebuild(void)
+{
+    shim_set_rebuild(rebuild);
+}
