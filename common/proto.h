@@ -120,7 +120,8 @@ struct cumux_shm {
      * calls of a program whose own context faulted do, instead of a lost connection. */
     alignas(64) _Atomic int32_t server_fault;
     /* Written before server_fault: 1 when the client may come back (hello RESUME) to the worker that takes
-     * over, its memory kept (CUMUX_CONTAIN=1): it is not the culprit, or had no kernel in flight. */
+     * over, its memory kept (CUMUX_CONTAIN=1): it had no kernel in flight, so is not the culprit and lost
+     * none. */
     _Atomic int32_t server_resumable;
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];

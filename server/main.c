@@ -714,10 +714,10 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
         }
         if (atomic_load(&c->finished))
             continue;
-        /* It may come back with its memory when it cannot be the culprit: another is named, or it had no
-         * kernel in flight (a fault comes from a running kernel). */
-        bool innocent = culprit || culprit_desc || !srv_usage_in_flight(c);
-        if (c->shm && c->resume_token && innocent)
+        /* It may come back with its memory when it had no kernel in flight: then it is not the culprit (a
+         * fault comes from a running kernel) and lost no work. One with kernels in flight lost them, and
+         * nothing tells it which yet (docs/faults.md, step 4): it keeps the error, named culprit or not. */
+        if (c->shm && c->resume_token && !srv_usage_in_flight(c))
             atomic_store(&c->shm->server_resumable, 1);
         if (c->shm)
             atomic_store(&c->shm->server_fault, (int32_t)code);

@@ -66,6 +66,8 @@ struct CUmod_st {
     struct CUctx_st *ctx;
     pthread_mutex_t lock;
     struct CUfunc_st *functions; /* looked up so far, so a name costs one round trip per module */
+    int image_fd;                /* its sealed image, kept to load it again after a resume; -1: not kept */
+    void *load;                  /* the MODULE_LOAD request it was loaded with (module.c), for the same */
 };
 
 /* A kernel: CUfunction, and also CUkernel (CUDA launches accept a CUkernel cast to CUfunction). */
@@ -78,6 +80,8 @@ struct CUfunc_st {
     struct cumux_param_layout *params;
     char *name;
     struct CUfunc_st *next;
+    int attr_set[8][2]; /* attributes the program set (attribute, value), made again after a resume */
+    unsigned nattr_set;
 };
 
 #define SHIM_MAGIC_POOL 0x504f4f31u
@@ -125,9 +129,13 @@ CUresult shim_require_init(void);
 CUresult shim_check_channel(void);
 /* What is made again in the worker that took over after a resume (shim/resume.c registers it). */
 void shim_set_rebuild(CUresult (*rebuild)(void));
-/* After a resume: the primary contexts (context.c) and default pools (pool.c) get the new worker's handles. */
+/* After a resume: the primary contexts (context.c) and default pools (pool.c) get the new worker's handles;
+ * the streams and events (stream.c) and modules, libraries and their functions (module.c) the program
+ * made are made again there (those of contexts that were not made again stay unknown to it). */
 CUresult shim_contexts_rebind(void);
 CUresult shim_pools_rebind(void);
+CUresult shim_streams_rebind(unsigned *streams, unsigned *events);
+CUresult shim_modules_rebind(unsigned *modules, unsigned *functions);
 /* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply. */
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len);
 /* One-way: nothing comes back; an error surfaces at the next synchronizing call. */

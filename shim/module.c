@@ -108,6 +108,27 @@ static CUresult jit_options(unsigned n, CUjit_option *opts, void **vals, struct 
     return CUDA_SUCCESS;
 }
 
+/* Every module and library the program loaded (never freed: an unloaded one is marked dead). */
+static struct CUmod_st **all_modules;
+static size_t nall_modules, capall_modules;
+static pthread_mutex_t all_modules_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void module_remember(struct CUmod_st *m)
+{
+    pthread_mutex_lock(&all_modules_lock);
+    if (nall_modules == capall_modules) {
+        size_t nc = capall_modules ? capall_modules * 2 : 64;
+        struct CUmod_st **nv = realloc(all_modules, nc * sizeof *nv);
+        if (nv) {
+            all_modules = nv;
+            capall_modules = nc;
+        }
+    }
+    if (nall_modules < capall_modules)
+        all_modules[nall_modules++] = m;
+    pthread_mutex_unlock(&all_modules_lock);
+}
+
 static CUresult load_image(const void *image, uint32_t kind, const struct jit_options *jit, struct CUmod_st **out)
 {
     struct CUctx_st *c;
@@ -140,7 +161,12 @@ static CUresult load_image(const void *image, uint32_t kind, const struct jit_op
         r = shim_call(CUMUX_OP_MODULE_LOAD, &req, sizeof req.m + req.m.noptions * sizeof req.o[0], &rep, sizeof rep,
                       NULL);
     pthread_mutex_unlock(&shim.sock_lock);
-    close(fd);
+    /* Kept to load it again in the worker that takes over after a fault (when this server can resume). */
+    struct jit_options *keep = shim.resume_token && r == CUDA_SUCCESS ? malloc(sizeof *keep) : NULL;
+    if (keep)
+        *keep = req;
+    else
+        close(fd);
     if (r != CUDA_SUCCESS) {
         free(m);
         return r;
@@ -148,7 +174,10 @@ static CUresult load_image(const void *image, uint32_t kind, const struct jit_op
     m->magic = kind == CUMUX_IMAGE_LIBRARY ? SHIM_MAGIC_LIBRARY : SHIM_MAGIC_MODULE;
     m->handle = (uint32_t)rep.value;
     m->ctx = c;
+    m->image_fd = keep ? fd : -1;
+    m->load = keep;
     pthread_mutex_init(&m->lock, NULL);
+    module_remember(m);
     *out = m;
     return CUDA_SUCCESS;
 }
@@ -214,6 +243,11 @@ static CUresult unload(struct CUmod_st *m)
 {
     CUresult r = shim_op_module_unload(m->handle);
     m->magic = SHIM_MAGIC_DEAD;
+    if (m->image_fd >= 0)
+        close(m->image_fd);
+    m->image_fd = -1;
+    free(m->load);
+    m->load = NULL;
     for (struct CUfunc_st *f = m->functions; f; f = f->next)
         f->magic = SHIM_MAGIC_DEAD; /* kept allocated: stale handles fail their check */
     return r;
@@ -551,8 +585,21 @@ static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, in
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (set)
-        return shim_op_func_set_attribute(f->handle, attr, value);
+    if (set) {
+        CUresult r = shim_op_func_set_attribute(f->handle, attr, value);
+        if (r == CUDA_SUCCESS) { /* remembered, to be set again after a resume */
+            unsigned i = 0;
+            while (i < f->nattr_set && f->attr_set[i][0] != attr)
+                i++;
+            if (i < 8) {
+                f->attr_set[i][0] = attr;
+                f->attr_set[i][1] = value;
+                if (i == f->nattr_set)
+                    f->nattr_set++;
+            }
+        }
+        return r;
+    }
     uint64_t v = 0;
     CUresult r = shim_op_func_get_attribute(f->handle, attr, 0, &v);
     if (r == CUDA_SUCCESS && out)
@@ -654,6 +701,7 @@ CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary lib)
     m->magic = SHIM_MAGIC_MODULE;
     m->handle = (uint32_t)handle;
     m->ctx = l->ctx;
+    m->image_fd = -1; /* the library's module: not made again after a resume (yet) */
     pthread_mutex_init(&m->lock, NULL);
     *pmod = m;
     return CUDA_SUCCESS;
@@ -746,4 +794,62 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size, CUfunc
                                           size_t dyn, int limit)
 {
     return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block_size, fn, dyn_of, dyn, limit, 0);
+}
+
+CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
+{
+    *modules = *functions = 0;
+    pthread_mutex_lock(&fn_table_lock);
+    if (functions_by_handle.cap)
+        memset(functions_by_handle.v, 0, functions_by_handle.cap * sizeof *functions_by_handle.v);
+    pthread_mutex_unlock(&fn_table_lock);
+    /* sock_lock may be this thread's own (a load that found the worker gone): try, else go on; the other
+     * threads wait for the resume meanwhile. */
+    bool sock_locked = pthread_mutex_trylock(&shim.sock_lock) == 0;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&all_modules_lock);
+    for (size_t i = 0; i < nall_modules && r == CUDA_SUCCESS; i++) {
+        struct CUmod_st *m = all_modules[i];
+        if ((m->magic != SHIM_MAGIC_MODULE && m->magic != SHIM_MAGIC_LIBRARY) || m->image_fd < 0 || !m->load)
+            continue;
+        if (!m->ctx || m->ctx->magic != SHIM_MAGIC_CTX || !m->ctx->primary) {
+            m->magic = SHIM_MAGIC_DEAD; /* its context was not made again */
+            continue;
+        }
+        struct jit_options req = *(struct jit_options *)m->load;
+        req.m.ctx = m->ctx->handle;
+        struct cumux_u64_reply rep;
+        r = shim_send_fd(m->image_fd);
+        if (r == CUDA_SUCCESS)
+            r = shim_call(CUMUX_OP_MODULE_LOAD, &req, sizeof req.m + req.m.noptions * sizeof req.o[0], &rep,
+                          sizeof rep, NULL);
+        if (r != CUDA_SUCCESS)
+            break;
+        m->handle = (uint32_t)rep.value;
+        (*modules)++;
+        pthread_mutex_lock(&m->lock);
+        for (struct CUfunc_st *f = m->functions; f && r == CUDA_SUCCESS; f = f->next) {
+            if (f->magic != SHIM_MAGIC_FUNCTION)
+                continue;
+            struct cumux_module_symbol sym = {.module = m->handle};
+            snprintf(sym.name, sizeof sym.name, "%s", f->name);
+            static __thread uint8_t buf[CUMUX_REPLY_DATA];
+            uint32_t len = 0;
+            r = shim_call(CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, buf, sizeof buf, &len);
+            struct cumux_function_info info;
+            if (r == CUDA_SUCCESS && len >= sizeof info) {
+                memcpy(&info, buf, sizeof info);
+                f->handle = info.function;
+                function_remember(f);
+                (*functions)++;
+                for (unsigned a = 0; a < f->nattr_set && r == CUDA_SUCCESS; a++)
+                    r = shim_op_func_set_attribute(f->handle, f->attr_set[a][0], f->attr_set[a][1]);
+            }
+        }
+        pthread_mutex_unlock(&m->lock);
+    }
+    pthread_mutex_unlock(&all_modules_lock);
+    if (sock_locked)
+        pthread_mutex_unlock(&shim.sock_lock);
+    return r;
 }

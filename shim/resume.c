@@ -2,8 +2,10 @@
  * over (connection.c) and what it held is made again there (docs/faults.md, issue 10). So far: its primary
  * contexts and their legacy streams, its default pools, and its device memory, which the new worker has
  * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
- * takes back those that lie in the chunks of this program. Streams, events, modules and the rest that it
- * made are not made again yet: calls naming them fail with CUDA_ERROR_INVALID_HANDLE. */
+ * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
+ * and functions (with the attributes it set) it made in its primary contexts. Not yet: contexts it
+ * created itself and what is in them, pinned host memory, graphs, arrays, textures, pools it made, IPC:
+ * calls naming them fail as with an invalid handle. Module globals are the new worker's, at new addresses. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +57,14 @@ static CUresult rebuild(void)
         r = shim_pools_rebind();
     if (r == CUDA_SUCCESS)
         r = resume_memory();
+    unsigned streams = 0, events = 0, modules = 0, functions = 0;
+    if (r == CUDA_SUCCESS)
+        r = shim_streams_rebind(&streams, &events);
+    if (r == CUDA_SUCCESS)
+        r = shim_modules_rebind(&modules, &functions);
+    if (r == CUDA_SUCCESS)
+        cumux_logf("after the worker failed: made again %u stream(s), %u event(s), %u module(s) and librar(ies), "
+                   "%u function(s)", streams, events, modules, functions);
     return r;
 }
 

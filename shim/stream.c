@@ -1,6 +1,7 @@
 /* Streams and events. Work submitted to them travels one way; queries and synchronizations are round trips,
  * except about a stream known idle (below). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "shim/client.h"
 
@@ -24,6 +25,28 @@ CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuu
             *id = rep.id;
     }
     return r;
+}
+
+/* Every stream object the program made (never freed: a destroyed one is marked dead), to make them again
+ * after a resume. */
+static struct CUstream_st **all_streams;
+static size_t nall_streams, capall_streams;
+static pthread_mutex_t all_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void stream_remember(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&all_streams_lock);
+    if (nall_streams == capall_streams) {
+        size_t nc = capall_streams ? capall_streams * 2 : 64;
+        struct CUstream_st **nv = realloc(all_streams, nc * sizeof *nv);
+        if (nv) {
+            all_streams = nv;
+            capall_streams = nc;
+        }
+    }
+    if (nall_streams < capall_streams)
+        all_streams[nall_streams++] = s;
+    pthread_mutex_unlock(&all_streams_lock);
 }
 
 static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
@@ -55,6 +78,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
     s->flags = flags;
     s->priority = priority;
     s->id = atomic_fetch_add(&shim_next_stream_id, 1);
+    stream_remember(s);
     *ph = s;
     return CUDA_SUCCESS;
 }
@@ -488,4 +512,51 @@ CUresult cuStreamWriteValue64(CUstream h, CUdeviceptr addr, cuuint64_t value, un
 CUresult cuStreamBatchMemOp(CUstream h, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags)
 {
     return cuStreamBatchMemOp_v2(h, count, ops, flags);
+}
+
+CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
+{
+    CUresult r = CUDA_SUCCESS;
+    *streams = *events = 0;
+    pthread_mutex_lock(&all_streams_lock);
+    for (size_t i = 0; i < nall_streams && r == CUDA_SUCCESS; i++) {
+        struct CUstream_st *s = all_streams[i];
+        uint64_t h;
+        if (s->magic != SHIM_MAGIC_STREAM || !s->ctx || s->ctx->magic != SHIM_MAGIC_CTX || !s->ctx->primary)
+            continue;
+        if ((r = shim_op_stream_create(s->ctx->handle, s->flags, s->priority, &h)) == CUDA_SUCCESS) {
+            s->handle = (uint32_t)h;
+            atomic_store(&s->idle.query_seq, 0);
+            atomic_store(&s->idle.sync_seq, 0);
+            (*streams)++;
+        }
+    }
+    pthread_mutex_unlock(&all_streams_lock);
+    /* Events: each live one (the table's objects, once each) made again, and the table rebuilt. */
+    pthread_mutex_lock(&event_table_lock);
+    size_t cap = events_by_handle.cap, n = 0;
+    struct CUevent_st **evs = cap ? calloc(cap, sizeof *evs) : NULL;
+    for (size_t i = 0; evs && i < cap; i++) {
+        struct CUevent_st *e = events_by_handle.v[i];
+        if (e && e->magic == SHIM_MAGIC_EVENT && e->handle == i)
+            evs[n++] = e;
+    }
+    if (cap)
+        memset(events_by_handle.v, 0, cap * sizeof *events_by_handle.v);
+    pthread_mutex_unlock(&event_table_lock);
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        struct CUevent_st *e = evs[i];
+        uint64_t h;
+        if (!e->ctx || e->ctx->magic != SHIM_MAGIC_CTX || !e->ctx->primary || (e->flags & CU_EVENT_INTERPROCESS)) {
+            e->magic = SHIM_MAGIC_DEAD; /* unknown to the new worker: refused, not sent */
+            continue;
+        }
+        if ((r = shim_op_event_create(e->ctx->handle, e->flags, &h)) == CUDA_SUCCESS) {
+            e->handle = (uint32_t)h;
+            shim_event_remember(e);
+            (*events)++;
+        }
+    }
+    free(evs);
+    return r;
 }

@@ -1,8 +1,10 @@
 /* A bystander of another program's fault (issue 10): it holds device memory of three sizes (a small
- * allocation, one of its own chunk's size, a stream-ordered one) with known contents; with "wait" it says
- * "bystander: ready" and waits for a line on stdin (meanwhile tests/test_contain_memory.sh makes another
- * program fault the GPU). Then its memory must read back intact at the same addresses, and it computes
- * again: new memory, a module loaded now, a kernel on its old memory, results against the CPU.
+ * allocation, one of its own chunk's size, a stream-ordered one) with known contents, a module and a
+ * library with a function of each, a stream and an event; with "wait" it says "bystander: ready" and waits
+ * for a line on stdin (meanwhile tests/test_contain_memory.sh makes another program fault the GPU). Then
+ * its memory must read back intact at the same addresses, and it computes again with what it made before:
+ * the module's kernel on its stream, the event recorded there and waited for, the library's kernel; and
+ * with new memory and a module loaded now. Results against the CPU.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -49,6 +51,20 @@ int main(int argc, char **argv)
     fill_words(big, BIG, 0x200000);
     fill_words(async, ASYNC, 0x3000000);
     CK(cuCtxSynchronize());
+    CUmodule mod0 = gt_module_from_file_data(GT_FATBIN);
+    CUfunction add0 = gt_function(mod0, "add_u32");
+    CK(cuFuncSetAttribute(add0, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    size_t img_size;
+    void *img = gt_read_file(GT_FATBIN, &img_size);
+    CUlibrary lib;
+    CK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));
+    free(img);
+    CUkernel kern;
+    CK(cuLibraryGetKernel(&kern, lib, "add_u32"));
+    CUstream stream;
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUevent done;
+    CK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
     if (wait) {
         printf("bystander: ready\n");
         fflush(stdout);
@@ -60,15 +76,28 @@ int main(int argc, char **argv)
     expect_words(small, SMALL, 0x1000, "the small allocation after the fault");
     expect_words(big, BIG, 0x200000, "the large allocation after the fault");
     expect_words(async, ASYNC, 0x3000000, "the stream-ordered allocation after the fault");
-    /* Computing again: a module loaded now, a kernel on its old memory (+7 to every word of big). */
+    /* Computing again with what it made before: the module's kernel on its stream (+5 to every word of
+     * big, with the dynamic shared memory its attribute allows), the event recorded there; the library's
+     * kernel (+2 to small). */
+    unsigned long long n = BIG / 4, ns = SMALL / 4;
+    unsigned five = 5, two = 2, seven = 7;
+    void *args0[] = {&big, &n, &five};
+    CK(cuLaunchKernel(add0, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 1024, stream, args0, NULL));
+    CK(cuEventRecord(done, stream));
+    CK(cuEventSynchronize(done));
+    CK(cuStreamSynchronize(stream));
+    expect_words(big, BIG, 0x200000 + 5, "the large allocation after the old module's kernel added 5");
+    void *args1[] = {&small, &ns, &two};
+    CK(cuLaunchKernel((CUfunction)kern, (unsigned)((ns + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, args1, NULL));
+    CK(cuCtxSynchronize());
+    expect_words(small, SMALL, 0x1000 + 2, "the small allocation after the old library's kernel added 2");
+    /* And a module loaded now (+7 to big). */
     CUmodule mod = gt_module_from_file_data(GT_FATBIN);
     CUfunction add = gt_function(mod, "add_u32");
-    unsigned long long n = BIG / 4;
-    unsigned seven = 7;
     void *args[] = {&big, &n, &seven};
     CK(cuLaunchKernel(add, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, args, NULL));
     CK(cuCtxSynchronize());
-    expect_words(big, BIG, 0x200000 + 7, "the large allocation after a kernel added 7");
+    expect_words(big, BIG, 0x200000 + 12, "the large allocation after a new module's kernel added 7");
     CUdeviceptr fresh;
     CK(cuMemAlloc(&fresh, SMALL));
     fill_words(fresh, SMALL, 0x42);
@@ -79,5 +108,9 @@ int main(int argc, char **argv)
     CK(cuMemFreeAsync(async, NULL));
     CK(cuCtxSynchronize());
     CK(cuModuleUnload(mod));
+    CK(cuModuleUnload(mod0));
+    CK(cuLibraryUnload(lib));
+    CK(cuStreamDestroy(stream));
+    CK(cuEventDestroy(done));
     gt_pass();
 }
