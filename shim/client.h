@@ -136,6 +136,8 @@ CUresult shim_contexts_rebind(void);
 CUresult shim_pools_rebind(void);
 CUresult shim_streams_rebind(unsigned *streams, unsigned *events);
 CUresult shim_modules_rebind(unsigned *modules, unsigned *functions);
+/* After a resume: pinned and registered host memory shared again with the new worker (memory.c). */
+CUresult shim_host_rebind(unsigned *count);
 /* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply. */
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len);
 /* One-way: nothing comes back; an error surfaces at the next synchronizing call. */

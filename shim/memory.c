@@ -253,6 +253,78 @@ static CUresult share_with_server(int fd, void *mine, size_t len, unsigned flags
         *server_addr = rep.value;
     return r;
 }
+/* The memfds of pinned host memory, kept while the server can resume (shim.resume_token) to share the
+ * memory again with the worker that takes over after a fault (shim_host_rebind); closed otherwise. */
+struct kept_host {
+    uint64_t base, len;
+    int fd;
+    unsigned flags;
+};
+static struct kept_host *kept_host;
+static size_t nkept_host, capkept_host;
+static pthread_mutex_t kept_host_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void host_keep(uint64_t base, uint64_t len, int fd, unsigned flags)
+{
+    pthread_mutex_lock(&kept_host_lock);
+    if (shim.resume_token && nkept_host == capkept_host) {
+        size_t nc = capkept_host ? capkept_host * 2 : 16;
+        struct kept_host *nv = realloc(kept_host, nc * sizeof *nv);
+        if (nv) {
+            kept_host = nv;
+            capkept_host = nc;
+        }
+    }
+    if (shim.resume_token && nkept_host < capkept_host)
+        kept_host[nkept_host++] = (struct kept_host){base, len, fd, flags};
+    else
+        close(fd);
+    pthread_mutex_unlock(&kept_host_lock);
+}
+
+static void host_forget(uint64_t base)
+{
+    pthread_mutex_lock(&kept_host_lock);
+    for (size_t i = 0; i < nkept_host; i++) {
+        if (kept_host[i].base == base) {
+            close(kept_host[i].fd);
+            kept_host[i] = kept_host[--nkept_host];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&kept_host_lock);
+}
+
+CUresult shim_host_rebind(unsigned *count)
+{
+    *count = 0;
+    /* sock_lock may be this thread's own (a call that found the worker gone): try, else go on. */
+    bool sock_locked = pthread_mutex_trylock(&shim.sock_lock) == 0;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&kept_host_lock);
+    for (size_t i = 0; i < nkept_host && r == CUDA_SUCCESS; i++) {
+        struct kept_host *k = &kept_host[i];
+        struct cumux_host_alloc m = {.size = k->len, .flags = k->flags, .client_addr = k->base};
+        struct cumux_u64_reply rep;
+        r = shim_send_fd(k->fd);
+        if (r == CUDA_SUCCESS)
+            r = shim_call(CUMUX_OP_HOST_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
+        if (r != CUDA_SUCCESS)
+            break;
+        /* The new worker's address of it (the same as ours when it could map it there). */
+        pthread_rwlock_wrlock(&shim.ranges_lock);
+        const struct cumux_range *g = cumux_ranges_find(&shim.pinned_ranges, k->base);
+        if (g && g->base == k->base)
+            ((struct cumux_range *)g)->extra = rep.value;
+        pthread_rwlock_unlock(&shim.ranges_lock);
+        (*count)++;
+    }
+    pthread_mutex_unlock(&kept_host_lock);
+    if (sock_locked)
+        pthread_mutex_unlock(&shim.sock_lock);
+    return r;
+}
+
 /* Pinned host memory shared with the server, at the same address in both processes when possible;
  * managed: only then (the program and its kernels use the one pointer), and tagged so. */
 static CUresult pinned_alloc(void **pp, size_t size, unsigned int flags, bool managed)
@@ -291,12 +363,13 @@ static CUresult pinned_alloc(void **pp, size_t size, unsigned int flags, bool ma
             munmap(moved, len);
         }
     }
-    close(fd);
     if (managed && server_addr != (uint64_t)(uintptr_t)mine) {
+        close(fd);
         shim_op_host_free(server_addr);
         munmap(mine, len);
         return CUDA_ERROR_OUT_OF_MEMORY; /* no address both processes could use */
     }
+    host_keep((uint64_t)(uintptr_t)mine, len, fd, flags);
     pthread_rwlock_wrlock(&shim.ranges_lock);
     cumux_ranges_add(&shim.pinned_ranges, (uint64_t)(uintptr_t)mine, len, len | (managed ? PINNED_MANAGED : 0),
                      server_addr);
@@ -506,6 +579,7 @@ CUresult cuMemFreeHost(void *p)
     pthread_rwlock_unlock(&shim.ranges_lock);
     if (found < 0)
         return CUDA_ERROR_INVALID_VALUE;
+    host_forget((uint64_t)(uintptr_t)p);
     CUresult res = shim_op_host_free(r.extra);
     munmap(p, r.size);
     return res;
@@ -527,6 +601,7 @@ static CUresult managed_free(uint64_t p)
             advice[i].base = 0;
     pthread_mutex_unlock(&advice_lock);
     /* The program's other streams may still use it: the server's free waits for the client's work. */
+    host_forget(p);
     CUresult res = shim_op_host_free(r.extra);
     munmap((void *)(uintptr_t)p, r.size);
     return res;
@@ -601,9 +676,11 @@ CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
     }
     uint64_t server_addr;
     r = share_with_server(fd, (void *)base, len, flags, &server_addr);
-    close(fd);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        close(fd);
         return r; /* the pages stay file-backed with the same contents: the program sees no difference */
+    }
+    host_keep(base, len, fd, flags);
     pthread_rwlock_wrlock(&shim.ranges_lock);
     cumux_ranges_add(&shim.pinned_ranges, base, len, PINNED_REGISTERED | len, server_addr);
     pthread_rwlock_unlock(&shim.ranges_lock);
@@ -625,6 +702,7 @@ CUresult cuMemHostUnregister(void *p)
     if (found < 0)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     /* The pages stay as they are (shared with nobody once the server lets go). */
+    host_forget(base);
     return shim_op_host_free(r.extra);
 }
 

@@ -3,8 +3,8 @@
  * contexts and their legacy streams, its default pools, and its device memory, which the new worker has
  * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
  * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
- * and functions (with the attributes it set) it made in its primary contexts. Not yet: contexts it
- * created itself and what is in them, pinned host memory, graphs, arrays, textures, pools it made, IPC:
+ * and functions (with the attributes it set) it made in its primary contexts, and its pinned host memory.
+ * Not yet: contexts it created itself and what is in them, graphs, arrays, textures, pools it made, IPC:
  * calls naming them fail as with an invalid handle. Module globals are the new worker's, at new addresses. */
 #include <stdlib.h>
 #include <string.h>
@@ -57,14 +57,17 @@ static CUresult rebuild(void)
         r = shim_pools_rebind();
     if (r == CUDA_SUCCESS)
         r = resume_memory();
-    unsigned streams = 0, events = 0, modules = 0, functions = 0;
+    unsigned streams = 0, events = 0, modules = 0, functions = 0, host = 0;
+    if (r == CUDA_SUCCESS)
+        r = shim_host_rebind(&host);
     if (r == CUDA_SUCCESS)
         r = shim_streams_rebind(&streams, &events);
     if (r == CUDA_SUCCESS)
         r = shim_modules_rebind(&modules, &functions);
     if (r == CUDA_SUCCESS)
         cumux_logf("after the worker failed: made again %u stream(s), %u event(s), %u module(s) and librar(ies), "
-                   "%u function(s)", streams, events, modules, functions);
+                   "%u function(s); %u range(s) of pinned host memory shared again", streams, events, modules,
+                   functions, host);
     return r;
 }
 

@@ -63,7 +63,7 @@ grep -q '^PASS contain_bystander' "$tmp/hold.out" || fail "the bystander: $(tail
 grep -q 'back after its worker failed: 2 chunk(s) taken back, 3 of 3 allocation(s) intact' "$log" ||
     fail "the server did not give the bystander its memory back: $(grep 'back after' "$log")"
 # What it made before the fault was made again (not only handles that happen to be the same numbers).
-grep -q 'made again 1 stream(s), 1 event(s), 2 module(s) and librar(ies), 2 function(s)' "$tmp/hold.out" ||
+grep -q 'made again 1 stream(s), 1 event(s), 2 module(s) and librar(ies), 2 function(s); 1 range(s) of pinned host memory' "$tmp/hold.out" ||
     fail "the bystander's objects not made again: $(grep 'made again' "$tmp/hold.out")"
 serve_one "$tmp/run.out" || fail "no program served after the takeover"
 "$cli" stop >/dev/null || fail "cumux stop"

@@ -1,9 +1,10 @@
 /* A bystander of another program's fault (issue 10): it holds device memory of three sizes (a small
  * allocation, one of its own chunk's size, a stream-ordered one) with known contents, a module and a
- * library with a function of each, a stream and an event; with "wait" it says "bystander: ready" and waits
+ * library with a function of each, a stream, an event and pinned host memory; with "wait" it says "bystander: ready" and waits
  * for a line on stdin (meanwhile tests/test_contain_memory.sh makes another program fault the GPU). Then
  * its memory must read back intact at the same addresses, and it computes again with what it made before:
- * the module's kernel on its stream, the event recorded there and waited for, the library's kernel; and
+ * the module's kernel on its stream, the event recorded there and waited for, the library's kernel,
+ * copies through the pinned memory it allocated before; and
  * with new memory and a module loaded now. Results against the CPU.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <stdbool.h>
@@ -65,6 +66,10 @@ int main(int argc, char **argv)
     CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     CUevent done;
     CK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    unsigned *pinned;
+    CK(cuMemHostAlloc((void **)&pinned, SMALL, CU_MEMHOSTALLOC_PORTABLE));
+    for (unsigned i = 0; i < SMALL / 4; i++)
+        pinned[i] = 0x77000 + i;
     if (wait) {
         printf("bystander: ready\n");
         fflush(stdout);
@@ -91,6 +96,16 @@ int main(int argc, char **argv)
     CK(cuLaunchKernel((CUfunction)kern, (unsigned)((ns + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, args1, NULL));
     CK(cuCtxSynchronize());
     expect_words(small, SMALL, 0x1000 + 2, "the small allocation after the old library's kernel added 2");
+    /* Its pinned memory, made before: an asynchronous copy from it on its old stream, and back. */
+    CK(cuMemcpyHtoDAsync(async, pinned, SMALL, stream));
+    CK(cuStreamSynchronize(stream));
+    expect_words(async, SMALL, 0x77000, "a copy from pinned memory made before the fault");
+    memset(pinned, 0, SMALL);
+    CK(cuMemcpyDtoHAsync(pinned, async, SMALL, stream));
+    CK(cuStreamSynchronize(stream));
+    for (unsigned i = 0; i < SMALL / 4; i++)
+        if (pinned[i] != 0x77000 + i)
+            gt_fail("the copy back into pinned memory: word %u is 0x%x", i, pinned[i]);
     /* And a module loaded now (+7 to big). */
     CUmodule mod = gt_module_from_file_data(GT_FATBIN);
     CUfunction add = gt_function(mod, "add_u32");
@@ -112,5 +127,6 @@ int main(int argc, char **argv)
     CK(cuLibraryUnload(lib));
     CK(cuStreamDestroy(stream));
     CK(cuEventDestroy(done));
+    CK(cuMemFreeHost(pinned));
     gt_pass();
 }
