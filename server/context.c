@@ -14,6 +14,7 @@ CUresult op_ctx_create(struct srv_client *c, const struct cumux_ctx_create *m, u
     if (!x)
         return CUDA_ERROR_OUT_OF_MEMORY;
     x->gpu = m->device;
+    x->unconfirmed = &c->unconfirmed_streams;
     use_gpu(c, x->gpu);
     CUresult r = cuEventCreate(&x->join_event, CU_EVENT_DISABLE_TIMING);
     if (r == CUDA_SUCCESS)
@@ -49,8 +50,10 @@ static CUresult ctx_sync(struct srv_client *c, struct srv_ctx *x)
         if (srv_stream_known_idle(c, s))
             continue;
         CUresult r = cuStreamSynchronize(s->cu);
-        if (r == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS) {
             s->idle_gen = c->work_gen;
+            srv_stream_confirmed(s);
+        }
         if (first == CUDA_SUCCESS)
             first = r;
     }

@@ -47,6 +47,10 @@ CUresult srv_chunk_free(struct srv_client *c, uint64_t ptr, CUstream after);
 void srv_chunks_trim(struct srv_client *c, int gpu);
 void srv_chunks_release_all(struct srv_client *c);
 
+/* objects.c: a synchronize or query saw all of s's work end (its client's count of streams with work not
+ * seen to end goes down: server/main.c makes only a client with none resumable at a fault). */
+void srv_stream_confirmed(struct srv_stream *s);
+
 /* pacing.c: before a kernel launch on s, while many clients launch and this one's kernels are long, waits
  * (bounded) for s's earlier work, so that hardware queues shared between clients' streams keep runnable
  * heads. Off unless CUMUX_PACE=1. */

@@ -714,10 +714,11 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
         }
         if (atomic_load(&c->finished))
             continue;
-        /* It may come back with its memory when it had no kernel in flight: then it is not the culprit (a
-         * fault comes from a running kernel) and lost no work. One with kernels in flight lost them, and
-         * nothing tells it which yet (docs/faults.md, step 4): it keeps the error, named culprit or not. */
-        if (c->shm && c->resume_token && !srv_usage_in_flight(c))
+        /* It may come back with its memory when it had no kernel in flight and no stream with work it has
+         * not seen end: then it is not the culprit (a fault comes from a running kernel) and lost nothing.
+         * One that had work going lost it, and nothing tells it which yet (docs/faults.md, step 4): it keeps
+         * the error, named culprit or not. */
+        if (c->shm && c->resume_token && !srv_usage_in_flight(c) && atomic_load(&c->unconfirmed_streams) == 0)
             atomic_store(&c->shm->server_resumable, 1);
         if (c->shm)
             atomic_store(&c->shm->server_fault, (int32_t)code);

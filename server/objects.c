@@ -89,6 +89,11 @@ CUresult before_op(struct srv_stream *s)
     struct srv_ctx *x = s->ctx;
     if (s->capturing)
         return CUDA_SUCCESS; /* captured work is not run now: it takes no part in the legacy rule */
+    if (!s->unconfirmed) {
+        s->unconfirmed = true;
+        if (x->unconfirmed)
+            atomic_fetch_add_explicit(x->unconfirmed, 1, memory_order_relaxed);
+    }
     if (s->kind == STREAM_LEGACY) {
         for (size_t i = 0; i < x->ndirty; i++) {
             struct srv_stream *b = x->dirty[i];
@@ -106,6 +111,15 @@ CUresult before_op(struct srv_stream *s)
         s->seen_epoch = x->epoch;
     }
     return CUDA_SUCCESS;
+}
+
+void srv_stream_confirmed(struct srv_stream *s)
+{
+    if (s->unconfirmed) {
+        s->unconfirmed = false;
+        if (s->ctx->unconfirmed)
+            atomic_fetch_sub_explicit(s->ctx->unconfirmed, 1, memory_order_relaxed);
+    }
 }
 
 void after_op(struct srv_stream *s)

@@ -82,6 +82,7 @@ struct srv_stream {
     uint64_t seen_epoch; /* blocking stream: the legacy epoch it already waits for */
     uint32_t hostfn_slot1;  /* 1 + its word in the client's hostfn_stream_done, 0 before its first host function */
     uint32_t hostfn_seq;    /* the number of its last host function */
+    bool unconfirmed;       /* work queued on it that no synchronize or query has seen end (worker only) */
     struct srv_stream *next_in_ctx;
 };
 
@@ -96,6 +97,7 @@ struct srv_ctx {
     uint64_t epoch_event_epoch;
     struct srv_stream **dirty;   /* blocking streams with work the legacy stream has not joined */
     size_t ndirty, capdirty;
+    _Atomic int64_t *unconfirmed; /* its client's count of streams with unconfirmed work */
 };
 
 struct ipc_event;
@@ -221,6 +223,8 @@ struct srv_client {
     struct srv_chunks *chunks;   /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
     uint64_t resume_token;       /* its secret for a RESUME hello after a worker change (0: none) */
     uint64_t resume_claim;       /* a RESUME hello's token: whose memory it may take back (0: none) */
+    _Atomic int64_t unconfirmed_streams; /* streams with work not seen to end (objects.c before_op): a client
+                                          * with none lost nothing at a fault */
     _Atomic uint64_t kernel_ns_recent; /* its sampled launches' recent mean time (usage.c), for pacing.c */
     _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
     uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */

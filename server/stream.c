@@ -52,6 +52,7 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
 
 void stream_free(struct srv_client *c, struct srv_stream *s)
 {
+    srv_stream_confirmed(s); /* its work goes on without it: what is lost with it at a fault is not told */
     struct srv_ctx *x = s->ctx;
     use_gpu(c, x->gpu);
     if (s->dirty) {
@@ -119,6 +120,7 @@ CUresult op_stream_sync(struct srv_client *c, struct srv_stream *stream)
     if (r == CUDA_SUCCESS) {
         srv_usage_synced(c);
         stream->idle_gen = c->work_gen;
+        srv_stream_confirmed(stream);
     }
     return take_pending(c, r);
 }
@@ -129,8 +131,10 @@ CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)
         return CUDA_SUCCESS;
     CHECK(before_op(stream));
     CUresult r = cuStreamQuery(stream->cu);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         stream->idle_gen = c->work_gen;
+        srv_stream_confirmed(stream);
+    }
     return r;
 }
 

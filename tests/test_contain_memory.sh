@@ -65,6 +65,24 @@ grep -q 'back after its worker failed: 2 chunk(s) taken back, 3 of 3 allocation(
 # What it made before the fault was made again (not only handles that happen to be the same numbers).
 grep -q 'made again 1 stream(s), 1 event(s), 2 module(s) and librar(ies), 2 function(s); 1 range(s) of pinned host memory' "$tmp/hold.out" ||
     fail "the bystander's objects not made again: $(grep 'made again' "$tmp/hold.out")"
+# A bystander with work queued and not seen to end at the fault lost it: it keeps the fault's error.
+wait_standby_ready 2 || fail "no second standby ready"
+"$cli" run -- "$gdir/gpu_contain_bystander" wait-unsynced <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
+client=$!
+exec 3>"$tmp/hold.in"
+for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
+grep -q '^bystander: ready' "$tmp/hold.out" || fail "the unsynced bystander did not get ready: $(cat "$tmp/hold.out")"
+"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (second fault)"
+for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over .* chunk' "$log")" -ge 2 ] && break; sleep 0.1; done
+echo go >&3
+exec 3>&-
+if wait "$client"; then
+    cp "$tmp/hold.out" "$tmp/run.out"
+    fail "a bystander whose queued work was lost came back as if nothing happened"
+fi
+client=""
+grep -q 'returned 700 (CUDA_ERROR_ILLEGAL_ADDRESS)' "$tmp/hold.out" ||
+    fail "the unsynced bystander did not get the fault's error: $(tail -3 "$tmp/hold.out")"
 serve_one "$tmp/run.out" || fail "no program served after the takeover"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

@@ -6,6 +6,9 @@
  * the module's kernel on its stream, the event recorded there and waited for, the library's kernel,
  * copies through the pinned memory it allocated before; and
  * with new memory and a module loaded now. Results against the CPU.
+ * With "wait-unsynced" it leaves a memset queued on its stream unsynchronized before it waits: work the
+ * fault may have lost, so it must not come back (its first call after the fault fails with the fault's
+ * error: the test expects this run to fail).
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,7 +44,8 @@ int main(int argc, char **argv)
 {
     gt_begin("contain_bystander");
     gt_require_gpu();
-    bool wait = argc > 1 && !strcmp(argv[1], "wait");
+    bool unsynced = argc > 1 && !strcmp(argv[1], "wait-unsynced");
+    bool wait = unsynced || (argc > 1 && !strcmp(argv[1], "wait"));
     gt_primary_ctx(0, NULL);
     enum { SMALL = 4096, BIG = 3 << 20, ASYNC = 96 << 10 };
     CUdeviceptr small, big, async;
@@ -70,6 +74,8 @@ int main(int argc, char **argv)
     CK(cuMemHostAlloc((void **)&pinned, SMALL, CU_MEMHOSTALLOC_PORTABLE));
     for (unsigned i = 0; i < SMALL / 4; i++)
         pinned[i] = 0x77000 + i;
+    if (unsynced)
+        CK(cuMemsetD32Async(async, 0, ASYNC / 4, stream)); /* queued, never seen to end before the fault */
     if (wait) {
         printf("bystander: ready\n");
         fflush(stdout);
