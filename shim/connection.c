@@ -90,7 +90,7 @@ static void server_lost(void)
 
 /* ---- coming back after the worker failed (docs/faults.md; a server with CUMUX_CONTAIN=1) ----
  * When the worker serving this program fails for another program's fault, the server marks the channel
- * resumable when it had no kernel in flight. The first call that finds the channel broken connects again (hello RESUME with the token of
+ * resumable when all its work had been seen to end. The first call that finds the channel broken connects again (hello RESUME with the token of
  * its first welcome), says hello as at cuInit, and has what the program held made again (the rebuild that
  * shim/resume.c registers); meanwhile other threads' calls wait for it. A program that is not resumable
  * (the culprit, or one whose kernels were lost) keeps its error, as under CUDA. */
