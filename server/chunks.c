@@ -163,6 +163,30 @@ static int extents_put(struct extent **v, size_t *n, size_t *cap, uint64_t off, 
     return 0;
 }
 
+/* Takes [off, off + size) out of extent i, which holds it whole: what is left before and after stays free.
+ * -1 when the list has no room for the split. */
+static int extent_split(struct extent **v, size_t *n, size_t *cap, size_t i, uint64_t off, uint64_t size)
+{
+    struct extent x = (*v)[i];
+    uint64_t lead = off - x.off, tail = x.size - lead - size;
+    if (lead && tail) {
+        if (*n == *cap && extents_grow(v, cap) < 0)
+            return -1;
+        memmove(&(*v)[i + 2], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
+        (*v)[i] = (struct extent){x.off, lead};
+        (*v)[i + 1] = (struct extent){off + size, tail};
+        (*n)++;
+    } else if (lead) {
+        (*v)[i].size = lead;
+    } else if (tail) {
+        (*v)[i] = (struct extent){off + size, tail};
+    } else {
+        memmove(&(*v)[i], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
+        (*n)--;
+    }
+    return 0;
+}
+
 /* First fit: size bytes at an offset whose address (base + offset) is a multiple of align; UINT64_MAX when
  * no extent has room. */
 static uint64_t extents_take(struct extent **v, size_t *n, size_t *cap, uint64_t base, uint64_t size, uint64_t align)
@@ -173,23 +197,7 @@ static uint64_t extents_take(struct extent **v, size_t *n, size_t *cap, uint64_t
         uint64_t lead = start - e.off;
         if (lead > e.size || e.size - lead < size)
             continue;
-        uint64_t tail = e.size - lead - size;
-        if (lead && tail) {
-            if (*n == *cap && extents_grow(v, cap) < 0)
-                return UINT64_MAX;
-            memmove(&(*v)[i + 2], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
-            (*v)[i] = (struct extent){e.off, lead};
-            (*v)[i + 1] = (struct extent){start + size, tail};
-            (*n)++;
-        } else if (lead) {
-            (*v)[i].size = lead;
-        } else if (tail) {
-            (*v)[i] = (struct extent){start + size, tail};
-        } else {
-            memmove(&(*v)[i], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
-            (*n)--;
-        }
-        return start;
+        return extent_split(v, n, cap, i, start, size) == 0 ? start : UINT64_MAX;
     }
     return UINT64_MAX;
 }
@@ -562,25 +570,8 @@ static int extents_carve(struct extent **v, size_t *n, size_t *cap, uint64_t off
 {
     for (size_t e = 0; e < *n; e++) {
         struct extent x = (*v)[e];
-        if (off < x.off || size > x.size || off - x.off > x.size - size)
-            continue;
-        uint64_t lead = off - x.off, tail = x.size - lead - size;
-        if (lead && tail) {
-            if (*n == *cap && extents_grow(v, cap) < 0)
-                return -1;
-            memmove(&(*v)[e + 2], &(*v)[e + 1], (*n - e - 1) * sizeof **v);
-            (*v)[e] = (struct extent){x.off, lead};
-            (*v)[e + 1] = (struct extent){off + size, tail};
-            (*n)++;
-        } else if (lead) {
-            (*v)[e].size = lead;
-        } else if (tail) {
-            (*v)[e] = (struct extent){off + size, tail};
-        } else {
-            memmove(&(*v)[e], &(*v)[e + 1], (*n - e - 1) * sizeof **v);
-            (*n)--;
-        }
-        return 0;
+        if (off >= x.off && size <= x.size && off - x.off <= x.size - size)
+            return extent_split(v, n, cap, e, off, size);
     }
     return -1;
 }

@@ -201,6 +201,15 @@ struct shim_table {
 };
 /* The slot of `handle` (NULL when none), the table grown to hold it; NULL when memory runs out. */
 void **shim_table_slot(struct shim_table *t, uint32_t handle);
+/* Every object of a kind the program made, in order (objects are never freed: dead ones stay marked), to
+ * make them again after a resume. shim_list_add takes the list's lock; a reader holds it while it walks. */
+struct shim_list {
+    void **v;
+    size_t n, cap;
+    pthread_mutex_t lock;
+};
+#define SHIM_LIST_INIT {NULL, 0, 0, PTHREAD_MUTEX_INITIALIZER}
+void shim_list_add(struct shim_list *l, void *p);
 /* module.c: the function object of a server function handle, or NULL */
 struct CUfunc_st *shim_function_of(uint32_t handle);
 /* stream.c: events by server handle (event objects are never freed): remember one; the live one of a

@@ -1,5 +1,6 @@
-/* Objects by server handle: the shim hands the program one object per server handle (a graph, a node, a
- * function), so that the same server object is always the same pointer to the program. */
+/* Objects by server handle (the shim hands the program one object per server handle: a graph, a node, a
+ * function, so that the same server object is always the same pointer to the program), and lists of every
+ * object of a kind (made again after a resume). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,4 +18,20 @@ void **shim_table_slot(struct shim_table *t, uint32_t handle)
         t->cap = cap;
     }
     return &t->v[handle];
+}
+
+void shim_list_add(struct shim_list *l, void *p)
+{
+    pthread_mutex_lock(&l->lock);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        void **v = realloc(l->v, cap * sizeof *v);
+        if (v) {
+            l->v = v;
+            l->cap = cap;
+        }
+    }
+    if (l->n < l->cap) /* else, out of memory, it will not be made again after a resume */
+        l->v[l->n++] = p;
+    pthread_mutex_unlock(&l->lock);
 }

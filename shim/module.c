@@ -108,26 +108,8 @@ static CUresult jit_options(unsigned n, CUjit_option *opts, void **vals, struct 
     return CUDA_SUCCESS;
 }
 
-/* Every module and library the program loaded (never freed: an unloaded one is marked dead). */
-static struct CUmod_st **all_modules;
-static size_t nall_modules, capall_modules;
-static pthread_mutex_t all_modules_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void module_remember(struct CUmod_st *m)
-{
-    pthread_mutex_lock(&all_modules_lock);
-    if (nall_modules == capall_modules) {
-        size_t nc = capall_modules ? capall_modules * 2 : 64;
-        struct CUmod_st **nv = realloc(all_modules, nc * sizeof *nv);
-        if (nv) {
-            all_modules = nv;
-            capall_modules = nc;
-        }
-    }
-    if (nall_modules < capall_modules)
-        all_modules[nall_modules++] = m;
-    pthread_mutex_unlock(&all_modules_lock);
-}
+/* Every module and library the program loaded, to load them again after a resume. */
+static struct shim_list all_modules = SHIM_LIST_INIT;
 
 static CUresult load_image(const void *image, uint32_t kind, const struct jit_options *jit, struct CUmod_st **out)
 {
@@ -177,7 +159,7 @@ static CUresult load_image(const void *image, uint32_t kind, const struct jit_op
     m->image_fd = keep ? fd : -1;
     m->load = keep;
     pthread_mutex_init(&m->lock, NULL);
-    module_remember(m);
+    shim_list_add(&all_modules, m);
     *out = m;
     return CUDA_SUCCESS;
 }
@@ -807,9 +789,9 @@ CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
      * threads wait for the resume meanwhile. */
     bool sock_locked = pthread_mutex_trylock(&shim.sock_lock) == 0;
     CUresult r = CUDA_SUCCESS;
-    pthread_mutex_lock(&all_modules_lock);
-    for (size_t i = 0; i < nall_modules && r == CUDA_SUCCESS; i++) {
-        struct CUmod_st *m = all_modules[i];
+    pthread_mutex_lock(&all_modules.lock);
+    for (size_t i = 0; i < all_modules.n && r == CUDA_SUCCESS; i++) {
+        struct CUmod_st *m = all_modules.v[i];
         if ((m->magic != SHIM_MAGIC_MODULE && m->magic != SHIM_MAGIC_LIBRARY) || m->image_fd < 0 || !m->load)
             continue;
         if (!m->ctx || m->ctx->magic != SHIM_MAGIC_CTX || !m->ctx->primary) {
@@ -848,7 +830,7 @@ CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
         }
         pthread_mutex_unlock(&m->lock);
     }
-    pthread_mutex_unlock(&all_modules_lock);
+    pthread_mutex_unlock(&all_modules.lock);
     if (sock_locked)
         pthread_mutex_unlock(&shim.sock_lock);
     return r;

@@ -27,27 +27,8 @@ CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuu
     return r;
 }
 
-/* Every stream object the program made (never freed: a destroyed one is marked dead), to make them again
- * after a resume. */
-static struct CUstream_st **all_streams;
-static size_t nall_streams, capall_streams;
-static pthread_mutex_t all_streams_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void stream_remember(struct CUstream_st *s)
-{
-    pthread_mutex_lock(&all_streams_lock);
-    if (nall_streams == capall_streams) {
-        size_t nc = capall_streams ? capall_streams * 2 : 64;
-        struct CUstream_st **nv = realloc(all_streams, nc * sizeof *nv);
-        if (nv) {
-            all_streams = nv;
-            capall_streams = nc;
-        }
-    }
-    if (nall_streams < capall_streams)
-        all_streams[nall_streams++] = s;
-    pthread_mutex_unlock(&all_streams_lock);
-}
+/* Every stream object the program made, to make them again after a resume. */
+static struct shim_list all_streams = SHIM_LIST_INIT;
 
 static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
 {
@@ -78,7 +59,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
     s->flags = flags;
     s->priority = priority;
     s->id = atomic_fetch_add(&shim_next_stream_id, 1);
-    stream_remember(s);
+    shim_list_add(&all_streams, s);
     *ph = s;
     return CUDA_SUCCESS;
 }
@@ -518,9 +499,9 @@ CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
 {
     CUresult r = CUDA_SUCCESS;
     *streams = *events = 0;
-    pthread_mutex_lock(&all_streams_lock);
-    for (size_t i = 0; i < nall_streams && r == CUDA_SUCCESS; i++) {
-        struct CUstream_st *s = all_streams[i];
+    pthread_mutex_lock(&all_streams.lock);
+    for (size_t i = 0; i < all_streams.n && r == CUDA_SUCCESS; i++) {
+        struct CUstream_st *s = all_streams.v[i];
         uint64_t h;
         if (s->magic != SHIM_MAGIC_STREAM || !s->ctx || s->ctx->magic != SHIM_MAGIC_CTX || !s->ctx->primary)
             continue;
@@ -531,7 +512,7 @@ CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
             (*streams)++;
         }
     }
-    pthread_mutex_unlock(&all_streams_lock);
+    pthread_mutex_unlock(&all_streams.lock);
     /* Events: each live one (the table's objects, once each) made again, and the table rebuilt. */
     pthread_mutex_lock(&event_table_lock);
     size_t cap = events_by_handle.cap, n = 0;
