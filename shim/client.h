@@ -129,9 +129,9 @@ CUresult shim_require_init(void);
 CUresult shim_check_channel(void);
 /* What is made again in the worker that took over after a resume (shim/resume.c registers it). */
 void shim_set_rebuild(CUresult (*rebuild)(void));
-/* After a resume: the primary contexts (context.c) and default pools (pool.c) get the new worker's handles;
- * the streams and events (stream.c) and modules, libraries and their functions (module.c) the program
- * made are made again there (those of contexts that were not made again stay unknown to it). */
+/* After a resume: the contexts (context.c: primary ones and the program's own) and default pools (pool.c)
+ * get the new worker's handles; the streams and events (stream.c) and modules, libraries and their
+ * functions (module.c) the program made are made again there. */
 CUresult shim_contexts_rebind(void);
 CUresult shim_pools_rebind(void);
 CUresult shim_streams_rebind(unsigned *streams, unsigned *events);

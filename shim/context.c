@@ -252,6 +252,9 @@ static void context_storage_release(CUcontext ctx)
 }
 
 /* ---- creation and destruction ---- */
+/* Every context object the program made (primary or its own), to make them again after a resume. */
+static struct shim_list all_contexts = SHIM_LIST_INIT;
+
 static CUresult ctx_new(int dev, unsigned flags, bool primary, struct CUctx_st **out)
 {
     if (dev < 0 || dev >= shim.device_count)
@@ -273,6 +276,7 @@ static CUresult ctx_new(int dev, unsigned flags, bool primary, struct CUctx_st *
     c->primary = primary;
     c->id = atomic_fetch_add(&next_ctx_id, 1);
     c->legacy_stream_id = atomic_fetch_add(&shim_next_stream_id, 1);
+    shim_list_add(&all_contexts, c);
     *out = c;
     return CUDA_SUCCESS;
 }
@@ -304,17 +308,20 @@ CUresult shim_contexts_rebind(void)
     /* ctx_lock may be held by this very thread (a call that found the worker gone): try, else go on. */
     bool locked = pthread_mutex_trylock(&shim.ctx_lock) == 0;
     CUresult r = CUDA_SUCCESS;
-    for (int dev = 0; dev < shim.device_count && r == CUDA_SUCCESS; dev++) {
-        struct CUctx_st *c = shim.primary[dev];
+    pthread_mutex_lock(&all_contexts.lock);
+    for (size_t i = 0; i < all_contexts.n && r == CUDA_SUCCESS; i++) {
+        struct CUctx_st *c = all_contexts.v[i];
         struct cumux_ctx_reply rep;
-        if (c && (r = shim_op_ctx_create(dev, c->flags, &rep)) == CUDA_SUCCESS) {
+        if (c->magic == SHIM_MAGIC_CTX && (r = shim_op_ctx_create(c->device, c->flags, &rep)) == CUDA_SUCCESS) {
             c->handle = rep.ctx;
             c->legacy_stream = rep.legacy_stream;
+            c->generation++; /* every thread's per-thread default stream of it is made anew when next used */
             atomic_store(&c->synced_seq, 0);
             atomic_store(&c->legacy_idle.query_seq, 0);
             atomic_store(&c->legacy_idle.sync_seq, 0);
         }
     }
+    pthread_mutex_unlock(&all_contexts.lock);
     if (locked)
         pthread_mutex_unlock(&shim.ctx_lock);
     return r;

@@ -794,7 +794,7 @@ CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
         struct CUmod_st *m = all_modules.v[i];
         if ((m->magic != SHIM_MAGIC_MODULE && m->magic != SHIM_MAGIC_LIBRARY) || m->image_fd < 0 || !m->load)
             continue;
-        if (!m->ctx || m->ctx->magic != SHIM_MAGIC_CTX || !m->ctx->primary) {
+        if (!m->ctx || m->ctx->magic != SHIM_MAGIC_CTX) {
             m->magic = SHIM_MAGIC_DEAD; /* its context was not made again */
             continue;
         }

@@ -503,7 +503,7 @@ CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
     for (size_t i = 0; i < all_streams.n && r == CUDA_SUCCESS; i++) {
         struct CUstream_st *s = all_streams.v[i];
         uint64_t h;
-        if (s->magic != SHIM_MAGIC_STREAM || !s->ctx || s->ctx->magic != SHIM_MAGIC_CTX || !s->ctx->primary)
+        if (s->magic != SHIM_MAGIC_STREAM || !s->ctx || s->ctx->magic != SHIM_MAGIC_CTX)
             continue;
         if ((r = shim_op_stream_create(s->ctx->handle, s->flags, s->priority, &h)) == CUDA_SUCCESS) {
             s->handle = (uint32_t)h;
@@ -528,7 +528,7 @@ CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
     for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
         struct CUevent_st *e = evs[i];
         uint64_t h;
-        if (!e->ctx || e->ctx->magic != SHIM_MAGIC_CTX || !e->ctx->primary || (e->flags & CU_EVENT_INTERPROCESS)) {
+        if (!e->ctx || e->ctx->magic != SHIM_MAGIC_CTX || (e->flags & CU_EVENT_INTERPROCESS)) {
             e->magic = SHIM_MAGIC_DEAD; /* unknown to the new worker: refused, not sent */
             continue;
         }

@@ -74,6 +74,7 @@ int main(int argc, char **argv)
     CK(cuMemHostAlloc((void **)&pinned, SMALL, CU_MEMHOSTALLOC_PORTABLE));
     for (unsigned i = 0; i < SMALL / 4; i++)
         pinned[i] = 0x77000 + i;
+    CK(cuStreamSynchronize(CU_STREAM_PER_THREAD)); /* its per-thread default stream exists from here */
     if (unsynced)
         CK(cuMemsetD32Async(async, 0, ASYNC / 4, stream)); /* queued, never seen to end before the fault */
     if (wait) {
@@ -102,6 +103,11 @@ int main(int argc, char **argv)
     CK(cuLaunchKernel((CUfunction)kern, (unsigned)((ns + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, args1, NULL));
     CK(cuCtxSynchronize());
     expect_words(small, SMALL, 0x1000 + 2, "the small allocation after the old library's kernel added 2");
+    unsigned three = 3;
+    void *args2[] = {&small, &ns, &three};
+    CK(cuLaunchKernel(add0, (unsigned)((ns + 255) / 256), 1, 1, 256, 1, 1, 0, CU_STREAM_PER_THREAD, args2, NULL));
+    CK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    expect_words(small, SMALL, 0x1000 + 5, "the small allocation after a kernel on the per-thread stream added 3");
     /* Its pinned memory, made before: an asynchronous copy from it on its old stream, and back. */
     CK(cuMemcpyHtoDAsync(async, pinned, SMALL, stream));
     CK(cuStreamSynchronize(stream));
