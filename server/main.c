@@ -144,6 +144,10 @@ static char *status_report(void)
         APPEND("standby worker: pid %d, %s\n", (int)sb_pid, sb ? "ready" : "starting");
     else
         APPEND("standby worker: none yet\n");
+    uint64_t kept_n = 0, kept_b = 0;
+    if (srv_chunks_on() && srv_kept_memory(&kept_n, &kept_b) == 0)
+        APPEND("clients' memory outside the worker: %llu chunk(s), %.1f MiB (CUMUX_CONTAIN)\n",
+               (unsigned long long)kept_n, kept_b / 1048576.0);
     for (uint32_t i = srv_nfaults > 5 ? srv_nfaults - 5 : 0; i < srv_nfaults; i++) {
         const struct srv_fault_record *f = &srv_faults[i % SRV_FAULTS_KEPT];
         const char *fname = NULL;

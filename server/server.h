@@ -377,6 +377,8 @@ struct srv_kept_chunk {
     int fd;
 };
 void srv_supervisor_keep(const struct srv_kept_chunk *k);
+/* For `cumux status`: the chunks of clients' memory the supervisor holds (-1: no supervisor). */
+int srv_kept_memory(uint64_t *chunks, uint64_t *bytes);
 void srv_supervisor_drop(uint64_t base);
 void srv_supervisor_drop_client(uint32_t client);
 size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap);

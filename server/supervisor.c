@@ -73,6 +73,7 @@ struct sup_shared {
     _Atomic uint64_t default_mem_limit; /* srv_default_mem_limit: set by whichever worker is told */
     _Atomic int32_t default_priority;   /* srv_default_priority: likewise */
     _Atomic uint32_t default_percent;   /* srv_default_thread_percent: likewise */
+    _Atomic uint64_t kept_chunks, kept_bytes; /* clients' memory chunks whose descriptors the supervisor holds */
 };
 static struct sup_shared *shared;
 static uint64_t initial_mem_limit; /* before the page exists */
@@ -302,6 +303,27 @@ size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap)
     }
 }
 
+int srv_kept_memory(uint64_t *chunks, uint64_t *bytes)
+{
+    if (!shared)
+        return -1;
+    *chunks = atomic_load(&shared->kept_chunks);
+    *bytes = atomic_load(&shared->kept_bytes);
+    return 0;
+}
+
+/* The count `cumux status` shows (the supervisor's table changed). */
+static void kept_note(void)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nkept; i++)
+        bytes += kept[i].size;
+    if (shared) {
+        atomic_store(&shared->kept_chunks, nkept);
+        atomic_store(&shared->kept_bytes, bytes);
+    }
+}
+
 /* Supervisor: what a worker said of its chunks. */
 static void keep_read(int sock)
 {
@@ -311,6 +333,7 @@ static void keep_read(int sock)
         if (cumux_sock_recv_some(sock, &m, sizeof m, &fd) != (ssize_t)sizeof m) {
             if (fd >= 0)
                 close(fd);
+            kept_note();
             return;
         }
         if (m.kind == KEEP_CHUNK && fd >= 0) {
@@ -367,6 +390,7 @@ static void keep_hand_over(bool to_standby)
     }
     for (size_t i = 0; i < nkept; i++)
         kept[i].client = UINT32_MAX; /* the old worker's ids: the new worker drops these by address */
+    kept_note();
     if (keep_active >= 0)
         close(keep_active);
     keep_active = to_standby ? keep_standby : -1;

@@ -38,7 +38,7 @@ after=$(used)
 # A fault while a program holds memory: the standby takes its chunks over at the same addresses, and the
 # program, idle at the fault, comes back to it: its memory intact, and it computes again.
 rm -f "$log"
-CUMUX_STANDBY=1 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
+CUMUX_RESUME_WAIT_MS=1500 CUMUX_STANDBY=1 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
     fail "cumux start with a standby"
 wait_standby_ready 1 || fail "no standby ready"
 arenas=$(sed -n "s/.*VMM chunks of an arena at \(0x[0-9a-f]*\).*/\1/p" "$log" | sort -u)
@@ -50,6 +50,10 @@ client=$!
 exec 3>"$tmp/hold.in"
 for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
 grep -q '^bystander: ready' "$tmp/hold.out" || fail "the bystander did not get ready: $(cat "$tmp/hold.out")"
+# `cumux status` shows the memory the supervisor holds: the bystander's two chunks, 6 MiB.
+for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "outside the worker: 2 chunk(s), 6.0 MiB" && break; sleep 0.1; done
+"$cli" status | grep -q "^clients' memory outside the worker: 2 chunk(s), 6.0 MiB (CUMUX_CONTAIN)$" ||
+    fail "status does not show the kept memory: $("$cli" status | grep -i 'outside')"
 "$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error"
 for ((i = 0; i < 100; i++)); do grep -q 'took over .* chunk' "$log" && break; sleep 0.1; done
 # Its small and stream-ordered allocations share a 2 MiB chunk; the 3 MiB one has a chunk of 4 MiB.
@@ -84,5 +88,12 @@ client=""
 grep -q 'returned 700 (CUDA_ERROR_ILLEGAL_ADDRESS)' "$tmp/hold.out" ||
     fail "the unsynced bystander did not get the fault's error: $(tail -3 "$tmp/hold.out")"
 serve_one "$tmp/run.out" || fail "no program served after the takeover"
+# Everything went: the unsynced bystander's chunks, not taken back, are let go after CUMUX_RESUME_WAIT_MS
+# (1.5 s here), and the supervisor holds nothing more.
+for ((i = 0; i < 100; i++)); do "$cli" status | grep -q "outside the worker: 0 chunk(s), 0.0 MiB" && break; sleep 0.1; done
+grep -q "2 chunk(s) of the failed worker's clients (6 MiB) not taken back: let go" "$log" ||
+    fail "the unsynced bystander's chunks were not let go: $(grep -i 'let go' "$log")"
+"$cli" status | grep -q "outside the worker: 0 chunk(s), 0.0 MiB" ||
+    fail "memory left with the supervisor: $("$cli" status | grep -i 'outside')"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"
