@@ -33,13 +33,14 @@ struct conn {
     uint32_t id;
 };
 
-static inline void conn_open(struct conn *c)
+/* A client's hello of `kind` (CLIENT, or RESUME with `token`), and its channel. */
+static inline void conn_open_as(struct conn *c, uint32_t kind, uint64_t token)
 {
     char path[256];
     REQUIRE(cumux_socket_path(path, sizeof path) == 0, "socket path");
     c->sock = cumux_sock_connect(path);
     REQUIRE(c->sock >= 0, "connect %s: %s", path, strerror(errno));
-    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_CLIENT};
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .token = token};
     struct cumux_welcome w;
     int fd = -1;
     REQUIRE(cumux_sock_send(c->sock, &h, sizeof h, -1) == 0, "send hello: %s", strerror(errno));
@@ -55,6 +56,11 @@ static inline void conn_open(struct conn *c)
                 c->shm->size == sizeof(struct cumux_shm),
             "channel header");
     c->id = w.client_id;
+}
+
+static inline void conn_open(struct conn *c)
+{
+    conn_open_as(c, CUMUX_HELLO_CLIENT, 0);
 }
 
 static inline void conn_close(struct conn *c)

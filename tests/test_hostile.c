@@ -22,6 +22,10 @@
  *                   of memory not a graph's, a conditional node with a foreign handle or 2^20 bodies
  *   wait-orphan     a client goes while its streams wait on words of its memory nobody will write (its
  *                   worker waited forever in the final synchronization); waits no value can satisfy
+ *   resume-claims   RESUME_MEMORY (taking memory back after a worker change) from a client that did not
+ *                   come back, with counts its payload does not hold (2^32-1 of them), and from one that
+ *                   came back with a made-up token naming another client's buffer: refused or nothing
+ *                   taken, the buffer still the other's alone
  *   scribble-all    a thread writes random words all over the client's shared memory while it works;
  *                   a bystander command (after --) runs meanwhile and must succeed every time
  * usage: test_hostile CUMUX_CLI FATBIN CASE... [-- BYSTANDER_CMD ARGS...] */
@@ -747,6 +751,47 @@ static void case_vmm_foreign(void)
 }
 
 /* ---- ipc-owner-frees: memory others opened outlives its owner's free and exit ---- */
+static void case_resume_claims(void)
+{
+    struct session victim, plain;
+    session_open(&victim);
+    session_open(&plain);
+    struct {
+        struct cumux_resume_memory m;
+        struct cumux_resume_range r[2];
+    } msg = {.m = {.count = 1}, .r = {{.ptr = victim.buf, .size = 4096, .gpu = 0}, {.ptr = plain.buf, .size = 4096}}};
+    size_t one = sizeof msg.m + sizeof msg.r[0];
+    /* Not come back after a worker change: nothing to take back. */
+    CHECK(call_u64_rc(&plain.c, CUMUX_OP_RESUME_MEMORY, &msg, one) == CUDA_ERROR_INVALID_VALUE,
+          "RESUME_MEMORY from a client that did not resume was not refused");
+    /* Come back with a made-up token (no chunk of any worker is its own). */
+    struct conn thief;
+    conn_open_as(&thief, CUMUX_HELLO_RESUME, 0x5eed5eed5eed5eedull);
+    msg.m.count = 2; /* more than the payload holds */
+    CHECK(call_u64_rc(&thief, CUMUX_OP_RESUME_MEMORY, &msg, one) == CUDA_ERROR_INVALID_VALUE,
+          "RESUME_MEMORY counting 2 ranges with 1 sent was not refused");
+    msg.m.count = UINT32_MAX; /* count x size must not wrap to the payload's length */
+    CHECK(call_u64_rc(&thief, CUMUX_OP_RESUME_MEMORY, &msg, sizeof msg) == CUDA_ERROR_INVALID_VALUE,
+          "RESUME_MEMORY counting 2^32-1 ranges was not refused");
+    msg.m.count = 2;
+    struct cumux_u64_reply rep = {.value = 99};
+    CHECK(call_reply(&thief, CUMUX_OP_RESUME_MEMORY, &msg, sizeof msg, &rep, sizeof rep) == CUDA_SUCCESS &&
+              rep.value == 0,
+          "RESUME_MEMORY of other clients' buffers took back %llu", (unsigned long long)rep.value);
+    struct cumux_mem_free mf = {.ptr = victim.buf};
+    CHECK(call(&thief, CUMUX_OP_MEM_FREE, &mf, sizeof mf) == CUDA_ERROR_INVALID_VALUE,
+          "the resumed thief could free another client's buffer");
+    /* The buffer is still the victim's: it writes and reads it. */
+    struct cumux_memset ms = {.stream = victim.stream, .elem_size = 4, .dst = victim.buf, .width = 1024, .height = 1,
+                              .value = 0x1234};
+    put_msg(&victim.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
+    CHECK(sync_stream(&victim) == CUDA_SUCCESS, "the victim's buffer after the claims");
+    conn_close(&thief);
+    session_close(&plain);
+    session_close(&victim);
+    check_server_ok("after RESUME_MEMORY claims");
+}
+
 static void case_ipc_owner_frees(void)
 {
     struct session a, b, x;
@@ -919,6 +964,8 @@ int main(int argc, char **argv)
             case_ipc_owner_frees();
         else if (!strcmp(name, "wait-orphan"))
             case_wait_orphan();
+        else if (!strcmp(name, "resume-claims"))
+            case_resume_claims();
         else if (!strcmp(name, "scribble-all"))
             case_scribble_all();
         else {
