@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/ranges.h"
 #include "server/handlers.h"
 
 #define CHUNK_FIRST (2ull << 20)
@@ -49,17 +50,11 @@ struct pending { /* a freed block waiting for its event; a whole chunk of its ow
     struct pending *next;
 };
 
-struct live { /* an allocation: where it is */
-    uint64_t ptr, size;
-    struct chunk *ch;
-};
-
 struct srv_chunks {
     struct chunk *chunks;
     struct pending *pending;
     uint64_t next_size[CUMUX_MAX_DEVICES];
-    struct live *live;
-    size_t nlive, caplive;
+    struct cumux_ranges live; /* its allocations: base, size (as taken from the chunk), extra: the chunk */
 };
 
 static int contain_on = -1;
@@ -326,16 +321,7 @@ static void reclaim(struct srv_client *c, bool wait)
 
 static int live_add(struct srv_chunks *k, uint64_t ptr, uint64_t size, struct chunk *ch)
 {
-    if (k->nlive == k->caplive) {
-        size_t nc = k->caplive ? k->caplive * 2 : 16;
-        struct live *nv = realloc(k->live, nc * sizeof *nv);
-        if (!nv)
-            return -1;
-        k->live = nv;
-        k->caplive = nc;
-    }
-    k->live[k->nlive++] = (struct live){ptr, size, ch};
-    return 0;
+    return cumux_ranges_add(&k->live, ptr, size, 0, (uint64_t)(uintptr_t)ch);
 }
 
 CUresult srv_chunk_alloc(struct srv_client *c, int gpu, uint64_t size, uint64_t *out)
@@ -384,17 +370,16 @@ CUresult srv_chunk_alloc(struct srv_client *c, int gpu, uint64_t size, uint64_t 
 CUresult srv_chunk_free(struct srv_client *c, uint64_t ptr, CUstream after)
 {
     struct srv_chunks *k = c->chunks;
-    size_t i = 0;
-    while (k && i < k->nlive && k->live[i].ptr != ptr)
-        i++;
-    if (!k || i == k->nlive)
+    const struct cumux_range *l = k ? cumux_ranges_find(&k->live, ptr) : NULL;
+    if (!l || l->base != ptr)
         return CUDA_ERROR_INVALID_VALUE;
-    struct live l = k->live[i];
+    struct chunk *ch = (struct chunk *)(uintptr_t)l->extra;
+    uint64_t size = l->size;
     struct pending *b = calloc(1, sizeof *b);
     if (!b)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    use_gpu(c, l.ch->gpu);
-    CUresult r = after ? CUDA_SUCCESS : after_client_work(c, l.ch->gpu, &after);
+    use_gpu(c, ch->gpu);
+    CUresult r = after ? CUDA_SUCCESS : after_client_work(c, ch->gpu, &after);
     if (r == CUDA_SUCCESS)
         r = cuEventCreate(&b->ev, CU_EVENT_DISABLE_TIMING);
     if (r == CUDA_SUCCESS && (r = cuEventRecord(b->ev, after)) != CUDA_SUCCESS)
@@ -403,10 +388,10 @@ CUresult srv_chunk_free(struct srv_client *c, uint64_t ptr, CUstream after)
         free(b);
         return r;
     }
-    k->live[i] = k->live[--k->nlive];
-    b->ch = l.ch;
-    b->off = l.ch->own ? UINT64_MAX : ptr - l.ch->base;
-    b->size = l.size;
+    cumux_ranges_remove(&k->live, ptr, NULL);
+    b->ch = ch;
+    b->off = ch->own ? UINT64_MAX : ptr - ch->base;
+    b->size = size;
     b->next = k->pending;
     k->pending = b;
     return CUDA_SUCCESS;
@@ -436,12 +421,12 @@ void srv_chunks_release_all(struct srv_client *c)
     for (struct chunk *ch = k->chunks; ch; ch = ch->next, n++)
         bytes += ch->size;
     cumux_debugf("client %u: its device memory was in VMM chunks: %zu left at its end (%llu MiB), %zu allocations",
-                 c->id, n, (unsigned long long)(bytes >> 20), k->nlive);
+                 c->id, n, (unsigned long long)(bytes >> 20), k->live.n);
     /* The client's work has been waited for by its cleanup: nothing runs on its chunks now. */
     while (k->chunks)
         chunk_unmap(c, k->chunks);
     srv_supervisor_drop_client(c->id);
-    free(k->live);
+    cumux_ranges_free(&k->live);
     free(k);
     c->chunks = NULL;
 }

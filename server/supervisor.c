@@ -327,13 +327,14 @@ static void kept_note(void)
 /* Supervisor: what a worker said of its chunks. */
 static void keep_read(int sock)
 {
-    for (;;) {
+    for (bool changed = false;; changed = true) {
         struct keep_msg m;
         int fd = -1;
         if (cumux_sock_recv_some(sock, &m, sizeof m, &fd) != (ssize_t)sizeof m) {
             if (fd >= 0)
                 close(fd);
-            kept_note();
+            if (changed)
+                kept_note();
             return;
         }
         if (m.kind == KEEP_CHUNK && fd >= 0) {

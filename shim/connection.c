@@ -115,9 +115,11 @@ static bool channel_failed(void)
                  atomic_load_explicit(&m->server_fault, memory_order_relaxed));
 }
 
+/* On every send: two plain loads in the common case; the thread-local flag (a call in a shared library)
+ * only once something is wrong. */
 static bool broken(void)
 {
-    return !tls_resuming && (atomic_load_explicit(&resuming, memory_order_relaxed) || channel_failed());
+    return (atomic_load_explicit(&resuming, memory_order_relaxed) || channel_failed()) && !tls_resuming;
 }
 
 static CUresult resume(void);
