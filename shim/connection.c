@@ -90,9 +90,10 @@ static void server_lost(void)
 
 /* ---- coming back after the worker failed (docs/faults.md; a server with CUMUX_CONTAIN=1) ----
  * When the worker serving this program fails for another program's fault, the server marks the channel
- * resumable when all its work had been seen to end. The first call that finds the channel broken connects again (hello RESUME with the token of
- * its first welcome), says hello as at cuInit, and has what the program held made again (the rebuild that
- * shim/resume.c registers); meanwhile other threads' calls wait for it. A program that is not resumable
+ * resumable when all its work had been seen to end. The first call that finds the channel broken (in
+ * shim_call, shim_send, shim_send_begin, or shim_check_channel for paths of their own) connects again
+ * (hello RESUME with the token of its first welcome), says hello as at cuInit, and has what the program
+ * held made again (the rebuild that shim/resume.c registers); meanwhile other threads' calls wait for it. A program that is not resumable
  * (the culprit, or one whose kernels were lost) keeps its error, as under CUDA. */
 static pthread_mutex_t resume_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int resuming;
@@ -209,11 +210,6 @@ static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_l
     uint32_t size = cumux_msg_size(body_len + payload_len);
     if (size > CUMUX_MAX_MSG)
         return CUDA_ERROR_INVALID_VALUE;
-    if (broken()) {
-        CUresult e = resume();
-        if (e != CUDA_SUCCESS)
-            return e;
-    }
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&shim.ring_lock);
     struct cumux_msg_hdr *h = shim_ring_reserve(size, &err);
@@ -234,6 +230,11 @@ static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_l
 
 CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len)
 {
+    if (broken()) {
+        CUresult e = resume();
+        if (e != CUDA_SUCCESS)
+            return e;
+    }
     return put(op, CUMUX_NO_REPLY, body, body_len, payload, payload_len);
 }
 
