@@ -398,8 +398,13 @@ static void conn_client(struct conn *k)
     uint64_t want = k->hello.arg, dflt = srv_default_mem_limit();
     atomic_store(&c->mem_limit, want && (!dflt || want < dflt) ? want : dflt);
     atomic_store(&c->priority, srv_default_priority()); /* its INIT may ask for another */
-    if (k->hello.kind == CUMUX_HELLO_RESUME)
+    /* Back after a worker change: the same token stays its own, since the chunks it takes back are kept
+     * under it with the supervisor, for a fault after this one (claims also need its pid and uid). */
+    if (k->hello.kind == CUMUX_HELLO_RESUME) {
         c->resume_claim = k->hello.token;
+        if (k->hello.token && c->resume_token)
+            c->resume_token = k->hello.token;
+    }
     k->fd = k->out_fd = -1; /* the client owns them now */
     conn_close(k);
     struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0,

@@ -45,7 +45,7 @@ arenas=$(sed -n "s/.*VMM chunks of an arena at \(0x[0-9a-f]*\).*/\1/p" "$log" | 
 [ "$(grep -c 'VMM chunks of an arena at' "$log")" -ge 2 ] && [ "$(wc -l <<<"$arenas")" = 1 ] ||
     fail "the workers' arenas are not at one address: $arenas"
 mkfifo "$tmp/hold.in" || fail "mkfifo"
-"$cli" run -- "$gdir/gpu_contain_bystander" wait <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
+"$cli" run -- "$gdir/gpu_contain_bystander" wait-twice <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
 client=$!
 exec 3>"$tmp/hold.in"
 for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
@@ -60,8 +60,17 @@ for ((i = 0; i < 100; i++)); do grep -q 'took over .* chunk' "$log" && break; sl
 grep -q 'took over 2 of 2 chunk(s) of 1 client(s) of the failed worker (6 MiB) at their addresses' "$log" ||
     fail "the bystander's chunks not taken over: $(grep -i 'took over\|chunk' "$log")"
 echo go >&3
+# A second fault: it comes back a second time (its chunks are still known by its token).
+for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready again' "$tmp/hold.out" && break; sleep 0.1; done
+grep -q '^bystander: ready again' "$tmp/hold.out" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander did not come back whole"; }
+wait_standby_ready 2 || fail "no second standby ready"
+"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (second fault)"
+for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over .* chunk' "$log")" -ge 2 ] && break; sleep 0.1; done
+echo go >&3
 exec 3>&-
-wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander did not come back whole"; }
+wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander did not come back whole twice"; }
+[ "$(grep -c 'back after its worker failed: 2 chunk(s) taken back, 3 of 3 allocation(s) intact' "$log")" = 2 ] ||
+    fail "the bystander's memory not given back at the second fault: $(grep 'back after' "$log")"
 client=""
 grep -q '^PASS contain_bystander' "$tmp/hold.out" || fail "the bystander: $(tail -3 "$tmp/hold.out")"
 grep -q 'back after its worker failed: 2 chunk(s) taken back, 3 of 3 allocation(s) intact' "$log" ||
@@ -70,14 +79,14 @@ grep -q 'back after its worker failed: 2 chunk(s) taken back, 3 of 3 allocation(
 grep -q 'made again 1 stream(s), 1 event(s), 2 module(s) and librar(ies), 2 function(s); 1 range(s) of pinned host memory' "$tmp/hold.out" ||
     fail "the bystander's objects not made again: $(grep 'made again' "$tmp/hold.out")"
 # A bystander with work queued and not seen to end at the fault lost it: it keeps the fault's error.
-wait_standby_ready 2 || fail "no second standby ready"
+wait_standby_ready 3 || fail "no third standby ready"
 "$cli" run -- "$gdir/gpu_contain_bystander" wait-unsynced <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
 client=$!
 exec 3>"$tmp/hold.in"
 for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
 grep -q '^bystander: ready' "$tmp/hold.out" || fail "the unsynced bystander did not get ready: $(cat "$tmp/hold.out")"
-"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (second fault)"
-for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over .* chunk' "$log")" -ge 2 ] && break; sleep 0.1; done
+"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (third fault)"
+for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over .* chunk' "$log")" -ge 3 ] && break; sleep 0.1; done
 echo go >&3
 exec 3>&-
 if wait "$client"; then

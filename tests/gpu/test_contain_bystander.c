@@ -6,6 +6,8 @@
  * the module's kernel on its stream, the event recorded there and waited for, the library's kernel,
  * copies through the pinned memory it allocated before; and
  * with new memory and a module loaded now. Results against the CPU.
+ * With "wait-twice" it then says "bystander: ready again" and waits for a second fault, after which its
+ * memory must still be intact and its old kernel still run (its second coming back).
  * With "wait-unsynced" it leaves a memset queued on its stream unsynchronized before it waits: work the
  * fault may have lost, so it must not come back (its first call after the fault fails with the fault's
  * error: the test expects this run to fail).
@@ -45,7 +47,8 @@ int main(int argc, char **argv)
     gt_begin("contain_bystander");
     gt_require_gpu();
     bool unsynced = argc > 1 && !strcmp(argv[1], "wait-unsynced");
-    bool wait = unsynced || (argc > 1 && !strcmp(argv[1], "wait"));
+    bool twice = argc > 1 && !strcmp(argv[1], "wait-twice");
+    bool wait = unsynced || twice || (argc > 1 && !strcmp(argv[1], "wait"));
     gt_primary_ctx(0, NULL);
     enum { SMALL = 4096, BIG = 3 << 20, ASYNC = 96 << 10 };
     CUdeviceptr small, big, async;
@@ -130,6 +133,19 @@ int main(int argc, char **argv)
     fill_words(fresh, SMALL, 0x42);
     expect_words(fresh, SMALL, 0x42, "new memory");
     CK(cuMemFree(fresh));
+    if (twice) {
+        CK(cuCtxSynchronize());
+        printf("bystander: ready again\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin))
+            gt_fail("no second line on stdin");
+        expect_words(big, BIG, 0x200000 + 12, "the large allocation after a second fault");
+        expect_words(small, SMALL, 0x1000 + 5, "the small allocation after a second fault");
+        CK(cuLaunchKernel(add0, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 1024, stream, args0, NULL));
+        CK(cuStreamSynchronize(stream));
+        expect_words(big, BIG, 0x200000 + 17, "the large allocation after the old kernel added 5 again");
+    }
     CK(cuMemFree(small));
     CK(cuMemFree(big));
     CK(cuMemFreeAsync(async, NULL));
