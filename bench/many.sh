@@ -4,14 +4,15 @@
 # NVIDIA MPS and under cumux (natively too with --native), for each N; ratios last. A run whose
 # processes do not all start (MPS serves at most 48 clients) says so.
 #   bench/many.sh [--build DIR] [--duration S] [--clients "16 32 48 64 128"] [--native] [--no-mps] [--green]
-#                 [--pace]
+#                 [--unpaced]
 # --green: also cumux with a green context of its own for every client (CUMUX_GREEN_QUEUES=1: do they
-# bring hardware queues of their own?). --pace: also cumux with launch pacing (CUMUX_PACE=1).
+# bring hardware queues of their own?). --unpaced: also cumux without launch pacing (CUMUX_PACE=0; pacing is
+# on by default).
 # Logs: ${OUT:-/tmp/cumux-many}.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build="$repo/build" dur=6 clients="16 32 48 64 128" do_native=0 do_mps=1 do_green=0 do_pace=0
+build="$repo/build" dur=6 clients="16 32 48 64 128" do_native=0 do_mps=1 do_green=0 do_unpaced=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
         --native) do_native=1 ;;
         --no-mps) do_mps=0 ;;
         --green) do_green=1 ;;
-        --pace) do_pace=1 ;;
+        --unpaced) do_unpaced=1 ;;
         -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
         *) echo "many.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -90,9 +91,9 @@ if [ $do_green = 1 ] && [ -x "$cli" ] && CUMUX_SERVER_ENV="CUMUX_GREEN_QUEUES=1"
     for n in $clients; do run green "$n" "$cli" run --; done
     cumux_stop
 fi
-if [ $do_pace = 1 ] && [ -x "$cli" ] && CUMUX_SERVER_ENV="CUMUX_PACE=1" cumux_start; then
-    modes+=(paced)
-    for n in $clients; do run paced "$n" "$cli" run --; done
+if [ $do_unpaced = 1 ] && [ -x "$cli" ] && CUMUX_SERVER_ENV="CUMUX_PACE=0" cumux_start; then
+    modes+=(unpaced)
+    for n in $clients; do run unpaced "$n" "$cli" run --; done
     cumux_stop
 fi
 {
@@ -101,12 +102,12 @@ fi
     for m in "${modes[@]}"; do printf ' %14s %8s %10s' "$m/s" "GiB" "cpu/srv"; done
     printf ' %10s' cumux/MPS
     [ $do_green = 1 ] && printf ' %10s' green/MPS
-    [ $do_pace = 1 ] && printf ' %10s' paced/MPS
+    [ $do_unpaced = 1 ] && printf ' %10s' unpaced/MPS
     echo
     for n in $clients; do
         printf '%-8s' "$n"
         for m in "${modes[@]}"; do printf ' %14s %8s %10s' "${R[$m,$n]:--}" "${M[$m,$n]:--}" "${C[$m,$n]:--}"; done
-        for m in cumux $([ $do_green = 1 ] && echo green) $([ $do_pace = 1 ] && echo paced); do
+        for m in cumux $([ $do_green = 1 ] && echo green) $([ $do_unpaced = 1 ] && echo unpaced); do
             awk -v a="${R[$m,$n]:-}" -v b="${R[mps,$n]:-}" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && b > 0) printf " %9.2fx", a / b; else printf "          -" }'
         done
         echo

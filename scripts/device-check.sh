@@ -7,8 +7,8 @@
 #                           [--fuzz S]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
-# --many: also bench/many.sh --pace (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
-# with launch pacing, CUMUX_PACE=1; ~5 minutes).
+# --many: also bench/many.sh --unpaced (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
+# without launch pacing, CUMUX_PACE=0; ~5 minutes).
 # --sms: also bench/sms.sh (issue 11: two spin programs on half the SMs each, reserved, against one alone,
 # and MPS at 50% each; how long a change of SMs takes; ~1.5 minutes).
 # --seed: also bench/seed_table.sh (issue 11: two ResNet-50 trainings time-sliced, under MPS and cumux, with
@@ -275,7 +275,7 @@ extra_bench() {
 }
 extra_bench $do_usage usage-cost "usage sampling cost" bench/usage_cost.sh
 extra_bench $do_latency latency "latency benchmark" bench/latency.sh "${bench_opts[@]}"
-extra_bench $do_many many "many-clients benchmark" bench/many.sh --pace "${bench_opts[@]}"
+extra_bench $do_many many "many-clients benchmark" bench/many.sh --unpaced "${bench_opts[@]}"
 extra_bench $do_sms sms "reserved-SMs benchmark" bench/sms.sh "${bench_opts[@]}"
 extra_bench $do_seed seed "the seed's two ResNet-50 trainings" bench/seed_table.sh "${bench_opts[@]}"
 extra_bench $do_latency_torch latency-torch "ResNet-18 inference beside a training" bench/latency_torch.sh "${bench_opts[@]}"

@@ -53,7 +53,7 @@ void srv_stream_confirmed(struct srv_stream *s);
 
 /* pacing.c: before a kernel launch on s, while many clients launch and this one's kernels are long, waits
  * (bounded) for s's earlier work, so that hardware queues shared between clients' streams keep runnable
- * heads. Off unless CUMUX_PACE=1. */
+ * heads. On unless CUMUX_PACE=0. */
 void srv_pace_launch(struct srv_client *c, struct srv_stream *s);
 
 /* mem_limit.c: `size` more bytes of device memory held by the client, counted against its limit:

@@ -2,7 +2,7 @@
 # Launch pacing (CUMUX_PACE, server/pacing.c): with it forced on for every client (thresholds at their
 # least), programs whose kernels wait for their stream's earlier work still give their results, a stream
 # waiting on a value that work sent after it writes still goes on (the wait is bounded), and the server
-# says how many launches waited; off by default and below its thresholds, nothing waits.
+# says how many launches waited; below its thresholds (as by default with few clients), nothing waits.
 # On the fake driver in CI; on a GPU the same script.
 # usage: test_pacing.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
 set -u
@@ -38,7 +38,7 @@ for ((i = 1; i <= 24; i++)); do
 done
 "$cli" stop >/dev/null || fail "cumux stop"
 grep -q "launches waited for their stream (pacing)" "$log" || fail "no launch waited with pacing forced on"
-# Off by default; on but below its thresholds (one client launching, 2 needed): no launch waits.
+# On by default but below its thresholds (one client launching, 33 needed; 2 needed): no launch waits.
 start default
 "$cli" run -- "$gdir/gpu_stream_memops" >"$tmp/run.out" 2>&1 || fail "gpu_stream_memops, pacing off"
 "$cli" stop >/dev/null || fail "cumux stop"
