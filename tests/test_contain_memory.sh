@@ -18,12 +18,20 @@ fail_show="$tmp/run.out"
 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
 grep -q "clients' device memory in VMM chunks of an arena" "$log" || fail "no arena said: $(grep -i arena "$log")"
 used() { "$cli" status | sed -n 's/^GPU 0: .*memory \([0-9]*\) MiB used.*/\1/p'; }
-before=$(used)
+# The suite runs twice and the memory in use is compared around the second pass: the first grows what the
+# driver keeps for the context once (kernels' local memory, the server's own kernels loaded on first use;
+# +38 MiB on the H200), which is not clients' memory. A chunk kept per pass still shows.
+suite() {
 for p in gpu_vecadd gpu_matmul gpu_memcpy gpu_memcpy2d gpu_memset gpu_events gpu_graph gpu_multithread \
     gpu_stream_memops gpu_legacy_stream gpu_idle_known gpu_uva_disjoint gpu_managed gpu_module_globals \
     gpu_hostfn gpu_two_clients gpu_client_killed gpu_array gpu_link gpu_tensor_map gpu_vmm; do
     timeout 120 "$cli" run -- "$gdir/$p" >"$tmp/run.out" 2>&1 || fail "$p with memory in chunks"
 done
+}
+suite
+for ((i = 0; i < 50; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
+before=$(used)
+suite
 grep -q "its device memory was in VMM chunks" "$log" || fail "no client's memory was in chunks"
 if "$cli" run -- "$gdir/gpu_ipc" >"$tmp/run.out" 2>&1; then
     fail "gpu_ipc passed: IPC of chunk memory should be refused until it is supported"
@@ -32,7 +40,8 @@ grep -q "cuIpcGetMemHandle(.*) returned 801" "$tmp/run.out" || fail "IPC refused
 grep -q "cuIpcGetMemHandle: not supported yet for memory that outlives the worker" "$log" || fail "the refusal not said"
 for ((i = 0; i < 50; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
 after=$(used)
-[ -n "$before" ] && [ "$after" = "$before" ] || fail "device memory in use $before MiB before, $after MiB after"
+[ -n "$before" ] && [ "$after" = "$before" ] ||
+    fail "device memory in use $before MiB before, $after MiB after; $("$cli" status | grep -i 'outside the worker')"
 "$cli" stop >/dev/null || fail "cumux stop"
 
 # A fault while a program holds memory: the standby takes its chunks over at the same addresses, and the
