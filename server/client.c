@@ -106,6 +106,7 @@ static void *worker_main(void *arg)
              * client may be waiting for one and will send nothing until it has it. Copies still running
              * are not waited for (one may sit behind work waiting for the client's next message): the
              * worker sleeps 50 us at a time until they are done (after its 50 us of spinning). */
+            srv_marks_write(c); /* in time the worker has to spare: a question about these then needs no driver */
             bool copies_left = srv_staging_flush(c, false);
             cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, copies_left ? 50000 : 1000000000);
         } else if (st > 0 && prof) {
@@ -121,6 +122,9 @@ static void *worker_main(void *arg)
         free(prof);
     }
     srv_client_release_all(c);
+    if (c->marks_answered)
+        cumux_debugf("client %u: %llu questions answered from completion marks", c->id,
+                     (unsigned long long)c->marks_answered);
     if (atomic_load(&c->paced))
         cumux_logf("client %u: %llu of its %llu launches waited for their stream (pacing)", c->id,
                    (unsigned long long)atomic_load(&c->paced), (unsigned long long)atomic_load(&c->launches));

@@ -49,6 +49,9 @@ static CUresult ctx_sync(struct srv_client *c, struct srv_ctx *x)
     for (struct srv_stream *s = x->streams; s; s = s->next_in_ctx) {
         if (srv_stream_known_idle(c, s))
             continue;
+        srv_marks_asked(c, s);
+        if (srv_marks_idle(c, s))
+            continue;
         CUresult r = cuStreamSynchronize(s->cu);
         if (r == CUDA_SUCCESS) {
             s->idle_gen = c->work_gen;

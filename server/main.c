@@ -25,6 +25,7 @@
 #include "common/size.h"
 #include "common/text.h"
 #include "common/sock.h"
+#include "server/objects.h"
 #include "server/server.h"
 
 static struct srv_client *clients;
@@ -1335,6 +1336,10 @@ int main(int argc, char **argv)
     if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault) < 0)
         goto out;
     srv_chunks_start();
+    if (srv_gpu_count > 0) {
+        cuCtxSetCurrent(srv_gpus[0].ctx);
+        srv_marks_init();
+    }
     if (srv_worker_is_standby()) {
         srv_gpus_stand_by();
         cumux_logf("standby worker ready: it takes over if the serving worker fails");

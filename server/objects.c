@@ -87,6 +87,7 @@ void use_gpu(struct srv_client *c, int gpu)
 CUresult before_op(struct srv_stream *s)
 {
     struct srv_ctx *x = s->ctx;
+    s->mark_behind = false; /* work after its completion mark (marks.c) */
     if (s->capturing)
         return CUDA_SUCCESS; /* captured work is not run now: it takes no part in the legacy rule */
     if (!s->unconfirmed) {

@@ -61,4 +61,18 @@ static inline void srv_place_stream(struct srv_client *c, struct srv_stream *s)
 void srv_place_stream_gone(struct srv_stream *s);
 void srv_placement_release(struct srv_client *c);
 
+/* marks.c: completion marks, so that a question about a stream the client keeps asking about needs no
+ * driver call. srv_marks_asked notes a question that the worker could not answer from what it knew;
+ * srv_marks_idle answers it from the stream's mark where that says all its work has ended (and then
+ * notes the stream idle); srv_marks_write, when the worker has nothing to do, writes marks behind the
+ * work of the streams asked about lately; srv_marks_stream_gone gives back a destroyed stream's word. */
+void srv_marks_asked(struct srv_client *c, struct srv_stream *s);
+bool srv_marks_idle(struct srv_client *c, struct srv_stream *s);
+void srv_marks_write(struct srv_client *c);
+/* Where s's last work is a mark, the driver's answer about the client's work before it (the mark's own
+ * landing aside); CUDA_ERROR_NOT_FOUND: no such mark, ask about the stream. */
+CUresult srv_marks_query(struct srv_client *c, struct srv_stream *s);
+void srv_marks_init(void);
+void srv_marks_stream_gone(struct srv_stream *s);
+
 #endif

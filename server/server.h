@@ -83,6 +83,12 @@ struct srv_stream {
     uint32_t hostfn_slot1;  /* 1 + its word in the client's hostfn_stream_done, 0 before its first host function */
     uint32_t hostfn_seq;    /* the number of its last host function */
     bool unconfirmed;       /* work queued on it that no synchronize or query has seen end (worker only) */
+    /* Its completion mark (marks.c): 1 + its word, the number last written there behind its work, and
+     * the driver stream it was written on */
+    uint32_t mark_slot1, mark_seq;
+    bool mark_behind; /* its mark is the last thing queued on it (cleared by before_op) */
+    CUstream mark_cu;
+    CUevent mark_event; /* recorded just before its mark: the client's work before it */
     struct srv_stream *next_in_ctx;
 };
 
@@ -191,6 +197,11 @@ struct srv_client {
     pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
     struct hostfn_job *graph_hostfns; /* host functions that graphs hold */
     bool ever_captured;
+    /* Streams the client asked about lately (marks.c), by handle, and when */
+#define SRV_MARKS_ASKED 4
+    uint32_t marks_asked[SRV_MARKS_ASKED];
+    uint64_t marks_asked_ns[SRV_MARKS_ASKED];
+    uint64_t marks_answered; /* questions answered from a mark */
     /* Graph memory (graph.c): the address of a graph's allocation is fixed while the graph lives, and the
      * client may name it; so once the client has made one, none of its graphs is destroyed before it goes
      * (they are parked), and the allocations' starts are kept to free the live ones then. */

@@ -76,6 +76,7 @@ void stream_free(struct srv_client *c, struct srv_stream *s)
     }
     cuStreamDestroy(s->cu);
     srv_place_stream_gone(s);
+    srv_marks_stream_gone(s);
     handle_drop(c, s->handle);
     atomic_fetch_sub(&c->nstreams, 1);
     free(s);
@@ -115,6 +116,11 @@ CUresult op_stream_sync(struct srv_client *c, struct srv_stream *stream)
 {
     if (srv_stream_known_idle(c, stream))
         return take_pending(c, CUDA_SUCCESS);
+    srv_marks_asked(c, stream);
+    if (srv_marks_idle(c, stream)) {
+        srv_usage_synced(c);
+        return take_pending(c, CUDA_SUCCESS);
+    }
     CHECK(before_op(stream)); /* the legacy stream also waits for blocking streams' earlier work */
     CUresult r = cuStreamSynchronize(stream->cu);
     if (r == CUDA_SUCCESS) {
@@ -129,6 +135,12 @@ CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)
 {
     if (srv_stream_known_idle(c, stream))
         return CUDA_SUCCESS;
+    srv_marks_asked(c, stream);
+    if (srv_marks_idle(c, stream))
+        return CUDA_SUCCESS;
+    CUresult m = srv_marks_query(c, stream);
+    if (m != CUDA_ERROR_NOT_FOUND)
+        return m;
     CHECK(before_op(stream));
     CUresult r = cuStreamQuery(stream->cu);
     if (r == CUDA_SUCCESS) {

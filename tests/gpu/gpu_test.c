@@ -170,6 +170,13 @@ void gt_sleep_ms(unsigned ms)
     }
 }
 
+void gt_sleep_us(unsigned us)
+{
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 long long gt_cycles_for_ms(CUdevice dev, double ms)
 {
     int khz = 0;

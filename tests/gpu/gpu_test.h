@@ -37,6 +37,7 @@ CUfunction gt_function(CUmodule mod, const char *name);
 
 uint64_t gt_now_ns(void);
 void gt_sleep_ms(unsigned ms);
+void gt_sleep_us(unsigned us);
 /* SM clock cycles for roughly `ms` milliseconds at the device's rated clock. */
 long long gt_cycles_for_ms(CUdevice dev, double ms);
 

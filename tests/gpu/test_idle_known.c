@@ -178,6 +178,31 @@ int main(void)
     if (read_int(flag) != 6)
         gt_fail("6: the other thread's kernel was not done at the synchronize (%d)", read_int(flag));
 
+    /* 7. A stream asked about again and again (cumuxd then writes completion marks behind its work when
+     * the worker idles, server/marks.c): a question after a pause says done only once the work is done,
+     * as the value the kernel stored shows (read on the legacy stream, which does not wait for s), and a
+     * mark behind gated work never says done before the gate opens. */
+    for (int i = 0; i < 60; i++) {
+        int gate_it = i % 3 == 2;
+        if (gate_it)
+            gated(s);
+        store(s, 100 + i);
+        gt_sleep_us(300); /* the worker idles: the mark is written */
+        if (gate_it) {
+            EXPECT_RC(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+            *gate = 1;
+        }
+        CUresult q;
+        for (int k = 0; (q = cuStreamQuery(s)) == CUDA_ERROR_NOT_READY && k < 100000; k++)
+            gt_sleep_us(10);
+        if (q != CUDA_SUCCESS)
+            gt_fail("7: round %d: the query returned %s", i, gt_err_name(q));
+        if (read_int(flag) != 100 + i)
+            gt_fail("7: round %d: the stream said done before its kernel's store (%d)", i, read_int(flag));
+        gt_sleep_us(300);
+        CK(i % 2 ? cuCtxSynchronize() : cuStreamSynchronize(s)); /* also answered from the mark */
+    }
+
     CK(cuEventDestroy(ev));
     CK(cuMemFreeHost((void *)gate));
     CK(cuMemFree(out));

@@ -1,0 +1,222 @@
+/* Completion marks (issue 12: round trips). The shared context has CUDA_DEVICE_MAX_CONNECTIONS=32
+ * hardware queues, and with 32 the driver's cuStreamQuery and cuStreamSynchronize cost 0.77 us natively
+ * on the H200 (0.21 us with the default count), 2-3 us in the server, whose context holds every client's
+ * streams (docs/performance.md). So a stream its client keeps asking about gets, whenever the client's
+ * worker runs out of commands, a write of a fresh number into server memory behind its work (a stream
+ * memory operation, which waits for the work before it). A later question, with no work queued on the
+ * stream in between, is answered by reading that word: the number there means all the work before it has ended,
+ * which is what the driver would say. Written only for streams asked about in the last 200 us (a program
+ * polling a stream gets one behind each piece of work; one that synchronizes once a training step, a few
+ * a step): each costs driver calls in the worker's idle time and a semaphore on the GPU. Never for a
+ * client that has captured graphs (the write would become a node). A word that does not say done, a
+ * stream moved to another green context, an error: the question goes to the driver.
+ * A mark is work on the stream too: until it lands the driver would call the stream busy. So an event is
+ * recorded just before it, and a question the word cannot answer yet asks the driver about that event,
+ * i.e. about the client's own work, never about the mark (srv_marks_query).
+ * Numbers come from one counter for the process, so a write still queued behind the work of a destroyed
+ * stream can never show a later stream in the same slot idle, only not yet. CUMUX_MARKS=0 turns it off. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "server/handlers.h"
+
+#define MARK_SLOTS 16384
+#define MARK_ASKED_NS 200000ull /* a stream asked about within this long is marked when its worker idles */
+
+static pthread_mutex_t marks_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint32_t *marks_host; /* MARK_SLOTS words of pinned host memory, written by the GPU */
+static CUdeviceptr marks_dev;
+static uint64_t marks_used[MARK_SLOTS / 64];
+static _Atomic int marks_state; /* 0 not tried, 1 ready, -1 off */
+static _Atomic uint32_t marks_seq;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The page of words (under marks_lock), once: pinned (portable: for every GPU's context) and mapped; the
+ * caller has a context current. */
+static void init_locked(void)
+{
+    if (marks_state != 0)
+        return;
+    marks_state = -1;
+    const char *e = getenv("CUMUX_MARKS");
+    if ((e && e[0] == '0') || srv_gpu_count == 0)
+        return;
+    /* Kept for the process's life: a mark may still be queued behind a gone client's work. */
+    void *p = aligned_alloc(4096, MARK_SLOTS * sizeof(uint32_t));
+    if (!p)
+        return;
+    memset(p, 0, MARK_SLOTS * sizeof(uint32_t));
+    CUresult r = cuMemHostRegister(p, MARK_SLOTS * sizeof(uint32_t),
+                                   CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r == CUDA_SUCCESS && (r = cuMemHostGetDevicePointer(&marks_dev, p, 0)) != CUDA_SUCCESS)
+        cuMemHostUnregister(p);
+    if (r != CUDA_SUCCESS) {
+        free(p);
+        cumux_logf("completion marks: no pinned page for them (%d); every question goes to the driver", (int)r);
+        return;
+    }
+    marks_host = p;
+    marks_state = 1;
+}
+
+void srv_marks_init(void)
+{
+    pthread_mutex_lock(&marks_lock);
+    init_locked();
+    pthread_mutex_unlock(&marks_lock);
+}
+
+/* A slot (under marks_lock), -1 when none is left or marks are off. */
+static int slot_take(void)
+{
+    init_locked();
+    if (marks_state < 0)
+        return -1;
+    for (int w = 0; w < MARK_SLOTS / 64; w++) {
+        if (marks_used[w] != ~0ull) {
+            int b = __builtin_ctzll(~marks_used[w]);
+            marks_used[w] |= 1ull << b;
+            return w * 64 + b;
+        }
+    }
+    return -1;
+}
+
+void srv_marks_stream_gone(struct srv_stream *s)
+{
+    if (s->mark_event) {
+        cuEventDestroy(s->mark_event);
+        s->mark_event = NULL;
+    }
+    if (s->mark_slot1 == 0)
+        return;
+    int slot = (int)s->mark_slot1 - 1;
+    pthread_mutex_lock(&marks_lock);
+    marks_used[slot / 64] &= ~(1ull << (slot % 64));
+    pthread_mutex_unlock(&marks_lock);
+    s->mark_slot1 = 0;
+}
+
+void srv_marks_asked(struct srv_client *c, struct srv_stream *s)
+{
+    uint64_t t = now_ns();
+    unsigned oldest = 0;
+    for (unsigned i = 0; i < SRV_MARKS_ASKED; i++) {
+        if (c->marks_asked[i] == s->handle) {
+            c->marks_asked_ns[i] = t;
+            return;
+        }
+        if (c->marks_asked_ns[i] < c->marks_asked_ns[oldest])
+            oldest = i;
+    }
+    c->marks_asked[oldest] = s->handle;
+    c->marks_asked_ns[oldest] = t;
+}
+
+/* Streams that take marks: non-blocking ones, and the legacy stream of a context without blocking
+ * streams. A question about the others may first queue the legacy stream's joins (objects.c before_op)
+ * behind a mark, and could then find the stream busy with the mark alone. */
+static bool markable(const struct srv_stream *s)
+{
+    if (s->kind == STREAM_NONBLOCKING)
+        return true;
+    if (s->kind != STREAM_LEGACY)
+        return false;
+    for (const struct srv_stream *o = s->ctx->streams; o; o = o->next_in_ctx)
+        if (o->kind == STREAM_BLOCKING)
+            return false;
+    return true;
+}
+
+/* Whether s's last work is its mark: nothing queued on it since (before_op clears mark_behind), on the
+ * same driver stream. */
+static bool mark_last(struct srv_stream *s)
+{
+    return s->mark_slot1 && s->mark_behind && s->mark_cu == s->cu && !s->capturing && markable(s);
+}
+
+static void found_idle(struct srv_client *c, struct srv_stream *s)
+{
+    s->idle_gen = c->work_gen;
+    srv_stream_confirmed(s);
+}
+
+bool srv_marks_idle(struct srv_client *c, struct srv_stream *s)
+{
+    if (!mark_last(s) || atomic_load_explicit(&marks_host[s->mark_slot1 - 1], memory_order_acquire) != s->mark_seq)
+        return false;
+    found_idle(c, s);
+    c->marks_answered++;
+    return true;
+}
+
+CUresult srv_marks_query(struct srv_client *c, struct srv_stream *s)
+{
+    if (!mark_last(s))
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = cuEventQuery(s->mark_event);
+    if (r == CUDA_SUCCESS)
+        found_idle(c, s);
+    return r;
+}
+
+void srv_marks_write(struct srv_client *c)
+{
+    if (c->ever_captured || marks_state < 0)
+        return;
+    uint64_t t = 0;
+    for (unsigned i = 0; i < SRV_MARKS_ASKED; i++) {
+        if (!c->marks_asked[i])
+            continue;
+        if (!t)
+            t = now_ns();
+        if (t - c->marks_asked_ns[i] > MARK_ASKED_NS) {
+            c->marks_asked[i] = 0; /* not asked about lately: no more marks */
+            c->marks_asked_ns[i] = 0;
+            continue;
+        }
+        struct srv_stream *s = handle_get(c, c->marks_asked[i], OBJ_STREAM);
+        if (!s || s->capturing || s->idle_gen == c->work_gen || (s->mark_behind && s->mark_cu == s->cu) ||
+            !markable(s))
+            continue;
+        use_gpu(c, s->ctx->gpu);
+        if (!s->mark_slot1) {
+            pthread_mutex_lock(&marks_lock);
+            int slot = slot_take();
+            pthread_mutex_unlock(&marks_lock);
+            if (slot < 0)
+                return;
+            s->mark_slot1 = (uint32_t)slot + 1;
+        }
+        uint32_t v = atomic_fetch_add(&marks_seq, 1) + 1;
+        if (v == 0) /* 0 is what a fresh word holds */
+            v = atomic_fetch_add(&marks_seq, 1) + 1;
+        if (!s->mark_event && cuEventCreate(&s->mark_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            s->mark_event = NULL;
+            continue;
+        }
+        s->mark_cu = NULL; /* until both are queued */
+        if (cuEventRecord(s->mark_event, s->cu) != CUDA_SUCCESS)
+            continue;
+        CUstreamBatchMemOpParams p;
+        memset(&p, 0, sizeof p);
+        p.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        p.writeValue.address = marks_dev + (CUdeviceptr)(s->mark_slot1 - 1) * sizeof(uint32_t);
+        p.writeValue.value = v;
+        p.writeValue.flags = 0; /* with the memory barrier: the work before it has ended and is visible */
+        if (cuStreamBatchMemOp(s->cu, 1, &p, 0) != CUDA_SUCCESS)
+            continue;
+        s->mark_seq = v;
+        s->mark_behind = true;
+        s->mark_cu = s->cu;
+    }
+}
