@@ -209,6 +209,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "memory in VMM chunks (CUMUX_CONTAIN=1)" contain.txt '^PASS contain_memory' 150 \
         tests/test_contain_memory.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; chunks: $note"
+    server_test "completion marks (CUMUX_MARKS=1)" marks.txt '^PASS marks' 120 \
+        tests/test_marks.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; marks: $note"
     server_test "128 clients at once" many-clients.txt '^many clients:' 180 \
         tests/test_many_clients.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 128
     limit_note="$limit_note; $note"
