@@ -24,6 +24,17 @@
 void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #endif
 
+/* Makes a range that instrumented code may now read all addressable to ASan (see above). */
+static inline void cumux_unpoison(void *p, size_t len)
+{
+#ifdef CUMUX_ASAN
+    __asan_unpoison_memory_region(p, len);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
 static inline void *cumux_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     void *p = mmap(addr, len, prot, flags, fd, off);

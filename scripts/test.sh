@@ -51,15 +51,25 @@ run_ctest() { # DIR
 }
 
 # The output of each failed test again, at the end, where a CI summary that keeps only the last lines
-# still shows why it failed.
+# still shows why it failed: its first 15 lines and its last 45 (a test's verdict and the server's log
+# come last).
 failed_outputs() {
     local out
     for out in build/ctest.out build-asan/ctest.out; do
         [ -r "$out" ] || continue
         awk -v file="$out" '
-            /^ *Start +[0-9]+: / || /tests passed, / { keep = 0 }
-            /Test +#[0-9]+: .*(Failed|Timeout|Exception)/ { keep = 1; n = 0; print "---- " file ": " $0; next }
-            keep && n < 60 { print; n++ }' "$out"
+            function flush(   i, from) {
+                if (!keep) return
+                for (i = 1; i <= n && i <= 15; i++) print buf[i]
+                from = n - 44 > 15 ? n - 44 : 16
+                if (from > 16) print "    [... " from - 16 " lines ...]"
+                for (i = from; i <= n; i++) print buf[i]
+                keep = 0
+            }
+            /^ *Start +[0-9]+: / || /tests passed, / { flush() }
+            /Test +#[0-9]+: .*(Failed|Timeout|Exception)/ { flush(); keep = 1; n = 0; print "---- " file ": " $0; next }
+            keep { buf[++n] = $0 }
+            END { flush() }' "$out"
     done
 }
 

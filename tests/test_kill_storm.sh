@@ -26,6 +26,14 @@ spawn() {
     now_us
     started[$!]=$now
 }
+# Why the worker went: the end of the server's log and the machine's memory.
+gone() {
+    echo "$early client(s) had ended by themselves"
+    echo "---- the end of the server's log ----"
+    tail -n 30 "${CUMUX_LOG_DIRECTORY:-/nonexistent}/cumuxd.log" 2>/dev/null || echo "(no log)"
+    echo "---- memory ----"
+    free -m 2>/dev/null
+}
 for ((i = 0; i < concurrent; i++)); do spawn; done
 while [ $killed -lt "$kills" ]; do
     now_us
@@ -34,8 +42,11 @@ while [ $killed -lt "$kills" ]; do
         if ! kill -0 "$p" 2>/dev/null; then
             # It ended by itself: a client that fails before being killed is a finding.
             wait "$p"; rc=$?
-            echo "client $p exited by itself with status $rc after $age_ms ms"
-            tail -n 4 "$log_dir/storm.$p.log" 2>/dev/null | sed 's/^/    /'
+            # The first few in full: when the server goes, all of them fail alike.
+            if [ $early -lt 4 ]; then
+                echo "client $p exited by itself with status $rc after $age_ms ms"
+                tail -n 4 "$log_dir/storm.$p.log" 2>/dev/null | sed 's/^/    /'
+            fi
             early=$((early + 1))
             unset "started[$p]"
             spawn
@@ -48,11 +59,12 @@ while [ $killed -lt "$kills" ]; do
         fi
         [ $killed -ge "$kills" ] && break
     done
-    kill -0 "$pid" 2>/dev/null || { echo "FAIL: cumuxd died during the storm after $killed kills"; exit 1; }
+    kill -0 "$pid" 2>/dev/null || { echo "FAIL: cumuxd died during the storm after $killed kills"; gone; exit 1; }
     sleep 0.01
 done
 for p in "${!started[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-echo "kill storm: $killed clients killed ($concurrent at a time) in $((SECONDS - t0)) s; $early ended by themselves"
+echo "kill storm: $killed clients killed ($concurrent at a time) in $((SECONDS - t0)) s; $early ended by themselves;" \
+    "the worker's peak memory $(awk '/^VmHWM/ {print int($2 / 1024) " MiB"}' "/proc/$pid/status" 2>/dev/null)"
 # A server that stops answering: its threads' stacks go in the log (gdb, where there is one), then the
 # test fails, rather than waiting for the test's own time limit.
 stacks() {

@@ -250,14 +250,16 @@ static void init_device(void)
     vmm_span = total_mem * 4 + (1ull << 30);
     /* At the same place in every process when it is free, as the real driver's device addresses come out
      * alike in processes that do the same: cumuxd's workers reserve their arena at the same address. */
-    void *p = cumux_mmap((void *)(uintptr_t)0x200000000000ull, region_size + vmm_span, PROT_NONE,
+    /* Plain mmap, not cumux_mmap: clearing the ASan shadow of all of it (tens of GiB of address space)
+     * would commit an eighth of that in shadow pages; each allocation clears its own range instead. */
+    void *p = mmap((void *)(uintptr_t)0x200000000000ull, region_size + vmm_span, PROT_NONE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (p != MAP_FAILED && (uintptr_t)p != 0x200000000000ull) { /* old kernels ignore MAP_FIXED_NOREPLACE */
         munmap(p, region_size + vmm_span);
         p = MAP_FAILED;
     }
     if (p == MAP_FAILED)
-        p = cumux_mmap(NULL, region_size + vmm_span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        p = mmap(NULL, region_size + vmm_span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         fprintf(stderr, "fakecuda: cannot reserve %llu bytes of address space: %s\n",
                 (unsigned long long)(region_size + vmm_span), strerror(errno));
@@ -361,6 +363,7 @@ CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *po
         pthread_rwlock_unlock(&dev_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    cumux_unpoison((void *)(uintptr_t)at, mapped);
     struct range r = {.base = at, .size = size, .mapped = mapped, .kind = kind, .pool = pool};
     if (table_insert(&dev_tab, r) < 0) {
         mprotect((void *)(uintptr_t)at, mapped, PROT_NONE);
