@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 6u
+#define CUMUX_PROTO_VERSION 7u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -123,6 +123,9 @@ struct cumux_shm {
      * over, its memory kept (CUMUX_CONTAIN=1): it had no kernel in flight, so is not the culprit and lost
      * none. */
     _Atomic int32_t server_resumable;
+    /* With it: the ring's head when the server decided. Every message before it had been handled; one the
+     * client wrote after may have been taken by the failing worker and lost: then it may not come back. */
+    uint64_t server_resumable_head;
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];
     alignas(4096) uint8_t staging[CUMUX_STAGING_SLOTS][CUMUX_STAGING_BYTES];

@@ -101,6 +101,8 @@ static void *worker_main(void *arg)
     while (!atomic_load(&c->dead)) {
         uint64_t t0 = prof ? cumux_now_ns() : 0;
         int st = srv_worker_step(c, &tail, msg);
+        if (st > 0) /* after the message's work is queued, not when it is taken (main.c worker_fails) */
+            atomic_store_explicit(&c->ring_done, tail, memory_order_release);
         if (st == 0) {
             /* Nothing to do: give back staging slots whose copies are done before sleeping, since the
              * client may be waiting for one and will send nothing until it has it. Copies still running

@@ -728,8 +728,17 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
          * not seen end: then it is not the culprit (a fault comes from a running kernel) and lost nothing.
          * One that had work going lost it, and nothing tells it which yet (docs/faults.md, step 4): it keeps
          * the error, named culprit or not. */
-        if (c->shm && c->resume_token && !srv_usage_in_flight(c) && atomic_load(&c->unconfirmed_streams) == 0)
+        /* Nor may a message be half handled: every message up to the ring's head has been handled to the end
+         * (read in this order: a message taken meanwhile was written before the head read here). The head
+         * is told to the client: a message it wrote after (the worker may still take it, on a context that
+         * has failed) means work lost, and it does not come back (shim/connection.c resume). */
+        uint64_t done = atomic_load_explicit(&c->ring_done, memory_order_acquire);
+        uint64_t head = c->shm ? atomic_load_explicit(&c->shm->head, memory_order_acquire) : 0;
+        if (c->shm && c->resume_token && done == head && !srv_usage_in_flight(c) &&
+            atomic_load(&c->unconfirmed_streams) == 0) {
+            c->shm->server_resumable_head = head;
             atomic_store(&c->shm->server_resumable, 1);
+        }
         if (c->shm)
             atomic_store(&c->shm->server_fault, (int32_t)code);
         int k = snprintf(rec.clients + len, sizeof rec.clients - len, "%s", n ? "; " : "");

@@ -236,6 +236,8 @@ struct srv_client {
     uint64_t resume_claim;       /* a RESUME hello's token: whose memory it may take back (0: none) */
     _Atomic int64_t unconfirmed_streams; /* streams with work not seen to end (objects.c before_op): a client
                                           * with none lost nothing at a fault */
+    _Atomic uint64_t ring_done; /* ring bytes whose messages the worker has handled to the end (client.c):
+                                 * at a fault, all its messages were seen when this equals the ring's head */
     _Atomic uint64_t kernel_ns_recent; /* its sampled launches' recent mean time (usage.c), for pacing.c */
     _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
     uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */

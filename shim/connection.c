@@ -149,6 +149,9 @@ void *shim_ring_reserve(uint32_t size, CUresult *err)
 
 _Atomic uint64_t shim_work_seq;
 _Thread_local uint64_t shim_question_seq;
+/* Where the last work message (not a question) ends in the ring (under ring_lock): at a resume, work the
+ * server had not handled when it decided is lost work. */
+static uint64_t work_end;
 
 static bool is_question(uint16_t op)
 {
@@ -162,8 +165,10 @@ void shim_ring_commit(uint16_t op, uint32_t size)
     if (is_question(op))
         shim_question_seq = atomic_load_explicit(&shim_work_seq, memory_order_relaxed);
     cumux_ring_commit(shim.shm, size);
-    if (!is_question(op))
+    if (!is_question(op)) {
         atomic_fetch_add_explicit(&shim_work_seq, 1, memory_order_release);
+        work_end = atomic_load_explicit(&shim.shm->head, memory_order_relaxed);
+    }
 }
 
 bool shim_idle_still(uint64_t seq)
@@ -484,7 +489,17 @@ static CUresult resume(void)
         pthread_mutex_unlock(&resume_lock);
         return CUDA_SUCCESS;
     }
-    if (!shim.resume_token || !atomic_load(&shim.shm->server_resumable)) {
+    /* Work written after the server decided (the ring's head then) may have been taken by the failing worker
+     * and lost: then this program lost work, as one with work in flight did. A question lost nothing. */
+    bool resumable = atomic_load(&shim.shm->server_resumable); /* the head was written before it */
+    pthread_mutex_lock(&shim.ring_lock);
+    bool sent_after = work_end > shim.shm->server_resumable_head;
+    pthread_mutex_unlock(&shim.ring_lock);
+    if (!shim.resume_token || !resumable || sent_after) {
+        static _Atomic int said;
+        if (shim.resume_token && resumable && sent_after && !atomic_exchange(&said, 1))
+            cumux_logf("the GPU worker failed (%d, another program's fault) while this program was sending work: "
+                       "it cannot come back", (int)shim_lost_error());
         pthread_mutex_unlock(&resume_lock);
         return shim_lost_error();
     }
@@ -504,6 +519,7 @@ static CUresult resume(void)
         pthread_mutex_lock(&shim.ring_lock);
         int old_sock = shim.sock;
         use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
+        work_end = 0;           /* the new ring's */
         atomic_store(&lost, 0);
         pthread_mutex_unlock(&shim.ring_lock);
         close(old_sock);

@@ -113,5 +113,32 @@ grep -q "2 chunk(s) of the failed worker's clients (6 MiB) not taken back: let g
     fail "the unsynced bystander's chunks were not let go: $(grep -i 'let go' "$log")"
 "$cli" status | grep -q "outside the worker: 0 chunk(s), 0.0 MiB" ||
     fail "memory left with the supervisor: $("$cli" status | grep -i 'outside')"
+# A bystander computing in a loop (a kernel, a synchronize, a check) through three faults: a round's work
+# may be lost at a fault (it then has the fault's error and exits 3), never silently (a wrong result after
+# calls that all succeeded: exit 1). Between rounds its work has all been seen to end, so it may come back.
+"$cli" run -- "$gdir/gpu_contain_bystander" busy <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
+client=$!
+exec 3>"$tmp/hold.in"
+for ((i = 0; i < 100; i++)); do grep -q '^bystander: busy' "$tmp/hold.out" && break; sleep 0.1; done
+grep -q '^bystander: busy' "$tmp/hold.out" || fail "the busy bystander did not start: $(cat "$tmp/hold.out")"
+for k in 1 2 3; do
+    wait_standby_ready $((3 + k)) || fail "no standby ready for busy fault $k"
+    "$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (busy fault $k)"
+    sleep 0.3
+done
+(echo go >&3) 2>/dev/null # in a subshell: a bystander that has ended makes it a broken pipe
+exec 3>&-
+wait "$client"
+rc=$?
+client=""
+case $rc in
+    0) grep -q '^bystander: [0-9]* busy rounds, all right' "$tmp/hold.out" || fail "the busy bystander: $(tail -3 "$tmp/hold.out")" ;;
+    3) grep -q '^bystander: lost work at a fault after [0-9]* rounds (CUDA_ERROR_ILLEGAL_ADDRESS)' "$tmp/hold.out" ||
+        fail "the busy bystander lost work with another error: $(tail -3 "$tmp/hold.out")" ;;
+    *) cp "$tmp/hold.out" "$tmp/run.out"; fail "the busy bystander failed (status $rc)" ;;
+esac
+echo "busy bystander through 3 faults: came back $(grep -c 'back as client' "$tmp/hold.out") time(s);" \
+    "$(grep '^bystander: [0-9]* busy\|^bystander: lost' "$tmp/hold.out")"
+serve_one "$tmp/run.out" || fail "no program served after the busy faults"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

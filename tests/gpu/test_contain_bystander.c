@@ -11,7 +11,13 @@
  * With "wait-unsynced" it leaves a memset queued on its stream unsynchronized before it waits: work the
  * fault may have lost, so it must not come back (its first call after the fault fails with the fault's
  * error: the test expects this run to fail).
+ * With "busy" it computes in a loop (a kernel adds 1 to its small allocation, then a synchronize and a
+ * check of every word) until a line comes on stdin, while faults come and go: a round's work may be lost
+ * at a fault, but never silently. Every call must succeed and every result be right; or a call fails
+ * with the fault's error (it lost work and may not come back), and it exits with status 3. A wrong result
+ * after calls that all succeeded fails the test.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,12 +48,52 @@ static void fill_words(CUdeviceptr p, size_t bytes, unsigned first)
     free(h);
 }
 
+/* "busy": rounds of +1 on small until stdin has a line. */
+static void busy(CUdeviceptr small, size_t bytes, CUfunction add, CUstream stream)
+{
+    unsigned long long n = bytes / 4;
+    unsigned one = 1, *h = malloc(bytes);
+    if (!h)
+        gt_fail("out of host memory");
+    printf("bystander: busy\n");
+    fflush(stdout);
+    unsigned long rounds = 0;
+    for (;;) {
+        struct pollfd in = {.fd = 0, .events = POLLIN};
+        if (poll(&in, 1, 0) > 0)
+            break;
+        void *args[] = {&small, &n, &one};
+        CUresult r = cuLaunchKernel(add, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 0, stream, args, NULL);
+        if (r == CUDA_SUCCESS)
+            r = cuStreamSynchronize(stream);
+        if (r == CUDA_SUCCESS)
+            r = cuMemcpyDtoH(h, small, bytes);
+        if (r != CUDA_SUCCESS) {
+            const char *name = NULL;
+            cuGetErrorName(r, &name);
+            printf("bystander: lost work at a fault after %lu rounds (%s)\n", rounds, name ? name : "?");
+            fflush(stdout);
+            exit(3);
+        }
+        rounds++;
+        for (size_t i = 0; i < n; i++)
+            if (h[i] != 0x1000 + (unsigned)i + (unsigned)rounds)
+                gt_fail("round %lu: word %zu is 0x%x, expected 0x%x: work lost silently", rounds, i, h[i],
+                        0x1000 + (unsigned)i + (unsigned)rounds);
+    }
+    printf("bystander: %lu busy rounds, all right\n", rounds);
+    fflush(stdout);
+    free(h);
+    exit(0);
+}
+
 int main(int argc, char **argv)
 {
     gt_begin("contain_bystander");
     gt_require_gpu();
     bool unsynced = argc > 1 && !strcmp(argv[1], "wait-unsynced");
     bool twice = argc > 1 && !strcmp(argv[1], "wait-twice");
+    bool is_busy = argc > 1 && !strcmp(argv[1], "busy");
     bool wait = unsynced || twice || (argc > 1 && !strcmp(argv[1], "wait"));
     gt_primary_ctx(0, NULL);
     enum { SMALL = 4096, BIG = 3 << 20, ASYNC = 96 << 10 };
@@ -78,6 +124,8 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i < SMALL / 4; i++)
         pinned[i] = 0x77000 + i;
     CK(cuStreamSynchronize(CU_STREAM_PER_THREAD)); /* its per-thread default stream exists from here */
+    if (is_busy)
+        busy(small, SMALL, add0, stream);
     if (unsynced)
         CK(cuMemsetD32Async(async, 0, ASYNC / 4, stream)); /* queued, never seen to end before the fault */
     if (wait) {
