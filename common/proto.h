@@ -119,12 +119,12 @@ struct cumux_shm {
      * worker, written before it lets go of the client: from then on the client's calls return it, as the
      * calls of a program whose own context faulted do, instead of a lost connection. */
     alignas(64) _Atomic int32_t server_fault;
-    /* Written before server_fault: 1 when the client may come back (hello RESUME) to the worker that takes
-     * over, its memory kept (CUMUX_CONTAIN=1): it had no kernel in flight, so is not the culprit and lost
-     * none. */
+    /* Written before server_fault: nonzero when the client may come back (hello RESUME) to the worker that
+     * takes over, its memory kept (CUMUX_CONTAIN=1; not the named culprit): 1 when it lost nothing (no work
+     * going), 2 when work it had going was lost. */
     _Atomic int32_t server_resumable;
-    /* With it: the ring's head when the server decided. Every message before it had been handled; one the
-     * client wrote after may have been taken by the failing worker and lost: then it may not come back. */
+    /* With it: the ring's head when the server decided. Every message before it had been handled; work the
+     * client wrote after may have been taken by the failing worker and lost. */
     uint64_t server_resumable_head;
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];

@@ -95,6 +95,8 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     if (slot) {
         if (r != CUDA_SUCCESS)
             out_len = 0;
+        if (srv_fault_is_fatal(r))
+            srv_fault_may_tell(c); /* returns when it may; never for a client that comes back */
         cumux_reply_post(slot, r, out, out_len);
     } else if (r != CUDA_SUCCESS && c->pending_error == CUDA_SUCCESS) {
         c->pending_error = r; /* reported by the next synchronizing call (invariant 2) */

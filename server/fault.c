@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fatal.h"
 #include "common/log.h"
 #include "server/server.h"
 
@@ -29,22 +30,33 @@ static srv_fault_fn fault_fn;
 
 bool srv_fault_is_fatal(CUresult r)
 {
-    switch (r) {
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    return cumux_error_is_fatal(r);
+}
+
+static _Atomic int decided;
+
+void srv_fault_decided(void)
+{
+    atomic_store(&decided, 1);
+}
+
+/* A fatal error in a handler means the context failed: the watch thread sees it within WATCH_PERIOD_NS and
+ * the worker decides who may come back. Told the error now, a bystander would keep it (as far as it knows,
+ * its context failed: shim/connection.c); so its answer waits for the decision, and a client that may come
+ * back is not answered at all: this worker is about to exit, and its call, in flight, comes back as lost
+ * work. Without a decision within 200 ms the error is told as it is. */
+bool srv_fault_may_tell(struct srv_client *c)
+{
+    if (!c->resume_token)
         return true;
-    default:
-        return false;
+    for (int i = 0; i < 200 && !atomic_load(&decided); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
     }
+    if (!atomic_load(&decided) || !atomic_load(&c->resumable))
+        return true;
+    for (;;) /* the worker exits: it takes this thread with it */
+        pause();
 }
 
 static void *watch(void *arg)

@@ -724,20 +724,20 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
         }
         if (atomic_load(&c->finished))
             continue;
-        /* It may come back with its memory when it had no kernel in flight and no stream with work it has
-         * not seen end: then it is not the culprit (a fault comes from a running kernel) and lost nothing.
-         * One that had work going lost it, and nothing tells it which yet (docs/faults.md, step 4): it keeps
-         * the error, named culprit or not. */
-        /* Nor may a message be half handled: every message up to the ring's head has been handled to the end
-         * (read in this order: a message taken meanwhile was written before the head read here). The head
-         * is told to the client: a message it wrote after (the worker may still take it, on a context that
-         * has failed) means work lost, and it does not come back (shim/connection.c resume). */
+        /* Every client but the named culprit may come back with its memory (docs/faults.md). It lost nothing
+         * (1) when it had no kernel in flight, no stream with work it has not seen end, and no message half
+         * handled: every message up to the ring's head handled to the end (read in this order: a message
+         * taken meanwhile was written before the head read here). The head is told to the client: work it
+         * wrote after (the worker may still take it, on a context that has failed) was lost too. */
         uint64_t done = atomic_load_explicit(&c->ring_done, memory_order_acquire);
         uint64_t head = c->shm ? atomic_load_explicit(&c->shm->head, memory_order_acquire) : 0;
-        if (c->shm && c->resume_token && done == head && !srv_usage_in_flight(c) &&
-            atomic_load(&c->unconfirmed_streams) == 0) {
+        if (c->shm && c->resume_token) {
+            /* One that had work going lost it (a kernel cut off may have written half its output): it comes
+             * back too, and its streams and events say so once each (2; shim/resume.c). */
+            bool idle = done == head && !srv_usage_in_flight(c) && atomic_load(&c->unconfirmed_streams) == 0;
+            atomic_store(&c->resumable, 1);
             c->shm->server_resumable_head = head;
-            atomic_store(&c->shm->server_resumable, 1);
+            atomic_store(&c->shm->server_resumable, idle ? 1 : 2);
         }
         if (c->shm)
             atomic_store(&c->shm->server_fault, (int32_t)code);
@@ -759,6 +759,7 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
     cumux_logf("GPU %d: %s (%s); culprit: %s; the %u other client(s) lose their work: %s; the standby worker "
                "takes over",
                gpu, why, name ? name : "?", rec.culprit[0] ? rec.culprit : "not known", n, n ? rec.clients : "none");
+    srv_fault_decided();
     srv_supervisor_fault(&rec);
     _exit(CUMUX_EXIT_GPU_FAULT);
 }

@@ -238,6 +238,7 @@ struct srv_client {
                                           * with none lost nothing at a fault */
     _Atomic uint64_t ring_done; /* ring bytes whose messages the worker has handled to the end (client.c):
                                  * at a fault, all its messages were seen when this equals the ring's head */
+    _Atomic int resumable;      /* at a fault: it may come back (what the server wrote in its channel) */
     _Atomic uint64_t kernel_ns_recent; /* its sampled launches' recent mean time (usage.c), for pacing.c */
     _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
     uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */
@@ -356,6 +357,12 @@ bool srv_module_departed_owner(uint64_t cu_module, char *desc, size_t cap);
 int srv_client_describe(const struct srv_client *c, char *out, size_t cap);
 typedef void (*srv_fault_fn)(CUresult r, int gpu);
 bool srv_fault_is_fatal(CUresult r);
+/* Whether a fatal error may be told to this client in an answer: false when the failing worker decided it
+ * may come back (docs/faults.md), which it waits for (briefly) first. A client that comes back is told its
+ * lost work otherwise (CUDA_ERROR_LAUNCH_FAILED); the fault's own error is for the culprit. */
+bool srv_fault_may_tell(struct srv_client *c);
+/* The failing worker's decision for each client is made (main.c worker_fails). */
+void srv_fault_decided(void);
 /* Watches every GPU for a sticky error; fn (which must not return) is called with the first one. */
 int srv_fault_watch_start(srv_fault_fn fn);
 void srv_fault_watch_stop(void);

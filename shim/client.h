@@ -26,6 +26,24 @@ struct shim_idle {
     _Atomic uint64_t query_seq, sync_seq;
 };
 
+/* Work lost at another program's fault (docs/faults.md): after a resume in which the server said work of
+ * this program was lost, shim_lost_epoch moves on, and each stream, event and context made before says
+ * CUDA_ERROR_LAUNCH_FAILED once, at its next synchronize or query; its word (the epoch it last reported,
+ * or was made in) then catches up. Objects made after start caught up. */
+extern _Atomic uint32_t shim_lost_epoch;
+static inline bool shim_lost_pending(_Atomic uint32_t *seen)
+{
+    return atomic_load_explicit(seen, memory_order_relaxed) != atomic_load_explicit(&shim_lost_epoch, memory_order_relaxed);
+}
+/* CUDA_ERROR_LAUNCH_FAILED once per lost epoch for the object whose word this is, else CUDA_SUCCESS. */
+CUresult shim_lost_report(_Atomic uint32_t *seen);
+/* The object said it otherwise (a call that was in flight at the fault): caught up. */
+void shim_lost_said(_Atomic uint32_t *seen);
+/* The word of a stream as the program names it (NULL, legacy, per-thread or its own) in ctx. */
+_Atomic uint32_t *shim_stream_lost_word(CUstream h, struct CUctx_st *ctx);
+/* shim_lost_report for a stream as the program names it. */
+CUresult shim_stream_lost(CUstream h, struct CUctx_st *ctx);
+
 struct CUctx_st {
     uint32_t magic;
     uint32_t handle;        /* server context handle */
@@ -40,6 +58,7 @@ struct CUctx_st {
     int shmem_config;
     struct shim_idle legacy_idle; /* its legacy stream's */
     _Atomic uint64_t synced_seq;  /* cuCtxSynchronize's, as shim_idle.sync_seq */
+    _Atomic uint32_t legacy_lost, sync_lost; /* its legacy stream's and cuCtxSynchronize's shim_lost words */
 };
 
 struct CUstream_st {
@@ -50,6 +69,7 @@ struct CUstream_st {
     int priority;
     uint64_t id;
     struct shim_idle idle;
+    _Atomic uint32_t lost; /* shim_lost word */
 };
 
 struct CUevent_st {
@@ -57,6 +77,7 @@ struct CUevent_st {
     uint32_t handle;
     struct CUctx_st *ctx;
     unsigned flags;
+    _Atomic uint32_t lost; /* shim_lost word */
 };
 
 /* A loaded image: a module (CUmodule) or a library (CUlibrary), same layout. */
@@ -127,6 +148,13 @@ CUresult shim_require_init(void);
 /* Before a path that uses the ring or the staging slots directly (not shim_call / shim_send): a channel
  * whose worker failed is replaced first when it can be (a resume), else its error. */
 CUresult shim_check_channel(void);
+/* The worker went while a call was under way (its answer never came, or the ring or a staging slot never
+ * freed): what it asked for may not have happened. A program that can come back does, and the call says
+ * CUDA_ERROR_LAUNCH_FAILED, as lost work does; otherwise the fault's error (or the lost connection's). */
+CUresult shim_in_flight_lost(void);
+/* An answer's result as the server gave it; a fatal one is remembered: the program was told its context
+ * failed, and it does not come back after the worker goes (connection.c resume). */
+CUresult shim_answer(CUresult r);
 /* What is made again in the worker that took over after a resume (shim/resume.c registers it). */
 void shim_set_rebuild(CUresult (*rebuild)(void));
 /* After a resume: the contexts (context.c: primary ones and the program's own) and default pools (pool.c)

@@ -13,6 +13,7 @@
 
 #include "common/map.h"
 #include "common/channel.h"
+#include "common/fatal.h"
 #include "common/log.h"
 #include "common/priority.h"
 #include "common/size.h"
@@ -95,7 +96,24 @@ static void server_lost(void)
  * (hello RESUME with the token of its first welcome), says hello as at cuInit, and has what the program
  * held made again (the rebuild that shim/resume.c registers); meanwhile other threads' calls wait for it. A program that is not resumable
  * (the culprit, or one whose kernels were lost) keeps its error, as under CUDA. */
+/* Work lost at the fault (shim_lost_report in client.h): the epoch moves on at each such resume. */
+_Atomic uint32_t shim_lost_epoch;
+
+CUresult shim_lost_report(_Atomic uint32_t *seen)
+{
+    if (!shim_lost_pending(seen))
+        return CUDA_SUCCESS;
+    uint32_t e = atomic_load(&shim_lost_epoch);
+    return atomic_exchange(seen, e) != e ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
+
+void shim_lost_said(_Atomic uint32_t *seen)
+{
+    atomic_store(seen, atomic_load(&shim_lost_epoch));
+}
+
 static pthread_mutex_t resume_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int told_fatal; /* a call answered a fatal error (the culprit, typically): it stays so */
 static _Atomic int resuming;
 static __thread bool tls_resuming;
 static CUresult (*rebuild_after_resume)(void);
@@ -124,6 +142,20 @@ static bool broken(void)
 }
 
 static CUresult resume(void);
+
+CUresult shim_in_flight_lost(void)
+{
+    server_lost();
+    CUresult e = tls_resuming ? shim_lost_error() : resume();
+    return e == CUDA_SUCCESS ? CUDA_ERROR_LAUNCH_FAILED : e;
+}
+
+CUresult shim_answer(CUresult r)
+{
+    if (cumux_error_is_fatal(r)) /* its context failed, as far as the program knows: no coming back */
+        atomic_store_explicit(&told_fatal, 1, memory_order_relaxed);
+    return r;
+}
 
 CUresult shim_check_channel(void)
 {
@@ -193,6 +225,8 @@ void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
     struct cumux_msg_hdr *h = shim_ring_reserve(size, err);
     if (!h) {
         pthread_mutex_unlock(&shim.ring_lock);
+        if (atomic_load(&lost))
+            *err = shim_in_flight_lost();
         return NULL;
     }
     h->op = op;
@@ -240,7 +274,8 @@ CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *p
         if (e != CUDA_SUCCESS)
             return e;
     }
-    return put(op, CUMUX_NO_REPLY, body, body_len, payload, payload_len);
+    CUresult r = put(op, CUMUX_NO_REPLY, body, body_len, payload, payload_len);
+    return r != CUDA_SUCCESS && atomic_load(&lost) ? shim_in_flight_lost() : r;
 }
 
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len)
@@ -255,11 +290,9 @@ CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, 
     uint32_t before = atomic_load(&slot->seq);
     CUresult r = put(op, (uint16_t)s, body, body_len, NULL, 0);
     if (r != CUDA_SUCCESS)
-        return r;
-    if (cumux_reply_wait(slot, before, shim_server_alive) < 0) {
-        server_lost();
-        return shim_lost_error();
-    }
+        return atomic_load(&lost) ? shim_in_flight_lost() : r;
+    if (cumux_reply_wait(slot, before, shim_server_alive) < 0)
+        return shim_in_flight_lost();
     uint32_t len = slot->len <= CUMUX_REPLY_DATA ? slot->len : CUMUX_REPLY_DATA;
     if (reply) {
         if (len > cap)
@@ -268,7 +301,7 @@ CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, 
     }
     if (reply_len)
         *reply_len = len;
-    return (CUresult)slot->result;
+    return shim_answer((CUresult)slot->result);
 }
 
 int shim_sealable_memfd(const char *name, const void *data, size_t size)
@@ -491,18 +524,20 @@ static CUresult resume(void)
     }
     /* Work written after the server decided (the ring's head then) may have been taken by the failing worker
      * and lost: then this program lost work, as one with work in flight did. A question lost nothing. */
-    bool resumable = atomic_load(&shim.shm->server_resumable); /* the head was written before it */
+    int resumable = atomic_load(&shim.shm->server_resumable); /* the head was written before it */
     pthread_mutex_lock(&shim.ring_lock);
     bool sent_after = work_end > shim.shm->server_resumable_head;
     pthread_mutex_unlock(&shim.ring_lock);
-    if (!shim.resume_token || !resumable || sent_after) {
+    bool told = atomic_load(&told_fatal);
+    if (!shim.resume_token || !resumable || told) {
         static _Atomic int said;
-        if (shim.resume_token && resumable && sent_after && !atomic_exchange(&said, 1))
-            cumux_logf("the GPU worker failed (%d, another program's fault) while this program was sending work: "
-                       "it cannot come back", (int)shim_lost_error());
+        if (shim.resume_token && resumable && told && !atomic_exchange(&said, 1))
+            cumux_logf("the GPU worker failed (%d): this program was told its context failed, as a program whose "
+                       "kernel faulted is: it does not come back", (int)shim_lost_error());
         pthread_mutex_unlock(&resume_lock);
         return shim_lost_error();
     }
+    bool lost_work = resumable == 2 || sent_after;
     CUresult fault = shim_lost_error();
     atomic_store(&resuming, 1);
     tls_resuming = true;
@@ -528,9 +563,17 @@ static CUresult resume(void)
         if (r == CUDA_SUCCESS && rebuild_after_resume)
             r = rebuild_after_resume();
     }
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && lost_work) {
+        /* Each stream, event and context made before says CUDA_ERROR_LAUNCH_FAILED once (shim_lost_report). */
+        atomic_fetch_add(&shim_lost_epoch, 1);
+        cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
+                   "over; work it had going was lost: its streams, events and contexts say "
+                   "CUDA_ERROR_LAUNCH_FAILED once each",
+                   (int)fault, shim.client_id);
+    } else if (r == CUDA_SUCCESS) {
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
                    "over", (int)fault, shim.client_id);
+    }
     else
         cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d)", (int)fault,
                    (int)r);

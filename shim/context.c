@@ -28,6 +28,7 @@ struct ptds_entry {
     uint32_t generation; /* the context's, when the stream was made: a reset makes new streams */
     uint32_t stream;
     uint64_t id; /* what cuStreamGetId answers: unique in the process, never reused */
+    _Atomic uint32_t lost; /* shim_lost word: a stream made anew after a resume keeps the old one's */
 };
 static __thread struct ptds_entry tls_ptds[8];
 static pthread_key_t ptds_key;
@@ -58,6 +59,10 @@ CUresult shim_need_ctx(struct CUctx_st **out)
 {
     if (!shim.initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
+    /* Come back first if the worker went: the handles read below are then the new worker's. */
+    CUresult r = shim_check_channel();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUctx_st *c = shim_current_ctx();
     if (!c || c->magic != SHIM_MAGIC_CTX)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -68,9 +73,12 @@ CUresult shim_need_ctx(struct CUctx_st **out)
 static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
 {
     int free_i = -1;
+    uint32_t lost = atomic_load(&shim_lost_epoch);
     for (int i = 0; i < 8; i++) {
-        if (tls_ptds[i].ctx == ctx && tls_ptds[i].generation != ctx->generation)
-            tls_ptds[i].ctx = NULL; /* made before a reset of the context: gone with it */
+        if (tls_ptds[i].ctx == ctx && tls_ptds[i].generation != ctx->generation) {
+            tls_ptds[i].ctx = NULL; /* made before a reset of the context (or a resume): gone with it */
+            lost = atomic_load(&tls_ptds[i].lost); /* what it had going may have been lost */
+        }
         if (tls_ptds[i].ctx == ctx) {
             *out = tls_ptds[i].stream;
             return CUDA_SUCCESS;
@@ -87,10 +95,31 @@ static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
     if (r != CUDA_SUCCESS)
         return r;
     tls_ptds[free_i] = (struct ptds_entry){ctx, ctx->generation, (uint32_t)stream,
-                                           atomic_fetch_add(&shim_next_stream_id, 1)};
+                                           atomic_fetch_add(&shim_next_stream_id, 1), lost};
     pthread_setspecific(ptds_key, (void *)1);
     *out = (uint32_t)stream;
     return CUDA_SUCCESS;
+}
+
+_Atomic uint32_t *shim_stream_lost_word(CUstream h, struct CUctx_st *ctx)
+{
+    if (h == NULL)
+        h = cumux_tls_ptds ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    if (h == CU_STREAM_LEGACY)
+        return &ctx->legacy_lost;
+    if (h != CU_STREAM_PER_THREAD)
+        return &h->lost;
+    for (int i = 0; i < 8; i++)
+        if (tls_ptds[i].ctx == ctx)
+            return &tls_ptds[i].lost;
+    static _Atomic uint32_t none; /* not made yet: nothing of it was lost */
+    atomic_store(&none, atomic_load(&shim_lost_epoch));
+    return &none;
+}
+
+CUresult shim_stream_lost(CUstream h, struct CUctx_st *ctx)
+{
+    return ctx ? shim_lost_report(shim_stream_lost_word(h, ctx)) : CUDA_SUCCESS;
 }
 
 CUresult shim_default_stream_id(CUstream h, unsigned long long *id)
@@ -134,6 +163,9 @@ CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_ou
         return CUDA_ERROR_NOT_INITIALIZED;
     if (h->magic != SHIM_MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = shim_check_channel(); /* as in shim_need_ctx */
+    if (r != CUDA_SUCCESS)
+        return r;
     *out = h->handle;
     if (ctx_out)
         *ctx_out = h->ctx;
@@ -276,6 +308,8 @@ static CUresult ctx_new(int dev, unsigned flags, bool primary, struct CUctx_st *
     c->primary = primary;
     c->id = atomic_fetch_add(&next_ctx_id, 1);
     c->legacy_stream_id = atomic_fetch_add(&shim_next_stream_id, 1);
+    atomic_store(&c->legacy_lost, atomic_load(&shim_lost_epoch));
+    atomic_store(&c->sync_lost, atomic_load(&shim_lost_epoch));
     shim_list_add(&all_contexts, c);
     *out = c;
     return CUDA_SUCCESS;
@@ -582,9 +616,14 @@ CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
  * round trip. */
 static CUresult ctx_sync(struct CUctx_st *c)
 {
+    CUresult r = shim_lost_report(&c->sync_lost);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (shim_idle_still(atomic_load(&c->synced_seq)))
         return CUDA_SUCCESS;
-    CUresult r = shim_op_ctx_sync(c->handle);
+    r = shim_op_ctx_sync(c->handle);
+    if (r == CUDA_ERROR_LAUNCH_FAILED) /* in flight at a fault (connection.c): said */
+        shim_lost_said(&c->sync_lost);
     if (r == CUDA_SUCCESS)
         atomic_store(&c->synced_seq, shim_question_seq + 1);
     return r;

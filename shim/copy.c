@@ -56,7 +56,7 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch,
         uint64_t len = n - off < chunk ? n - off : chunk;
         int slot = (int)(shim.stage_next++ % CUMUX_STAGING_SLOTS);
         if (!stage_wait(slot, CUMUX_STAGE_FREE, NULL, 0)) {
-            r = shim_lost_error();
+            r = shim_in_flight_lost();
             break;
         }
         uint8_t *buf = shim.shm->staging[slot];
@@ -99,10 +99,10 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
     } msg = {{CUMUX_OP_COPY_DTOH_STAGED, (uint16_t)s, cumux_msg_size(sizeof m)}, m};
     pthread_mutex_lock(&shim.ring_lock);
     void *p = shim_ring_reserve(msg.h.size, &r);
-    if (!p) {
+    if (!p) { /* only when the server is gone */
         pthread_mutex_unlock(&shim.ring_lock);
         pthread_mutex_unlock(&shim.stage_lock);
-        return r;
+        return shim_in_flight_lost();
     }
     memcpy(p, &msg, sizeof msg);
     shim_ring_commit(msg.h.op, msg.h.size);
@@ -127,9 +127,9 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
     }
     if (cumux_reply_wait(reply, before, shim_server_alive) < 0)
-        r = shim_lost_error();
+        r = shim_in_flight_lost();
     else
-        r = (CUresult)reply->result;
+        r = shim_answer((CUresult)reply->result);
     /* Success with chunks never made ready would leave the program's buffer unwritten: never report it. */
     if (r == CUDA_SUCCESS && i < nchunks) {
         cumux_logf("cuMemcpyDtoH: the server answered before chunk %llu of %llu was ready",
@@ -154,7 +154,10 @@ enum { PTR_HOST = 0, PTR_DEVICE = 1 };
 static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstream, bool sync, int dst_kind, int src_kind)
 {
     uint32_t stream;
-    CUresult r = shim_resolve_stream(hstream, &stream, NULL);
+    struct CUctx_st *ctx;
+    CUresult r = shim_resolve_stream(hstream, &stream, &ctx);
+    if (r == CUDA_SUCCESS && sync) /* a synchronous copy waits for the stream's work: lost work says so */
+        r = shim_stream_lost(hstream, ctx);
     if (r != CUDA_SUCCESS)
         return r;
     if (n == 0)

@@ -152,7 +152,9 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
         free(e);
         return r;
     }
-    *e = (struct CUevent_st){SHIM_MAGIC_EVENT, (uint32_t)h, c, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS};
+    *e = (struct CUevent_st){.magic = SHIM_MAGIC_EVENT, .handle = (uint32_t)h, .ctx = c,
+                             .flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
+                             .lost = atomic_load(&shim_lost_epoch)};
     shim_event_remember(e);
     *phEvent = e;
     return CUDA_SUCCESS;

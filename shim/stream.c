@@ -59,6 +59,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags, int priority)
     s->flags = flags;
     s->priority = priority;
     s->id = atomic_fetch_add(&shim_next_stream_id, 1);
+    atomic_store(&s->lost, atomic_load(&shim_lost_epoch));
     shim_list_add(&all_streams, s);
     *ph = s;
     return CUDA_SUCCESS;
@@ -108,12 +109,16 @@ CUresult cuStreamSynchronize(CUstream h)
     uint32_t s;
     struct CUctx_st *ctx;
     CUresult r = shim_resolve_stream(h, &s, &ctx);
+    if (r == CUDA_SUCCESS)
+        r = shim_stream_lost(h, ctx);
     if (r != CUDA_SUCCESS)
         return r;
     struct shim_idle *known = idle_of(h, ctx);
     if (known && shim_idle_still(atomic_load(&known->sync_seq)))
         return CUDA_SUCCESS;
     r = shim_op_stream_sync(s);
+    if (r == CUDA_ERROR_LAUNCH_FAILED) /* in flight at a fault (connection.c): said */
+        shim_lost_said(shim_stream_lost_word(h, ctx));
     if (r == CUDA_SUCCESS && known) {
         atomic_store(&known->sync_seq, shim_question_seq + 1);
         atomic_store(&known->query_seq, shim_question_seq + 1);
@@ -126,6 +131,8 @@ CUresult cuStreamQuery(CUstream h)
     uint32_t s;
     struct CUctx_st *ctx;
     CUresult r = shim_resolve_stream(h, &s, &ctx);
+    if (r == CUDA_SUCCESS)
+        r = shim_stream_lost(h, ctx);
     if (r != CUDA_SUCCESS)
         return r;
     struct shim_idle *known = idle_of(h, ctx);
@@ -258,6 +265,7 @@ CUresult cuEventCreate(CUevent *ph, unsigned int flags)
     e->handle = (uint32_t)handle;
     e->ctx = c;
     e->flags = flags;
+    atomic_store(&e->lost, atomic_load(&shim_lost_epoch));
     shim_event_remember(e);
     *ph = e;
     return CUDA_SUCCESS;
@@ -322,19 +330,27 @@ static CUresult event_check(CUevent e)
 {
     if (!shim.initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    return e && e->magic == SHIM_MAGIC_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (!e || e->magic != SHIM_MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return shim_check_channel(); /* come back first: e->handle is then the new worker's */
 }
 
 CUresult cuEventQuery(CUevent e)
 {
     CUresult r = event_check(e);
+    if (r == CUDA_SUCCESS)
+        r = shim_lost_report(&e->lost);
     return r != CUDA_SUCCESS ? r : shim_op_event_query(e->handle);
 }
 
 CUresult cuEventSynchronize(CUevent e)
 {
     CUresult r = event_check(e);
-    return r != CUDA_SUCCESS ? r : shim_op_event_sync(e->handle);
+    if (r == CUDA_SUCCESS)
+        r = shim_lost_report(&e->lost);
+    if (r == CUDA_SUCCESS && (r = shim_op_event_sync(e->handle)) == CUDA_ERROR_LAUNCH_FAILED)
+        shim_lost_said(&e->lost);
+    return r;
 }
 
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)

@@ -9,13 +9,14 @@
  * With "wait-twice" it then says "bystander: ready again" and waits for a second fault, after which its
  * memory must still be intact and its old kernel still run (its second coming back).
  * With "wait-unsynced" it leaves a memset queued on its stream unsynchronized before it waits: work the
- * fault may have lost, so it must not come back (its first call after the fault fails with the fault's
- * error: the test expects this run to fail).
+ * fault may have lost. It comes back, and each of its streams (its own, the legacy and its per-thread
+ * one), its event and its context say CUDA_ERROR_LAUNCH_FAILED at their next synchronize, once; then it
+ * writes the memset's target anew and goes on as above.
  * With "busy" it computes in a loop (a kernel adds 1 to its small allocation, then a synchronize and a
  * check of every word) until a line comes on stdin, while faults come and go: a round's work may be lost
- * at a fault, but never silently. Every call must succeed and every result be right; or a call fails
- * with the fault's error (it lost work and may not come back), and it exits with status 3. A wrong result
- * after calls that all succeeded fails the test.
+ * at a fault, but never silently: a call says CUDA_ERROR_LAUNCH_FAILED and it writes its contents anew;
+ * or a call of its answered the fault's own error (it was told its context failed, and does not come
+ * back), and it exits with status 3. A wrong result after calls that all succeeded fails the test.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <poll.h>
 #include <stdbool.h>
@@ -48,7 +49,19 @@ static void fill_words(CUdeviceptr p, size_t bytes, unsigned first)
     free(h);
 }
 
-/* "busy": rounds of +1 on small until stdin has a line. */
+/* "busy": rounds of +1 on small until stdin has a line. A round whose work was lost at a fault (a call
+ * says CUDA_ERROR_LAUNCH_FAILED: what the cut-off kernel wrote is not known) starts again from contents
+ * written anew. */
+static CUresult refill(CUdeviceptr p, size_t bytes, unsigned *h)
+{
+    for (size_t i = 0; i < bytes / 4; i++)
+        h[i] = 0x1000 + (unsigned)i;
+    CUresult r = CUDA_ERROR_LAUNCH_FAILED;
+    for (int tries = 0; tries < 4 && r == CUDA_ERROR_LAUNCH_FAILED; tries++) /* each stream says it once */
+        r = cuMemcpyHtoD(p, h, bytes);
+    return r;
+}
+
 static void busy(CUdeviceptr small, size_t bytes, CUfunction add, CUstream stream)
 {
     unsigned long long n = bytes / 4;
@@ -57,7 +70,8 @@ static void busy(CUdeviceptr small, size_t bytes, CUfunction add, CUstream strea
         gt_fail("out of host memory");
     printf("bystander: busy\n");
     fflush(stdout);
-    unsigned long rounds = 0;
+    unsigned long rounds = 0, lost = 0;
+    unsigned k = 0; /* increments since the contents were written */
     for (;;) {
         struct pollfd in = {.fd = 0, .events = POLLIN};
         if (poll(&in, 1, 0) > 0)
@@ -68,20 +82,31 @@ static void busy(CUdeviceptr small, size_t bytes, CUfunction add, CUstream strea
             r = cuStreamSynchronize(stream);
         if (r == CUDA_SUCCESS)
             r = cuMemcpyDtoH(h, small, bytes);
+        if (r == CUDA_ERROR_LAUNCH_FAILED) {
+            lost++;
+            k = 0;
+            if ((r = refill(small, bytes, h)) == CUDA_SUCCESS)
+                r = cuStreamSynchronize(stream); /* it may say it too: then it is said */
+            if (r == CUDA_ERROR_LAUNCH_FAILED)
+                r = cuStreamSynchronize(stream);
+            if (r == CUDA_SUCCESS)
+                continue;
+        }
         if (r != CUDA_SUCCESS) {
             const char *name = NULL;
             cuGetErrorName(r, &name);
-            printf("bystander: lost work at a fault after %lu rounds (%s)\n", rounds, name ? name : "?");
+            printf("bystander: told the fault's error after %lu rounds (%s)\n", rounds, name ? name : "?");
             fflush(stdout);
             exit(3);
         }
         rounds++;
+        k++;
         for (size_t i = 0; i < n; i++)
-            if (h[i] != 0x1000 + (unsigned)i + (unsigned)rounds)
+            if (h[i] != 0x1000 + (unsigned)i + k)
                 gt_fail("round %lu: word %zu is 0x%x, expected 0x%x: work lost silently", rounds, i, h[i],
-                        0x1000 + (unsigned)i + (unsigned)rounds);
+                        0x1000 + (unsigned)i + k);
     }
-    printf("bystander: %lu busy rounds, all right\n", rounds);
+    printf("bystander: %lu busy rounds, all right; %lu lost at faults\n", rounds, lost);
     fflush(stdout);
     free(h);
     exit(0);
@@ -134,6 +159,20 @@ int main(int argc, char **argv)
         char line[16];
         if (!fgets(line, sizeof line, stdin))
             gt_fail("no line on stdin");
+    }
+    if (unsynced) {
+        /* Its work was lost: every stream, its event and its context say so once, then all is well. */
+        CUresult want[2] = {CUDA_ERROR_LAUNCH_FAILED, CUDA_SUCCESS};
+        for (int k = 0; k < 2; k++) {
+            CUresult got[5] = {cuStreamSynchronize(stream), cuStreamSynchronize(CU_STREAM_LEGACY),
+                               cuStreamSynchronize(CU_STREAM_PER_THREAD), cuEventSynchronize(done),
+                               cuCtxSynchronize()};
+            for (int i = 0; i < 5; i++)
+                if (got[i] != want[k])
+                    gt_fail("after the fault, synchronize %d (stream, legacy, per-thread, event, context) of round %d "
+                            "returned %d, expected %d", i, k, (int)got[i], (int)want[k]);
+        }
+        fill_words(async, ASYNC, 0x3000000); /* what the cut-off memset left is not known */
     }
     /* Its memory, where it was. */
     expect_words(small, SMALL, 0x1000, "the small allocation after the fault");
