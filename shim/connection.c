@@ -89,13 +89,6 @@ static void server_lost(void)
         cumux_logf("lost the connection to cumuxd: every further CUDA call fails");
 }
 
-/* ---- coming back after the worker failed (docs/faults.md; a server with CUMUX_CONTAIN=1) ----
- * When the worker serving this program fails for another program's fault, the server marks the channel
- * resumable when all its work had been seen to end. The first call that finds the channel broken (in
- * shim_call, shim_send, shim_send_begin, or shim_check_channel for paths of their own) connects again
- * (hello RESUME with the token of its first welcome), says hello as at cuInit, and has what the program
- * held made again (the rebuild that shim/resume.c registers); meanwhile other threads' calls wait for it. A program that is not resumable
- * (the culprit, or one whose kernels were lost) keeps its error, as under CUDA. */
 /* Work lost at the fault (shim_lost_report in client.h): the epoch moves on at each such resume. */
 _Atomic uint32_t shim_lost_epoch;
 
@@ -112,6 +105,14 @@ void shim_lost_said(_Atomic uint32_t *seen)
     atomic_store(seen, atomic_load(&shim_lost_epoch));
 }
 
+/* ---- coming back after the worker failed (docs/faults.md; a server with CUMUX_CONTAIN=1) ----
+ * When the worker serving this program fails for another program's fault, the server marks the channel
+ * resumable when all its work had been seen to end. The first call that finds the channel broken (in
+ * shim_call, shim_send, shim_send_begin, or shim_check_channel for paths of their own) connects again
+ * (hello RESUME with the token of its first welcome), says hello as at cuInit, and has what the program
+ * held made again (the rebuild that shim/resume.c registers); meanwhile other threads' calls wait for it.
+ * One that had work going is told it was lost (shim_lost_report). The named culprit, and a program that was
+ * answered a fatal error, keep their error, as under CUDA. */
 static pthread_mutex_t resume_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int told_fatal; /* a call answered a fatal error (the culprit, typically): it stays so */
 static _Atomic int resuming;
@@ -142,6 +143,18 @@ static bool broken(void)
 }
 
 static CUresult resume(void);
+
+/* A call that finds the worker gone after it looked at its objects (a synchronize that found its stream
+ * had lost nothing, say): if work was lost in the coming back, the call says so and does nothing, since what
+ * it was about may be part of it. */
+static CUresult come_back(void)
+{
+    uint32_t before = atomic_load(&shim_lost_epoch);
+    CUresult r = resume();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return atomic_load(&shim_lost_epoch) != before ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+}
 
 CUresult shim_in_flight_lost(void)
 {
@@ -214,7 +227,7 @@ static uint16_t begun_op;
 
 void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
 {
-    if (broken() && (*err = resume()) != CUDA_SUCCESS)
+    if (broken() && (*err = come_back()) != CUDA_SUCCESS)
         return NULL;
     uint32_t size = cumux_msg_size(body_len);
     if (size > CUMUX_MAX_MSG) {
@@ -270,7 +283,7 @@ static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_l
 CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len)
 {
     if (broken()) {
-        CUresult e = resume();
+        CUresult e = come_back();
         if (e != CUDA_SUCCESS)
             return e;
     }
@@ -281,7 +294,7 @@ CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *p
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len)
 {
     if (broken()) { /* before the reply slot is looked up: it is the new channel's after */
-        CUresult e = resume();
+        CUresult e = come_back();
         if (e != CUDA_SUCCESS)
             return e;
     }
@@ -573,10 +586,10 @@ static CUresult resume(void)
     } else if (r == CUDA_SUCCESS) {
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
                    "over", (int)fault, shim.client_id);
-    }
-    else
+    } else {
         cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d)", (int)fault,
                    (int)r);
+    }
     tls_resuming = false;
     atomic_store(&resuming, 0);
     pthread_mutex_unlock(&resume_lock);
