@@ -696,7 +696,8 @@ static int metrics_sock = -1; /* CUMUX_METRICS_PORT's listening socket (the supe
  * client's kernels never ended. Every client gets `code` in its channel (its calls return it once the
  * connection is gone, as the calls of a program whose own context failed do), the supervisor gets a
  * record, and the worker exits at once: the standby worker (supervisor.c) takes new clients. The clients
- * of this worker lose their work, as every client of a faulted MPS server does. `culprit`: the id of the
+ * of this worker lose their work, as every client of a faulted MPS server does; with containment
+ * (CUMUX_CONTAIN=1) all but the culprit come back to the standby with their memory. `culprit`: the id of the
  * client known to have caused it, or 0 (the driver's API does not say whose kernel faulted:
  * docs/faults.md); `culprit_desc`: one known only by its description (it has gone). */
 static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, const char *culprit_desc,
@@ -756,9 +757,10 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
     snprintf(rec.why, sizeof rec.why, "%s", why);
     const char *name = NULL;
     cuGetErrorName(code, &name);
-    cumux_logf("GPU %d: %s (%s); culprit: %s; the %u other client(s) lose their work: %s; the standby worker "
-               "takes over",
-               gpu, why, name ? name : "?", rec.culprit[0] ? rec.culprit : "not known", n, n ? rec.clients : "none");
+    cumux_logf("GPU %d: %s (%s); culprit: %s; the %u other client(s) %s: %s; the standby worker takes over", gpu,
+               why, name ? name : "?", rec.culprit[0] ? rec.culprit : "not known", n,
+               srv_chunks_on() ? "may come back, told what work they lost" : "lose their work",
+               n ? rec.clients : "none");
     srv_fault_decided();
     srv_supervisor_fault(&rec);
     _exit(CUMUX_EXIT_GPU_FAULT);
