@@ -33,7 +33,9 @@ done
 grep -q '^busy: done' "$tmp/heavy.out" && grep -q '^busy: done' "$tmp/light.out" || fail "gpu_busy did not finish"
 gpu_s() { "$cli" status | awk -v p="$1" '$2 == p { print $9 }'; }
 h=$(gpu_s "$heavy") l=$(gpu_s "$light")
-awk -v h="$h" 'BEGIN { exit !(h >= 0.3 && h <= 1.2) }' || fail "heavy client: gpu_s $h, want about 0.6: $("$cli" status)"
+# On the fake driver the timings stretch with the machine's load (its kernels are CPU threads): 0.79-0.90 s
+# alone on a 2-core machine, 1.24 s with a build beside it. On a GPU device-check runs the same test.
+awk -v h="$h" 'BEGIN { exit !(h >= 0.3 && h <= 1.6) }' || fail "heavy client: gpu_s $h, want about 0.6: $("$cli" status)"
 awk -v l="$l" 'BEGIN { exit !(l < 0.25) }' || fail "light client: gpu_s $l, want about 0.0075: $("$cli" status)"
 # top's JSON while heavy was busy: its share near 100% (the fake runs one kernel at a time a stream). The
 # window is 0.3 s of a dozen samples: on a loaded 2-core machine the fake's kernels (CPU spins) stretch
