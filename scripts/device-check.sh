@@ -170,6 +170,14 @@ fault_note="not run" kill_note="not run" soak_note="not run" limit_note="not run
 server_test() {
     local label=$1 log=$2 pattern=$3 limit=$4
     shift 4
+    # Within the whole run's budget: a test that no longer fits is said not run, not cut by the caller.
+    local cap=$(($(left) - 30))
+    if [ "$cap" -lt 20 ]; then
+        note="not run (out of budget)"
+        say "$label: $note"
+        return
+    fi
+    [ "$limit" -gt "$cap" ] && limit=$cap
     say "$label on the GPU"
     timeout -k 5 "$limit" "$@" >"$logs/$log" 2>&1
     local rc=$?
