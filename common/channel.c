@@ -170,6 +170,14 @@ void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void 
         cumux_futex_wake(&slot->seq, 1);
 }
 
+void cumux_shm_wake_waiters(struct cumux_shm *shm)
+{
+    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
+        cumux_futex_wake(&shm->replies[i].seq, 1 << 30);
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
+        cumux_futex_wake(&shm->stage_seq[i], 1 << 30);
+}
+
 int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void))
 {
     /* Spin briefly: most replies come in microseconds, and a futex sleep costs more than that. */
@@ -188,7 +196,9 @@ int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*
     while (atomic_load_explicit(&slot->seq, memory_order_acquire) == seq_before) {
         atomic_store(&slot->waiting, 1);
         if (atomic_load(&slot->seq) == seq_before) {
-            if (cumux_futex_wait(&slot->seq, seq_before, 100000000) < 0 && alive && !alive()) {
+            /* After a timeout or a wake without an answer (cumux_shm_wake_waiters): is the server there? */
+            cumux_futex_wait(&slot->seq, seq_before, 100000000);
+            if (atomic_load(&slot->seq) == seq_before && alive && !alive()) {
                 atomic_store(&slot->waiting, 0);
                 return -1;
             }

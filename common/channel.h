@@ -52,5 +52,8 @@ void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void 
 /* Wait until slot->seq != seq_before. Calls alive() every ~100 ms while sleeping; gives up (returns -1)
  * when it says the peer is gone. */
 int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void));
+/* Wakes every client thread waiting on the channel (answers, staging slots): a worker that gives up tells
+ * them at once rather than at their next timeout (they then ask whether the server is alive). */
+void cumux_shm_wake_waiters(struct cumux_shm *shm);
 
 #endif

@@ -371,8 +371,16 @@ static void client_count(uint32_t *live, uint32_t *all)
  * generous because a storm of kills legitimately leaves many behind for a while (in a kill -9 storm of 128
  * clients on a loaded 2-core machine under ASan, 387 were being cleaned up at once). */
 #define CLEANUP_ALLOWANCE 4
+static _Atomic int worker_failing; /* worker_fails has begun */
+
 static void conn_client(struct conn *k)
 {
+    /* A worker that is giving up takes nobody: its listening socket is the standby's already, but a
+     * connection its accept thread took meanwhile must go there too (the client tries again). */
+    if (atomic_load(&worker_failing)) {
+        conn_close(k);
+        return;
+    }
     uint32_t live, all;
     client_count(&live, &all);
     if (live >= max_clients || all - live >= CLEANUP_ALLOWANCE * (uint64_t)max_clients) {
@@ -616,7 +624,7 @@ static void accept_all(int lsock, bool http)
         }
         struct ucred cred = {0};
         socklen_t cl = sizeof cred;
-        if (nconns >= MAX_PENDING || (!http && getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)) {
+        if (atomic_load(&worker_failing) || nconns >= MAX_PENDING || (!http && getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)) {
             close(s);
             continue;
         }
@@ -705,6 +713,7 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
 {
     /* This worker accepts nobody more: the socket is the standby's now (the supervisor's and the other
      * workers' copies stay open; only this descriptor is replaced). */
+    atomic_store(&worker_failing, 1);
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nul >= 0 && listen_sock >= 0)
         dup2(nul, listen_sock);
@@ -719,8 +728,10 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
         if (c->id == culprit) {
             srv_client_describe(c, rec.culprit, sizeof rec.culprit);
             int32_t none = 0; /* a killed client has its own error already */
-            if (c->shm)
+            if (c->shm) {
                 atomic_compare_exchange_strong(&c->shm->server_fault, &none, (int32_t)code);
+                cumux_shm_wake_waiters(c->shm);
+            }
             continue;
         }
         if (atomic_load(&c->finished))
@@ -740,8 +751,10 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
             c->shm->server_resumable_head = head;
             atomic_store(&c->shm->server_resumable, idle ? 1 : 2);
         }
-        if (c->shm)
+        if (c->shm) {
             atomic_store(&c->shm->server_fault, (int32_t)code);
+            cumux_shm_wake_waiters(c->shm); /* its threads waiting for an answer learn it now */
+        }
         int k = snprintf(rec.clients + len, sizeof rec.clients - len, "%s", n ? "; " : "");
         if (k > 0 && (size_t)k < sizeof rec.clients - len)
             len += (size_t)k;

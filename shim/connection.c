@@ -67,6 +67,9 @@ int shim_reply_slot(void)
 
 bool shim_server_alive(void)
 {
+    /* A worker that gives up says so here before it goes (and wakes our waiters): no answer will come. */
+    if (shim.shm && atomic_load(&shim.shm->server_fault))
+        return false;
     struct pollfd p = {.fd = shim.sock, .events = POLLRDHUP};
     if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
         return false;
@@ -554,27 +557,36 @@ static CUresult resume(void)
     CUresult fault = shim_lost_error();
     atomic_store(&resuming, 1);
     tls_resuming = true;
-    /* The worker taking over serves within milliseconds (a cold one within about a second); until then the
-     * connection waits in the listening socket's backlog. */
-    struct conn conn;
-    CUresult r = CUDA_ERROR_MPS_CONNECTION_FAILED;
-    for (int i = 0; i < 50 && r != CUDA_SUCCESS; i++) {
-        r = connect_server(CUMUX_HELLO_RESUME, shim.resume_token, &conn);
-        if (r != CUDA_SUCCESS)
-            nanosleep(&(struct timespec){0, 100000000}, NULL);
-    }
-    if (r == CUDA_SUCCESS) {
-        pthread_mutex_lock(&shim.ring_lock);
-        int old_sock = shim.sock;
-        use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
-        work_end = 0;           /* the new ring's */
-        atomic_store(&lost, 0);
-        pthread_mutex_unlock(&shim.ring_lock);
-        close(old_sock);
-        atomic_fetch_add(&shim_work_seq, 1); /* what was known idle was the old worker's */
-        r = handshake(false);
-        if (r == CUDA_SUCCESS && rebuild_after_resume)
-            r = rebuild_after_resume();
+    CUresult r;
+    for (int attempt = 0;; attempt++) {
+        /* The worker taking over serves within milliseconds (a cold one within about a second); until then
+         * the connection waits in the listening socket's backlog. */
+        struct conn conn;
+        r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+        for (int i = 0; i < 50 && r != CUDA_SUCCESS; i++) {
+            r = connect_server(CUMUX_HELLO_RESUME, shim.resume_token, &conn);
+            if (r != CUDA_SUCCESS) /* soon at first: the failing worker may have taken the connection */
+                nanosleep(&(struct timespec){0, i < 10 ? 5000000 : 100000000}, NULL);
+        }
+        if (r == CUDA_SUCCESS) {
+            pthread_mutex_lock(&shim.ring_lock);
+            int old_sock = shim.sock;
+            use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
+            work_end = 0;           /* the new ring's */
+            atomic_store(&lost, 0);
+            pthread_mutex_unlock(&shim.ring_lock);
+            close(old_sock);
+            atomic_fetch_add(&shim_work_seq, 1); /* what was known idle was the old worker's */
+            r = handshake(false);
+            if (r == CUDA_SUCCESS && rebuild_after_resume)
+                r = rebuild_after_resume();
+        }
+        if (r == CUDA_SUCCESS || attempt == 4)
+            break;
+        /* The worker it came back to failed too (another fault meanwhile): again, if that one lets it. */
+        if (!channel_failed() || atomic_load(&told_fatal) || !atomic_load(&shim.shm->server_resumable))
+            break;
+        lost_work = true; /* what was made again may be partly lost: said, to be safe */
     }
     if (r == CUDA_SUCCESS && lost_work) {
         /* Each stream, event and context made before says CUDA_ERROR_LAUNCH_FAILED once (shim_lost_report). */

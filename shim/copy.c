@@ -36,7 +36,8 @@ static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, 
             sched_yield();
             continue;
         }
-        if (cumux_futex_wait(&shim.shm->stage_seq[slot], seq, 20000000) < 0 && !shim_server_alive())
+        cumux_futex_wait(&shim.shm->stage_seq[slot], seq, 20000000);
+        if (atomic_load(&shim.shm->stage_seq[slot]) == seq && !shim_server_alive())
             return false;
     }
 }

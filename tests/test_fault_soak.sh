@@ -131,8 +131,17 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     echo "fault soak: device memory by server process:${per:- none listed}"
 fi
 if [ $contain = 1 ]; then
+    # How long after each fault (the worker's record of it) each bystander was back with all it held made
+    # again (its shim's line): the service's recovery for the programs that were running.
+    backs=$( { sed -n 's/^\([0-9:.]*\) cumuxd\[[0-9]*\]: GPU [0-9]*: .*culprit: .*takes over$/F \1/p' "$tmp/log/cumuxd.log"
+               cat "$tmp"/by.*.out | sed -n 's/^\([0-9:.]*\) cumux\[[0-9]*\]: .* back as client .*/B \1/p'; } |
+        awk '{ split($2, t, ":"); print (t[1] * 3600 + t[2] * 60 + t[3]) * 1000, $1 }' | sort -n |
+        awk '$2 == "F" { f = $1 } $2 == "B" && f != "" { print int($1 - f) }' | sort -n)
+    nb=$(echo "$backs" | grep -c .)
+    back_med=$(echo "$backs" | sed -n "$(((nb + 1) / 2))p") back_top=$(echo "$backs" | tail -n 1)
     echo "fault soak: bystanders ($nby programs computing through the faults): $ok ended right, $bad failed;" \
-        "came back $back times in all, $rounds rounds right, $lost lost at faults (said, done again)"
+        "came back $back times in all, $rounds rounds right, $lost lost at faults (said, done again);" \
+        "back after a fault in median ${back_med:-?} ms, worst ${back_top:-?} ms"
 else
     echo "fault soak: bystanders ($nby loops of gpu_vecadd): $ok runs passed, $bad failed"
 fi
