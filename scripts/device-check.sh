@@ -198,7 +198,7 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     soak_note=$note
     # Issue 10's acceptance: the same with containment, 4 programs computing through the 50 faults.
     server_test "fault soak with containment (50 faults, 4 busy bystanders)" fault-soak-contain.txt '^fault soak:' 240 \
-        env CUMUX_CONTAIN=1 REQUIRE_BYSTANDERS=1 \
+        env CUMUX_CONTAIN=1 REQUIRE_BYSTANDERS=1 SOAK_LOGS="$logs/fault-soak-contain" \
         tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
     soak_note="$soak_note; with containment: $note"
     server_test "memory limits" mem-limit.txt '^mem_limit: \|^PASS mem_limit' 240 \

@@ -555,6 +555,7 @@ static CUresult resume(void)
     }
     bool lost_work = resumable == 2 || sent_after;
     CUresult fault = shim_lost_error();
+    uint64_t t_begin = cumux_now_ns(), t_connected = 0;
     atomic_store(&resuming, 1);
     tls_resuming = true;
     CUresult r;
@@ -569,6 +570,7 @@ static CUresult resume(void)
                 nanosleep(&(struct timespec){0, i < 10 ? 5000000 : 100000000}, NULL);
         }
         if (r == CUDA_SUCCESS) {
+            t_connected = cumux_now_ns();
             pthread_mutex_lock(&shim.ring_lock);
             int old_sock = shim.sock;
             use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
@@ -588,16 +590,21 @@ static CUresult resume(void)
             break;
         lost_work = true; /* what was made again may be partly lost: said, to be safe */
     }
+    /* How long it took, and where: reaching the worker that took over, then making again what it held. */
+    uint64_t t_end = cumux_now_ns();
+    char took[96];
+    snprintf(took, sizeof took, " (in %.1f ms: connected after %.1f, made again in %.1f)", (t_end - t_begin) / 1e6,
+             (t_connected - t_begin) / 1e6, (t_end - t_connected) / 1e6);
     if (r == CUDA_SUCCESS && lost_work) {
         /* Each stream, event and context made before says CUDA_ERROR_LAUNCH_FAILED once (shim_lost_report). */
         atomic_fetch_add(&shim_lost_epoch, 1);
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
-                   "over; work it had going was lost: its streams, events and contexts say "
+                   "over%s; work it had going was lost: its streams, events and contexts say "
                    "CUDA_ERROR_LAUNCH_FAILED once each",
-                   (int)fault, shim.client_id);
+                   (int)fault, shim.client_id, took);
     } else if (r == CUDA_SUCCESS) {
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
-                   "over", (int)fault, shim.client_id);
+                   "over%s", (int)fault, shim.client_id, took);
     } else {
         cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d)", (int)fault,
                    (int)r);

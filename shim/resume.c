@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/channel.h"
 #include "common/log.h"
 #include "shim/client.h"
 
@@ -50,24 +51,41 @@ static CUresult resume_memory(void)
     return r;
 }
 
+static double ms_since(uint64_t *t)
+{
+    uint64_t now = cumux_now_ns(), d = now - *t;
+    *t = now;
+    return d / 1e6;
+}
+
 static CUresult rebuild(void)
 {
+    /* Each step's time goes in the log: coming back must take milliseconds (docs/faults.md). */
+    uint64_t t = cumux_now_ns();
+    double ms[6] = {0};
     CUresult r = shim_contexts_rebind();
+    ms[0] = ms_since(&t);
     if (r == CUDA_SUCCESS)
         r = shim_pools_rebind();
+    ms[1] = ms_since(&t);
     if (r == CUDA_SUCCESS)
         r = resume_memory();
+    ms[2] = ms_since(&t);
     unsigned streams = 0, events = 0, modules = 0, functions = 0, host = 0;
     if (r == CUDA_SUCCESS)
         r = shim_host_rebind(&host);
+    ms[3] = ms_since(&t);
     if (r == CUDA_SUCCESS)
         r = shim_streams_rebind(&streams, &events);
+    ms[4] = ms_since(&t);
     if (r == CUDA_SUCCESS)
         r = shim_modules_rebind(&modules, &functions);
+    ms[5] = ms_since(&t);
     if (r == CUDA_SUCCESS)
         cumux_logf("after the worker failed: made again %u stream(s), %u event(s), %u module(s) and librar(ies), "
-                   "%u function(s); %u range(s) of pinned host memory shared again", streams, events, modules,
-                   functions, host);
+                   "%u function(s); %u range(s) of pinned host memory shared again (ms: contexts %.1f, pools %.1f, "
+                   "memory %.1f, host %.1f, streams %.1f, modules %.1f)", streams, events, modules, functions, host,
+                   ms[0], ms[1], ms[2], ms[3], ms[4], ms[5]);
     return r;
 }
 

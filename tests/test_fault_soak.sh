@@ -10,6 +10,7 @@
 # program computing in a loop through all the faults (gpu_contain_bystander busy: a kernel, a synchronize,
 # a check of every word): work lost at a fault is said (CUDA_ERROR_LAUNCH_FAILED once) and done again,
 # and every other result must be right; how often each came back and how many rounds it lost is reported.
+# SOAK_LOGS=DIR keeps the server's log and the bystanders' output there.
 # usage: test_fault_soak.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR [FAULTS [BYSTANDERS]]
 set -u
 cli=$1 drv=$2 gdir=$3 faults=${4:-10} nby=${5:-2}
@@ -21,6 +22,7 @@ cleanup() {
     touch "$tmp/stop"
     for p in "${by_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
     stop_ours
+    [ -n "${SOAK_LOGS:-}" ] && mkdir -p "$SOAK_LOGS" && cp "$tmp"/log/*.log "$tmp"/by.*.out "$SOAK_LOGS/" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT
