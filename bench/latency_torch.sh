@@ -4,16 +4,17 @@
 # training's images/s: time-sliced (natively), under NVIDIA MPS, and under cumux (normal; the inference
 # program high; high with SMs reserved for it). The training is warm before the requests are timed.
 # Prints a table last.
-#   bench/latency_torch.sh [--build DIR] [--duration S] [--no-mps] [--sms "8 16 32"]
+#   bench/latency_torch.sh [--build DIR] [--duration S] [--no-native] [--no-mps] [--sms "8 16 32"]
 # Logs: ${OUT:-/tmp/cumux-latency-torch}.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-build="$repo/build" dur=20 do_mps=1 sms="8 16 32"
+build="$repo/build" dur=20 do_native=1 do_mps=1 sms="8 16 32"
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
         --duration) dur=$2; shift ;;
+        --no-native) do_native=0 ;;
         --no-mps) do_mps=0 ;;
         --sms) sms=$2; shift ;;
         -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
@@ -61,8 +62,10 @@ one() {
     cases+=("$name")
     log "$name: p50 ${R[$name,p50]:-?} ms, p99 ${R[$name,p99]:-?} ms; training ${R[$name,img]:-?} img/s"
 }
-one native_alone 0 "" ""
-one native 1 "" ""
+if [ $do_native = 1 ]; then
+    one native_alone 0 "" ""
+    one native 1 "" ""
+fi
 if [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
     one mps_alone 0 "env CUDA_MPS_PIPE_DIRECTORY=$mps_pipe" ""
     one mps 1 "env CUDA_MPS_PIPE_DIRECTORY=$mps_pipe" "env CUDA_MPS_PIPE_DIRECTORY=$mps_pipe"

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 7u
+#define CUMUX_PROTO_VERSION 8u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -81,6 +81,8 @@ struct cumux_welcome {
 #define CUMUX_HOSTFN_RING 256
 #define CUMUX_HOSTFN_STREAMS 1024 /* streams of a client whose host functions hold them with a stream wait */
 #define CUMUX_HOSTFN_NO_SLOT 0xffffffffu
+#define CUMUX_MARK_WORDS 1024 /* completion-mark words the GPU writes into the channel (mark_word) */
+#define CUMUX_MARKS_TOLD 4    /* streams whose marks the server tells (server/marks.c SRV_MARKS_ASKED) */
 
 /* Staging slot states (futex words). H2D: FREE -> (client fills) FULL -> (server's DMA done) FREE.
  * D2H: FREE -> (server's DMA done) READY -> (client copied out) FREE. */
@@ -115,6 +117,29 @@ struct cumux_shm {
     uint32_t hostfn_slot[CUMUX_HOSTFN_RING]; /* the stream's word, or CUMUX_HOSTFN_NO_SLOT */
     uint32_t hostfn_seq[CUMUX_HOSTFN_RING];  /* the number to write there once run */
     alignas(4096) _Atomic uint32_t hostfn_stream_done[CUMUX_HOSTFN_STREAMS];
+    /* Completion marks the client reads itself (server/marks.c, shim/marks.c): the page right after the
+     * host-function words (registered with them), where the GPU writes each mark's number behind a stream's
+     * work, as it does in the server's own page, and what the server tells of them. A question the told
+     * marks answer needs no round trip. The server never reads any of it back. */
+    alignas(4096) _Atomic uint32_t mark_word[CUMUX_MARK_WORDS];
+    alignas(64) struct cumux_marks_told {
+        _Atomic uint32_t gen; /* odd while the server writes the rest */
+        uint32_t pad;
+        /* Every message up to this many ring bytes had been handled, with no error of one-way work left to
+         * report, when the marks below were told (0: nothing told). Valid while the ring's head is there. */
+        uint64_t handled;
+        struct cumux_mark_told {
+            uint32_t stream; /* the stream's handle (0: none) */
+            uint32_t value;  /* the number its mark writes into mark_word[word]; 0: it was idle already */
+            uint32_t word;
+            uint32_t ctx;    /* its context's handle */
+        } stream[CUMUX_MARKS_TOLD];
+        /* Contexts all of whose streams are told here (idle already, or marked): bit i of mask for
+         * stream[i]. A context's synchronize waits for those. */
+        struct cumux_ctx_told {
+            uint32_t ctx, mask;
+        } ctx[CUMUX_MARKS_TOLD];
+    } marks_told;
     /* A fatal GPU error (a sticky CUresult such as CUDA_ERROR_ILLEGAL_ADDRESS) that ended the server's GPU
      * worker, written before it lets go of the client: from then on the client's calls return it, as the
      * calls of a program whose own context faulted do, instead of a lost connection. */

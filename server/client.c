@@ -38,6 +38,13 @@ static void profile_log(const struct srv_client *c, const struct op_profile *p)
                        (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op]);
 }
 
+/* The channel's pages the GPU reads and writes: the host-function words and, right after, the completion
+ * marks' words (registered as one range). */
+#define GPU_WORDS_BYTES (sizeof(((struct cumux_shm *)0)->hostfn_stream_done) + sizeof(((struct cumux_shm *)0)->mark_word))
+_Static_assert(offsetof(struct cumux_shm, mark_word) ==
+                   offsetof(struct cumux_shm, hostfn_stream_done) + sizeof(((struct cumux_shm *)0)->hostfn_stream_done),
+               "the marks' page follows the host-function words");
+
 void srv_worker_begin(struct srv_client *c)
 {
     if (srv_gpu_count == 0)
@@ -55,8 +62,8 @@ void srv_worker_begin(struct srv_client *c)
      * driver's thread waits for each host function, as for graphs. */
     void *words = (void *)c->shm->hostfn_stream_done;
     CUdeviceptr d = 0;
-    if (cuMemHostRegister(words, sizeof c->shm->hostfn_stream_done,
-                          CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS) {
+    if (cuMemHostRegister(words, GPU_WORDS_BYTES, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
+        CUDA_SUCCESS) {
         /* And a stream can wait on it (one wait, already satisfied, on the client's memory stream). */
         CUstream ms;
         CUstreamBatchMemOpParams w;
@@ -64,9 +71,10 @@ void srv_worker_begin(struct srv_client *c)
         w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
         w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
         if (cuMemHostGetDevicePointer(&d, words, 0) == CUDA_SUCCESS && mem_stream(c, 0, &ms) == CUDA_SUCCESS &&
-            (w.waitValue.address = d, cuStreamBatchMemOp(ms, 1, &w, 0) == CUDA_SUCCESS))
+            (w.waitValue.address = d, cuStreamBatchMemOp(ms, 1, &w, 0) == CUDA_SUCCESS)) {
             c->hostfn_words = d;
-        else
+            c->mark_words = d + sizeof c->shm->hostfn_stream_done; /* the page after (marks.c) */
+        } else
             cuMemHostUnregister(words);
     }
 }
@@ -108,7 +116,8 @@ static void *worker_main(void *arg)
              * client may be waiting for one and will send nothing until it has it. Copies still running
              * are not waited for (one may sit behind work waiting for the client's next message): the
              * worker sleeps 50 us at a time until they are done (after its 50 us of spinning). */
-            srv_marks_write(c); /* in time the worker has to spare: a question about these then needs no driver */
+            srv_marks_write(c, tail); /* in time the worker has to spare: a question about these then needs
+                                       * no driver, or no round trip */
             bool copies_left = srv_staging_flush(c, false);
             cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, copies_left ? 50000 : 1000000000);
         } else if (st > 0 && prof) {
@@ -207,8 +216,7 @@ void srv_client_free(struct srv_client *c)
      * unregistered first (unmapped on its own, its addresses could be handed to another mapping, of
      * another thread, before the range around it went, taking that mapping with it). */
     if (c->hostfn_words)
-        srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, sizeof c->shm->hostfn_stream_done,
-                 NULL);
+        srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, GPU_WORDS_BYTES, NULL);
     if (c->staging_registered) {
         srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
         srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);

@@ -14,8 +14,11 @@
  * recorded just before it, and a question the word cannot answer yet asks the driver about that event,
  * i.e. about the client's own work, never about the mark (srv_marks_query).
  * Numbers come from one counter for the process, so a write still queued behind the work of a destroyed
- * stream can never show a later stream in the same slot idle, only not yet. Off unless CUMUX_MARKS=1, until
- * measured on the GPU (round trips, and that throughput does not suffer). */
+ * stream can never show a later stream in the same slot idle, only not yet.
+ * The same number also goes into a word of the client's channel, and the worker tells the client which
+ * streams and contexts the marks answer for (tell): while the client has sent nothing since, a question
+ * whose mark has landed is answered in the client with no round trip at all (shim/marks.c). On unless
+ * CUMUX_MARKS=0. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +52,7 @@ static void init_locked(void)
         return;
     marks_state = -1;
     const char *e = getenv("CUMUX_MARKS");
-    if (!e || e[0] != '1' || srv_gpu_count == 0)
+    if ((e && e[0] == '0') || srv_gpu_count == 0)
         return;
     /* Kept for the process's life: a mark may still be queued behind a gone client's work. */
     void *p = aligned_alloc(4096, MARK_SLOTS * sizeof(uint32_t));
@@ -170,7 +173,9 @@ CUresult srv_marks_query(struct srv_client *c, struct srv_stream *s)
     return r;
 }
 
-void srv_marks_write(struct srv_client *c)
+static void tell(struct srv_client *c, uint64_t handled);
+
+void srv_marks_write(struct srv_client *c, uint64_t handled)
 {
     if (c->ever_captured || marks_state < 0)
         return;
@@ -195,7 +200,7 @@ void srv_marks_write(struct srv_client *c)
             int slot = slot_take();
             pthread_mutex_unlock(&marks_lock);
             if (slot < 0)
-                return;
+                break;
             s->mark_slot1 = (uint32_t)slot + 1;
         }
         uint32_t v = atomic_fetch_add(&marks_seq, 1) + 1;
@@ -208,16 +213,88 @@ void srv_marks_write(struct srv_client *c)
         s->mark_cu = NULL; /* until both are queued */
         if (cuEventRecord(s->mark_event, s->cu) != CUDA_SUCCESS)
             continue;
-        CUstreamBatchMemOpParams p;
-        memset(&p, 0, sizeof p);
-        p.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-        p.writeValue.address = marks_dev + (CUdeviceptr)(s->mark_slot1 - 1) * sizeof(uint32_t);
-        p.writeValue.value = v;
-        p.writeValue.flags = 0; /* with the memory barrier: the work before it has ended and is visible */
-        if (cuStreamBatchMemOp(s->cu, 1, &p, 0) != CUDA_SUCCESS)
+        /* The number goes into the server's word and into the client's (its channel), for the client to
+         * answer its own questions (tell). */
+        CUstreamBatchMemOpParams p[2];
+        memset(p, 0, sizeof p);
+        p[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        p[0].writeValue.address = marks_dev + (CUdeviceptr)(s->mark_slot1 - 1) * sizeof(uint32_t);
+        p[0].writeValue.value = v;
+        p[0].writeValue.flags = 0; /* with the memory barrier: the work before it has ended and is visible */
+        /* Streams whose handles share a word may overwrite each other's number there, and a write still
+         * queued behind a destroyed stream's work may land late: numbers are never used twice, so either
+         * only makes the client ask. */
+        s->mark_word = s->handle % CUMUX_MARK_WORDS;
+        p[1] = p[0];
+        p[1].writeValue.address = c->mark_words + (CUdeviceptr)s->mark_word * sizeof(uint32_t);
+        if (cuStreamBatchMemOp(s->cu, c->mark_words ? 2 : 1, p, 0) != CUDA_SUCCESS)
             continue;
         s->mark_seq = v;
         s->mark_behind = true;
         s->mark_cu = s->cu;
     }
+    tell(c, handled);
+}
+
+/* What the client may answer itself (its channel's marks_told): with every message it sent handled (the
+ * ring up to `handled`) and no error of one-way work left to report, each stream asked about lately that
+ * is idle already (value 0) or has its mark as its last work; and each context of theirs all of whose
+ * streams are among those. Written only when it changes (seqlock: gen odd while written). The client uses it
+ * only while its ring's head is still `handled`: anything it sends after makes it ask again. */
+static void tell(struct srv_client *c, uint64_t handled)
+{
+    /* Known idle: as srv_stream_known_idle (stream.c, which calls this file: not called from here) */
+#define KNOWN_IDLE(s) ((s)->idle_gen == c->work_gen && !(s)->capturing)
+    struct cumux_marks_told t;
+    memset(&t, 0, sizeof t);
+    unsigned n = 0, nc = 0;
+    for (unsigned i = 0; i < SRV_MARKS_ASKED && c->mark_words && c->pending_error == CUDA_SUCCESS; i++) {
+        struct srv_stream *s = c->marks_asked[i] ? handle_get(c, c->marks_asked[i], OBJ_STREAM) : NULL;
+        if (!s || s->capturing || !markable(s))
+            continue;
+        uint32_t value;
+        if (KNOWN_IDLE(s))
+            value = 0;
+        else if (mark_last(s))
+            value = s->mark_seq;
+        else
+            continue;
+        t.stream[n++] = (struct cumux_mark_told){.stream = s->handle, .value = value, .word = s->mark_word,
+                                                 .ctx = s->ctx->handle};
+    }
+    for (unsigned i = 0; i < n; i++) {
+        bool seen = false;
+        for (unsigned j = 0; j < nc && !seen; j++)
+            seen = t.ctx[j].ctx == t.stream[i].ctx;
+        struct srv_stream *s = handle_get(c, t.stream[i].stream, OBJ_STREAM);
+        if (seen || !s)
+            continue;
+        uint32_t mask = 0;
+        bool all = true;
+        for (const struct srv_stream *o = s->ctx->streams; o && all; o = o->next_in_ctx) {
+            if (KNOWN_IDLE(o))
+                continue;
+            unsigned k = 0;
+            while (k < n && t.stream[k].stream != o->handle)
+                k++;
+            all = k < n;
+            mask |= all ? 1u << k : 0;
+        }
+        if (all)
+            t.ctx[nc++] = (struct cumux_ctx_told){.ctx = t.stream[i].ctx, .mask = mask};
+    }
+    if (n)
+        t.handled = handled;
+    if (!memcmp(&t, &c->told, sizeof t))
+        return; /* as told already: the client's copy of the line stays in its cache */
+    c->told = t;
+    struct cumux_marks_told *m = &c->shm->marks_told;
+    c->told_gen += 2;
+    atomic_store_explicit(&m->gen, c->told_gen - 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    m->handled = t.handled;
+    memcpy(m->stream, t.stream, sizeof t.stream);
+    memcpy(m->ctx, t.ctx, sizeof t.ctx);
+    atomic_store_explicit(&m->gen, c->told_gen, memory_order_release);
+#undef KNOWN_IDLE
 }

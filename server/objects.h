@@ -65,10 +65,11 @@ void srv_placement_release(struct srv_client *c);
  * driver call. srv_marks_asked notes a question that the worker could not answer from what it knew;
  * srv_marks_idle answers it from the stream's mark where that says all its work has ended (and then
  * notes the stream idle); srv_marks_write, when the worker has nothing to do, writes marks behind the
- * work of the streams asked about lately; srv_marks_stream_gone gives back a destroyed stream's word. */
+ * work of the streams asked about lately, and tells the client which of its questions they answer (its
+ * channel's marks_told); srv_marks_stream_gone gives back a destroyed stream's word. */
 void srv_marks_asked(struct srv_client *c, struct srv_stream *s);
 bool srv_marks_idle(struct srv_client *c, struct srv_stream *s);
-void srv_marks_write(struct srv_client *c);
+void srv_marks_write(struct srv_client *c, uint64_t handled); /* handled: ring bytes handled so far */
 /* Where s's last work is a mark, the driver's answer about the client's work before it (the mark's own
  * landing aside); CUDA_ERROR_NOT_FOUND: no such mark, ask about the stream. */
 CUresult srv_marks_query(struct srv_client *c, struct srv_stream *s);

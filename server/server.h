@@ -89,6 +89,7 @@ struct srv_stream {
     bool mark_behind; /* its mark is the last thing queued on it (cleared by before_op) */
     CUstream mark_cu;
     CUevent mark_event; /* recorded just before its mark: the client's work before it */
+    uint32_t mark_word; /* its word in the client's channel (mark_word), where the same number goes */
     struct srv_stream *next_in_ctx;
 };
 
@@ -183,6 +184,7 @@ struct srv_client {
     int current_gpu;
     bool staging_registered;
     CUdeviceptr hostfn_words;     /* the device's address of shm->hostfn_stream_done, 0 when not registered */
+    CUdeviceptr mark_words;       /* the device's address of shm->mark_word, 0 when not registered */
     uint32_t hostfn_slots_used;   /* words given to streams (never taken back) */
     uint32_t *hostfn_last;        /* per word, the number of its stream's last host function (released at
                                    * the end even for streams destroyed since) */
@@ -202,6 +204,8 @@ struct srv_client {
     uint32_t marks_asked[SRV_MARKS_ASKED];
     uint64_t marks_asked_ns[SRV_MARKS_ASKED];
     uint64_t marks_answered; /* questions answered from a mark */
+    struct cumux_marks_told told; /* what the channel says of marks now (the worker's copy: never read back) */
+    uint32_t told_gen;
     /* Graph memory (graph.c): the address of a graph's allocation is fixed while the graph lives, and the
      * client may name it; so once the client has made one, none of its graphs is destroyed before it goes
      * (they are parked), and the allocations' starts are kept to free the live ones then. */

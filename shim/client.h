@@ -185,6 +185,10 @@ extern _Atomic uint64_t shim_work_seq;
 extern _Thread_local uint64_t shim_question_seq;
 /* Whether the answer that set seq (shim_idle) still holds: no work sent since, the server there. */
 bool shim_idle_still(uint64_t seq);
+/* marks.c: whether the completion marks the server told say that a stream (by its handle), or every
+ * stream of a context, has ended all its work, with nothing sent since: the question needs no round trip. */
+bool shim_marks_stream_idle(uint32_t stream);
+bool shim_marks_ctx_idle(uint32_t ctx);
 void shim_send_end(void);
 /* Send a descriptor over the socket for the next command (HOST_ALLOC, MODULE_LOAD); the caller holds
  * sock_lock from here until that command is sent. */

@@ -619,7 +619,7 @@ static CUresult ctx_sync(struct CUctx_st *c)
     CUresult r = shim_lost_report(&c->sync_lost);
     if (r != CUDA_SUCCESS)
         return r;
-    if (shim_idle_still(atomic_load(&c->synced_seq)))
+    if (shim_idle_still(atomic_load(&c->synced_seq)) || shim_marks_ctx_idle(c->handle))
         return CUDA_SUCCESS;
     r = shim_op_ctx_sync(c->handle);
     if (r == CUDA_ERROR_LAUNCH_FAILED) /* in flight at a fault (connection.c): said */

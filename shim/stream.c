@@ -116,6 +116,8 @@ CUresult cuStreamSynchronize(CUstream h)
     struct shim_idle *known = idle_of(h, ctx);
     if (known && shim_idle_still(atomic_load(&known->sync_seq)))
         return CUDA_SUCCESS;
+    if (shim_marks_stream_idle(s))
+        return CUDA_SUCCESS;
     r = shim_op_stream_sync(s);
     if (r == CUDA_ERROR_LAUNCH_FAILED) /* in flight at a fault (connection.c): said */
         shim_lost_said(shim_stream_lost_word(h, ctx));
@@ -137,6 +139,8 @@ CUresult cuStreamQuery(CUstream h)
         return r;
     struct shim_idle *known = idle_of(h, ctx);
     if (known && (shim_idle_still(atomic_load(&known->query_seq)) || shim_idle_still(atomic_load(&known->sync_seq))))
+        return CUDA_SUCCESS;
+    if (shim_marks_stream_idle(s))
         return CUDA_SUCCESS;
     r = shim_op_stream_query(s);
     if (r == CUDA_SUCCESS && known)
