@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/channel.h"
 #include "common/log.h"
 #include "common/priority.h"
 #include "common/sock.h"
@@ -459,6 +460,16 @@ static pid_t fork_worker(int rep[2], bool standby, int *go_out)
     return w;
 }
 
+/* How long after a takeover the next standby may wait for the failed worker to exit (CUMUX_STANDBY_AFTER_MS,
+ * default 1000; 0: it starts at once). */
+static uint64_t standby_after_ms(void)
+{
+    const char *e = getenv("CUMUX_STANDBY_AFTER_MS");
+    char *end;
+    unsigned long v = e ? strtoul(e, &end, 10) : 1000;
+    return e && (*end || v > 60000) ? 1000 : v;
+}
+
 /* The standby takes over: it is given the history and starts serving. */
 static void activate_standby(int *standby_go)
 {
@@ -532,6 +543,11 @@ int srv_supervise(int *ready_fd)
     unsigned in_window = 0, init_failures = 0, standby_failures = 0;
     int standby_go = -1;
     bool need_active = true;
+    /* After a takeover the next standby waits until the failed worker has exited (at most a second): a new
+     * process's start of the GPU competes with the driver calls of the programs coming back, which are
+     * then slow (on the H200 their comeback took 220-400 ms while the new standby started beside them). */
+    pid_t failed_worker = 0;
+    uint64_t standby_not_before = 0;
     for (;;) {
         if (need_active) {
             pid_t w = fork_worker(rep, false, NULL);
@@ -550,7 +566,9 @@ int srv_supervise(int *ready_fd)
                 *ready_fd = -1;
             }
         }
-        if (want_standby && serving && sup_standby <= 0 && standby_failures < STANDBY_RETRIES && !sup_stop) {
+        uint64_t now_ns = cumux_now_ns();
+        if (want_standby && serving && sup_standby <= 0 && standby_failures < STANDBY_RETRIES && !sup_stop &&
+            now_ns >= standby_not_before) {
             pid_t w = fork_worker(rep, true, &standby_go);
             if (w == 0)
                 return 0;
@@ -565,7 +583,10 @@ int srv_supervise(int *ready_fd)
         struct pollfd pf[3] = {{.fd = rep[0], .events = POLLIN},
                                {.fd = chld_pipe[0], .events = POLLIN},
                                {.fd = keep_active, .events = POLLIN}};
-        poll(pf, keep_active >= 0 ? 3 : 2, 1000);
+        int wait_ms = 1000;
+        if (standby_not_before > now_ns && standby_not_before - now_ns < 1000000000ull)
+            wait_ms = (int)((standby_not_before - now_ns) / 1000000) + 1;
+        poll(pf, keep_active >= 0 ? 3 : 2, wait_ms);
         if (keep_active >= 0)
             keep_read(keep_active);
         char drain[64];
@@ -585,6 +606,8 @@ int srv_supervise(int *ready_fd)
                     cumux_logf("worker %d met a fatal GPU error: standby worker %d takes over", (int)m.from,
                                (int)sup_standby);
                     activate_standby(&standby_go);
+                    failed_worker = m.from;
+                    standby_not_before = cumux_now_ns() + standby_after_ms() * 1000000ull;
                     serving = standby_ready;
                     if (serving)
                         ever_served = true;
@@ -623,6 +646,8 @@ int srv_supervise(int *ready_fd)
                 }
                 continue;
             }
+            if (w == failed_worker)
+                failed_worker = 0, standby_not_before = 0; /* its context is gone: the next standby may start */
             if (w != sup_active && w != -sup_active) {
                 cumux_logf("worker %d ended (%s)", (int)w, why); /* one the standby has replaced */
                 continue;
