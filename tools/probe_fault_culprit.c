@@ -4,9 +4,13 @@
  * without abort (CU_COREDUMP_SKIP_ABORT), written to a file. Afterwards the dump (an ELF file, format in
  * cuda-gdb's cudacoredump.h) is read: the SMs' and lanes' exceptions, the grid of each faulting block, and
  * that grid's launching host thread, module and function, compared with B's. Also: does the process live
- * on, when is the file complete, and how long after the fault.
+ * on, when is the file complete, and how long after the fault; and what B's own synchronize right after its
+ * launch returns (under cumux with dumps on, the faulting program was answered CUDA_SUCCESS: is that the
+ * driver's answer to the faulting stream while it writes the dump?). `abort`: the same without
+ * CU_COREDUMP_SKIP_ABORT, in a child process: what B's synchronize returns before the driver ends the process,
+ * how the process ends, and whether the dump is complete (for a worker that lets the driver end it).
  * Run on a GPU:  gcc -O2 -pthread -I/usr/local/cuda/include tools/probe_fault_culprit.c -o /tmp/pfc -lcuda
- *   /tmp/pfc global|context */
+ *   /tmp/pfc global|context|abort */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <elf.h>
@@ -16,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "probe_util.h"
@@ -36,6 +41,8 @@ struct client {
     CUstream s;
     bool faulty;
     CUresult launch;
+    CUresult sync;  /* B: its stream's synchronize right after the launch */
+    double sync_at; /* when it returned (now_ms) */
 };
 
 static void *client_main(void *arg)
@@ -53,6 +60,9 @@ static void *client_main(void *arg)
         CUdeviceptr bad = 0x10;
         void *args[] = {&bad};
         c->launch = cuLaunchKernel(c->fn, 2, 1, 1, 64, 1, 1, 0, c->s, args, NULL);
+        c->sync = cuStreamSynchronize(c->s);
+        c->sync_at = now_ms();
+        printf("B: its synchronize right after the launch returned %s\n", ename(c->sync));
     } else {
         unsigned long long cycles = 4000000000ull; /* ~2 s */
         void *args[] = {&cycles};
@@ -177,14 +187,42 @@ static void read_dump(const char *path, struct client *cl, int ncl)
     free(d);
 }
 
+static int probe(bool global, bool skip_abort, char *core);
+
 int main(int argc, char **argv)
 {
     bool global = !(argc > 1 && !strcmp(argv[1], "context"));
+    bool abort_mode = argc > 1 && !strcmp(argv[1], "abort");
     setvbuf(stdout, NULL, _IOLBF, 0);
     char core[256];
     snprintf(core, sizeof core, "/tmp/cumux-probe-culprit.%d.core", (int)getpid());
+    if (!abort_mode)
+        return probe(global, true, core);
+    /* The driver ends the process after the dump: the probe runs in a child, watched from here. */
+    double t0 = now_ms();
+    pid_t child = fork();
+    if (child == 0)
+        _exit(probe(true, false, core));
+    int st = 0;
+    waitpid(child, &st, 0);
+    double t_end = now_ms() - t0;
+    struct stat sb;
+    long sz = stat(core, &sb) == 0 ? (long)sb.st_size : -1;
+    printf("abort mode: the child %s %d at %.1f ms after its start; dump %ld bytes\n",
+           WIFSIGNALED(st) ? "ended by signal" : "exited with status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+           t_end, sz);
+    struct client none[2] = {{.name = "A"}, {.name = "B"}};
+    if (sz > 0)
+        read_dump(core, none, 2);
+    printf("SUMMARY abort: child %s %d at %.1f ms, dump %ld bytes\n", WIFSIGNALED(st) ? "signal" : "status",
+           WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), t_end, sz);
+    return 0;
+}
+
+static int probe(bool global, bool skip_abort, char *core)
+{
     bool on = true; /* a C bool: a 4-byte int is refused (CUDA_ERROR_INVALID_VALUE) */
-    int flags = CU_COREDUMP_LIGHTWEIGHT_FLAGS | CU_COREDUMP_SKIP_ABORT;
+    int flags = CU_COREDUMP_LIGHTWEIGHT_FLAGS | (skip_abort ? CU_COREDUMP_SKIP_ABORT : 0);
     size_t son = sizeof on, sfl = sizeof flags, sco = strlen(core) + 1;
     CUdevice dev;
     if (cuInit(0) || cuDeviceGet(&dev, 0)) {
@@ -242,7 +280,8 @@ int main(int argc, char **argv)
     printf("dump %s: %ld bytes, stable at %.1f ms after the start; the process is alive\n", core, last, t_stable);
     if (last > 0)
         read_dump(core, cl, 2);
-    printf("SUMMARY %s: error %s at %.1f ms, dump %ld bytes at %.1f ms\n", global ? "global" : "context", ename(q),
-           t_err, last, t_stable);
+    printf("SUMMARY %s: error %s at %.1f ms, dump %ld bytes at %.1f ms; B's synchronize %s at %.1f ms, again %s\n",
+           global ? "global" : "context", ename(q), t_err, last, t_stable, ename(cl[1].sync), cl[1].sync_at - t0,
+           ename(cuStreamSynchronize(cl[1].s)));
     return 0;
 }
