@@ -10,7 +10,8 @@
  * is public (cuda-gdb's cudacoredump.h); this reads only what it needs, every offset bounds-checked.
  *
  * Off unless CUMUX_FAULT_COREDUMP=1: on the H200 (driver 580) with dumps on, the faulting program's
- * synchronization right after the fault answered CUDA_SUCCESS, and a device-side assert surfaced as
+ * synchronization right after the fault answered CUDA_SUCCESS (now held while a dump exists:
+ * fault.c srv_fault_hold_if_dumping; to be measured on the GPU), and a device-side assert surfaced as
  * CUDA_ERROR_LAUNCH_FAILED instead of CUDA_ERROR_ASSERT. Programs must see their fault's own error at
  * their next synchronization; naming the culprit must not cost that. */
 
@@ -178,6 +179,11 @@ static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t c
         }
     }
     return n;
+}
+
+bool srv_coredump_begun(void)
+{
+    return srv_coredump_path[0] && access(srv_coredump_path, F_OK) == 0;
 }
 
 size_t srv_coredump_culprits(uint64_t *mods, size_t cap)

@@ -59,6 +59,25 @@ bool srv_fault_may_tell(struct srv_client *c)
         pause();
 }
 
+/* With GPU coredumps on (CUMUX_FAULT_COREDUMP=1) the driver, at a fault, begins the dump and lets the
+ * faulting stream go on: on the H200 the faulting program's synchronize returned CUDA_SUCCESS, the error
+ * showing some 40 ms later. So while a dump of this worker's context exists, a success is not told: the
+ * answer waits for the worker's decision, which tells every client the fault (server_fault) or lets it come
+ * back, and the worker then exits with this thread. No decision within 500 ms: answered as it is. */
+void srv_fault_hold_if_dumping(void)
+{
+    if (!srv_coredump_begun())
+        return;
+    for (int i = 0; i < 500 && !atomic_load(&decided); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!atomic_load(&decided))
+        return;
+    for (;;)
+        pause();
+}
+
 static void *watch(void *arg)
 {
     (void)arg;

@@ -353,6 +353,7 @@ extern pid_t srv_supervisor_pid;
 extern char srv_coredump_path[512];
 void srv_coredump_enable(void);
 size_t srv_coredump_culprits(uint64_t *modules, size_t cap);
+bool srv_coredump_begun(void); /* a dump of this worker's context is being written (a fault) */
 /* Whether the driver's module cu_module (as a GPU coredump names it) is one of the client's (module.c);
  * the owner of one unloaded lately (its client may have gone right after the fault): its description. */
 bool srv_module_owned(struct srv_client *c, uint64_t cu_module);
@@ -365,6 +366,7 @@ bool srv_fault_is_fatal(CUresult r);
  * may come back (docs/faults.md), which it waits for (briefly) first. A client that comes back is told its
  * lost work otherwise (CUDA_ERROR_LAUNCH_FAILED); the fault's own error is for the culprit. */
 bool srv_fault_may_tell(struct srv_client *c);
+void srv_fault_hold_if_dumping(void); /* GPU coredumps: a success told while the driver dumps a fault waits */
 /* The failing worker's decision for each client is made (main.c worker_fails). */
 void srv_fault_decided(void);
 /* Watches every GPU for a sticky error; fn (which must not return) is called with the first one. */

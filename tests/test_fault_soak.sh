@@ -10,6 +10,7 @@
 # program computing in a loop through all the faults (gpu_contain_bystander busy: a kernel, a synchronize,
 # a check of every word): work lost at a fault is said (CUDA_ERROR_LAUNCH_FAILED once) and done again,
 # and every other result must be right; how often each came back and how many rounds it lost is reported.
+# With CUMUX_FAULT_COREDUMP=1 the culprit must be named at every fault, and get its own error.
 # SOAK_LOGS=DIR keeps the server's log and the bystanders' output there.
 # usage: test_fault_soak.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR [FAULTS [BYSTANDERS]]
 set -u
@@ -42,8 +43,9 @@ standby=on
 # The baseline includes the standby's context (it starts after the first worker serves).
 [ $standby = on ] && { wait_standby_ready 1 || fail "no standby worker ready 10 s after the first program"; }
 base=$(mem_used)
-contain=0
+contain=0 dumps=0
 [ "${CUMUX_CONTAIN:-0}" = 1 ] && contain=1
+[ "${CUMUX_FAULT_COREDUMP:-0}" = 1 ] && dumps=1
 # The bystanders: each a loop of programs, counting good and failed runs; with containment each one
 # program, told to stop by a line on its stdin (a fifo held open here).
 for ((b = 0; b < nby && contain; b++)); do
@@ -71,8 +73,9 @@ for ((r = 1; r <= faults; r++)); do
     [ $standby = on ] && wait_standby_ready $r
     # Beside busy bystanders the culprit may not be known (several programs with kernels in flight): then
     # every candidate comes back told CUDA_ERROR_LAUNCH_FAILED, the culprit's program too.
+    # With GPU coredumps (CUMUX_FAULT_COREDUMP=1) it is named, and must get its own error.
     if ! out=$("$cli" run -- "$gdir/gpu_fault" 2>&1); then
-        [ $contain = 1 ] && grep -q 'returned 719, not CUDA_ERROR_ILLEGAL_ADDRESS' <<<"$out" ||
+        [ $contain = 1 ] && [ $dumps = 0 ] && grep -q 'returned 719, not CUDA_ERROR_ILLEGAL_ADDRESS' <<<"$out" ||
             fail "fault $r: gpu_fault did not get its error: $out"
     fi
     t0=$(now_ms)
@@ -147,6 +150,10 @@ if [ $contain = 1 ]; then
 else
     echo "fault soak: bystanders ($nby loops of gpu_vecadd): $ok runs passed, $bad failed"
 fi
+# The culprit named at every fault: gpu_fault, however many others had kernels in flight.
+named=$(grep -c 'culprit: [0-9]* pid [0-9]* uid [0-9]* [^;]*gpu_fault' "$tmp/log/cumuxd.log")
+echo "fault soak: the culprit named at $named of $faults faults"
+[ $dumps = 1 ] && [ "$named" -ne "$faults" ] && fail "the culprit was named at $named of $faults faults"
 [ "${REQUIRE_BYSTANDERS:-0}" = 1 ] && [ $bad -gt 0 ] && fail "$bad bystander runs failed"
 "$cli" stop >/dev/null || fail "cumux stop"
 for ((i = 0; i < 100; i++)); do [ -z "$(pids_of_ours)" ] && break; sleep 0.05; done

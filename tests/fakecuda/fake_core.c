@@ -296,6 +296,37 @@ void fc_fault_sticky(CUresult r)
     atomic_compare_exchange_strong(&sticky_error, &none, (int)r);
 }
 
+struct sticky_later {
+    CUresult r;
+    unsigned ms;
+};
+
+static void *sticky_later_main(void *arg)
+{
+    struct sticky_later w = *(struct sticky_later *)arg;
+    free(arg);
+    nanosleep(&(struct timespec){w.ms / 1000, (long)(w.ms % 1000) * 1000000L}, NULL);
+    fc_fault_sticky(w.r);
+    return NULL;
+}
+
+void fc_fault_sticky_later(CUresult r, unsigned ms)
+{
+    struct sticky_later *w = malloc(sizeof *w);
+    pthread_t t;
+    if (!w) {
+        fc_fault_sticky(r);
+        return;
+    }
+    *w = (struct sticky_later){r, ms};
+    if (pthread_create(&t, NULL, sticky_later_main, w) != 0) {
+        free(w);
+        fc_fault_sticky(r);
+        return;
+    }
+    pthread_detach(t);
+}
+
 CUresult fc_check_init(void)
 {
     if (!initialized)

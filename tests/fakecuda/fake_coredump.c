@@ -93,7 +93,7 @@ static size_t image(uint8_t *out, size_t cap, uint64_t code)
     return len;
 }
 
-void fc_coredump_fault(const struct fc_launch *l)
+bool fc_coredump_fault(const struct fc_launch *l)
 {
     pthread_mutex_lock(&cd_mu);
     bool on = cd_on && cd_file[0];
@@ -101,7 +101,7 @@ void fc_coredump_fault(const struct fc_launch *l)
     memcpy(file, cd_file, sizeof file);
     pthread_mutex_unlock(&cd_mu);
     if (!on)
-        return;
+        return false;
     uint64_t code = (uint64_t)(uintptr_t)l->fn, module = (uint64_t)(uintptr_t)l->fn->mod;
     struct dump d = {.len = sizeof(Elf64_Ehdr)};
     static const char names[] = "\0.shstrtab\0.cudbg.smtbl.dev0\0.cudbg.modtbl.dev0.ctx0\0.cudbg.relfimg.dev0.ctx0";
@@ -127,7 +127,7 @@ void fc_coredump_fault(const struct fc_launch *l)
     };
     size_t sh_at = put(&d, sh, sizeof sh);
     if (!names_at || !sm_at || !mod_at || !img_len || !img_at || !sh_at)
-        return;
+        return false;
     Elf64_Ehdr eh = {.e_type = ET_CORE, .e_machine = 190, .e_version = EV_CURRENT, .e_ehsize = sizeof eh,
                      .e_shoff = sh_at, .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = 5, .e_shstrndx = 1};
     memcpy(eh.e_ident, ELFMAG, SELFMAG);
@@ -138,7 +138,8 @@ void fc_coredump_fault(const struct fc_launch *l)
     memcpy(d.b, &eh, sizeof eh);
     FILE *f = fopen(file, "wb");
     if (!f)
-        return;
+        return false;
     fwrite(d.b, 1, d.len, f);
     fclose(f);
+    return true;
 }

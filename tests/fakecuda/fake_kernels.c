@@ -143,10 +143,15 @@ KERNEL k_write_value(const struct fc_launch *l)
 }
 
 /* A store to an address no allocation holds: on a GPU a fatal fault of the whole context. The fake
- * touches nothing and makes the fault sticky (the oracle is for the server's mistakes, not this). */
+ * touches nothing and makes the fault sticky (the oracle is for the server's mistakes, not this). With GPU
+ * coredumps on, as on the H200: the dump is begun, the faulting stream goes on (a synchronize of it
+ * returns CUDA_SUCCESS) and the error shows only some 30 ms later. */
 KERNEL k_fault_store(const struct fc_launch *l)
 {
-    fc_coredump_fault(l); /* written before the error shows, as the driver does */
+    if (fc_coredump_fault(l)) {
+        fc_fault_sticky_later(CUDA_ERROR_ILLEGAL_ADDRESS, 30);
+        return;
+    }
     fc_fault_sticky(CUDA_ERROR_ILLEGAL_ADDRESS);
 }
 
