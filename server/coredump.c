@@ -115,8 +115,40 @@ static uint32_t rd32(const uint8_t *p)
     return x;
 }
 
-/* The faulting PCs: from SMs with an exception, and from warps whose error PC is valid. */
-static size_t error_pcs(const struct elf_view *v, uint64_t *pcs, size_t cap)
+/* The error a program is told for an SM's exception (the debugger API's CUDBGException_t numbers), as the
+ * driver tells it without dumps: with dumps on, on the H200 a device-side assert came back as
+ * CUDA_ERROR_LAUNCH_FAILED. 0 for one not known here (the driver's own error is told then). */
+static CUresult exception_error(uint32_t exc)
+{
+    switch (exc) {
+    case 1:  /* lane illegal address */
+    case 5:  /* warp out of range address */
+    case 10: /* device illegal address */
+    case 14: /* warp illegal address */
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    case 2: /* lane user stack overflow */
+    case 3: /* device hardware stack overflow */
+    case 9: /* warp hardware stack overflow */
+        return CUDA_ERROR_HARDWARE_STACK_ERROR;
+    case 4:
+        return CUDA_ERROR_ILLEGAL_INSTRUCTION;
+    case 6:  /* warp misaligned address */
+    case 11: /* lane misaligned address */
+        return CUDA_ERROR_MISALIGNED_ADDRESS;
+    case 7:
+        return CUDA_ERROR_INVALID_ADDRESS_SPACE;
+    case 8:
+        return CUDA_ERROR_INVALID_PC;
+    case 12: /* warp assert */
+        return CUDA_ERROR_ASSERT;
+    default:
+        return CUDA_SUCCESS;
+    }
+}
+
+/* The faulting PCs: from SMs with an exception, and from warps whose error PC is valid; *error: the
+ * error of the first SM exception known (exception_error), else left as it is. */
+static size_t error_pcs(const struct elf_view *v, uint64_t *pcs, size_t cap, CUresult *error)
 {
     size_t n = 0;
     for (unsigned i = 0; i < v->nsh && n < cap; i++) {
@@ -126,8 +158,11 @@ static size_t error_pcs(const struct elf_view *v, uint64_t *pcs, size_t cap)
         if (!p || !es)
             continue;
         for (uint64_t o = 0; o < size && es <= size - o && n < cap; o += es) {
-            if (s.sh_type == CD_SM_TABLE && es >= 24 && rd32(p + o + 8) && rd32(p + o + 12))
+            if (s.sh_type == CD_SM_TABLE && es >= 24 && rd32(p + o + 8) && rd32(p + o + 12)) {
                 pcs[n++] = rd64(p + o + 16);
+                if (*error == CUDA_SUCCESS)
+                    *error = exception_error(rd32(p + o + 8));
+            }
             else if (s.sh_type == CD_WP_TABLE && es >= 28 && rd32(p + o + 24))
                 pcs[n++] = rd64(p + o);
         }
@@ -149,13 +184,13 @@ static bool image_holds(const uint8_t *img, uint64_t len, uint64_t pc)
     return false;
 }
 
-static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t cap)
+static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t cap, CUresult *error)
 {
     struct elf_view v;
     uint64_t pcs[64];
     if (!elf_open(&v, d, len))
         return 0;
-    size_t npc = error_pcs(&v, pcs, 64), n = 0;
+    size_t npc = error_pcs(&v, pcs, 64, error), n = 0;
     for (unsigned i = 0; i < v.nsh && n < cap; i++) {
         Elf64_Shdr s = shdr(&v, i);
         uint64_t size, tsize;
@@ -186,8 +221,9 @@ bool srv_coredump_begun(void)
     return srv_coredump_path[0] && access(srv_coredump_path, F_OK) == 0;
 }
 
-size_t srv_coredump_culprits(uint64_t *mods, size_t cap)
+size_t srv_coredump_culprits(uint64_t *mods, size_t cap, CUresult *error)
 {
+    *error = CUDA_SUCCESS;
     if (!srv_coredump_path[0])
         return 0;
     /* The driver writes the file as it reports the fault: wait until it exists and stops growing. */
@@ -207,7 +243,7 @@ size_t srv_coredump_culprits(uint64_t *mods, size_t cap)
     size_t n = 0;
     uint8_t *d = last > 0 && last < (1l << 30) ? malloc((size_t)last) : NULL;
     if (d && fread(d, 1, (size_t)last, f) == (size_t)last)
-        n = culprits_in(d, (size_t)last, mods, cap);
+        n = culprits_in(d, (size_t)last, mods, cap, error);
     free(d);
     fclose(f);
     return n;

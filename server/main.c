@@ -783,7 +783,15 @@ static void on_gpu_fault(CUresult r, int gpu)
 {
     /* The culprit: the client whose module holds the faulting code, from the GPU coredump (coredump.c). */
     uint64_t mods[8];
-    size_t nm = srv_coredump_culprits(mods, 8);
+    CUresult dumped;
+    size_t nm = srv_coredump_culprits(mods, 8, &dumped);
+    if (dumped != CUDA_SUCCESS && dumped != r) {
+        /* With dumps on the driver may say less than the fault was (an assert as a launch failure): the
+         * programs are told what the dump shows, as the driver tells it without dumps. */
+        cumux_logf("GPU %d: the driver said %d, the GPU coredump shows %d: told %d", gpu, (int)r, (int)dumped,
+                   (int)dumped);
+        r = dumped;
+    }
     uint32_t culprit = 0;
     unsigned owners = 0;
     if (nm && lock_clients_briefly()) {

@@ -90,8 +90,17 @@ fi
 rec=$("$cli" status | sed -n 's/.*serving again after \(-\{0,1\}[0-9]*\) ms.*/\1/p' | sort -n | tr '\n' ' ')
 echo "fault recovery (standby $standby): fault to serving again, ms (last 5, sorted): $rec"
 echo "fault recovery: $rounds faults, a program served within $worst ms of its culprit's exit (worst)"
-# A worker that dies without a word (kill -9) is replaced the same way.
+# A device-side assert: the program gets its own error, CUDA_ERROR_ASSERT (with GPU coredumps on the
+# driver says CUDA_ERROR_LAUNCH_FAILED, as on the H200; the dump says which it was), and status records it.
 [ $standby = on ] && wait_standby_ready $((rounds + 1))
+"$cli" run -- "$gdir/gpu_fault" assert >"$tmp/fault.out" 2>&1 ||
+    fail "gpu_fault assert did not get CUDA_ERROR_ASSERT: $(cat "$tmp/fault.out")"
+serve_one "$tmp/vecadd.out" || fail "no program served after the assert: $(cat "$tmp/vecadd.out")"
+for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $((rounds + 1)):" && break; sleep 0.1; done
+"$cli" status | grep "^fault $((rounds + 1)):" | grep -q "(CUDA_ERROR_ASSERT)" ||
+    fail "status does not record the assert as CUDA_ERROR_ASSERT: $("$cli" status)"
+# A worker that dies without a word (kill -9) is replaced the same way.
+[ $standby = on ] && wait_standby_ready $((rounds + 2))
 w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
 kill -KILL "$w0"
 t0=$(now_ms)

@@ -63,7 +63,8 @@ CUresult fc_mem_free_begin(uint64_t base); /* a free is queued: a second one is 
 bool fc_mem_stream_ordered(uint64_t p); /* pool memory: no stream memory operations on it */
 void fc_fault_sticky(CUresult r); /* a fatal fault: every later call returns r */
 struct fc_launch;
-bool fc_coredump_fault(const struct fc_launch *l); /* a GPU coredump of that launch's fault, if on */
+bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception); /* a GPU coredump of that launch's
+                                                                       * fault (an SM exception), if on */
 void fc_fault_sticky_later(CUresult r, unsigned ms); /* the same, ms milliseconds from now */
 /* A stream memory wait (cond: CU_STREAM_WAIT_VALUE_GEQ..NOR) and write, as a stream or a kernel runs them. */
 void fc_wait_value(uint64_t addr, uint64_t want, bool wide, unsigned cond);

@@ -93,7 +93,7 @@ static size_t image(uint8_t *out, size_t cap, uint64_t code)
     return len;
 }
 
-bool fc_coredump_fault(const struct fc_launch *l)
+bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
 {
     pthread_mutex_lock(&cd_mu);
     bool on = cd_on && cd_file[0];
@@ -108,7 +108,7 @@ bool fc_coredump_fault(const struct fc_launch *l)
     size_t names_at = put(&d, names, sizeof names);
     /* CudbgSmTableEntry: smId, padding, exception, errorPCValid, errorPC, cluster fields. */
     uint8_t sm[48] = {0};
-    uint32_t exc = 1 /* lane illegal address */, valid = 1;
+    uint32_t exc = exception, valid = 1;
     uint64_t pc = code + PC_OFFSET;
     memcpy(sm + 8, &exc, 4);
     memcpy(sm + 12, &valid, 4);

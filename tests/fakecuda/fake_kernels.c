@@ -148,11 +148,22 @@ KERNEL k_write_value(const struct fc_launch *l)
  * returns CUDA_SUCCESS) and the error shows only some 30 ms later. */
 KERNEL k_fault_store(const struct fc_launch *l)
 {
-    if (fc_coredump_fault(l)) {
+    if (fc_coredump_fault(l, 1 /* lane illegal address */)) {
         fc_fault_sticky_later(CUDA_ERROR_ILLEGAL_ADDRESS, 30);
         return;
     }
     fc_fault_sticky(CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+/* A device-side assert: CUDA_ERROR_ASSERT; with dumps on, as on the H200, the error shows as
+ * CUDA_ERROR_LAUNCH_FAILED, and the dump says "warp assert". */
+KERNEL k_fault_assert(const struct fc_launch *l)
+{
+    if (fc_coredump_fault(l, 12 /* warp assert */)) {
+        fc_fault_sticky_later(CUDA_ERROR_LAUNCH_FAILED, 30);
+        return;
+    }
+    fc_fault_sticky(CUDA_ERROR_ASSERT);
 }
 
 /* cumuxd's own kernels for stream memory operations on pool memory (server/memop_kernels.c): a release
@@ -331,6 +342,7 @@ const struct fc_kernel_def fc_kernels[] = {
     {"copy_flag", "kernel copy_flag", 2, {0, 8}, {8, 8}, 1024, 8, 0, k_copy_flag},
     {"write_value", "kernel write_value", 2, {0, 8}, {8, 4}, 1024, 8, 0, k_write_value},
     {"fault_store", "kernel fault_store", 1, {0}, {8}, 1024, 8, 0, k_fault_store},
+    {"fault_assert", "kernel fault_assert", 1, {0}, {8}, 1024, 8, 0, k_fault_assert},
     {"cumux_mem_write", "kernel cumux_mem_write", 3, {0, 8, 16}, {8, 8, 4}, 1, 16, 0, k_cumux_mem_write},
     {"cumux_mem_wait", "kernel cumux_mem_wait", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 1, 20, 0, k_cumux_mem_wait},
     {"cond_count", "kernel cond_count", 3, {0, 8, 16}, {8, 8, 4}, 1024, 12, 0, k_cond_count},

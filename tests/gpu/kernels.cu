@@ -1,4 +1,6 @@
 // Kernels of the GPU test suite, built to a fatbin and loaded through the driver API only.
+#include <assert.h>
+
 #include "gpu_shared.h"
 
 extern "C" {
@@ -147,6 +149,12 @@ __global__ void surf_write_2d(cudaSurfaceObject_t s, int w, int h, float base)
 __global__ void fault_store(unsigned *p)
 {
     *p = 1u;
+}
+
+/* A device-side assert that fails: CUDA_ERROR_ASSERT, as fatal to the context (gpu_fault assert). */
+__global__ void fault_assert(unsigned *p)
+{
+    assert(p == nullptr);
 }
 
 } // extern "C"

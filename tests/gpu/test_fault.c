@@ -1,28 +1,34 @@
-/* A program whose kernel stores where nothing is mapped: its next synchronization must report a fatal
- * error (natively CUDA_ERROR_ILLEGAL_ADDRESS; under cumux the same, from the worker that held the faulted
- * context), and so must its later calls. Under cumux this is the culprit of tests/test_fault_recover.sh,
- * which checks that the server serves new programs right after. */
+/* A program whose kernel stores where nothing is mapped (or, `gpu_fault assert`, fails a device-side
+ * assert): its next synchronization must report a fatal error (natively CUDA_ERROR_ILLEGAL_ADDRESS, or
+ * CUDA_ERROR_ASSERT; under cumux the same, from the worker that held the faulted context), and so must its
+ * later calls. Under cumux this is the culprit of tests/test_fault_recover.sh, which checks that the server
+ * serves new programs right after. */
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "gpu_test.h"
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bool assert_kind = argc > 1 && !strcmp(argv[1], "assert");
+    CUresult want = assert_kind ? CUDA_ERROR_ASSERT : CUDA_ERROR_ILLEGAL_ADDRESS;
+    const char *want_name = assert_kind ? "CUDA_ERROR_ASSERT" : "CUDA_ERROR_ILLEGAL_ADDRESS";
     gt_begin("fault");
     gt_require_gpu();
     gt_primary_ctx(0, NULL);
     CUmodule mod = gt_module_from_file_data(GT_FATBIN);
-    CUfunction f = gt_function(mod, "fault_store");
+    CUfunction f = gt_function(mod, assert_kind ? "fault_assert" : "fault_store");
     CUdeviceptr bad = 0x10; /* the first page is never mapped */
     void *args[] = {&bad};
     CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
     CUresult r = cuCtxSynchronize();
-    if (r != CUDA_ERROR_ILLEGAL_ADDRESS)
-        gt_fail("cuCtxSynchronize after the faulting kernel returned %d, not CUDA_ERROR_ILLEGAL_ADDRESS", (int)r);
+    if (r != want)
+        gt_fail("cuCtxSynchronize after the faulting kernel returned %d, not %s", (int)r, want_name);
     CUdeviceptr p;
     r = cuMemAlloc(&p, 4096);
-    if (r != CUDA_ERROR_ILLEGAL_ADDRESS)
-        gt_fail("cuMemAlloc after the fault returned %d, not the sticky CUDA_ERROR_ILLEGAL_ADDRESS", (int)r);
+    if (r != want)
+        gt_fail("cuMemAlloc after the fault returned %d, not the sticky %s", (int)r, want_name);
     printf("fault: the faulting kernel's error came back, and stayed\n");
     gt_pass();
 }
