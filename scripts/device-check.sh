@@ -4,7 +4,7 @@
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 #                           [--usage-cost] [--latency] [--many] [--sms] [--seed] [--latency-torch]
-#                           [--fuzz S]
+#                           [--fuzz S] [--faults]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
 # --many: also bench/many.sh --unpaced (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
@@ -21,6 +21,11 @@
 # FW_BUDGET seconds (default 420) on top of the rest: with a 10-minute limit per command, run it as a
 # call of its own (scripts/device-check.sh --no-tests --no-bench --frameworks); FW_ONLY="name ..." runs
 # only those tests.
+# --faults: also issue 10's fault runs: tools/probe_fault_culprit.c natively (what the faulting stream's
+# synchronize returns while the driver writes a GPU coredump; without CU_COREDUMP_SKIP_ABORT), fault
+# recovery with coredumps (the assert round: its own error), and the 50-fault soak beside 4 busy bystanders
+# with coredumps and containment (the culprit named at every fault); ~4 minutes: with --no-tests --no-bench
+# a call of its own.
 # --fuzz SECONDS: also fuzz_server on every core for that long (built elsewhere: FUZZ_BINARY, default
 # build-fuzz-fast/tests/fuzz/fuzz_server, carried with the run).
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
@@ -37,7 +42,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 fuzz_s=0 bench_opts=()
+native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_faults=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -53,6 +58,7 @@ while [ $# -gt 0 ]; do
         --seed) do_seed=1 ;;
         --latency-torch) do_latency_torch=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
+        --faults) do_faults=1 ;;
         -h|--help) sed -n '2,/^set -u$/{/^#/p}' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -230,6 +236,31 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     limit_note="$limit_note; $note"
 fi
 
+# --- --faults: naming the culprit from GPU coredumps (issue 10) ---
+faults_note="not run"
+if [ -n "$build" ] && [ $do_faults = 1 ] && [ $native_only = 0 ] && [ -x "$build/tests/gpu/gpu_fault" ]; then
+    mkdir -p "$logs/no-driver-dir"
+    cuda_inc=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/include
+    if gcc -O2 -pthread -I"$cuda_inc" tools/probe_fault_culprit.c -o "$logs/probe_fault_culprit" -lcuda \
+        >"$logs/probe-fault-culprit.txt" 2>&1; then
+        for mode in global abort; do
+            say "probe_fault_culprit $mode (natively)"
+            (cd "$logs" && timeout -k 5 60 ./probe_fault_culprit $mode) >>"$logs/probe-fault-culprit.txt" 2>&1
+        done
+        faults_note="probe: $(grep -h '^SUMMARY\|^B: ' "$logs/probe-fault-culprit.txt" | tr '\n' ' ')"
+    else
+        faults_note="probe: not built (see probe-fault-culprit.txt)"
+    fi
+    server_test "fault recovery with GPU coredumps" fault-recover-dumps.txt '^fault recovery\|^FAIL' 150 \
+        env CUMUX_FAULT_COREDUMP=1 tests/test_fault_recover.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 3
+    faults_note="$faults_note; recovery with dumps: $note"
+    server_test "fault soak with coredumps and containment (50 faults, 4 busy bystanders)" fault-soak-named.txt \
+        '^fault soak:\|^FAIL' 240 env CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1 REQUIRE_BYSTANDERS=1 \
+        SOAK_LOGS="$logs/fault-soak-named" \
+        tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
+    faults_note="$faults_note; named soak: $note"
+fi
+
 # --- benchmarks ---
 bench_rc="not run"
 if [ -n "$build" ] && [ $do_bench = 1 ]; then
@@ -345,6 +376,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     echo "fault recovery (5 faults of gpu_fault): $fault_note"
     echo "cumux kill (an idle client, then one whose kernel never returns): $kill_note"
     echo "fault soak (50 faults, 4 bystander loops): $soak_note"
+    [ $do_faults = 1 ] && echo "faults with GPU coredumps (--faults): $faults_note"
     echo "control and truth (memory limits, cumux control, per-client GPU time, /metrics): $limit_note"
     [ "$fuzz_s" -gt 0 ] && echo "fuzzing: $fuzz_note"
     echo "benchmarks (exit $bench_rc):"
