@@ -25,18 +25,29 @@ struct op_profile {
     uint64_t ns[CUMUX_OP_COUNT];
 };
 
-static void profile_log(const struct srv_client *c, const struct op_profile *p)
+static const char *op_name(unsigned op)
 {
     static const char *const names[CUMUX_OP_COUNT] = {
 #define OP_NAME(name, body, direction) #name,
         CUMUX_OPS(OP_NAME)
 #undef OP_NAME
     };
+    return op < CUMUX_OP_COUNT ? names[op] : "?";
+}
+
+static void profile_log(const struct srv_client *c, const struct op_profile *p)
+{
     for (int op = 0; op < CUMUX_OP_COUNT; op++)
         if (p->n[op])
-            cumux_logf("client %u: profile: %s: %llu commands, %.0f ns each in the worker", c->id, names[op],
+            cumux_logf("client %u: profile: %s: %llu commands, %.0f ns each in the worker", c->id, op_name(op),
                        (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op]);
 }
+
+/* A client back after a fault (RESUME hello) makes again what it held; on the H200 that took 220-400 ms
+ * where it takes well under one otherwise (docs/faults.md): until its own work starts again (at most 2 s),
+ * each command that takes over 2 ms is logged, to see which driver calls are slow then. */
+#define COMEBACK_WATCH_NS 2000000000ull
+#define COMEBACK_SLOW_NS 2000000ull
 
 /* The channel's pages the GPU reads and writes: the host-function words and, right after, the completion
  * marks' words (registered as one range). */
@@ -106,9 +117,30 @@ static void *worker_main(void *arg)
     else
         srv_worker_begin(c);
     uint64_t tail = 0; /* the server's own: the shared copy is the client's to scribble on */
+    uint64_t watch_until = 0;
+    bool first = true; /* a RESUME hello's claim is known by its first command (set before the welcome) */
     while (!atomic_load(&c->dead)) {
-        uint64_t t0 = prof ? cumux_now_ns() : 0;
+        uint64_t t0 = prof || watch_until || first ? cumux_now_ns() : 0;
         int st = srv_worker_step(c, &tail, msg);
+        if (first && st > 0) {
+            first = false;
+            watch_until = c->resume_claim ? t0 + COMEBACK_WATCH_NS : 0;
+        }
+        if (watch_until && st > 0) {
+            uint16_t op = ((const struct cumux_msg_hdr *)msg)->op;
+            /* Its own work again (a launch, a copy, a wait for its streams): what is made again is made. */
+            if (op == CUMUX_OP_LAUNCH || op == CUMUX_OP_STREAM_SYNC || op == CUMUX_OP_STREAM_QUERY ||
+                op == CUMUX_OP_CTX_SYNC || op == CUMUX_OP_EVENT_SYNC || op == CUMUX_OP_EVENT_QUERY ||
+                op == CUMUX_OP_COPY || op == CUMUX_OP_COPY_HTOD_STAGED || op == CUMUX_OP_COPY_DTOH_STAGED ||
+                op == CUMUX_OP_MEMSET || op == CUMUX_OP_GRAPH_LAUNCH)
+                watch_until = 0;
+            uint64_t t1 = cumux_now_ns();
+            if (watch_until && t1 - t0 > COMEBACK_SLOW_NS)
+                cumux_logf("client %u (back after a fault): %s took %.1f ms", c->id,
+                           op_name(((const struct cumux_msg_hdr *)msg)->op), (double)(t1 - t0) / 1e6);
+            if (t1 > watch_until)
+                watch_until = 0;
+        }
         if (st > 0) /* after the message's work is queued, not when it is taken (main.c worker_fails) */
             atomic_store_explicit(&c->ring_done, tail, memory_order_release);
         if (st == 0) {
