@@ -248,7 +248,10 @@ static void tell(struct srv_client *c, uint64_t handled)
     struct cumux_marks_told t;
     memset(&t, 0, sizeof t);
     unsigned n = 0, nc = 0;
-    for (unsigned i = 0; i < SRV_MARKS_ASKED && c->mark_words && c->pending_error == CUDA_SUCCESS; i++) {
+    /* With GPU coredumps on, the driver lets a faulting stream go on while it writes the dump (a mark behind
+     * the faulted kernel may land): its answers must wait for the worker (fault.c), so nothing is told. */
+    bool may_tell = c->mark_words && c->pending_error == CUDA_SUCCESS && !srv_coredump_path[0];
+    for (unsigned i = 0; i < SRV_MARKS_ASKED && may_tell; i++) {
         struct srv_stream *s = c->marks_asked[i] ? handle_get(c, c->marks_asked[i], OBJ_STREAM) : NULL;
         if (!s || s->capturing || !markable(s))
             continue;
