@@ -821,7 +821,9 @@ static void on_gpu_fault(CUresult r, int gpu)
         int live_pid[8];
         size_t len = strlen(why);
         for (struct srv_client *c = clients; c; c = c->next) {
-            if (atomic_load(&c->finished) || !srv_usage_in_flight(c))
+            /* Launches not known to have ended, unless its own marks said they have (a program that
+             * answered its questions itself from them did not tell the server). */
+            if (atomic_load(&c->finished) || !srv_usage_in_flight(c) || srv_marks_client_done(c))
                 continue;
             only = c->id;
             if (!cands) /* its name, should it leave the list before the record is made */

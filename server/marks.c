@@ -251,6 +251,8 @@ static void tell(struct srv_client *c, uint64_t handled)
     /* With GPU coredumps on, the driver lets a faulting stream go on while it writes the dump (a mark behind
      * the faulted kernel may land): its answers must wait for the worker (fault.c), so nothing is told. */
     bool may_tell = c->mark_words && c->pending_error == CUDA_SUCCESS && !srv_coredump_path[0];
+    uint32_t slots[SRV_MARKS_ASKED], values[SRV_MARKS_ASKED];
+    unsigned nmarked = 0;
     for (unsigned i = 0; i < SRV_MARKS_ASKED && may_tell; i++) {
         struct srv_stream *s = c->marks_asked[i] ? handle_get(c, c->marks_asked[i], OBJ_STREAM) : NULL;
         if (!s || s->capturing || !markable(s))
@@ -264,6 +266,10 @@ static void tell(struct srv_client *c, uint64_t handled)
             continue;
         t.stream[n++] = (struct cumux_mark_told){.stream = s->handle, .value = value, .word = s->mark_word,
                                                  .ctx = s->ctx->handle};
+        if (value) {
+            slots[nmarked] = s->mark_slot1 - 1;
+            values[nmarked++] = value;
+        }
     }
     for (unsigned i = 0; i < n; i++) {
         bool seen = false;
@@ -299,5 +305,43 @@ static void tell(struct srv_client *c, uint64_t handled)
     memcpy(m->stream, t.stream, sizeof t.stream);
     memcpy(m->ctx, t.ctx, sizeof t.ctx);
     atomic_store_explicit(&m->gen, c->told_gen, memory_order_release);
+    /* For the fault watch: every launch not known to have ended is behind these marks when each stream
+     * launched on since is a told one. */
+    bool complete = n && c->nlaunched_on <= 8;
+    for (uint32_t i = 0; i < c->nlaunched_on && complete; i++) {
+        unsigned k = 0;
+        while (k < n && t.stream[k].stream != c->launched_on[i])
+            k++;
+        complete = k < n;
+    }
+    atomic_store_explicit(&c->told_seq, c->told_gen - 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&c->told_complete, complete, memory_order_relaxed);
+    atomic_store_explicit(&c->told_units, atomic_load(&c->work_units), memory_order_relaxed);
+    atomic_store_explicit(&c->told_n, nmarked, memory_order_relaxed);
+    for (unsigned i = 0; i < nmarked; i++) {
+        atomic_store_explicit(&c->told_slot[i], slots[i], memory_order_relaxed);
+        atomic_store_explicit(&c->told_value[i], values[i], memory_order_relaxed);
+    }
+    atomic_store_explicit(&c->told_seq, c->told_gen, memory_order_release);
 #undef KNOWN_IDLE
+}
+
+bool srv_marks_client_done(struct srv_client *c)
+{
+    if (marks_state <= 0)
+        return false;
+    uint32_t seq = atomic_load_explicit(&c->told_seq, memory_order_acquire);
+    if (seq & 1 || !atomic_load_explicit(&c->told_complete, memory_order_relaxed) ||
+        atomic_load_explicit(&c->told_units, memory_order_relaxed) != atomic_load(&c->work_units))
+        return false;
+    uint32_t n = atomic_load_explicit(&c->told_n, memory_order_relaxed);
+    for (uint32_t i = 0; i < n && i < SRV_MARKS_ASKED; i++) {
+        uint32_t slot = atomic_load_explicit(&c->told_slot[i], memory_order_relaxed);
+        if (slot >= MARK_SLOTS || atomic_load_explicit(&marks_host[slot], memory_order_acquire) !=
+                                      atomic_load_explicit(&c->told_value[i], memory_order_relaxed))
+            return false;
+    }
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&c->told_seq, memory_order_relaxed) == seq;
 }

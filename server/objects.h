@@ -74,6 +74,9 @@ void srv_marks_write(struct srv_client *c, uint64_t handled); /* handled: ring b
  * landing aside); CUDA_ERROR_NOT_FOUND: no such mark, ask about the stream. */
 CUresult srv_marks_query(struct srv_client *c, struct srv_stream *s);
 void srv_marks_init(void);
+/* Whether the marks told last say that all the client's launched work has ended (callable from any thread:
+ * the fault watch, for the culprit's candidates). */
+bool srv_marks_client_done(struct srv_client *c);
 void srv_marks_stream_gone(struct srv_stream *s);
 
 #endif

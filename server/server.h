@@ -206,6 +206,15 @@ struct srv_client {
     uint64_t marks_answered; /* questions answered from a mark */
     struct cumux_marks_told told; /* what the channel says of marks now (the worker's copy: never read back) */
     uint32_t told_gen;
+    /* The same for the fault watch (marks.c srv_marks_client_done), which runs beside the worker: whether
+     * every stream with launches not known to have ended was among those told, the launches counted then,
+     * and the marks (the server's own words and their numbers); a seqlock, told_seq odd while written. */
+    uint32_t launched_on[8]; /* worker: streams with launches since all were last known to have ended */
+    uint32_t nlaunched_on;   /* (usage.c); more than 8: not known which */
+    _Atomic uint32_t told_seq;
+    _Atomic bool told_complete;
+    _Atomic uint64_t told_units;
+    _Atomic uint32_t told_n, told_slot[SRV_MARKS_ASKED], told_value[SRV_MARKS_ASKED];
     /* Graph memory (graph.c): the address of a graph's allocation is fixed while the graph lives, and the
      * client may name it; so once the client has made one, none of its graphs is destroyed before it goes
      * (they are parked), and the allocations' starts are kept to free the live ones then. */

@@ -73,6 +73,7 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
 void srv_usage_synced(struct srv_client *c)
 {
     atomic_store(&c->done_units, atomic_load(&c->work_units)); /* sampling or not */
+    c->nlaunched_on = 0;
     pthread_mutex_lock(&usage_lock);
     struct srv_usage *u = c->usage;
     if (u) {
@@ -95,7 +96,7 @@ static unsigned departed_next;
 
 void srv_usage_departed(struct srv_client *c)
 {
-    if (!srv_usage_in_flight(c))
+    if (!srv_usage_in_flight(c) || srv_marks_client_done(c))
         return;
     pthread_mutex_lock(&usage_lock);
     unsigned i = departed_next++ % DEPARTED_KEPT;
@@ -170,6 +171,16 @@ static bool sampling_off(void)
 int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
 {
     uint64_t unit = atomic_fetch_add_explicit(&c->work_units, 1, memory_order_relaxed) + 1;
+    /* Which streams have launches not known to have ended (marks.c: a client whose marks cover them all
+     * has none in flight). */
+    uint32_t k = 0;
+    while (k < c->nlaunched_on && k < 8 && c->launched_on[k] != s->handle)
+        k++;
+    if (k == c->nlaunched_on) {
+        if (k < 8)
+            c->launched_on[k] = s->handle;
+        c->nlaunched_on = k < 8 ? k + 1 : 9;
+    }
     struct srv_usage *u = c->usage;
     if (!u) {
         if (sampling_off())

@@ -90,17 +90,41 @@ fi
 rec=$("$cli" status | sed -n 's/.*serving again after \(-\{0,1\}[0-9]*\) ms.*/\1/p' | sort -n | tr '\n' ' ')
 echo "fault recovery (standby $standby): fault to serving again, ms (last 5, sorted): $rec"
 echo "fault recovery: $rounds faults, a program served within $worst ms of its culprit's exit (worst)"
+# Beside an idle program that learned of its kernels' end by polling (its last questions answered from
+# completion marks in its own channel, never telling the server): the culprit is still the only client
+# with kernels in flight.
+[ $standby = on ] && wait_standby_ready $((rounds + 1))
+mkfifo "$tmp/poll.in" || fail "mkfifo"
+"$cli" run -- "$gdir/gpu_probe" --poll-then-wait <"$tmp/poll.in" >"$tmp/poll.out" 2>&1 &
+poller=$!
+exec 9>"$tmp/poll.in"
+for ((i = 0; i < 100; i++)); do grep -q '^probe: polled' "$tmp/poll.out" && break; sleep 0.1; done
+grep -q '^probe: polled' "$tmp/poll.out" || fail "the polling program did not get ready: $(cat "$tmp/poll.out")"
+"$cli" run -- "$gdir/gpu_fault" >"$tmp/fault.out" 2>&1 &
+culprit=$!
+wait $culprit || fail "beside the poller: gpu_fault did not get its error: $(cat "$tmp/fault.out")"
+serve_one "$tmp/vecadd.out" || fail "no program served after the fault beside the poller"
+r=$((rounds + 1))
+for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $r:" && break; sleep 0.1; done
+exec 9>&- # the poller goes once the fault is recorded (it lost its context with the others)
+wait $poller
+"$cli" status | grep "^fault $r:" | grep -q "culprit: [0-9]* pid $culprit " ||
+    fail "beside the poller, the culprit (pid $culprit) is not named: $("$cli" status)"
+if [ "${CUMUX_FAULT_COREDUMP:-0}" != 1 ]; then
+    "$cli" status | grep "^fault $r:" | grep -q "the only client with kernels in flight" ||
+        fail "beside the poller, the culprit is not the only client with kernels in flight: $("$cli" status)"
+fi
 # A device-side assert: the program gets its own error, CUDA_ERROR_ASSERT (with GPU coredumps on the
 # driver says CUDA_ERROR_LAUNCH_FAILED, as on the H200; the dump says which it was), and status records it.
-[ $standby = on ] && wait_standby_ready $((rounds + 1))
+[ $standby = on ] && wait_standby_ready $((rounds + 2))
 "$cli" run -- "$gdir/gpu_fault" assert >"$tmp/fault.out" 2>&1 ||
     fail "gpu_fault assert did not get CUDA_ERROR_ASSERT: $(cat "$tmp/fault.out")"
 serve_one "$tmp/vecadd.out" || fail "no program served after the assert: $(cat "$tmp/vecadd.out")"
-for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $((rounds + 1)):" && break; sleep 0.1; done
-"$cli" status | grep "^fault $((rounds + 1)):" | grep -q "(CUDA_ERROR_ASSERT)" ||
+for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $((rounds + 2)):" && break; sleep 0.1; done
+"$cli" status | grep "^fault $((rounds + 2)):" | grep -q "(CUDA_ERROR_ASSERT)" ||
     fail "status does not record the assert as CUDA_ERROR_ASSERT: $("$cli" status)"
 # A worker that dies without a word (kill -9) is replaced the same way.
-[ $standby = on ] && wait_standby_ready $((rounds + 2))
+[ $standby = on ] && wait_standby_ready $((rounds + 3))
 w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
 kill -KILL "$w0"
 t0=$(now_ms)

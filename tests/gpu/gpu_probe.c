@@ -1,6 +1,10 @@
 /* Exit 0 when a CUDA GPU is usable, 77 (with a SKIP line) when not: used by run.sh.
  * gpu_probe --stack: also prints the context's stack limit ("stack limit: N bytes"), which the fault tests
- * compare before and after a standby worker takes over (it shrinks the stack while it waits). */
+ * compare before and after a standby worker takes over (it shrinks the stack while it waits).
+ * gpu_probe --poll-then-wait: launches empty kernels on a stream of its own and learns of their end by
+ * polling it (cuStreamQuery, as a program that never synchronizes does), says "probe: polled", and waits
+ * for a line on stdin: an idle program that never told the server its work ended (tests/test_fault_recover.sh:
+ * it must not be taken for a culprit). */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +27,32 @@ int main(int argc, char **argv)
         CK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
         printf("stack limit: %zu bytes\n", stack);
         CK(cuDevicePrimaryCtxRelease(dev));
+    }
+    if (argc > 1 && strcmp(argv[1], "--poll-then-wait") == 0) {
+        gt_primary_ctx(0, NULL);
+        CUmodule mod = gt_module_from_file_data(GT_FATBIN);
+        CUfunction f = gt_function(mod, "empty_kernel");
+        CUstream s;
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        for (int round = 0; round < 20; round++) {
+            int x = round;
+            void *args[] = {&x};
+            CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+            CUresult q;
+            while ((q = cuStreamQuery(s)) == CUDA_ERROR_NOT_READY)
+                gt_sleep_us(50);
+            CK(q);
+            gt_sleep_us(300); /* the worker idles: a mark, which the next questions read */
+            for (int k = 0; k < 5; k++)
+                CK(cuStreamQuery(s));
+        }
+        printf("probe: polled\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin))
+            line[0] = 0;
+        CK(cuStreamDestroy(s));
+        CK(cuModuleUnload(mod));
     }
     return 0;
 }
