@@ -40,6 +40,23 @@ void srv_fault_decided(void)
     atomic_store(&decided, 1);
 }
 
+/* Whether the worker decided within ms milliseconds. */
+static bool decided_within(int ms)
+{
+    for (int i = 0; i < ms && !atomic_load(&decided); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return atomic_load(&decided);
+}
+
+/* The worker exits once it has decided: it takes this thread, and its unanswered call, with it. */
+static _Noreturn void go_with_worker(void)
+{
+    for (;;)
+        pause();
+}
+
 /* A fatal error in a handler means the context failed: the watch thread sees it within WATCH_PERIOD_NS and
  * the worker decides who may come back. Told the error now, a bystander would keep it (as far as it knows,
  * its context failed: shim/connection.c); so its answer waits for the decision, and a client that may come
@@ -49,14 +66,9 @@ bool srv_fault_may_tell(struct srv_client *c)
 {
     if (!c->resume_token)
         return true;
-    for (int i = 0; i < 200 && !atomic_load(&decided); i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    if (!atomic_load(&decided) || !atomic_load(&c->resumable))
+    if (!decided_within(200) || !atomic_load(&c->resumable))
         return true;
-    for (;;) /* the worker exits: it takes this thread with it */
-        pause();
+    go_with_worker();
 }
 
 /* With GPU coredumps on (CUMUX_FAULT_COREDUMP=1) the driver, at a fault, begins the dump and lets the
@@ -66,16 +78,8 @@ bool srv_fault_may_tell(struct srv_client *c)
  * back, and the worker then exits with this thread. No decision within 500 ms: answered as it is. */
 void srv_fault_hold_if_dumping(void)
 {
-    if (!srv_coredump_begun())
-        return;
-    for (int i = 0; i < 500 && !atomic_load(&decided); i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    if (!atomic_load(&decided))
-        return;
-    for (;;)
-        pause();
+    if (srv_coredump_begun() && decided_within(500))
+        go_with_worker();
 }
 
 static void *watch(void *arg)

@@ -252,6 +252,7 @@ static void tell(struct srv_client *c, uint64_t handled)
      * the faulted kernel may land): its answers must wait for the worker (fault.c), so nothing is told. */
     bool may_tell = c->mark_words && c->pending_error == CUDA_SUCCESS && !srv_coredump_path[0];
     uint32_t slots[SRV_MARKS_ASKED], values[SRV_MARKS_ASKED];
+    struct srv_stream *told[SRV_MARKS_ASKED];
     unsigned nmarked = 0;
     for (unsigned i = 0; i < SRV_MARKS_ASKED && may_tell; i++) {
         struct srv_stream *s = c->marks_asked[i] ? handle_get(c, c->marks_asked[i], OBJ_STREAM) : NULL;
@@ -264,6 +265,7 @@ static void tell(struct srv_client *c, uint64_t handled)
             value = s->mark_seq;
         else
             continue;
+        told[n] = s;
         t.stream[n++] = (struct cumux_mark_told){.stream = s->handle, .value = value, .word = s->mark_word,
                                                  .ctx = s->ctx->handle};
         if (value) {
@@ -275,12 +277,11 @@ static void tell(struct srv_client *c, uint64_t handled)
         bool seen = false;
         for (unsigned j = 0; j < nc && !seen; j++)
             seen = t.ctx[j].ctx == t.stream[i].ctx;
-        struct srv_stream *s = handle_get(c, t.stream[i].stream, OBJ_STREAM);
-        if (seen || !s)
+        if (seen)
             continue;
         uint32_t mask = 0;
         bool all = true;
-        for (const struct srv_stream *o = s->ctx->streams; o && all; o = o->next_in_ctx) {
+        for (const struct srv_stream *o = told[i]->ctx->streams; o && all; o = o->next_in_ctx) {
             if (KNOWN_IDLE(o))
                 continue;
             unsigned k = 0;
