@@ -301,6 +301,7 @@ static struct conn *conns;
 static size_t nconns, capconns;
 static uint32_t max_clients = 256;
 static int test_sndbuf; /* CUMUX_TEST_SNDBUF (tests only): SO_SNDBUF of accepted connections */
+static unsigned test_welcome_delay_us; /* CUMUX_TEST_WELCOME_DELAY_MS (tests only): before each welcome */
 
 static void conn_close(struct conn *c)
 {
@@ -416,22 +417,30 @@ static void conn_client(struct conn *k)
     }
     k->fd = k->out_fd = -1; /* the client owns them now */
     conn_close(k);
+    /* Listed before it is welcomed, and not welcomed if this worker began to give up meanwhile: a client
+     * with a channel is then one worker_fails tells (it sets worker_failing before it takes the lock), and
+     * one that got no welcome tries again, at the worker taking over. */
+    pthread_mutex_lock(&clients_lock);
+    bool failing = atomic_load(&worker_failing);
+    c->next = clients;
+    clients = c;
+    pthread_mutex_unlock(&clients_lock);
+    if (test_welcome_delay_us) /* tests: a fault may come between the listing and the welcome */
+        usleep(test_welcome_delay_us);
     struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0,
                               .client_id = c->id, .shm_size = sizeof(struct cumux_shm),
                               .resume_token = c->resume_token};
     /* Still non-blocking: a fresh socket takes a welcome at once, and if it does not, the client is
      * dropped rather than waited for. */
-    if (cumux_sock_send(s, &w, sizeof w, c->shm_fd) < 0)
+    if (failing || cumux_sock_send(s, &w, sizeof w, c->shm_fd) < 0) {
         atomic_store(&c->dead, 1);
+        return;
+    }
     /* The worker reads descriptors the client sends with blocking reads (after poll says they are
      * there): from here on the socket blocks again. */
     int fl = fcntl(s, F_GETFL);
     if (fl < 0 || fcntl(s, F_SETFL, fl & ~O_NONBLOCK) < 0)
         atomic_store(&c->dead, 1);
-    pthread_mutex_lock(&clients_lock);
-    c->next = clients;
-    clients = c;
-    pthread_mutex_unlock(&clients_lock);
     uint64_t lim = atomic_load(&c->mem_limit);
     if (lim)
         cumux_logf("client %u connected: pid %d uid %u, device memory limit %.1f MiB", c->id, (int)c->pid,
@@ -1231,6 +1240,9 @@ int main(int argc, char **argv)
     srv_set_default_priority((int)dprio);
     const char *sndbuf = getenv("CUMUX_TEST_SNDBUF");
     test_sndbuf = sndbuf ? atoi(sndbuf) : 0;
+    const char *welcome_delay = getenv("CUMUX_TEST_WELCOME_DELAY_MS");
+    int delay_ms = welcome_delay ? atoi(welcome_delay) : 0;
+    test_welcome_delay_us = delay_ms > 0 && delay_ms <= 1000 ? (unsigned)delay_ms * 1000 : 0;
     /* Each client holds about three descriptors (socket, channel, stdout): use all we are allowed. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

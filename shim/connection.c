@@ -559,7 +559,10 @@ static CUresult resume(void)
     atomic_store(&resuming, 1);
     tls_resuming = true;
     CUresult r;
-    for (int attempt = 0;; attempt++) {
+    const char *step = NULL; /* where it failed, for the log */
+    int attempt = 0;
+    for (;; attempt++) {
+        step = "reaching the worker";
         /* The worker taking over serves within milliseconds (a cold one within about a second); until then
          * the connection waits in the listening socket's backlog. */
         struct conn conn;
@@ -579,9 +582,12 @@ static CUresult resume(void)
             pthread_mutex_unlock(&shim.ring_lock);
             close(old_sock);
             atomic_fetch_add(&shim_work_seq, 1); /* what was known idle was the old worker's */
+            step = "its first messages";
             r = handshake(false);
-            if (r == CUDA_SUCCESS && rebuild_after_resume)
+            if (r == CUDA_SUCCESS && rebuild_after_resume) {
+                step = "making again what it held";
                 r = rebuild_after_resume();
+            }
         }
         if (r == CUDA_SUCCESS || attempt == 4)
             break;
@@ -606,8 +612,9 @@ static CUresult resume(void)
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
                    "over%s", (int)fault, shim.client_id, took);
     } else {
-        cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d)", (int)fault,
-                   (int)r);
+        cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d) at %s, "
+                   "attempt %d, %.1f ms after it began", (int)fault, (int)r, step, attempt + 1,
+                   (t_end - t_begin) / 1e6);
     }
     tls_resuming = false;
     atomic_store(&resuming, 0);
