@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 8u
+#define CUMUX_PROTO_VERSION 9u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -82,6 +82,7 @@ struct cumux_welcome {
 #define CUMUX_HOSTFN_STREAMS 1024 /* streams of a client whose host functions hold them with a stream wait */
 #define CUMUX_HOSTFN_NO_SLOT 0xffffffffu
 #define CUMUX_MARK_WORDS 1024 /* completion-mark words the GPU writes into the channel (mark_word) */
+#define CUMUX_LOST_STREAM_WORDS 16 /* server_lost_streams: stream handles below 1024 told one by one */
 #define CUMUX_MARKS_TOLD 4    /* streams whose marks the server tells (server/marks.c SRV_MARKS_ASKED) */
 
 /* Staging slot states (futex words). H2D: FREE -> (client fills) FULL -> (server's DMA done) FREE.
@@ -151,6 +152,11 @@ struct cumux_shm {
     /* With it: the ring's head when the server decided. Every message before it had been handled; work the
      * client wrote after may have been taken by the failing worker and lost. */
     uint64_t server_resumable_head;
+    /* With server_resumable 2, also written before it: the streams whose work was lost, by handle (bit h%64
+     * of word h/64), unless server_lost_all says any stream's may have been (a message not yet handled, a
+     * handle past these words). */
+    uint64_t server_lost_streams[CUMUX_LOST_STREAM_WORDS];
+    int32_t server_lost_all;
     alignas(64) struct cumux_reply_slot replies[CUMUX_REPLY_SLOTS];
     alignas(4096) uint8_t ring[CUMUX_RING_BYTES];
     alignas(4096) uint8_t staging[CUMUX_STAGING_SLOTS][CUMUX_STAGING_BYTES];

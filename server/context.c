@@ -14,7 +14,7 @@ CUresult op_ctx_create(struct srv_client *c, const struct cumux_ctx_create *m, u
     if (!x)
         return CUDA_ERROR_OUT_OF_MEMORY;
     x->gpu = m->device;
-    x->unconfirmed = &c->unconfirmed_streams;
+    x->unconfirmed = &c->unconfirmed;
     use_gpu(c, x->gpu);
     CUresult r = cuEventCreate(&x->join_event, CU_EVENT_DISABLE_TIMING);
     if (r == CUDA_SUCCESS)

@@ -755,9 +755,17 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
         if (c->shm && c->resume_token) {
             /* One that had work going lost it (a kernel cut off may have written half its output): it comes
              * back too, and its streams and events say so once each (2; shim/resume.c). */
-            bool idle = done == head && !srv_usage_in_flight(c) && atomic_load(&c->unconfirmed_streams) == 0;
+            bool in_flight = srv_usage_in_flight(c), unconfirmed = atomic_load(&c->unconfirmed.count) != 0;
+            bool idle = done == head && !in_flight && !unconfirmed;
             atomic_store(&c->resumable, 1);
             c->shm->server_resumable_head = head;
+            /* Which streams lost work: those with work not seen to end; any of them while a message was
+             * not handled yet (its stream is not known here), kernels in flight on no such stream, or a stream
+             * past the words. */
+            for (unsigned w = 0; w < CUMUX_LOST_STREAM_WORDS; w++)
+                c->shm->server_lost_streams[w] = atomic_load(&c->unconfirmed.bits[w]);
+            c->shm->server_lost_all = done != head || (in_flight && !unconfirmed) ||
+                                      atomic_load(&c->unconfirmed.beyond) != 0;
             atomic_store(&c->shm->server_resumable, idle ? 1 : 2);
         }
         if (c->shm) {

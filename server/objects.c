@@ -93,7 +93,7 @@ CUresult before_op(struct srv_stream *s)
     if (!s->unconfirmed) {
         s->unconfirmed = true;
         if (x->unconfirmed)
-            atomic_fetch_add_explicit(x->unconfirmed, 1, memory_order_relaxed);
+            srv_unconfirmed_change(x->unconfirmed, s->handle, true);
     }
     if (s->kind == STREAM_LEGACY) {
         for (size_t i = 0; i < x->ndirty; i++) {
@@ -119,7 +119,7 @@ void srv_stream_confirmed(struct srv_stream *s)
     if (s->unconfirmed) {
         s->unconfirmed = false;
         if (s->ctx->unconfirmed)
-            atomic_fetch_sub_explicit(s->ctx->unconfirmed, 1, memory_order_relaxed);
+            srv_unconfirmed_change(s->ctx->unconfirmed, s->handle, false);
     }
 }
 

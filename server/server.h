@@ -66,6 +66,25 @@ struct srv_ctx;
 
 struct srv_placed; /* placement.c: a green context a client's streams are in */
 
+/* A client's streams with work that no synchronize or query has seen end: at a fault, the work it lost
+ * (main.c worker_fails tells which streams). Changed by its worker, read by the fault's thread. */
+struct srv_unconfirmed {
+    _Atomic int64_t count;
+    _Atomic int64_t beyond; /* of them, those with a handle past the bits */
+    _Atomic uint64_t bits[CUMUX_LOST_STREAM_WORDS]; /* bit h%64 of word h/64: stream handle h */
+};
+
+static inline void srv_unconfirmed_change(struct srv_unconfirmed *u, uint32_t handle, bool set)
+{
+    atomic_fetch_add_explicit(&u->count, set ? 1 : -1, memory_order_relaxed);
+    if (handle >= CUMUX_LOST_STREAM_WORDS * 64)
+        atomic_fetch_add_explicit(&u->beyond, set ? 1 : -1, memory_order_relaxed);
+    else if (set)
+        atomic_fetch_or_explicit(&u->bits[handle / 64], 1ull << (handle % 64), memory_order_relaxed);
+    else
+        atomic_fetch_and_explicit(&u->bits[handle / 64], ~(1ull << (handle % 64)), memory_order_relaxed);
+}
+
 struct srv_stream {
     CUstream cu; /* always a real non-blocking stream: legacy semantics are emulated per client */
     struct srv_ctx *ctx;
@@ -104,7 +123,7 @@ struct srv_ctx {
     uint64_t epoch_event_epoch;
     struct srv_stream **dirty;   /* blocking streams with work the legacy stream has not joined */
     size_t ndirty, capdirty;
-    _Atomic int64_t *unconfirmed; /* its client's count of streams with unconfirmed work */
+    struct srv_unconfirmed *unconfirmed; /* its client's streams with unconfirmed work */
 };
 
 struct ipc_event;
@@ -247,8 +266,8 @@ struct srv_client {
     struct srv_chunks *chunks;   /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
     uint64_t resume_token;       /* its secret for a RESUME hello after a worker change (0: none) */
     uint64_t resume_claim;       /* a RESUME hello's token: whose memory it may take back (0: none) */
-    _Atomic int64_t unconfirmed_streams; /* streams with work not seen to end (objects.c before_op): a client
-                                          * with none lost nothing at a fault */
+    struct srv_unconfirmed unconfirmed; /* streams with work not seen to end (objects.c before_op): a client
+                                         * with none lost nothing at a fault, one with some lost theirs */
     _Atomic uint64_t ring_done; /* ring bytes whose messages the worker has handled to the end (client.c):
                                  * at a fault, all its messages were seen when this equals the ring's head */
     _Atomic int resumable;      /* at a fault: it may come back (what the server wrote in its channel) */

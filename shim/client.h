@@ -39,6 +39,9 @@ static inline bool shim_lost_pending(_Atomic uint32_t *seen)
 CUresult shim_lost_report(_Atomic uint32_t *seen);
 /* The object said it otherwise (a call that was in flight at the fault): caught up. */
 void shim_lost_said(_Atomic uint32_t *seen);
+/* Before the epoch moves on to `next`: an object that lost nothing then, and had said all it lost
+ * before, stays caught up. */
+void shim_lost_spare(_Atomic uint32_t *seen, uint32_t next);
 /* The word of a stream as the program names it (NULL, legacy, per-thread or its own) in ctx. */
 _Atomic uint32_t *shim_stream_lost_word(CUstream h, struct CUctx_st *ctx);
 /* shim_lost_report for a stream as the program names it. */
@@ -59,6 +62,7 @@ struct CUctx_st {
     struct shim_idle legacy_idle; /* its legacy stream's */
     _Atomic uint64_t synced_seq;  /* cuCtxSynchronize's, as shim_idle.sync_seq */
     _Atomic uint32_t legacy_lost, sync_lost; /* its legacy stream's and cuCtxSynchronize's shim_lost words */
+    bool legacy_spared, sync_spared; /* at a resume that lost work: its legacy stream, and all it has, lost none */
 };
 
 struct CUstream_st {
@@ -70,6 +74,7 @@ struct CUstream_st {
     uint64_t id;
     struct shim_idle idle;
     _Atomic uint32_t lost; /* shim_lost word */
+    bool spared;           /* at a resume that lost work: this stream lost none */
 };
 
 struct CUevent_st {
@@ -78,6 +83,8 @@ struct CUevent_st {
     struct CUctx_st *ctx;
     unsigned flags;
     _Atomic uint32_t lost; /* shim_lost word */
+    _Atomic uint32_t recorded_on; /* the server's handle of the stream it was last recorded on (0: none) */
+    bool spared;                  /* at a resume that lost work: it was recorded on no stream that did */
 };
 
 /* A loaded image: a module (CUmodule) or a library (CUlibrary), same layout. */
@@ -155,8 +162,33 @@ CUresult shim_in_flight_lost(void);
 /* An answer's result as the server gave it; a fatal one is remembered: the program was told its context
  * failed, and it does not come back after the worker goes (connection.c resume). */
 CUresult shim_answer(CUresult r);
-/* What is made again in the worker that took over after a resume (shim/resume.c registers it). */
-void shim_set_rebuild(CUresult (*rebuild)(void));
+/* What a resume found lost, from the failed worker's channel (connection.c): nothing unless `any`; with
+ * `all`, the work of every stream; else that of the streams whose handles (the failed worker's) have their
+ * bits set in `streams`: those say CUDA_ERROR_LAUNCH_FAILED once, with the events last recorded on them
+ * and the contexts holding them; the rest are spared. */
+struct shim_lost_work {
+    bool any, all;
+    uint64_t streams[CUMUX_LOST_STREAM_WORDS];
+};
+static inline bool shim_lost_stream(const struct shim_lost_work *lw, uint32_t handle)
+{
+    if (!lw->any)
+        return false;
+    if (lw->all || handle >= CUMUX_LOST_STREAM_WORDS * 64)
+        return true;
+    return lw->streams[handle / 64] >> (handle % 64) & 1;
+}
+/* What is made again in the worker that took over after a resume (shim/resume.c registers it); it also
+ * moves shim_lost_epoch on when lw->any, sparing what lost nothing. */
+void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw));
+/* Before the objects get the new worker's handles: which lost work (the `spared` flags; `unclaimed`: the
+ * bits of lost streams not known as the program's own or legacy streams, cleared as they are claimed:
+ * those left are per-thread streams). Then, after a successful rebuild, the words of those spared catch
+ * up with `next`, the epoch about to begin (a word behind from an earlier resume stays behind). */
+void shim_contexts_note_lost(const struct shim_lost_work *lw, uint64_t *unclaimed);
+void shim_streams_note_lost(const struct shim_lost_work *lw, uint64_t *unclaimed);
+void shim_contexts_spare(uint32_t next, bool ptds_spared);
+void shim_streams_spare(uint32_t next);
 /* After a resume: the contexts (context.c: primary ones and the program's own) and default pools (pool.c)
  * get the new worker's handles; the streams and events (stream.c) and modules, libraries and their
  * functions (module.c) the program made are made again there. */

@@ -108,6 +108,12 @@ void shim_lost_said(_Atomic uint32_t *seen)
     atomic_store(seen, atomic_load(&shim_lost_epoch));
 }
 
+void shim_lost_spare(_Atomic uint32_t *seen, uint32_t next)
+{
+    uint32_t caught_up = next - 1;
+    atomic_compare_exchange_strong(seen, &caught_up, next);
+}
+
 /* ---- coming back after the worker failed (docs/faults.md; a server with CUMUX_CONTAIN=1) ----
  * When the worker serving this program fails for another program's fault, the server marks the channel
  * resumable when all its work had been seen to end. The first call that finds the channel broken (in
@@ -120,13 +126,13 @@ static pthread_mutex_t resume_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int told_fatal; /* a call answered a fatal error (the culprit, typically): it stays so */
 static _Atomic int resuming;
 static __thread bool tls_resuming;
-static CUresult (*rebuild_after_resume)(void);
+static CUresult (*rebuild_after_resume)(const struct shim_lost_work *lw);
 static CUresult handshake(bool first);
 struct conn;
 static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn);
 static void use_connection(const struct conn *conn);
 
-void shim_set_rebuild(CUresult (*rebuild)(void))
+void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw))
 {
     rebuild_after_resume = rebuild;
 }
@@ -554,6 +560,12 @@ static CUresult resume(void)
         return shim_lost_error();
     }
     bool lost_work = resumable == 2 || sent_after;
+    /* Which streams lost it, as the server said (written before server_resumable). */
+    struct shim_lost_work lw = {.any = lost_work, .all = sent_after};
+    if (resumable == 2) {
+        memcpy(lw.streams, shim.shm->server_lost_streams, sizeof lw.streams);
+        lw.all |= shim.shm->server_lost_all != 0;
+    }
     CUresult fault = shim_lost_error();
     uint64_t t_begin = cumux_now_ns(), t_connected = 0;
     atomic_store(&resuming, 1);
@@ -586,7 +598,7 @@ static CUresult resume(void)
             r = handshake(false);
             if (r == CUDA_SUCCESS && rebuild_after_resume) {
                 step = "making again what it held";
-                r = rebuild_after_resume();
+                r = rebuild_after_resume(&lw);
             }
         }
         if (r == CUDA_SUCCESS || attempt == 4)
@@ -594,7 +606,7 @@ static CUresult resume(void)
         /* The worker it came back to failed too (another fault meanwhile): again, if that one lets it. */
         if (!channel_failed() || atomic_load(&told_fatal) || !atomic_load(&shim.shm->server_resumable))
             break;
-        lost_work = true; /* what was made again may be partly lost: said, to be safe */
+        lost_work = lw.any = lw.all = true; /* what was made again may be partly lost: said, to be safe */
     }
     /* How long it took, and where: reaching the worker that took over, then making again what it held. */
     uint64_t t_end = cumux_now_ns();
@@ -602,10 +614,12 @@ static CUresult resume(void)
     snprintf(took, sizeof took, " (in %.1f ms: connected after %.1f, made again in %.1f)", (t_end - t_begin) / 1e6,
              (t_connected - t_begin) / 1e6, (t_end - t_connected) / 1e6);
     if (r == CUDA_SUCCESS && lost_work) {
-        /* Each stream, event and context made before says CUDA_ERROR_LAUNCH_FAILED once (shim_lost_report). */
-        atomic_fetch_add(&shim_lost_epoch, 1);
+        /* Each stream that lost work, the events recorded there and the contexts holding it say
+         * CUDA_ERROR_LAUNCH_FAILED once (shim_lost_report; the rebuild moved the epoch on). */
+        if (!rebuild_after_resume)
+            atomic_fetch_add(&shim_lost_epoch, 1);
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
-                   "over%s; work it had going was lost: its streams, events and contexts say "
+                   "over%s; work it had going was lost: the streams that had it, their events and contexts say "
                    "CUDA_ERROR_LAUNCH_FAILED once each",
                    (int)fault, shim.client_id, took);
     } else if (r == CUDA_SUCCESS) {

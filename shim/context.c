@@ -70,6 +70,10 @@ CUresult shim_need_ctx(struct CUctx_st **out)
     return CUDA_SUCCESS;
 }
 
+/* The last resume that lost work spared every per-thread stream: from (high half) the epoch before it to
+ * (low half) the one it began; 0: none. A thread's per-thread stream is made anew at its next use. */
+static _Atomic uint64_t ptds_spared_span;
+
 static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
 {
     int free_i = -1;
@@ -78,6 +82,9 @@ static CUresult ptds_stream(struct CUctx_st *ctx, uint32_t *out)
         if (tls_ptds[i].ctx == ctx && tls_ptds[i].generation != ctx->generation) {
             tls_ptds[i].ctx = NULL; /* made before a reset of the context (or a resume): gone with it */
             lost = atomic_load(&tls_ptds[i].lost); /* what it had going may have been lost */
+            uint64_t span = atomic_load(&ptds_spared_span);
+            if (span && lost == (uint32_t)(span >> 32) && atomic_load(&shim_lost_epoch) == (uint32_t)span)
+                lost = (uint32_t)span; /* it lost nothing then */
         }
         if (tls_ptds[i].ctx == ctx) {
             *out = tls_ptds[i].stream;
@@ -335,6 +342,38 @@ static CUresult ctx_delete(struct CUctx_st *c)
     ctx_forget_current(c);
     /* The object stays allocated: stale handles then fail the magic check instead of reading freed memory. */
     return r;
+}
+
+void shim_contexts_note_lost(const struct shim_lost_work *lw, uint64_t *unclaimed)
+{
+    pthread_mutex_lock(&all_contexts.lock);
+    for (size_t i = 0; i < all_contexts.n; i++) {
+        struct CUctx_st *c = all_contexts.v[i];
+        if (c->magic != SHIM_MAGIC_CTX)
+            continue;
+        uint32_t h = c->legacy_stream;
+        c->legacy_spared = !shim_lost_stream(lw, h);
+        c->sync_spared = c->legacy_spared; /* and its streams' (stream.c), and the per-thread ones' */
+        if (h < CUMUX_LOST_STREAM_WORDS * 64)
+            unclaimed[h / 64] &= ~(1ull << (h % 64));
+    }
+    pthread_mutex_unlock(&all_contexts.lock);
+}
+
+void shim_contexts_spare(uint32_t next, bool ptds_spared)
+{
+    pthread_mutex_lock(&all_contexts.lock);
+    for (size_t i = 0; i < all_contexts.n; i++) {
+        struct CUctx_st *c = all_contexts.v[i];
+        if (c->magic != SHIM_MAGIC_CTX)
+            continue;
+        if (c->legacy_spared)
+            shim_lost_spare(&c->legacy_lost, next);
+        if (c->sync_spared && ptds_spared)
+            shim_lost_spare(&c->sync_lost, next);
+    }
+    pthread_mutex_unlock(&all_contexts.lock);
+    atomic_store(&ptds_spared_span, ptds_spared ? (uint64_t)(next - 1) << 32 | next : 0);
 }
 
 CUresult shim_contexts_rebind(void)

@@ -58,8 +58,15 @@ static double ms_since(uint64_t *t)
     return d / 1e6;
 }
 
-static CUresult rebuild(void)
+static CUresult rebuild(const struct shim_lost_work *lw)
 {
+    /* Which objects lost work, read while they still hold the failed worker's handles. */
+    uint64_t unclaimed[CUMUX_LOST_STREAM_WORDS];
+    memcpy(unclaimed, lw->streams, sizeof unclaimed);
+    if (lw->any) {
+        shim_contexts_note_lost(lw, unclaimed);
+        shim_streams_note_lost(lw, unclaimed);
+    }
     /* Each step's time goes in the log: coming back must take milliseconds (docs/faults.md). */
     uint64_t t = cumux_now_ns();
     double ms[6] = {0};
@@ -81,6 +88,17 @@ static CUresult rebuild(void)
     if (r == CUDA_SUCCESS)
         r = shim_modules_rebind(&modules, &functions);
     ms[5] = ms_since(&t);
+    if (r == CUDA_SUCCESS && lw->any) {
+        /* The epoch moves on: what lost work says so once; what lost none stays caught up. Bits left
+         * unclaimed are streams of no object here: per-thread streams, which are spared only without any. */
+        bool ptds_spared = !lw->all;
+        for (unsigned i = 0; i < CUMUX_LOST_STREAM_WORDS; i++)
+            ptds_spared &= unclaimed[i] == 0;
+        uint32_t next = atomic_load(&shim_lost_epoch) + 1;
+        shim_streams_spare(next);
+        shim_contexts_spare(next, ptds_spared);
+        atomic_store(&shim_lost_epoch, next);
+    }
     if (r == CUDA_SUCCESS)
         cumux_logf("after the worker failed: made again %u stream(s), %u event(s), %u module(s) and librar(ies), "
                    "%u function(s); %u range(s) of pinned host memory shared again (ms: contexts %.1f, pools %.1f, "

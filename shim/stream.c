@@ -317,6 +317,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags)
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
+    atomic_store(&e->recorded_on, s); /* at a fault, it lost its work if that stream did */
     return shim_op_event_record(e->handle, s, flags);
 }
 
@@ -515,6 +516,59 @@ CUresult cuStreamBatchMemOp(CUstream h, unsigned int count, CUstreamBatchMemOpPa
     return cuStreamBatchMemOp_v2(h, count, ops, flags);
 }
 
+/* The events live in the table (once each, under their handle). */
+static void each_event(void (*fn)(struct CUevent_st *e, const void *arg), const void *arg)
+{
+    pthread_mutex_lock(&event_table_lock);
+    for (size_t i = 0; i < events_by_handle.cap; i++) {
+        struct CUevent_st *e = events_by_handle.v[i];
+        if (e && e->magic == SHIM_MAGIC_EVENT && e->handle == i)
+            fn(e, arg);
+    }
+    pthread_mutex_unlock(&event_table_lock);
+}
+
+static void event_note_lost(struct CUevent_st *e, const void *arg)
+{
+    uint32_t on = atomic_load(&e->recorded_on);
+    e->spared = !on || !shim_lost_stream(arg, on);
+}
+
+void shim_streams_note_lost(const struct shim_lost_work *lw, uint64_t *unclaimed)
+{
+    pthread_mutex_lock(&all_streams.lock);
+    for (size_t i = 0; i < all_streams.n; i++) {
+        struct CUstream_st *s = all_streams.v[i];
+        if (s->magic != SHIM_MAGIC_STREAM || !s->ctx || s->ctx->magic != SHIM_MAGIC_CTX)
+            continue;
+        s->spared = !shim_lost_stream(lw, s->handle);
+        if (!s->spared)
+            s->ctx->sync_spared = false;
+        if (s->handle < CUMUX_LOST_STREAM_WORDS * 64)
+            unclaimed[s->handle / 64] &= ~(1ull << (s->handle % 64));
+    }
+    pthread_mutex_unlock(&all_streams.lock);
+    each_event(event_note_lost, lw);
+}
+
+static void event_spare(struct CUevent_st *e, const void *arg)
+{
+    if (e->spared)
+        shim_lost_spare(&e->lost, *(const uint32_t *)arg);
+}
+
+void shim_streams_spare(uint32_t next)
+{
+    pthread_mutex_lock(&all_streams.lock);
+    for (size_t i = 0; i < all_streams.n; i++) {
+        struct CUstream_st *s = all_streams.v[i];
+        if (s->magic == SHIM_MAGIC_STREAM && s->spared)
+            shim_lost_spare(&s->lost, next);
+    }
+    pthread_mutex_unlock(&all_streams.lock);
+    each_event(event_spare, &next);
+}
+
 CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
 {
     CUresult r = CUDA_SUCCESS;
@@ -552,6 +606,7 @@ CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
             e->magic = SHIM_MAGIC_DEAD; /* unknown to the new worker: refused, not sent */
             continue;
         }
+        atomic_store(&e->recorded_on, 0); /* a handle of the old worker's */
         if ((r = shim_op_event_create(e->ctx->handle, e->flags, &h)) == CUDA_SUCCESS) {
             e->handle = (uint32_t)h;
             shim_event_remember(e);

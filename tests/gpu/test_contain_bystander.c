@@ -8,10 +8,11 @@
  * with new memory and a module loaded now. Results against the CPU.
  * With "wait-twice" it then says "bystander: ready again" and waits for a second fault, after which its
  * memory must still be intact and its old kernel still run (its second coming back).
- * With "wait-unsynced" it leaves a memset queued on its stream unsynchronized before it waits: work the
- * fault may have lost. It comes back, and each of its streams (its own, the legacy and its per-thread
- * one), its event and its context say CUDA_ERROR_LAUNCH_FAILED at their next synchronize, once; then it
- * writes the memset's target anew and goes on as above.
+ * With "wait-unsynced" it leaves a memset queued on its stream unsynchronized, with its event recorded
+ * behind it, before it waits: work the fault may have lost. It comes back, and that stream, that event and
+ * its context say CUDA_ERROR_LAUNCH_FAILED at their next synchronize, once; its legacy and per-thread
+ * streams, seen to end before, and an event recorded on the legacy one, lost nothing and say
+ * CUDA_SUCCESS. Then it writes the memset's target anew and goes on as above.
  * With "busy" it computes in a loop (a kernel adds 1 to its small allocation, then a synchronize and a
  * check of every word) until a line comes on stdin, while faults come and go: a round's work may be lost
  * at a fault, but never silently: a call says CUDA_ERROR_LAUNCH_FAILED and it writes its contents anew;
@@ -153,8 +154,14 @@ int main(int argc, char **argv)
     CK(cuStreamSynchronize(CU_STREAM_PER_THREAD)); /* its per-thread default stream exists from here */
     if (is_busy)
         busy(small, SMALL, add0, stream);
-    if (unsynced)
+    CUevent on_legacy;
+    CK(cuEventCreate(&on_legacy, CU_EVENT_DISABLE_TIMING));
+    if (unsynced) {
+        CK(cuEventRecord(on_legacy, CU_STREAM_LEGACY));
+        CK(cuStreamSynchronize(CU_STREAM_LEGACY));
         CK(cuMemsetD32Async(async, 0, ASYNC / 4, stream)); /* queued, never seen to end before the fault */
+        CK(cuEventRecord(done, stream));
+    }
     if (wait) {
         printf("bystander: ready\n");
         fflush(stdout);
@@ -163,16 +170,18 @@ int main(int argc, char **argv)
             gt_fail("no line on stdin");
     }
     if (unsynced) {
-        /* Its work was lost: every stream, its event and its context say so once, then all is well. */
-        CUresult want[2] = {CUDA_ERROR_LAUNCH_FAILED, CUDA_SUCCESS};
+        /* Its stream's work was lost: that stream, the event behind it and its context say so once, then
+         * all is well; what had ended before lost nothing. */
+        const CUresult L = CUDA_ERROR_LAUNCH_FAILED, S = CUDA_SUCCESS;
+        const CUresult want[2][6] = {{L, S, S, L, S, L}, {S, S, S, S, S, S}};
         for (int k = 0; k < 2; k++) {
-            CUresult got[5] = {cuStreamSynchronize(stream), cuStreamSynchronize(CU_STREAM_LEGACY),
+            CUresult got[6] = {cuStreamSynchronize(stream), cuStreamSynchronize(CU_STREAM_LEGACY),
                                cuStreamSynchronize(CU_STREAM_PER_THREAD), cuEventSynchronize(done),
-                               cuCtxSynchronize()};
-            for (int i = 0; i < 5; i++)
-                if (got[i] != want[k])
-                    gt_fail("after the fault, synchronize %d (stream, legacy, per-thread, event, context) of round %d "
-                            "returned %d, expected %d", i, k, (int)got[i], (int)want[k]);
+                               cuEventSynchronize(on_legacy), cuCtxSynchronize()};
+            for (int i = 0; i < 6; i++)
+                if (got[i] != want[k][i])
+                    gt_fail("after the fault, synchronize %d (stream, legacy, per-thread, its event, the legacy's event, "
+                            "context) of round %d returned %d, expected %d", i, k, (int)got[i], (int)want[k][i]);
         }
         fill_words(async, ASYNC, 0x3000000); /* what the cut-off memset left is not known */
     }
@@ -244,6 +253,7 @@ int main(int argc, char **argv)
     CK(cuLibraryUnload(lib));
     CK(cuStreamDestroy(stream));
     CK(cuEventDestroy(done));
+    CK(cuEventDestroy(on_legacy));
     CK(cuMemFreeHost(pinned));
     gt_pass();
 }
