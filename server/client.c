@@ -49,9 +49,7 @@ static void profile_log(const struct srv_client *c, const struct op_profile *p)
 #define COMEBACK_WATCH_NS 2000000000ull
 #define COMEBACK_SLOW_NS 2000000ull
 
-/* The channel's pages the GPU reads and writes: the host-function words and, right after, the completion
- * marks' words (registered as one range). */
-#define GPU_WORDS_BYTES (sizeof(((struct cumux_shm *)0)->hostfn_stream_done) + sizeof(((struct cumux_shm *)0)->mark_word))
+#define GPU_WORDS_BYTES SRV_GPU_WORDS_BYTES
 _Static_assert(offsetof(struct cumux_shm, mark_word) ==
                    offsetof(struct cumux_shm, hostfn_stream_done) + sizeof(((struct cumux_shm *)0)->hostfn_stream_done),
                "the marks' page follows the host-function words");
@@ -62,31 +60,35 @@ void srv_worker_begin(struct srv_client *c)
         return;
     cuCtxSetCurrent(srv_gpus[0].ctx);
     c->current_gpu = 0;
-    /* Copies of pageable memory are staged through the channel: pin it once for the GPU's DMA. */
-    CUresult r = cuMemHostRegister(c->shm->staging, sizeof c->shm->staging, CU_MEMHOSTREGISTER_PORTABLE);
-    c->staging_registered = r == CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS)
-        cumux_logf("client %u: cannot pin staging buffers (%d): pageable copies will fail", c->id, (int)r);
+    /* Copies of pageable memory are staged through the channel, pinned for the GPU's DMA; the page of
+     * host-function words, which streams wait on (hostfn.c), pinned for the GPU to read (without it, the
+     * driver's thread waits for each host function, as for graphs). A spare channel came pinned. */
+    struct srv_channel ch = {.fd = c->shm_fd, .shm = c->shm, .staging_pinned = c->staging_registered,
+                             .words_dev = c->words_pinned};
+    srv_channel_pin(&ch);
+    c->staging_registered = ch.staging_pinned;
+    c->words_pinned = ch.words_dev;
+    if (!c->staging_registered)
+        cumux_logf("client %u: cannot pin staging buffers: pageable copies will fail", c->id);
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
         cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
-    /* The page of host-function words, which streams wait on (hostfn.c): the GPU reads it. Without it, the
-     * driver's thread waits for each host function, as for graphs. */
     void *words = (void *)c->shm->hostfn_stream_done;
-    CUdeviceptr d = 0;
-    if (cuMemHostRegister(words, GPU_WORDS_BYTES, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) ==
-        CUDA_SUCCESS) {
+    CUdeviceptr d = c->words_pinned;
+    if (d) {
         /* And a stream can wait on it (one wait, already satisfied, on the client's memory stream). */
         CUstream ms;
         CUstreamBatchMemOpParams w;
         memset(&w, 0, sizeof w);
         w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
         w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-        if (cuMemHostGetDevicePointer(&d, words, 0) == CUDA_SUCCESS && mem_stream(c, 0, &ms) == CUDA_SUCCESS &&
+        if (mem_stream(c, 0, &ms) == CUDA_SUCCESS &&
             (w.waitValue.address = d, cuStreamBatchMemOp(ms, 1, &w, 0) == CUDA_SUCCESS)) {
             c->hostfn_words = d;
             c->mark_words = d + sizeof c->shm->hostfn_stream_done; /* the page after (marks.c) */
-        } else
+        } else {
             cuMemHostUnregister(words);
+            c->words_pinned = 0;
+        }
     }
 }
 
@@ -200,6 +202,8 @@ static void command_of(pid_t pid, char *out, size_t cap)
     out[n] = 0;
 }
 
+static void channel_release(struct srv_client *c);
+
 struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd)
 {
     struct srv_client *c = calloc(1, sizeof *c);
@@ -215,50 +219,49 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
     if (srv_chunks_on() && getrandom(&c->resume_token, sizeof c->resume_token, 0) != sizeof c->resume_token)
         c->resume_token = 0;
     command_of(pid, c->cmd, sizeof c->cmd);
-    c->shm_fd = memfd_create("cumux-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (c->shm_fd < 0 || ftruncate(c->shm_fd, sizeof(struct cumux_shm)) < 0)
-        goto fail;
-    /* The client must not be able to resize what the server maps (SIGBUS in the server). */
-    if (fcntl(c->shm_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-        goto fail;
-    c->shm = cumux_mmap(NULL, sizeof(struct cumux_shm), PROT_READ | PROT_WRITE, MAP_SHARED, c->shm_fd, 0);
-    if (c->shm == MAP_FAILED) {
-        c->shm = NULL;
-        goto fail;
+    struct srv_channel ch;
+    if (!srv_channel_take_spare(&ch) && srv_channel_make(&ch) < 0) {
+        cumux_logf("client %u: cannot set up its channel: %s", id, strerror(errno));
+        free(c); /* the caller still owns stdout_fd */
+        return NULL;
     }
-    cumux_shm_init(c->shm);
-    if (pthread_create(&c->worker, NULL, worker_main, c) != 0)
-        goto fail;
+    c->shm_fd = ch.fd;
+    c->shm = ch.shm;
+    c->staging_registered = ch.staging_pinned;
+    c->words_pinned = ch.words_dev;
+    if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
+        cumux_logf("client %u: cannot start its worker thread", id);
+        channel_release(c);
+        free(c);
+        return NULL;
+    }
     return c;
-fail:
-    cumux_logf("client %u: cannot set up its channel: %s", id, strerror(errno));
-    if (c->shm)
+}
+
+/* Unregistering waits for every kernel in the context: the reaper unregisters, then unmaps. Each page is
+ * unmapped once: the host-function page lies inside the range unmapped last, so it is only unregistered
+ * first (unmapped on its own, its addresses could be handed to another mapping, of another thread, before
+ * the range around it went, taking that mapping with it). */
+static void channel_release(struct srv_client *c)
+{
+    if (c->words_pinned)
+        srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, GPU_WORDS_BYTES, NULL);
+    if (c->staging_registered) {
+        srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
+        srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);
+    } else if (c->words_pinned) {
+        srv_reap(REAP_UNMAP, -1, c->shm, sizeof(struct cumux_shm), NULL);
+    } else {
         munmap(c->shm, sizeof(struct cumux_shm));
-    if (c->shm_fd >= 0)
-        close(c->shm_fd);
-    free(c); /* the caller still owns stdout_fd */
-    return NULL;
+    }
+    close(c->shm_fd);
 }
 
 void srv_client_free(struct srv_client *c)
 {
     pthread_join(c->worker, NULL);
-    /* Unregistering waits for every kernel in the context: the reaper unregisters, then unmaps. Each page
-     * is unmapped once: the host-function page lies inside the range unmapped last, so it is only
-     * unregistered first (unmapped on its own, its addresses could be handed to another mapping, of
-     * another thread, before the range around it went, taking that mapping with it). */
-    if (c->hostfn_words)
-        srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, GPU_WORDS_BYTES, NULL);
-    if (c->staging_registered) {
-        srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
-        srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);
-    } else if (c->hostfn_words) {
-        srv_reap(REAP_UNMAP, -1, c->shm, sizeof(struct cumux_shm), NULL);
-    } else {
-        munmap(c->shm, sizeof(struct cumux_shm));
-    }
+    channel_release(c);
     free(c->hostfn_last);
-    close(c->shm_fd);
     close(c->sock);
     if (c->stdout_fd >= 0)
         close(c->stdout_fd);

@@ -202,7 +202,8 @@ struct srv_client {
     uint64_t work_gen;               /* bumped by every command that may queue work (dispatch.c) */
     int current_gpu;
     bool staging_registered;
-    CUdeviceptr hostfn_words;     /* the device's address of shm->hostfn_stream_done, 0 when not registered */
+    CUdeviceptr words_pinned;     /* the device's address of shm->hostfn_stream_done once pinned (channels.c) */
+    CUdeviceptr hostfn_words;     /* the same once streams can wait on it (0: not usable) */
     CUdeviceptr mark_words;       /* the device's address of shm->mark_word, 0 when not registered */
     uint32_t hostfn_slots_used;   /* words given to streams (never taken back) */
     uint32_t *hostfn_last;        /* per word, the number of its stream's last host function (released at
@@ -327,6 +328,24 @@ void srv_printf_unbind(void);                /* at the worker's end: what is lef
 
 /* image.c: does everything a module image's headers point at lie within its `size` bytes? */
 bool srv_image_fits(const uint8_t *p, uint64_t size);
+
+/* channels.c: a client's channel (a sealed memfd mapped here), and those kept ready ahead of clients. */
+/* The channel's pages the GPU reads and writes: the host-function words and, right after, the completion
+ * marks' words (pinned as one range). */
+#define SRV_GPU_WORDS_BYTES \
+    (sizeof(((struct cumux_shm *)0)->hostfn_stream_done) + sizeof(((struct cumux_shm *)0)->mark_word))
+struct srv_channel {
+    int fd;
+    struct cumux_shm *shm;
+    bool staging_pinned;  /* its staging buffers pinned with the driver */
+    CUdeviceptr words_dev; /* its GPU words pinned, at this device address (0: not pinned) */
+};
+int srv_channel_make(struct srv_channel *ch); /* a fresh one, not pinned: 0, or -1 with errno */
+void srv_channel_pin(struct srv_channel *ch);  /* pins what is not yet (a GPU's context current) */
+/* A fresh channel made and pinned ahead, if one is ready (a take also delays making the next). */
+bool srv_channel_take_spare(struct srv_channel *ch);
+/* Once the worker's context is there: keep CUMUX_SPARE_CHANNELS (default 4) channels ready. */
+void srv_channel_spares_start(void);
 
 /* client.c */
 struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id, int stdout_fd);
