@@ -82,8 +82,7 @@ CUresult op_pool_destroy(struct srv_client *c, struct srv_pool *pool)
 CUresult op_pool_trim(struct srv_client *c, const struct cumux_pool_trim *m, struct srv_pool *pool)
 {
     use_gpu(c, pool->gpu);
-    if (pool->is_default)
-        srv_chunks_trim(c, pool->gpu); /* its chunks, if its memory is in chunks: all or nothing for now */
+    srv_chunks_trim(c, pool->gpu); /* its chunks, if its memory is in chunks: all or nothing for now */
     return cuMemPoolTrimTo(pool->pool, (size_t)m->keep);
 }
 

@@ -120,6 +120,10 @@ struct CUmemPoolHandle_st {
     uint32_t handle;
     int device;
     bool is_default;
+    uint64_t max_size; /* as made: to make it again after a resume (pool.c) */
+    /* The reuse policies and release threshold (attributes 1-4) the program set, again after a resume. */
+    _Atomic uint32_t attr_set; /* bit a: attribute a was set */
+    _Atomic uint64_t attr_value[5];
 };
 
 struct shim_state {

@@ -4,12 +4,21 @@
 
 #include "shim/client.h"
 
-static CUresult pool_object(uint32_t handle, int device, bool is_default, CUmemoryPool *out)
+/* The pools the program made, to make them again after a resume (the default ones are in shim). */
+static struct shim_list all_pools = SHIM_LIST_INIT;
+
+static CUresult pool_object(uint32_t handle, int device, bool is_default, uint64_t max_size, CUmemoryPool *out)
 {
     struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *p = (struct CUmemPoolHandle_st){SHIM_MAGIC_POOL, handle, device, is_default};
+    p->magic = SHIM_MAGIC_POOL;
+    p->handle = handle;
+    p->device = device;
+    p->is_default = is_default;
+    p->max_size = max_size;
+    if (!is_default)
+        shim_list_add(&all_pools, p);
     *out = p;
     return CUDA_SUCCESS;
 }
@@ -28,7 +37,7 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
         uint64_t h;
         r = shim_op_pool_default(dev, &h);
         if (r == CUDA_SUCCESS)
-            r = pool_object((uint32_t)h, dev, true, &shim.default_pool[dev]);
+            r = pool_object((uint32_t)h, dev, true, 0, &shim.default_pool[dev]);
     }
     if (r == CUDA_SUCCESS)
         *pool = shim.default_pool[dev];
@@ -36,16 +45,42 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
     return r;
 }
 
+/* The attributes the program set, on the pool as the new worker has it. */
+static CUresult pool_attributes_again(struct CUmemPoolHandle_st *p)
+{
+    CUresult r = CUDA_SUCCESS;
+    uint32_t set = atomic_load(&p->attr_set);
+    for (int32_t a = 1; a < 5 && r == CUDA_SUCCESS; a++)
+        if (set >> a & 1)
+            r = shim_op_pool_attribute(p->handle, a, 1, atomic_load(&p->attr_value[a]), NULL);
+    return r;
+}
+
+/* After a resume: each device's default pool, and every pool the program made, with the attributes it
+ * set (their memory came back with the rest of its memory: in containment all of it is in chunks). */
 CUresult shim_pools_rebind(void)
 {
     bool locked = pthread_mutex_trylock(&shim.ctx_lock) == 0; /* as shim_contexts_rebind */
     CUresult r = CUDA_SUCCESS;
     for (int dev = 0; dev < shim.device_count && r == CUDA_SUCCESS; dev++) {
         uint64_t h;
-        if (shim.default_pool[dev] && (r = shim_op_pool_default(dev, &h)) == CUDA_SUCCESS)
+        if (shim.default_pool[dev] && (r = shim_op_pool_default(dev, &h)) == CUDA_SUCCESS) {
             shim.default_pool[dev]->handle = (uint32_t)h;
-        shim.current_pool[dev] = shim.default_pool[dev]; /* pools it made are not made again (yet) */
+            r = pool_attributes_again(shim.default_pool[dev]);
+        }
     }
+    pthread_mutex_lock(&all_pools.lock);
+    for (size_t i = 0; i < all_pools.n && r == CUDA_SUCCESS; i++) {
+        struct CUmemPoolHandle_st *p = all_pools.v[i];
+        uint64_t h;
+        if (p->magic != SHIM_MAGIC_POOL)
+            continue;
+        if ((r = shim_op_pool_create(p->device, p->max_size, &h)) == CUDA_SUCCESS) {
+            p->handle = (uint32_t)h;
+            r = pool_attributes_again(p);
+        }
+    }
+    pthread_mutex_unlock(&all_pools.lock);
     if (locked)
         pthread_mutex_unlock(&shim.ctx_lock);
     return r;
@@ -86,7 +121,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
         return CUDA_ERROR_INVALID_DEVICE;
     uint64_t h;
     CUresult r = shim_op_pool_create(dev, props->maxSize, &h);
-    return r == CUDA_SUCCESS ? pool_object((uint32_t)h, dev, false, pool) : r;
+    return r == CUDA_SUCCESS ? pool_object((uint32_t)h, dev, false, props->maxSize, pool) : r;
 }
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
@@ -122,7 +157,12 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     if (!pool || pool->magic != SHIM_MAGIC_POOL || !value)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t v = int_attribute(attr) ? (uint64_t)(int64_t) * (int *)value : *(cuuint64_t *)value;
-    return shim_op_pool_attribute(pool->handle, (int32_t)attr, 1, v, NULL);
+    CUresult r = shim_op_pool_attribute(pool->handle, (int32_t)attr, 1, v, NULL);
+    if (r == CUDA_SUCCESS && attr >= 1 && attr < 5) { /* a policy or the release threshold: kept */
+        atomic_store(&pool->attr_value[attr], v);
+        atomic_fetch_or(&pool->attr_set, 1u << attr);
+    }
+    return r;
 }
 
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)

@@ -1,10 +1,10 @@
 /* After the GPU worker failed for another program's fault, the program comes back to the worker that took
  * over (connection.c) and what it held is made again there (docs/faults.md, issue 10). So far: its contexts
- * (primary and its own) and their legacy streams, its default pools, and its device memory, which the new worker has
+ * (primary and its own) and their legacy streams, its pools (default and its own), and its device memory, which the new worker has
  * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
  * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
  * and functions (with the attributes it set), and its pinned host memory. Not yet: graphs, arrays,
- * textures, pools it made, IPC, context limits and configurations it set:
+ * textures, IPC, context limits and configurations it set:
  * calls naming them fail as with an invalid handle. Module globals are the new worker's, at new addresses. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,12 @@
 /* A bystander of another program's fault (issue 10): it holds device memory of three sizes (a small
- * allocation, one of its own chunk's size, a stream-ordered one) with known contents, a module and a
+ * allocation, one of its own chunk's size, a stream-ordered one) and memory from a pool of its own (with
+ * a release threshold set) with known contents, a module and a
  * library with a function of each, a stream, an event and pinned host memory; with "wait" it says "bystander: ready" and waits
  * for a line on stdin (meanwhile tests/test_contain_memory.sh makes another program fault the GPU). Then
  * its memory must read back intact at the same addresses, and it computes again with what it made before:
  * the module's kernel on its stream, the event recorded there and waited for, the library's kernel,
- * copies through the pinned memory it allocated before; and
+ * copies through the pinned memory it allocated before, its pool (its threshold as set, memory from it
+ * again); and
  * with new memory and a module loaded now. Results against the CPU.
  * With "wait-twice" it then says "bystander: ready again" and waits for a second fault, after which its
  * memory must still be intact and its old kernel still run (its second coming back).
@@ -124,7 +126,7 @@ int main(int argc, char **argv)
     bool is_busy = argc > 1 && !strcmp(argv[1], "busy");
     bool wait = unsynced || twice || (argc > 1 && !strcmp(argv[1], "wait"));
     gt_primary_ctx(0, NULL);
-    enum { SMALL = 4096, BIG = 3 << 20, ASYNC = 96 << 10 };
+    enum { SMALL = 4096, BIG = 3 << 20, ASYNC = 96 << 10, POOLED = 40 << 10 };
     CUdeviceptr small, big, async;
     CK(cuMemAlloc(&small, SMALL));
     CK(cuMemAlloc(&big, BIG));
@@ -132,6 +134,19 @@ int main(int argc, char **argv)
     fill_words(small, SMALL, 0x1000);
     fill_words(big, BIG, 0x200000);
     fill_words(async, ASYNC, 0x3000000);
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CUmemoryPool pool;
+    CK(cuMemPoolCreate(&pool, &props));
+    const cuuint64_t threshold = 3 << 20;
+    cuuint64_t v = threshold;
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
+    CUdeviceptr pooled;
+    CK(cuMemAllocFromPoolAsync(&pooled, POOLED, pool, NULL));
+    fill_words(pooled, POOLED, 0x4000000);
     CK(cuCtxSynchronize());
     CUmodule mod0 = gt_module_from_file_data(GT_FATBIN);
     CUfunction add0 = gt_function(mod0, "add_u32");
@@ -189,6 +204,26 @@ int main(int argc, char **argv)
     expect_words(small, SMALL, 0x1000, "the small allocation after the fault");
     expect_words(big, BIG, 0x200000, "the large allocation after the fault");
     expect_words(async, ASYNC, 0x3000000, "the stream-ordered allocation after the fault");
+    expect_words(pooled, POOLED, 0x4000000, "the memory from its own pool after the fault");
+    /* Its pool, as it made it: the threshold it set, memory from it again. */
+    v = 0;
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
+    if (v != threshold)
+        gt_fail("its pool's release threshold is %llu, set to %llu", (unsigned long long)v,
+                (unsigned long long)threshold);
+    CUdeviceptr pooled2;
+    CK(cuMemAllocFromPoolAsync(&pooled2, POOLED, pool, stream));
+    CK(cuMemsetD32Async(pooled2, 0x6000000, POOLED / 4, stream));
+    CK(cuStreamSynchronize(stream));
+    unsigned *back = malloc(POOLED);
+    if (!back)
+        gt_fail("out of host memory");
+    CK(cuMemcpyDtoH(back, pooled2, POOLED));
+    for (unsigned i = 0; i < POOLED / 4; i++)
+        if (back[i] != 0x6000000)
+            gt_fail("new memory from its pool: word %u is 0x%x", i, back[i]);
+    free(back);
+    CK(cuMemFreeAsync(pooled2, stream));
     /* Computing again with what it made before: the module's kernel on its stream (+5 to every word of
      * big, with the dynamic shared memory its attribute allows), the event recorded there; the library's
      * kernel (+2 to small). */
@@ -247,7 +282,9 @@ int main(int argc, char **argv)
     CK(cuMemFree(small));
     CK(cuMemFree(big));
     CK(cuMemFreeAsync(async, NULL));
+    CK(cuMemFreeAsync(pooled, NULL));
     CK(cuCtxSynchronize());
+    CK(cuMemPoolDestroy(pool));
     CK(cuModuleUnload(mod));
     CK(cuModuleUnload(mod0));
     CK(cuLibraryUnload(lib));
