@@ -283,12 +283,21 @@ void srv_supervisor_drop_client(uint32_t client)
     keep_send(&m, -1);
 }
 
+#define HAND_OVER_WAIT_MS 5000 /* the most a handover of chunks waits on the other side */
+
 size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap)
 {
     size_t n = 0;
     for (;;) {
         struct keep_msg m;
         int fd = -1;
+        /* A supervisor that stopped sending (gone, or it could not) leaves the rest: never waited for
+         * without end, since no client is served meanwhile. */
+        struct pollfd p = {.fd = keep_fd, .events = POLLIN};
+        if (keep_fd >= 0 && poll(&p, 1, HAND_OVER_WAIT_MS) <= 0) {
+            cumux_logf("the supervisor stopped handing over chunks after %zu: going on without the rest", n);
+            return n;
+        }
         if (keep_fd < 0 || cumux_sock_recv(keep_fd, &m, sizeof m, &fd) < 0 || m.kind != KEEP_TAKE) {
             if (fd >= 0)
                 close(fd);
@@ -367,6 +376,22 @@ static void keep_read(int sock)
     }
 }
 
+/* To the standby taking over, which reads them as they come: its socket (non-blocking here) holds a few
+ * hundred messages, so a full one is waited on, up to the deadline. */
+static int send_to_standby(const struct keep_msg *m, int fd, uint64_t deadline_ns)
+{
+    for (;;) {
+        if (cumux_sock_send_now(keep_standby, m, sizeof *m, fd) == 0)
+            return 0;
+        uint64_t now = cumux_now_ns();
+        if ((errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) || now >= deadline_ns)
+            return -1;
+        struct pollfd p = {.fd = keep_standby, .events = POLLOUT};
+        uint64_t left_ms = (deadline_ns - now) / 1000000 + 1;
+        poll(&p, 1, left_ms < 100 ? (int)left_ms : 100);
+    }
+}
+
 /* Supervisor: the chunks go to the standby that takes over (their descriptors stay here too, until the
  * new worker drops them); without one, they are let go. */
 static void keep_hand_over(bool to_standby)
@@ -374,17 +399,20 @@ static void keep_hand_over(bool to_standby)
     if (keep_active >= 0)
         keep_read(keep_active); /* what the failed worker said last */
     size_t handed = 0;
+    uint64_t deadline = cumux_now_ns() + HAND_OVER_WAIT_MS * 1000000ull;
     for (size_t i = 0; to_standby && keep_standby >= 0 && i < nkept; i++) {
         struct keep_msg m = keep_msg_of(KEEP_TAKE, &kept[i]);
-        handed += cumux_sock_send(keep_standby, &m, sizeof m, kept[i].fd) == 0;
+        handed += send_to_standby(&m, kept[i].fd, deadline) == 0;
     }
     if (to_standby && keep_standby >= 0) {
         struct keep_msg end = {.kind = KEEP_TAKE_END};
-        cumux_sock_send(keep_standby, &end, sizeof end, -1);
+        send_to_standby(&end, -1, deadline);
     }
-    if (nkept)
+    if (nkept && to_standby && handed < nkept)
+        cumux_logf("clients' memory: %zu of %zu chunk(s) handed to the worker taking over (it stopped taking them)",
+                   handed, nkept);
+    else if (nkept)
         cumux_logf("clients' memory: %zu chunk(s) %s", nkept, to_standby ? "handed to the worker taking over" : "let go");
-    (void)handed;
     if (!to_standby) {
         for (size_t i = 0; i < nkept; i++)
             close(kept[i].fd);

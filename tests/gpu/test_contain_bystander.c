@@ -20,6 +20,8 @@
  * at a fault, but never silently: a call says CUDA_ERROR_LAUNCH_FAILED and it writes its contents anew;
  * or a call of its answered the fault's own error (it was told its context failed, and does not come
  * back), and it exits with status 3. A wrong result after calls that all succeeded fails the test.
+ * With "wait-many" it holds only MANY allocations of 1 MiB (a chunk of its own each: more chunks than a
+ * socket's buffer holds messages), each with a word of its own, waits, and checks every word.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <poll.h>
 #include <stdbool.h>
@@ -117,10 +119,42 @@ static void busy(CUdeviceptr small, size_t bytes, CUfunction add, CUstream strea
     exit(0);
 }
 
+/* "wait-many": many chunks through a fault. */
+static void wait_many(void)
+{
+    enum { MANY = 600 };
+    CUdeviceptr *p = calloc(MANY, sizeof *p);
+    if (!p)
+        gt_fail("out of host memory");
+    for (unsigned i = 0; i < MANY; i++) {
+        CK(cuMemAlloc(&p[i], 1 << 20));
+        CK(cuMemsetD32(p[i], 0x5000 + i, 1));
+    }
+    CK(cuCtxSynchronize());
+    printf("bystander: ready (%u allocations of 1 MiB)\n", (unsigned)MANY);
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        gt_fail("no line on stdin");
+    for (unsigned i = 0; i < MANY; i++) {
+        unsigned v = 0;
+        CK(cuMemcpyDtoH(&v, p[i], sizeof v));
+        if (v != 0x5000 + i)
+            gt_fail("allocation %u of %u after the fault holds 0x%x, expected 0x%x", i, (unsigned)MANY, v, 0x5000 + i);
+        CK(cuMemFree(p[i]));
+    }
+    free(p);
+    gt_pass();
+}
+
 int main(int argc, char **argv)
 {
     gt_begin("contain_bystander");
     gt_require_gpu();
+    if (argc > 1 && !strcmp(argv[1], "wait-many")) {
+        gt_primary_ctx(0, NULL);
+        wait_many();
+    }
     bool unsynced = argc > 1 && !strcmp(argv[1], "wait-unsynced");
     bool twice = argc > 1 && !strcmp(argv[1], "wait-twice");
     bool is_busy = argc > 1 && !strcmp(argv[1], "busy");
