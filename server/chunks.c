@@ -458,13 +458,29 @@ static uint64_t resume_wait_ns(void)
     return (uint64_t)v * 1000000ull;
 }
 
-void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
+/* Whether a kept chunk may be mapped here: only where the failed worker had it, inside this arena, which
+ * is at the same address. */
+static bool adoptable(const struct srv_kept_chunk *k)
+{
+    return contain_on > 0 && k->gpu >= 0 && k->gpu < srv_gpu_count && k->size && k->token && k->base >= arena_base &&
+           k->size <= arena_size && k->base - arena_base <= arena_size - k->size;
+}
+
+struct adoption {
+    struct srv_kept_chunk *k;
+    size_t n;
+};
+/* The failed worker's chunks are being mapped (under orphans_mu): a client coming back waits for them in
+ * op_resume_memory, while new clients are served meanwhile. Mapping costs milliseconds per chunk on a
+ * GPU, and a tenant may have hundreds. */
+static bool adopting;
+static pthread_cond_t adopted = PTHREAD_COND_INITIALIZER;
+
+static void adopt_all(struct srv_kept_chunk *k, size_t n)
 {
     size_t mapped = 0, clients = 0;
-    uint64_t bytes = 0;
-    uint64_t deadline = mono_ns() + resume_wait_ns();
-    pthread_mutex_lock(&orphans_mu);
-    struct orphan *o = n ? calloc(n, sizeof *o) : NULL;
+    uint64_t bytes = 0, t0 = mono_ns();
+    struct orphan *o = calloc(n, sizeof *o);
     for (size_t i = 0; i < n; i++) {
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++)
@@ -472,9 +488,7 @@ void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
         clients += !seen;
         CUmemGenericAllocationHandle h = 0;
         CUresult r = CUDA_ERROR_INVALID_VALUE;
-        /* Only where the failed worker had it: inside this arena, which is at the same address. */
-        if (o && contain_on > 0 && k[i].gpu >= 0 && k[i].gpu < srv_gpu_count && k[i].size && k[i].token &&
-            k[i].base >= arena_base && k[i].size <= arena_size && k[i].base - arena_base <= arena_size - k[i].size) {
+        if (o && adoptable(&k[i])) {
             cuCtxSetCurrent(srv_gpus[k[i].gpu].ctx);
             r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)k[i].fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         }
@@ -489,18 +503,19 @@ void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
         close(k[i].fd);
         k[i].fd = -1;
         if (r != CUDA_SUCCESS) {
+            if (adoptable(&k[i]))
+                arena_give(k[i].base, k[i].size); /* its stretch, held for it in srv_chunks_adopt */
             srv_supervisor_drop(k[i].base);
             continue;
         }
-        /* Its stretch of the arena is taken (this worker has made no chunk yet: all below is left alone). */
-        pthread_mutex_lock(&arena_mu);
-        if (k[i].base - arena_base + k[i].size > arena_next)
-            arena_next = k[i].base - arena_base + k[i].size;
-        pthread_mutex_unlock(&arena_mu);
-        o[mapped] = (struct orphan){.k = k[i], .deadline_ns = deadline};
-        mapped++;
+        o[mapped++] = (struct orphan){.k = k[i]};
         bytes += k[i].size;
     }
+    /* Their clients have CUMUX_RESUME_WAIT_MS from now to take them back. */
+    uint64_t deadline = mono_ns() + resume_wait_ns();
+    for (size_t i = 0; i < mapped; i++)
+        o[i].deadline_ns = deadline;
+    pthread_mutex_lock(&orphans_mu);
     if (o && mapped) {
         struct orphan *all = realloc(orphans, (norphans + mapped) * sizeof *all);
         if (all) {
@@ -511,16 +526,57 @@ void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
             for (size_t i = 0; i < mapped; i++) {
                 cuCtxSetCurrent(srv_gpus[o[i].k.gpu].ctx);
                 cuMemUnmap(o[i].k.base, o[i].k.size);
+                arena_give(o[i].k.base, o[i].k.size);
                 srv_supervisor_drop(o[i].k.base);
             }
         }
     }
     free(o);
+    adopting = false;
+    pthread_cond_broadcast(&adopted);
     pthread_mutex_unlock(&orphans_mu);
-    if (n)
-        cumux_logf("took over %zu of %zu chunk(s) of %zu client(s) of the failed worker (%llu MiB) at their addresses; "
-                   "kept %.1f s for their clients to come back",
-                   mapped, n, clients, (unsigned long long)(bytes >> 20), resume_wait_ns() / 1e9);
+    cumux_logf("took over %zu of %zu chunk(s) of %zu client(s) of the failed worker (%llu MiB) at their addresses in "
+               "%.1f ms; kept %.1f s for their clients to come back",
+               mapped, n, clients, (unsigned long long)(bytes >> 20), (mono_ns() - t0) / 1e6, resume_wait_ns() / 1e9);
+    free(k);
+}
+
+static void *adopt_thread(void *arg)
+{
+    struct adoption a = *(struct adoption *)arg;
+    free(arg);
+    adopt_all(a.k, a.n);
+    return NULL;
+}
+
+void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
+{
+    if (!n) {
+        free(k);
+        return;
+    }
+    /* Their stretches of the arena are taken before any client is served: this worker has made no chunk
+     * yet, and makes its own above them. */
+    pthread_mutex_lock(&arena_mu);
+    for (size_t i = 0; i < n; i++)
+        if (adoptable(&k[i]) && k[i].base - arena_base + k[i].size > arena_next)
+            arena_next = k[i].base - arena_base + k[i].size;
+    pthread_mutex_unlock(&arena_mu);
+    pthread_mutex_lock(&orphans_mu);
+    adopting = true;
+    pthread_mutex_unlock(&orphans_mu);
+    struct adoption *a = malloc(sizeof *a);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (a)
+        *a = (struct adoption){k, n};
+    if (!a || pthread_create(&t, &attr, adopt_thread, a) != 0) {
+        free(a);
+        adopt_all(k, n); /* here, then */
+    }
+    pthread_attr_destroy(&attr);
 }
 
 void srv_chunks_expire(void)
@@ -575,6 +631,8 @@ CUresult op_resume_memory(struct srv_client *c, const struct cumux_resume_memory
         return CUDA_ERROR_OUT_OF_MEMORY;
     size_t claimed = 0;
     pthread_mutex_lock(&orphans_mu);
+    while (adopting) /* its chunks may not be mapped yet */
+        pthread_cond_wait(&adopted, &orphans_mu);
     for (size_t i = 0; i < norphans;) {
         struct orphan *o = &orphans[i];
         if (o->k.token != c->resume_claim || o->k.pid != (int32_t)c->pid || o->k.uid != (uint32_t)c->uid) {

@@ -1408,10 +1408,10 @@ int main(int argc, char **argv)
         }
         srv_gpus_take_over();
         cumux_logf("standby worker takes over");
-        struct srv_kept_chunk *kept = calloc(4096, sizeof *kept);
-        size_t nk = kept ? srv_standby_take(kept, 4096) : 0;
-        srv_chunks_adopt(kept, nk);
-        free(kept);
+        enum { KEPT_MAX = 65536 };
+        struct srv_kept_chunk *kept = calloc(KEPT_MAX, sizeof *kept);
+        size_t nk = kept ? srv_standby_take(kept, KEPT_MAX) : 0;
+        srv_chunks_adopt(kept, nk); /* chunks.c's now: mapped on a thread of their own */
     }
     listen_sock = lsock;
     /* The worker's pid, for whoever must tell a new worker from the old one (tests, monitoring): there

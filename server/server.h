@@ -38,6 +38,8 @@ void srv_chunks_start(void);
 bool srv_chunks_on(void);
 struct srv_kept_chunk;
 void srv_chunks_arena(uint64_t *base, uint64_t *size);
+/* The failed worker's chunks (k: malloc'd, now chunks.c's), mapped at their addresses on a thread of their
+ * own while this worker serves; clients coming back wait for them. */
 void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n);
 /* The main thread, now and then: a failed worker's chunks that nobody took back in CUMUX_RESUME_WAIT_MS
  * (default 10000) are let go. */
