@@ -49,16 +49,22 @@ after=$(used)
 rm -f "$log"
 CUMUX_RESUME_WAIT_MS=1500 CUMUX_STANDBY=1 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
     fail "cumux start with a standby"
+# Starts gpu_contain_bystander MODE (told to go on by a line on descriptor 3) and waits for its first line.
+start_bystander() { # MODE WHO
+    local want='^bystander: ready'
+    [ "$1" = busy ] && want='^bystander: busy'
+    "$cli" run -- "$gdir/gpu_contain_bystander" "$1" <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
+    client=$!
+    exec 3>"$tmp/hold.in"
+    for ((i = 0; i < 200; i++)); do grep -q "$want" "$tmp/hold.out" && break; sleep 0.1; done
+    grep -q "$want" "$tmp/hold.out" || fail "$2 did not start: $(tail -3 "$tmp/hold.out")"
+}
 wait_standby_ready 1 || fail "no standby ready"
 arenas=$(sed -n "s/.*VMM chunks of an arena at \(0x[0-9a-f]*\).*/\1/p" "$log" | sort -u)
 [ "$(grep -c 'VMM chunks of an arena at' "$log")" -ge 2 ] && [ "$(wc -l <<<"$arenas")" = 1 ] ||
     fail "the workers' arenas are not at one address: $arenas"
 mkfifo "$tmp/hold.in" || fail "mkfifo"
-"$cli" run -- "$gdir/gpu_contain_bystander" wait-twice <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
-client=$!
-exec 3>"$tmp/hold.in"
-for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
-grep -q '^bystander: ready' "$tmp/hold.out" || fail "the bystander did not get ready: $(cat "$tmp/hold.out")"
+start_bystander wait-twice "the bystander"
 # `cumux status` shows the memory the supervisor holds: the bystander's two chunks, 6 MiB.
 for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "outside the worker: 2 chunk(s), 6.0 MiB" && break; sleep 0.1; done
 "$cli" status | grep -q "^clients' memory outside the worker: 2 chunk(s), 6.0 MiB (CUMUX_CONTAIN)$" ||
@@ -91,11 +97,7 @@ grep -q 'made again 1 stream(s), 2 event(s), 2 module(s) and librar(ies), 2 func
 # the event recorded behind the work and its context say CUDA_ERROR_LAUNCH_FAILED once each, its other
 # streams and events nothing (the program checks it), then it goes on.
 wait_standby_ready 3 || fail "no third standby ready"
-"$cli" run -- "$gdir/gpu_contain_bystander" wait-unsynced <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
-client=$!
-exec 3>"$tmp/hold.in"
-for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
-grep -q '^bystander: ready' "$tmp/hold.out" || fail "the unsynced bystander did not get ready: $(cat "$tmp/hold.out")"
+start_bystander wait-unsynced "the unsynced bystander"
 "$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (third fault)"
 for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over .* chunk' "$log")" -ge 3 ] && break; sleep 0.1; done
 echo go >&3
@@ -108,11 +110,7 @@ serve_one "$tmp/run.out" || fail "no program served after the takeover"
 # A program that holds memory and never comes back (killed meanwhile): its chunks are let go after
 # CUMUX_RESUME_WAIT_MS (1.5 s here), and the supervisor holds nothing more.
 wait_standby_ready 4 || fail "no fourth standby ready"
-"$cli" run -- "$gdir/gpu_contain_bystander" wait <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
-client=$!
-exec 3>"$tmp/hold.in"
-for ((i = 0; i < 100; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
-grep -q '^bystander: ready' "$tmp/hold.out" || fail "the bystander to kill did not get ready: $(cat "$tmp/hold.out")"
+start_bystander wait "the bystander to kill"
 "$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (fourth fault)"
 pkill -KILL -f 'gpu_contain_bystander wait$'
 exec 3>&-
@@ -128,11 +126,7 @@ for ((i = 0; i < 100; i++)); do "$cli" status | grep -q "outside the worker: 0 c
 # may be lost at a fault, never silently (a wrong result after calls that all succeeded: exit 1). It comes
 # back, and its streams say CUDA_ERROR_LAUNCH_FAILED once; or, when a call of its was answered the fault's
 # own error (the context fails for every call until the worker gives up), it keeps it (exit 3).
-"$cli" run -- "$gdir/gpu_contain_bystander" busy <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
-client=$!
-exec 3>"$tmp/hold.in"
-for ((i = 0; i < 100; i++)); do grep -q '^bystander: busy' "$tmp/hold.out" && break; sleep 0.1; done
-grep -q '^bystander: busy' "$tmp/hold.out" || fail "the busy bystander did not start: $(cat "$tmp/hold.out")"
+start_bystander busy "the busy bystander"
 for k in 1 2 3; do
     wait_standby_ready $((4 + k)) || fail "no standby ready for busy fault $k"
     # With the bystander's kernels in flight too the culprit may not be known: then both come back and are
@@ -162,11 +156,7 @@ serve_one "$tmp/run.out" || fail "no program served after the busy faults"
 # A bystander with 600 chunks, more than the supervisor's socket to the standby holds messages at once:
 # the handover waits for the standby to read them, and every allocation is intact.
 wait_standby_ready 8 || fail "no standby ready for the bystander of many chunks"
-"$cli" run -- "$gdir/gpu_contain_bystander" wait-many <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
-client=$!
-exec 3>"$tmp/hold.in"
-for ((i = 0; i < 200; i++)); do grep -q '^bystander: ready' "$tmp/hold.out" && break; sleep 0.1; done
-grep -q '^bystander: ready' "$tmp/hold.out" || fail "the bystander of many chunks did not get ready: $(tail -3 "$tmp/hold.out")"
+start_bystander wait-many "the bystander of many chunks"
 "$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (many chunks)"
 for ((i = 0; i < 100; i++)); do grep -q 'took over 600 of' "$log" && break; sleep 0.1; done
 echo go >&3
