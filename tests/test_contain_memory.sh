@@ -167,5 +167,16 @@ grep 'took over' "$log" | tail -n 1 | grep -q 'took over 600 of 600 chunk' ||
     fail "not every chunk taken over: $(grep 'took over\|handed' "$log" | tail -n 2)"
 echo "many chunks: $(grep 'took over' "$log" | tail -n 1 | sed 's/.*: took/took/; s/ at their.*//'); $(grep 'serving again' "$log" | tail -n 1 | sed 's/.*: //')"
 serve_one "$tmp/run.out" || fail "no program served after the fault beside many chunks"
+# Work left on the per-thread stream, which no stream object of the program claims: that stream, the
+# event behind it and the context say it was lost; its own stream and the legacy one do not.
+wait_standby_ready 9 || fail "no standby ready for the bystander with per-thread work"
+start_bystander wait-unsynced-ptds "the bystander with per-thread work"
+before=$(grep -c 'took over' "$log")
+"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (per-thread work)"
+for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over' "$log")" -gt "$before" ] && break; sleep 0.1; done
+echo go >&3
+exec 3>&-
+wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander with per-thread work did not come back right"; }
+client=""
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

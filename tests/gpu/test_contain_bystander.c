@@ -14,7 +14,9 @@
  * behind it, before it waits: work the fault may have lost. It comes back, and that stream, that event and
  * its context say CUDA_ERROR_LAUNCH_FAILED at their next synchronize, once; its legacy and per-thread
  * streams, seen to end before, and an event recorded on the legacy one, lost nothing and say
- * CUDA_SUCCESS. Then it writes the memset's target anew and goes on as above.
+ * CUDA_SUCCESS. Then it writes the memset's target anew and goes on as above. "wait-unsynced-ptds" does
+ * the same with the memset and the event on its per-thread stream: that stream, the event and the context
+ * say it, its own stream and the legacy one do not.
  * With "busy" it computes in a loop (a kernel adds 1 to its small allocation, then a synchronize and a
  * check of every word) until a line comes on stdin, while faults come and go: a round's work may be lost
  * at a fault, but never silently: a call says CUDA_ERROR_LAUNCH_FAILED and it writes its contents anew;
@@ -155,7 +157,8 @@ int main(int argc, char **argv)
         gt_primary_ctx(0, NULL);
         wait_many();
     }
-    bool unsynced = argc > 1 && !strcmp(argv[1], "wait-unsynced");
+    bool on_ptds = argc > 1 && !strcmp(argv[1], "wait-unsynced-ptds");
+    bool unsynced = on_ptds || (argc > 1 && !strcmp(argv[1], "wait-unsynced"));
     bool twice = argc > 1 && !strcmp(argv[1], "wait-twice");
     bool is_busy = argc > 1 && !strcmp(argv[1], "busy");
     bool wait = unsynced || twice || (argc > 1 && !strcmp(argv[1], "wait"));
@@ -208,8 +211,9 @@ int main(int argc, char **argv)
     if (unsynced) {
         CK(cuEventRecord(on_legacy, CU_STREAM_LEGACY));
         CK(cuStreamSynchronize(CU_STREAM_LEGACY));
-        CK(cuMemsetD32Async(async, 0, ASYNC / 4, stream)); /* queued, never seen to end before the fault */
-        CK(cuEventRecord(done, stream));
+        CUstream on = on_ptds ? CU_STREAM_PER_THREAD : stream;
+        CK(cuMemsetD32Async(async, 0, ASYNC / 4, on)); /* queued, never seen to end before the fault */
+        CK(cuEventRecord(done, on));
     }
     if (wait) {
         printf("bystander: ready\n");
@@ -219,10 +223,12 @@ int main(int argc, char **argv)
             gt_fail("no line on stdin");
     }
     if (unsynced) {
-        /* Its stream's work was lost: that stream, the event behind it and its context say so once, then
-         * all is well; what had ended before lost nothing. */
+        /* The work of that stream was lost: the stream, the event behind it and its context say so once,
+         * then all is well; what had ended before lost nothing. */
         const CUresult L = CUDA_ERROR_LAUNCH_FAILED, S = CUDA_SUCCESS;
-        const CUresult want[2][6] = {{L, S, S, L, S, L}, {S, S, S, S, S, S}};
+        CUresult want[2][6] = {{L, S, S, L, S, L}, {S, S, S, S, S, S}};
+        if (on_ptds)
+            want[0][0] = S, want[0][2] = L;
         for (int k = 0; k < 2; k++) {
             CUresult got[6] = {cuStreamSynchronize(stream), cuStreamSynchronize(CU_STREAM_LEGACY),
                                cuStreamSynchronize(CU_STREAM_PER_THREAD), cuEventSynchronize(done),
