@@ -466,9 +466,82 @@ static bool adoptable(const struct srv_kept_chunk *k)
            k->size <= arena_size && k->base - arena_base <= arena_size - k->size;
 }
 
+/* Imports a kept chunk's descriptor and maps it where it was, read and write for its GPU. */
+static CUresult map_kept(const struct srv_kept_chunk *k)
+{
+    CUmemGenericAllocationHandle h = 0;
+    cuCtxSetCurrent(srv_gpus[k->gpu].ctx);
+    CUresult r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)k->fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = cuMemMap(k->base, k->size, 0, h, 0);
+    cuMemRelease(h);
+    CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[k->gpu].dev},
+                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    if (r == CUDA_SUCCESS && (r = cuMemSetAccess(k->base, k->size, &rw, 1)) != CUDA_SUCCESS)
+        cuMemUnmap(k->base, k->size);
+    return r;
+}
+
+/* ---- chunks mapped ahead, while this worker is the standby (the supervisor's mirror calls, from the
+ * main thread before the takeover; srv_chunks_adopt uses them, after which there are none). ---- */
+struct mirrored {
+    uint64_t id, base, size;
+    int gpu;
+};
+static struct mirrored *mirrors;
+static size_t nmirrors, capmirrors;
+
+void srv_chunks_mirror_add(struct srv_kept_chunk *k)
+{
+    if (nmirrors == capmirrors) {
+        size_t nc = capmirrors ? capmirrors * 2 : 64;
+        struct mirrored *nv = realloc(mirrors, nc * sizeof *nv);
+        if (!nv) { /* mapped at the takeover instead */
+            close(k->fd);
+            return;
+        }
+        mirrors = nv;
+        capmirrors = nc;
+    }
+    /* Not over another (one whose going was not told yet would be: mapped at the takeover then). */
+    bool clear = adoptable(k);
+    for (size_t i = 0; i < nmirrors && clear; i++)
+        clear = k->base + k->size <= mirrors[i].base || mirrors[i].base + mirrors[i].size <= k->base;
+    if (clear && map_kept(k) == CUDA_SUCCESS)
+        mirrors[nmirrors++] = (struct mirrored){.id = k->id, .base = k->base, .size = k->size, .gpu = k->gpu};
+    close(k->fd);
+}
+
+void srv_chunks_mirror_remove(uint64_t id)
+{
+    for (size_t i = 0; i < nmirrors; i++) {
+        if (mirrors[i].id != id)
+            continue;
+        cuCtxSetCurrent(srv_gpus[mirrors[i].gpu].ctx);
+        cuMemUnmap(mirrors[i].base, mirrors[i].size);
+        mirrors[i] = mirrors[--nmirrors];
+        return;
+    }
+}
+
+/* Whether kept chunk k was mapped ahead, where it is now (then it is no mirror any more). */
+static bool mirrored_take(const struct srv_kept_chunk *k)
+{
+    for (size_t i = 0; i < nmirrors; i++) {
+        if (mirrors[i].id == k->id && mirrors[i].base == k->base && mirrors[i].size == k->size &&
+            mirrors[i].gpu == k->gpu) {
+            mirrors[i] = mirrors[--nmirrors];
+            return true;
+        }
+    }
+    return false;
+}
+
 struct adoption {
     struct srv_kept_chunk *k;
     size_t n;
+    bool *ahead; /* k[i] was mapped ahead */
 };
 /* The failed worker's chunks are being mapped (under orphans_mu): a client coming back waits for them in
  * op_resume_memory, while new clients are served meanwhile. Mapping costs milliseconds per chunk on a
@@ -476,9 +549,9 @@ struct adoption {
 static bool adopting;
 static pthread_cond_t adopted = PTHREAD_COND_INITIALIZER;
 
-static void adopt_all(struct srv_kept_chunk *k, size_t n)
+static void adopt_all(struct srv_kept_chunk *k, size_t n, bool *ahead)
 {
-    size_t mapped = 0, clients = 0;
+    size_t mapped = 0, clients = 0, were_ahead = 0;
     uint64_t bytes = 0, t0 = mono_ns();
     struct orphan *o = calloc(n, sizeof *o);
     for (size_t i = 0; i < n; i++) {
@@ -486,19 +559,17 @@ static void adopt_all(struct srv_kept_chunk *k, size_t n)
         for (size_t j = 0; j < i && !seen; j++)
             seen = k[j].token == k[i].token;
         clients += !seen;
-        CUmemGenericAllocationHandle h = 0;
         CUresult r = CUDA_ERROR_INVALID_VALUE;
-        if (o && adoptable(&k[i])) {
-            cuCtxSetCurrent(srv_gpus[k[i].gpu].ctx);
-            r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)k[i].fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        }
-        if (r == CUDA_SUCCESS) {
-            r = cuMemMap(k[i].base, k[i].size, 0, h, 0);
-            cuMemRelease(h);
-            CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[k[i].gpu].dev},
-                                  .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-            if (r == CUDA_SUCCESS && (r = cuMemSetAccess(k[i].base, k[i].size, &rw, 1)) != CUDA_SUCCESS)
+        if (ahead && ahead[i]) {
+            r = CUDA_SUCCESS; /* mapped while this worker was the standby */
+            were_ahead++;
+            if (!o) {
+                cuCtxSetCurrent(srv_gpus[k[i].gpu].ctx);
                 cuMemUnmap(k[i].base, k[i].size);
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        } else if (o && adoptable(&k[i])) {
+            r = map_kept(&k[i]);
         }
         close(k[i].fd);
         k[i].fd = -1;
@@ -535,22 +606,36 @@ static void adopt_all(struct srv_kept_chunk *k, size_t n)
     adopting = false;
     pthread_cond_broadcast(&adopted);
     pthread_mutex_unlock(&orphans_mu);
-    cumux_logf("took over %zu of %zu chunk(s) of %zu client(s) of the failed worker (%llu MiB) at their addresses in "
-               "%.1f ms; kept %.1f s for their clients to come back",
-               mapped, n, clients, (unsigned long long)(bytes >> 20), (mono_ns() - t0) / 1e6, resume_wait_ns() / 1e9);
+    cumux_logf("took over %zu of %zu chunk(s) of %zu client(s) of the failed worker (%llu MiB) at their addresses "
+               "(%zu mapped ahead) in %.1f ms; kept %.1f s for their clients to come back",
+               mapped, n, clients, (unsigned long long)(bytes >> 20), were_ahead, (mono_ns() - t0) / 1e6,
+               resume_wait_ns() / 1e9);
     free(k);
+    free(ahead);
 }
 
 static void *adopt_thread(void *arg)
 {
     struct adoption a = *(struct adoption *)arg;
     free(arg);
-    adopt_all(a.k, a.n);
+    adopt_all(a.k, a.n, a.ahead);
     return NULL;
 }
 
 void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
 {
+    /* Which were mapped ahead; the other mappings ahead are of chunks gone meanwhile: unmapped before any
+     * client is served, since new chunks may go there. */
+    bool *ahead = n ? calloc(n, sizeof *ahead) : NULL;
+    for (size_t i = 0; ahead && i < n; i++)
+        ahead[i] = mirrored_take(&k[i]);
+    for (size_t i = 0; i < nmirrors; i++) {
+        cuCtxSetCurrent(srv_gpus[mirrors[i].gpu].ctx);
+        cuMemUnmap(mirrors[i].base, mirrors[i].size);
+    }
+    free(mirrors);
+    mirrors = NULL;
+    nmirrors = capmirrors = 0;
     if (!n) {
         free(k);
         return;
@@ -571,10 +656,10 @@ void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (a)
-        *a = (struct adoption){k, n};
+        *a = (struct adoption){k, n, ahead};
     if (!a || pthread_create(&t, &attr, adopt_thread, a) != 0) {
         free(a);
-        adopt_all(k, n); /* here, then */
+        adopt_all(k, n, ahead); /* here, then */
     }
     pthread_attr_destroy(&attr);
 }

@@ -1399,7 +1399,8 @@ int main(int argc, char **argv)
     if (srv_worker_is_standby()) {
         srv_gpus_stand_by();
         cumux_logf("standby worker ready: it takes over if the serving worker fails");
-        if (srv_standby_wait(&stop_requested) < 0) {
+        static const struct srv_mirror_ops mirror = {srv_chunks_mirror_add, srv_chunks_mirror_remove};
+        if (srv_standby_wait(&stop_requested, &mirror) < 0) {
             srv_fault_watch_stop();
             srv_reaper_stop();
             srv_gpus_fini();
@@ -1410,7 +1411,7 @@ int main(int argc, char **argv)
         cumux_logf("standby worker takes over");
         enum { KEPT_MAX = 65536 };
         struct srv_kept_chunk *kept = calloc(KEPT_MAX, sizeof *kept);
-        size_t nk = kept ? srv_standby_take(kept, KEPT_MAX) : 0;
+        size_t nk = kept ? srv_standby_take(kept, KEPT_MAX, &mirror) : 0;
         srv_chunks_adopt(kept, nk); /* chunks.c's now: mapped on a thread of their own */
     }
     listen_sock = lsock;

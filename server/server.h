@@ -41,6 +41,10 @@ void srv_chunks_arena(uint64_t *base, uint64_t *size);
 /* The failed worker's chunks (k: malloc'd, now chunks.c's), mapped at their addresses on a thread of their
  * own while this worker serves; clients coming back wait for them. */
 void srv_chunks_adopt(struct srv_kept_chunk *k, size_t n);
+/* While this worker is the standby: a kept chunk mapped ahead where it is (its descriptor closed), and one
+ * gone since, unmapped (the supervisor's mirror calls; srv_chunks_adopt takes them over). */
+void srv_chunks_mirror_add(struct srv_kept_chunk *k);
+void srv_chunks_mirror_remove(uint64_t id);
 /* The main thread, now and then: a failed worker's chunks that nobody took back in CUMUX_RESUME_WAIT_MS
  * (default 10000) are let go. */
 void srv_chunks_expire(void);
@@ -441,7 +445,9 @@ extern uint64_t srv_arena_hint, srv_arena_hint_size;
 /* Clients' memory chunks outlive their worker (issue 10): a worker hands each chunk's descriptor to the
  * supervisor (keep), and says when it released one (drop) or when a client is gone (drop_client); at a
  * takeover the supervisor gives them all to the standby, which reads them after srv_standby_wait
- * (srv_standby_take: how many, up to cap; the descriptors are then the caller's). */
+ * (srv_standby_take: how many, up to cap; the descriptors are then the caller's). Before any fault the
+ * supervisor also hands the ready standby each chunk as it comes (and says when one goes), so that the
+ * standby maps it ahead: the `mirror` calls, made by the standby's main thread while it waits. */
 struct srv_kept_chunk {
     uint32_t client;
     int32_t gpu;
@@ -450,20 +456,25 @@ struct srv_kept_chunk {
     int32_t pid;
     uint32_t uid;
     int fd;
+    uint64_t id; /* the supervisor's number for it: the same chunk has the same number everywhere */
+};
+struct srv_mirror_ops {
+    void (*add)(struct srv_kept_chunk *k); /* map it ahead (the descriptor is its to close) */
+    void (*remove)(uint64_t id);           /* it went: unmap it */
 };
 void srv_supervisor_keep(const struct srv_kept_chunk *k);
 /* For `cumux status`: the chunks of clients' memory the supervisor holds (-1: no supervisor). */
 int srv_kept_memory(uint64_t *chunks, uint64_t *bytes);
 void srv_supervisor_drop(uint64_t base);
 void srv_supervisor_drop_client(uint32_t client);
-size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap);
+size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap, const struct srv_mirror_ops *mirror);
 /* A standby worker (GPUs up, not serving) waits here until it is told to take over: 0 then, with the
  * supervisor's history of faults; -1 when the server stops first. */
 bool srv_worker_is_standby(void);
 /* The standby worker, for `cumux status`: -1 none kept (CUMUX_STANDBY=0); else 1 ready, 0 starting or none
  * (*pid 0). */
 int srv_standby_state(pid_t *pid);
-int srv_standby_wait(volatile sig_atomic_t *stop);
+int srv_standby_wait(volatile sig_atomic_t *stop, const struct srv_mirror_ops *mirror);
 int64_t srv_wall_ms(void);
 
 /* placement.c: which SMs a client's kernels may use (reservations, thread percentages: green contexts).

@@ -205,32 +205,9 @@ bool srv_worker_is_standby(void)
     return go_fd >= 0;
 }
 
-int srv_standby_wait(volatile sig_atomic_t *stop)
-{
-    sup_send(SUP_STANDBY, NULL, 0, 0);
-    struct sup_go g;
-    size_t got = 0;
-    while (got < sizeof g && !*stop) { /* a stop that came while the GPUs started: not a read to wait on */
-        ssize_t n = read(go_fd, (char *)&g + got, sizeof g - got);
-        if (n > 0) {
-            got += (size_t)n;
-        } else if (n == 0 || errno != EINTR || *stop) {
-            return -1; /* the supervisor is gone, or stops the server */
-        }
-    }
-    if (got < sizeof g)
-        return -1;
-    close(go_fd);
-    go_fd = -1;
-    srv_nfaults = g.nfaults;
-    srv_worker_restarts = g.restarts;
-    memcpy(srv_faults, g.faults, sizeof srv_faults);
-    return 0;
-}
-
 /* ---- kept descriptors of clients' memory chunks ---- */
 
-enum keep_kind { KEEP_CHUNK = 1, KEEP_DROP, KEEP_DROP_CLIENT, KEEP_TAKE, KEEP_TAKE_END };
+enum keep_kind { KEEP_CHUNK = 1, KEEP_DROP, KEEP_DROP_CLIENT, KEEP_TAKE, KEEP_TAKE_END, KEEP_MIRROR, KEEP_UNMIRROR };
 
 struct keep_msg {
     uint32_t kind;
@@ -240,11 +217,17 @@ struct keep_msg {
     uint64_t base, size, token;
     uint32_t uid;
     uint32_t reserved;
+    uint64_t id;
 };
 
 uint64_t srv_arena_hint, srv_arena_hint_size;
 static struct srv_kept_chunk *kept; /* the supervisor's: every chunk a worker handed over, not yet dropped */
+static bool *kept_mirrored;         /* kept[i] was handed to the standby to map ahead */
 static size_t nkept, capkept;
+static uint64_t next_kept_id;
+static uint64_t *unmirror;          /* chunks the standby mapped ahead that went since: to tell it */
+static size_t nunmirror, capunmirror;
+static bool mirror_on;              /* the standby is ready: chunks go to it as they come */
 static int keep_active = -1, keep_standby = -1; /* the supervisor's ends of the workers' sockets */
 
 static void keep_send(const struct keep_msg *m, int fd)
@@ -256,13 +239,77 @@ static void keep_send(const struct keep_msg *m, int fd)
 static struct keep_msg keep_msg_of(uint32_t kind, const struct srv_kept_chunk *k)
 {
     return (struct keep_msg){.kind = kind, .client = k->client, .gpu = k->gpu, .pid = k->pid, .base = k->base,
-                             .size = k->size, .token = k->token, .uid = k->uid};
+                             .size = k->size, .token = k->token, .uid = k->uid, .id = k->id};
 }
 
 static struct srv_kept_chunk kept_of(const struct keep_msg *m, int fd)
 {
     return (struct srv_kept_chunk){.client = m->client, .gpu = m->gpu, .base = m->base, .size = m->size,
-                                   .token = m->token, .pid = m->pid, .uid = m->uid, .fd = fd};
+                                   .token = m->token, .pid = m->pid, .uid = m->uid, .fd = fd, .id = m->id};
+}
+
+/* A chunk to map ahead, or one that went, as the standby reads them (waiting, or taking over). */
+static void mirror_message(const struct keep_msg *m, int fd, const struct srv_mirror_ops *mirror)
+{
+    if (m->kind == KEEP_MIRROR && fd >= 0 && mirror) {
+        struct srv_kept_chunk k = kept_of(m, fd);
+        mirror->add(&k);
+        return;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (m->kind == KEEP_UNMIRROR && mirror)
+        mirror->remove(m->id);
+}
+
+/* A message the waiting standby read that is not about mapping ahead (the handover's first, should it
+ * come before the word to go), for srv_standby_take. */
+static struct keep_msg held_msg;
+static int held_fd = -1;
+static bool held;
+
+int srv_standby_wait(volatile sig_atomic_t *stop, const struct srv_mirror_ops *mirror)
+{
+    sup_send(SUP_STANDBY, NULL, 0, 0);
+    struct sup_go g;
+    size_t got = 0;
+    while (got < sizeof g && !*stop) { /* a stop that came while the GPUs started: not a read to wait on */
+        struct pollfd pf[2] = {{.fd = go_fd, .events = POLLIN}, {.fd = held ? -1 : keep_fd, .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (pf[0].revents) { /* the word to go first: the handover follows it */
+            ssize_t n = read(go_fd, (char *)&g + got, sizeof g - got);
+            if (n > 0)
+                got += (size_t)n;
+            else if (n == 0 || (errno != EINTR && errno != EAGAIN) || *stop)
+                return -1; /* the supervisor is gone, or stops the server */
+            continue;
+        }
+        if (pf[1].revents) {
+            struct keep_msg m;
+            int fd = -1;
+            if (cumux_sock_recv(keep_fd, &m, sizeof m, &fd) < 0)
+                return -1; /* the supervisor is gone */
+            if (m.kind == KEEP_MIRROR || m.kind == KEEP_UNMIRROR) {
+                mirror_message(&m, fd, mirror);
+            } else {
+                held_msg = m;
+                held_fd = fd;
+                held = true;
+            }
+        }
+    }
+    if (got < sizeof g)
+        return -1;
+    close(go_fd);
+    go_fd = -1;
+    srv_nfaults = g.nfaults;
+    srv_worker_restarts = g.restarts;
+    memcpy(srv_faults, g.faults, sizeof srv_faults);
+    return 0;
 }
 
 void srv_supervisor_keep(const struct srv_kept_chunk *k)
@@ -283,9 +330,9 @@ void srv_supervisor_drop_client(uint32_t client)
     keep_send(&m, -1);
 }
 
-#define HAND_OVER_WAIT_MS 5000 /* the most a handover of chunks waits on the other side */
+#define HAND_OVER_WAIT_MS 5000 /* the most the standby waits for the handover's next message */
 
-size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap)
+size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap, const struct srv_mirror_ops *mirror)
 {
     size_t n = 0;
     for (;;) {
@@ -294,11 +341,22 @@ size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap)
         /* A supervisor that stopped sending (gone, or it could not) leaves the rest: never waited for
          * without end, since no client is served meanwhile. */
         struct pollfd p = {.fd = keep_fd, .events = POLLIN};
-        if (keep_fd >= 0 && poll(&p, 1, HAND_OVER_WAIT_MS) <= 0) {
+        if (!held && keep_fd >= 0 && poll(&p, 1, HAND_OVER_WAIT_MS) <= 0) {
             cumux_logf("the supervisor stopped handing over chunks after %zu: going on without the rest", n);
             return n;
         }
-        if (keep_fd < 0 || cumux_sock_recv(keep_fd, &m, sizeof m, &fd) < 0 || m.kind != KEEP_TAKE) {
+        bool got;
+        if (held) {
+            m = held_msg, fd = held_fd, got = true;
+            held = false;
+        } else {
+            got = keep_fd >= 0 && cumux_sock_recv(keep_fd, &m, sizeof m, &fd) == 0;
+        }
+        if (got && (m.kind == KEEP_MIRROR || m.kind == KEEP_UNMIRROR)) { /* sent before the takeover */
+            mirror_message(&m, fd, mirror);
+            continue;
+        }
+        if (!got || m.kind != KEEP_TAKE) {
             if (fd >= 0)
                 close(fd);
             return n;
@@ -334,6 +392,8 @@ static void kept_note(void)
     }
 }
 
+static void unmirror_later(uint64_t id);
+
 /* Supervisor: what a worker said of its chunks. */
 static void keep_read(int sock)
 {
@@ -351,15 +411,20 @@ static void keep_read(int sock)
             if (nkept == capkept) {
                 size_t nc = capkept ? capkept * 2 : 64;
                 struct srv_kept_chunk *nv = realloc(kept, nc * sizeof *nv);
-                if (!nv) {
+                if (nv)
+                    kept = nv;
+                bool *nm = nv ? realloc(kept_mirrored, nc * sizeof *nm) : NULL;
+                if (!nm) {
                     close(fd);
                     cumux_logf("no memory to keep a chunk's descriptor: it will not outlive its worker");
                     continue;
                 }
-                kept = nv;
+                kept_mirrored = nm;
                 capkept = nc;
             }
-            kept[nkept++] = kept_of(&m, fd);
+            kept[nkept] = kept_of(&m, fd);
+            kept[nkept].id = ++next_kept_id;
+            kept_mirrored[nkept++] = false;
             continue;
         }
         if (fd >= 0)
@@ -367,13 +432,74 @@ static void keep_read(int sock)
         for (size_t i = 0; i < nkept;) {
             if ((m.kind == KEEP_DROP && kept[i].base == m.base) ||
                 (m.kind == KEEP_DROP_CLIENT && kept[i].client == m.client)) {
+                if (kept_mirrored[i])
+                    unmirror_later(kept[i].id);
                 close(kept[i].fd);
                 kept[i] = kept[--nkept];
+                kept_mirrored[i] = kept_mirrored[nkept];
             } else {
                 i++;
             }
         }
     }
+}
+
+/* ---- mapping ahead in the standby ----
+ * Mapping a chunk costs the worker taking over milliseconds each (65 ms for 8 on the H200), and its
+ * clients wait for theirs before they come back: so the ready standby gets each chunk as it comes and
+ * maps it at once, and is told when one goes. Sent without waiting: what does not fit now goes at the
+ * next round of the supervisor's loop; a chunk not mapped ahead is mapped at the takeover, as before. */
+
+static void unmirror_later(uint64_t id)
+{
+    if (nunmirror == capunmirror) {
+        size_t nc = capunmirror ? capunmirror * 2 : 64;
+        uint64_t *nv = realloc(unmirror, nc * sizeof *nv);
+        if (!nv) { /* the standby keeps a stale mapping until it takes over (it unmaps it then) */
+            mirror_on = false;
+            return;
+        }
+        unmirror = nv;
+        capunmirror = nc;
+    }
+    unmirror[nunmirror++] = id;
+}
+
+/* A new standby (or none): nothing of the old one's is mapped there. */
+static void mirror_reset(bool ready)
+{
+    for (size_t i = 0; i < nkept; i++)
+        kept_mirrored[i] = false;
+    nunmirror = 0;
+    mirror_on = ready;
+}
+
+/* What the standby has not been told yet; true while some is left. */
+static bool mirror_flush(void)
+{
+    if (!mirror_on || keep_standby < 0)
+        return false;
+    size_t sent = 0;
+    for (; sent < nunmirror; sent++) {
+        struct keep_msg m = {.kind = KEEP_UNMIRROR, .id = unmirror[sent]};
+        if (cumux_sock_send_now(keep_standby, &m, sizeof m, -1) < 0)
+            break;
+    }
+    if (sent) {
+        memmove(unmirror, unmirror + sent, (nunmirror - sent) * sizeof *unmirror);
+        nunmirror -= sent;
+    }
+    if (nunmirror)
+        return true;
+    for (size_t i = 0; i < nkept; i++) {
+        if (kept_mirrored[i])
+            continue;
+        struct keep_msg m = keep_msg_of(KEEP_MIRROR, &kept[i]);
+        if (cumux_sock_send_now(keep_standby, &m, sizeof m, kept[i].fd) < 0)
+            return true;
+        kept_mirrored[i] = true;
+    }
+    return false;
 }
 
 /* To the standby taking over, which reads them as they come: its socket (non-blocking here) holds a few
@@ -399,7 +525,8 @@ static void keep_hand_over(bool to_standby)
     if (keep_active >= 0)
         keep_read(keep_active); /* what the failed worker said last */
     size_t handed = 0;
-    uint64_t deadline = cumux_now_ns() + HAND_OVER_WAIT_MS * 1000000ull;
+    /* In all, time for a standby still mapping ahead what it was sent before (milliseconds a chunk). */
+    uint64_t deadline = cumux_now_ns() + 4 * HAND_OVER_WAIT_MS * 1000000ull;
     for (size_t i = 0; to_standby && keep_standby >= 0 && i < nkept; i++) {
         struct keep_msg m = keep_msg_of(KEEP_TAKE, &kept[i]);
         handed += send_to_standby(&m, kept[i].fd, deadline) == 0;
@@ -420,6 +547,7 @@ static void keep_hand_over(bool to_standby)
     }
     for (size_t i = 0; i < nkept; i++)
         kept[i].client = UINT32_MAX; /* the old worker's ids: the new worker drops these by address */
+    mirror_reset(false); /* the next standby maps them anew */
     kept_note();
     if (keep_active >= 0)
         close(keep_active);
@@ -480,6 +608,7 @@ static pid_t fork_worker(int rep[2], bool standby, int *go_out)
         if (keep_standby >= 0)
             close(keep_standby);
         keep_standby = ks[0];
+        mirror_reset(false); /* until it is ready */
     } else {
         if (keep_active >= 0)
             close(keep_active);
@@ -533,6 +662,7 @@ static void describe_exit(int st, char *why, size_t len)
 /* Stopping: the standby goes too, and the supervisor waits for it. */
 static void end_standby(int *standby_go)
 {
+    mirror_reset(false);
     /* Its pipe first: a standby waiting to be told to go reads the end of it and stops. */
     if (*standby_go >= 0)
         close(*standby_go);
@@ -608,15 +738,19 @@ int srv_supervise(int *ready_fd)
                 standby_failures++;
             }
         }
-        struct pollfd pf[3] = {{.fd = rep[0], .events = POLLIN},
+        /* The standby's socket when what it must be told did not all fit. */
+        bool mirror_left = mirror_flush();
+        struct pollfd pf[4] = {{.fd = rep[0], .events = POLLIN},
                                {.fd = chld_pipe[0], .events = POLLIN},
-                               {.fd = keep_active, .events = POLLIN}};
+                               {.fd = keep_active, .events = POLLIN},
+                               {.fd = mirror_left ? keep_standby : -1, .events = POLLOUT}};
         int wait_ms = 1000;
         if (standby_not_before > now_ns && standby_not_before - now_ns < 1000000000ull)
             wait_ms = (int)((standby_not_before - now_ns) / 1000000) + 1;
-        poll(pf, keep_active >= 0 ? 3 : 2, wait_ms);
+        poll(pf, 4, wait_ms);
         if (keep_active >= 0)
             keep_read(keep_active);
+        mirror_flush();
         char drain[64];
         while (read(chld_pipe[0], drain, sizeof drain) > 0)
             ;
@@ -653,6 +787,8 @@ int srv_supervise(int *ready_fd)
                     srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT].recovered_ms = m.rec.recovered_ms;
             } else if (m.kind == SUP_STANDBY && m.from == sup_standby) {
                 standby_ready = true;
+                mirror_reset(true);
+                mirror_flush();
                 standby_failures = 0;
                 standby_note(sup_standby, true);
             }
@@ -664,6 +800,7 @@ int srv_supervise(int *ready_fd)
             describe_exit(st, why, sizeof why);
             if (w == sup_standby) {
                 sup_standby = 0;
+                mirror_reset(false);
                 standby_note(0, false);
                 if (standby_go >= 0)
                     close(standby_go), standby_go = -1;

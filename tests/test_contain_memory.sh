@@ -165,7 +165,10 @@ wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander of ma
 client=""
 grep 'took over' "$log" | tail -n 1 | grep -q 'took over 600 of 600 chunk' ||
     fail "not every chunk taken over: $(grep 'took over\|handed' "$log" | tail -n 2)"
-echo "many chunks: $(grep 'took over' "$log" | tail -n 1 | sed 's/.*: took/took/; s/ at their.*//'); $(grep 'serving again' "$log" | tail -n 1 | sed 's/.*: //')"
+# The ready standby had mapped them ahead, as they came (all of them, unless the fault came first).
+grep 'took over' "$log" | tail -n 1 | grep -q '([1-9][0-9]* mapped ahead)' ||
+    fail "no chunk mapped ahead by the standby: $(grep 'took over' "$log" | tail -n 1)"
+echo "many chunks: $(grep 'took over' "$log" | tail -n 1 | sed 's/.*: took/took/; s/ of the failed worker.*addresses//; s/; kept.*//'); $(grep 'serving again' "$log" | tail -n 1 | sed 's/.*: //')"
 serve_one "$tmp/run.out" || fail "no program served after the fault beside many chunks"
 # Work left on the per-thread stream, which no stream object of the program claims: that stream, the
 # event behind it and the context say it was lost; its own stream and the legacy one do not.
