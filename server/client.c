@@ -54,6 +54,37 @@ _Static_assert(offsetof(struct cumux_shm, mark_word) ==
                    offsetof(struct cumux_shm, hostfn_stream_done) + sizeof(((struct cumux_shm *)0)->hostfn_stream_done),
                "the marks' page follows the host-function words");
 
+/* Whether a stream can wait on pinned host memory (hostfn.c's words): asked once, at the worker's start,
+ * with one wait (already satisfied) on a page of the server's own. Never on a client's word: a wait for 0
+ * is held by a word of 0x80000000 or more (GEQ compares cyclically), which the client may write before the
+ * GPU gets there, and its memory stream would never end, nor anything that waits for the context (a free,
+ * the reaper's unregistering): every client's cleanup would stop behind it. */
+static bool host_waits_ok;
+
+void srv_host_waits_probe(void)
+{
+    uint32_t *page = aligned_alloc(4096, 4096);
+    if (!page)
+        return;
+    memset(page, 0, 4096);
+    CUdeviceptr d = 0;
+    CUstream s = NULL;
+    if (cuMemHostRegister(page, 4096, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS) {
+        CUstreamBatchMemOpParams w;
+        memset(&w, 0, sizeof w);
+        w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+        w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+        host_waits_ok = cuMemHostGetDevicePointer(&d, page, 0) == CUDA_SUCCESS &&
+                        cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                        (w.waitValue.address = d, cuStreamBatchMemOp(s, 1, &w, 0) == CUDA_SUCCESS) &&
+                        cuStreamSynchronize(s) == CUDA_SUCCESS;
+        if (s)
+            cuStreamDestroy(s);
+        cuMemHostUnregister(page);
+    }
+    free(page);
+}
+
 void srv_worker_begin(struct srv_client *c)
 {
     if (srv_gpu_count == 0)
@@ -74,15 +105,9 @@ void srv_worker_begin(struct srv_client *c)
         cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
     void *words = (void *)c->shm->hostfn_stream_done;
     CUdeviceptr d = c->words_pinned;
+    CUstream ms;
     if (d) {
-        /* And a stream can wait on it (one wait, already satisfied, on the client's memory stream). */
-        CUstream ms;
-        CUstreamBatchMemOpParams w;
-        memset(&w, 0, sizeof w);
-        w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-        w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-        if (mem_stream(c, 0, &ms) == CUDA_SUCCESS &&
-            (w.waitValue.address = d, cuStreamBatchMemOp(ms, 1, &w, 0) == CUDA_SUCCESS)) {
+        if (host_waits_ok && mem_stream(c, 0, &ms) == CUDA_SUCCESS) {
             c->hostfn_words = d;
             c->mark_words = d + sizeof c->shm->hostfn_stream_done; /* the page after (marks.c) */
         } else {

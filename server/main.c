@@ -1394,6 +1394,7 @@ int main(int argc, char **argv)
     if (srv_gpu_count > 0) {
         cuCtxSetCurrent(srv_gpus[0].ctx);
         srv_marks_init();
+        srv_host_waits_probe();
         srv_channel_spares_start(); /* a standby's are there for the programs coming back to it */
     }
     if (srv_worker_is_standby()) {

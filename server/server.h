@@ -360,6 +360,8 @@ void srv_client_free(struct srv_client *c);
  * staging events), then step (one command from the ring, msg at least CUMUX_MAX_MSG bytes: 1 ran one,
  * 0 the ring is empty, -1 the client broke the protocol and is now dead), then srv_client_release_all. */
 void srv_worker_begin(struct srv_client *c);
+/* At the worker's start (a GPU's context current): whether streams can wait on pinned host memory. */
+void srv_host_waits_probe(void);
 int srv_worker_step(struct srv_client *c, uint64_t *tail, void *msg);
 extern int srv_wake_fd; /* a worker writes here when it finishes */
 
