@@ -83,6 +83,10 @@ void srv_host_waits_probe(void)
         cuMemHostUnregister(page);
     }
     free(page);
+    if (host_waits_ok)
+        cumux_debugf("streams wait on pinned host memory: host functions release their streams from the GPU");
+    else
+        cumux_logf("streams cannot wait on pinned host memory here: the driver's thread waits for each host function");
 }
 
 void srv_worker_begin(struct srv_client *c)

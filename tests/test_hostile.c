@@ -22,6 +22,8 @@
  *                   of memory not a graph's, a conditional node with a foreign handle or 2^20 bodies
  *   wait-orphan     a client goes while its streams wait on words of its memory nobody will write (its
  *                   worker waited forever in the final synchronization); waits no value can satisfy
+ *   hostfn-never    a client whose streams wait for host functions it never runs goes while its worker
+ *                   synchronizes one of them
  *   resume-claims   RESUME_MEMORY (taking memory back after a worker change) from a client that did not
  *                   come back, with counts its payload does not hold (2^32-1 of them), and from one that
  *                   came back with a made-up token naming another client's buffer: refused or nothing
@@ -697,6 +699,39 @@ static void case_wait_orphan(void)
     check_server_ok("after wait-orphan");
 }
 
+/* ---- hostfn-never: host functions the client never runs, a synchronize waiting for them, and it goes ---- */
+static void case_hostfn_never(void)
+{
+    struct session a;
+    session_open(&a);
+    uint32_t fa = vec_add_function(&a);
+    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
+    uint32_t st = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    /* Its own stream and the legacy one each wait for a function nobody will run, work queued behind; a
+     * synchronize of each is asked for (one way: no answer will come), and the client goes. */
+    uint32_t streams[2] = {st, a.stream};
+    for (int i = 0; i < 2; i++) {
+        struct cumux_host_func hf = {.stream = streams[i], .id = 1 + (uint64_t)i};
+        put_msg(&a.c, CUMUX_OP_HOST_FUNC, CUMUX_NO_REPLY, &hf, sizeof hf);
+        a.stream = streams[i];
+        launch_vec_add(&a, fa, 1024);
+    }
+    struct handle_body h = {.handle = st};
+    put_msg(&a.c, CUMUX_OP_STREAM_SYNC, CUMUX_NO_REPLY, &h, sizeof h);
+    usleep(200000); /* its worker is in the synchronize by now */
+    session_close(&a);
+    int n = -1;
+    for (int i = 0; i < 100 && n != 0; i++) {
+        if (test_cumux_status(cli, &n) != 0)
+            n = -1;
+        if (n != 0)
+            usleep(100000);
+    }
+    CHECK(n == 0, "the client that went with a synchronize waiting for its host functions is still listed 10 s later "
+                  "(%d clients)", n);
+    check_server_ok("after hostfn-never");
+}
+
 /* ---- vmm-foreign: one client's VMM objects are out of another's reach ---- */
 static void case_vmm_foreign(void)
 {
@@ -964,6 +999,8 @@ int main(int argc, char **argv)
             case_ipc_owner_frees();
         else if (!strcmp(name, "wait-orphan"))
             case_wait_orphan();
+        else if (!strcmp(name, "hostfn-never"))
+            case_hostfn_never();
         else if (!strcmp(name, "resume-claims"))
             case_resume_claims();
         else if (!strcmp(name, "scribble-all"))
