@@ -1,6 +1,5 @@
 /* A client of the server: its shared-memory channel and the worker thread that runs its commands. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +48,6 @@ static void profile_log(const struct srv_client *c, const struct op_profile *p)
 #define COMEBACK_WATCH_NS 2000000000ull
 #define COMEBACK_SLOW_NS 2000000ull
 
-#define GPU_WORDS_BYTES SRV_GPU_WORDS_BYTES
 _Static_assert(offsetof(struct cumux_shm, mark_word) ==
                    offsetof(struct cumux_shm, hostfn_stream_done) + sizeof(((struct cumux_shm *)0)->hostfn_stream_done),
                "the marks' page follows the host-function words");
@@ -274,7 +272,7 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
 static void channel_release(struct srv_client *c)
 {
     if (c->words_pinned)
-        srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, GPU_WORDS_BYTES, NULL);
+        srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, SRV_GPU_WORDS_BYTES, NULL);
     if (c->staging_registered) {
         srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
         srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);

@@ -645,6 +645,19 @@ static void mem_op(struct session *s, uint32_t stream, uint32_t op, uint64_t add
     put_msg(&s->c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
 }
 
+/* A client that went is no longer listed within 10 s (its streams' waits released, its cleanup done). */
+static void expect_clients_gone(const char *who)
+{
+    int n = -1;
+    for (int i = 0; i < 100 && n != 0; i++) {
+        if (test_cumux_status(cli, &n) != 0)
+            n = -1;
+        if (n != 0)
+            usleep(100000);
+    }
+    CHECK(n == 0, "%s is still listed 10 s later (%d clients)", who, n);
+}
+
 static void case_wait_orphan(void)
 {
     struct session a;
@@ -688,14 +701,7 @@ static void case_wait_orphan(void)
     CHECK(r == CUDA_ERROR_NOT_READY, "a stream waiting for a word nobody wrote: %d", r);
     /* It goes: its streams must finish (the wrapper then finds all it held freed, and no client left). */
     session_close(&a);
-    int n = -1;
-    for (int i = 0; i < 100 && n != 0; i++) {
-        if (test_cumux_status(cli, &n) != 0)
-            n = -1;
-        if (n != 0)
-            usleep(100000);
-    }
-    CHECK(n == 0, "the client that went with its streams waiting is still listed 10 s later (%d clients)", n);
+    expect_clients_gone("the client that went with its streams waiting");
     check_server_ok("after wait-orphan");
 }
 
@@ -708,7 +714,7 @@ static void case_hostfn_never(void)
     struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
     uint32_t st = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
     /* Its own stream and the legacy one each wait for a function nobody will run, work queued behind; a
-     * synchronize of each is asked for (one way: no answer will come), and the client goes. */
+     * synchronize of its own stream is asked for (one way: no answer will come), and the client goes. */
     uint32_t streams[2] = {st, a.stream};
     for (int i = 0; i < 2; i++) {
         struct cumux_host_func hf = {.stream = streams[i], .id = 1 + (uint64_t)i};
@@ -720,15 +726,7 @@ static void case_hostfn_never(void)
     put_msg(&a.c, CUMUX_OP_STREAM_SYNC, CUMUX_NO_REPLY, &h, sizeof h);
     usleep(200000); /* its worker is in the synchronize by now */
     session_close(&a);
-    int n = -1;
-    for (int i = 0; i < 100 && n != 0; i++) {
-        if (test_cumux_status(cli, &n) != 0)
-            n = -1;
-        if (n != 0)
-            usleep(100000);
-    }
-    CHECK(n == 0, "the client that went with a synchronize waiting for its host functions is still listed 10 s later "
-                  "(%d clients)", n);
+    expect_clients_gone("the client that went with a synchronize waiting for its host functions");
     check_server_ok("after hostfn-never");
 }
 
