@@ -44,7 +44,9 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
     }
     CHECK(srv_mem_charge(c, m->size));
     CUresult r;
-    if (srv_chunks_on()) { /* memory that can outlive the worker (chunks.c), whichever pool it is from */
+    /* Memory that can outlive the worker (chunks.c), from any pool but one with a maximum size, which
+     * only the driver's pool enforces. */
+    if (srv_chunks_on() && !pool->bounded) {
         uint64_t p64 = 0;
         r = srv_chunk_alloc(c, pool->gpu, m->size, &p64);
         ptr = p64;

@@ -28,6 +28,7 @@ static CUresult pool_new(struct srv_client *c, int gpu, uint64_t max_size, bool 
     }
     p->gpu = gpu;
     p->is_default = is_default;
+    p->bounded = max_size != 0;
     *out = p;
     return CUDA_SUCCESS;
 }

@@ -64,6 +64,7 @@ struct srv_pool {
     int gpu;
     uint32_t handle;
     bool is_default; /* the client's default pool of its GPU: not destroyed by the client */
+    bool bounded;    /* made with a maximum size: the driver's pool keeps it (chunks would not) */
 };
 
 enum srv_stream_kind { STREAM_LEGACY, STREAM_BLOCKING, STREAM_NONBLOCKING };
