@@ -61,6 +61,15 @@ one() {
     [ "$train" = 1 ] && R[$name,img]=$(kv "$out/$name.train.log" images_per_s)
     cases+=("$name")
     log "$name: p50 ${R[$name,p50]:-?} ms, p99 ${R[$name,p99]:-?} ms; training ${R[$name,img]:-?} img/s"
+    # A case without its figures says why here: the device tool brings back only a few of the log files.
+    if [ "$ipre" != true ] && [ -z "${R[$name,p99]}" ]; then
+        log "$name: the inference program gave no figures; the end of its log:"
+        tail -n 15 "$out/$name.infer.log"
+    fi
+    if [ "$train" = 1 ] && [ -z "${R[$name,img]}" ]; then
+        log "$name: the training gave no figures; the end of its log:"
+        tail -n 15 "$out/$name.train.log"
+    fi
 }
 if [ $do_native = 1 ]; then
     one native_alone 0 "" ""

@@ -9,11 +9,13 @@
  * table give the module whose code holds that PC; each client's modules are its own CUmodules. The format
  * is public (cuda-gdb's cudacoredump.h); this reads only what it needs, every offset bounds-checked.
  *
- * Off unless CUMUX_FAULT_COREDUMP=1: on the H200 (driver 580) with dumps on, the faulting program's
- * synchronization right after the fault answered CUDA_SUCCESS (now held while a dump exists:
- * fault.c srv_fault_hold_if_dumping; to be measured on the GPU), and a device-side assert surfaced as
- * CUDA_ERROR_LAUNCH_FAILED instead of CUDA_ERROR_ASSERT. Programs must see their fault's own error at
- * their next synchronization; naming the culprit must not cost that. */
+ * Off unless CUMUX_FAULT_COREDUMP=1, for what dumps cost the culprit: on the H200 (driver 580) with dumps
+ * on, natively too, the faulting stream's synchronize answers CUDA_SUCCESS some 90 ms before the context
+ * shows the error and the dump file appears (tools/probe_fault_culprit.c, 12-03: success at 229 ms, error
+ * at 317 ms, dump complete at 328 ms). A success answered while a dump exists is held (fault.c
+ * srv_fault_hold_if_dumping), which caught the illegal-address culprits of the 50-fault soak; a
+ * device-side assert's synchronize still came back CUDA_SUCCESS (12-03), its error at the next call. With
+ * dumps off every culprit gets its error at that synchronize, but beside other busy clients is not named. */
 
 #include <elf.h>
 #include <stdio.h>

@@ -35,11 +35,15 @@ static void wait_for_other_stream(CUmodule mod, CUdevice dev)
     long long cycles = gt_cycles_for_ms(dev, 100);
     int value = 1234;
     void *sargs[] = {&cycles, &data, &value};
+    /* The writer's work first: a wait that CUDA does not see as a dependency may hold every stream that
+     * shares its hardware queue, and so deadlock a writer queued behind it (cuStreamWaitValue32's warning);
+     * natively on the H200 the other order hung once. The spin's 100 ms keep the flag unwritten while s2
+     * queues its wait, so the copy still shows that s2 waited. */
+    CK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s1, sargs, NULL));
+    CK(cuStreamWriteValue32(s1, flag, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
     CK(cuStreamWaitValue32(s2, flag, 1, CU_STREAM_WAIT_VALUE_GEQ));
     void *cargs[] = {&data, &got};
     CK(cuLaunchKernel(copy, 1, 1, 1, 1, 1, 1, 0, s2, cargs, NULL));
-    CK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, s1, sargs, NULL));
-    CK(cuStreamWriteValue32(s1, flag, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
     CK(cuStreamSynchronize(s2));
     expect_u32(got, 1234, "the copy after a wait for the other stream's flag");
     CK(cuStreamSynchronize(s1));
