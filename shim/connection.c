@@ -1,5 +1,6 @@
 /* The shim's connection to cumuxd: cuInit, and the two ways a call travels (round trip or one way). */
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -588,11 +589,13 @@ static CUresult resume(void)
             t_connected = cumux_now_ns();
             pthread_mutex_lock(&shim.ring_lock);
             int old_sock = shim.sock;
+            struct cumux_shm *old_shm = shim.shm;
             use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
             work_end = 0;           /* the new ring's */
             atomic_store(&lost, 0);
             pthread_mutex_unlock(&shim.ring_lock);
             close(old_sock);
+            cumux_futex_wake(&old_shm->hostfn_posted, INT32_MAX); /* the host-function thread moves over */
             atomic_fetch_add(&shim_work_seq, 1); /* what was known idle was the old worker's */
             step = "its first messages";
             r = handshake(false);

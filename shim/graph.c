@@ -7,30 +7,7 @@
 
 #include "common/log.h"
 #include "shim/client.h"
-
-#define SHIM_MAGIC_GRAPH 0x47524131u
-#define SHIM_MAGIC_GRAPH_EXEC 0x47455831u
-#define SHIM_MAGIC_GRAPH_NODE 0x474e4431u
-
-struct CUgraph_st {
-    uint32_t magic;
-    uint32_t handle;
-    bool body; /* a conditional node's body: its node's, not to be destroyed */
-};
-
-struct CUgraphExec_st {
-    uint32_t magic;
-    uint32_t handle;
-    unsigned long long flags; /* as instantiated, for cuGraphExecGetFlags */
-};
-
-struct CUgraphNode_st {
-    uint32_t magic;
-    uint32_t handle;
-    struct CUgraph_st *graph;
-    uint8_t *args;   /* cuGraphKernelNodeGetParams's arguments, which the node owns */
-    void **argv;
-};
+#include "shim/graph.h"
 
 static __thread CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
@@ -251,7 +228,47 @@ CUresult cuGraphDestroy(CUgraph g)
     if (!graph_ok(g) || g->body)
         return CUDA_ERROR_INVALID_VALUE;
     g->magic = SHIM_MAGIC_DEAD;
+    if (!g->handle)
+        return CUDA_SUCCESS; /* it went with a failed worker: nothing is left to free */
     return shim_op_graph_destroy(g->handle);
+}
+
+struct shim_graph_recipe *(*shim_graph_record)(CUgraph g, const char **why_not);
+struct shim_list shim_graph_execs = SHIM_LIST_INIT;
+
+/* An instance changed after it was made: its recipe no longer says what it is. */
+static void exec_changed(CUgraphExec x)
+{
+    if (!x || !x->recipe)
+        return;
+    pthread_mutex_lock(&shim_graph_execs.lock);
+    free(x->recipe);
+    x->recipe = NULL;
+    x->why_not = "it was changed after its instantiation";
+    pthread_mutex_unlock(&shim_graph_execs.lock);
+}
+
+unsigned shim_graphs_forget(void)
+{
+    unsigned live = 0;
+    pthread_mutex_lock(&node_lock);
+    for (uint32_t i = 0; i < graphs_by_handle.cap; i++) {
+        struct CUgraph_st *g = graphs_by_handle.v[i];
+        if (g) {
+            live += g->magic == SHIM_MAGIC_GRAPH && !g->body;
+            g->handle = 0;
+            graphs_by_handle.v[i] = NULL;
+        }
+    }
+    for (uint32_t i = 0; i < nodes_by_handle.cap; i++) {
+        struct CUgraphNode_st *n = nodes_by_handle.v[i];
+        if (n) {
+            n->handle = 0;
+            nodes_by_handle.v[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&node_lock);
+    return live;
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags)
@@ -271,6 +288,13 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long
     e->handle = (uint32_t)handle;
     /* What the driver reports back (probed on the H200): USE_NODE_PRIORITY is not among them. */
     e->flags = flags & (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH);
+    e->instantiate_flags = flags;
+    if (shim.resume_token && shim_graph_record) {
+        /* Read back now, while this worker has the graph: a worker taking over after a fault makes the
+         * instance again from it (graph_resume.c). */
+        e->recipe = shim_graph_record(g, &e->why_not);
+        shim_list_add(&shim_graph_execs, e);
+    }
     *exec = e;
     return CUDA_SUCCESS;
 }
@@ -306,14 +330,30 @@ CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     if (!exec_ok(e))
         return CUDA_ERROR_INVALID_VALUE;
+    exec_changed(e); /* its recipe freed */
     e->magic = SHIM_MAGIC_DEAD;
+    if (!e->handle)
+        return CUDA_SUCCESS; /* it went with a failed worker: nothing is left to free */
     return shim_op_graph_exec_destroy(e->handle);
+}
+
+/* An instance that went with a failed worker and was not made again (graph_resume.c): said at once, not
+ * at the next synchronize, since the shim knows. */
+static CUresult exec_gone(void)
+{
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        cumux_logf("a graph instance made before the GPU worker failed, not made again, was launched: "
+                   "CUDA_ERROR_INVALID_HANDLE");
+    return CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult cuGraphLaunch(CUgraphExec e, CUstream h)
 {
     if (!exec_ok(e))
         return CUDA_ERROR_INVALID_VALUE;
+    if (!e->handle)
+        return exec_gone();
     uint32_t s;
     CUresult r = shim_resolve_stream(h, &s, NULL);
     return r == CUDA_SUCCESS ? shim_op_graph_launch(e->handle, s) : r;
@@ -323,6 +363,8 @@ CUresult cuGraphUpload(CUgraphExec e, CUstream h)
 {
     if (!exec_ok(e))
         return CUDA_ERROR_INVALID_VALUE;
+    if (!e->handle)
+        return exec_gone();
     uint32_t s;
     CUresult r = shim_resolve_stream(h, &s, NULL);
     return r == CUDA_SUCCESS ? shim_op_graph_upload(e->handle, s) : r;
@@ -333,6 +375,7 @@ CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo
     if (!exec_ok(e) || !graph_ok(g))
         return CUDA_ERROR_INVALID_VALUE;
     struct cumux_exec_update_reply rep = {0};
+    exec_changed(e);
     CUresult r = shim_op_graph_exec_update(e->handle, g->handle, &rep);
     if (info) {
         memset(info, 0, sizeof *info);
@@ -495,6 +538,7 @@ static CUresult set_memset(CUgraphExec x, CUgraphNode node, const CUDA_MEMSET_NO
 {
     if (!node_ok(node) || !p || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
+    exec_changed(x);
     struct {
         struct cumux_graph_set_node h;
         struct cumux_memset ms;
@@ -518,6 +562,7 @@ static CUresult set_host(CUgraphExec x, CUgraphNode node, const CUDA_HOST_NODE_P
 {
     if (!node_ok(node) || !p || !p->fn || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
+    exec_changed(x);
     uint64_t id = shim_hostfn_register(p->fn, p->userData, true);
     if (!id)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -596,6 +641,7 @@ static CUresult set_memcpy(CUgraphExec x, CUgraphNode node, const CUDA_MEMCPY3D 
 {
     if (!node_ok(node) || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
+    exec_changed(x);
     struct {
         struct cumux_graph_set_node h;
         struct cumux_copy_2d c;
@@ -693,6 +739,8 @@ static CUresult node_enabled(CUgraphExec x, CUgraphNode node, uint32_t set, unsi
 {
     if (!exec_ok(x) || !node_ok(node))
         return CUDA_ERROR_INVALID_VALUE;
+    if (set)
+        exec_changed(x);
     uint64_t v;
     CUresult r = shim_op_node_enabled(x->handle, node->handle, set, on && set ? *on != 0 : 0, &v);
     if (r == CUDA_SUCCESS && !set)
@@ -711,6 +759,7 @@ static CUresult set_kernel(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NO
 {
     if (!node_ok(node) || !p || (e && !exec_ok(e)))
         return CUDA_ERROR_INVALID_VALUE;
+    exec_changed(e);
     struct node_msg m = {0};
     struct cumux_graph_set_kernel_node h = {.node = node->handle, .exec = e ? e->handle : 0};
     CUresult r = msg_begin(&m, &h, sizeof h, NULL, 0, NULL);
@@ -819,6 +868,7 @@ static CUresult set_event(CUgraphExec x, CUgraphNode node, CUevent e, uint32_t w
 {
     if (!node_ok(node) || !event_ok(e) || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
+    exec_changed(x);
     return shim_op_node_set_event(node->handle, x ? x->handle : 0, e->handle, wait);
 }
 

@@ -27,12 +27,23 @@ static bool thread_running;
 static void *callback_thread(void *arg)
 {
     (void)arg;
-    struct cumux_shm *shm = shim.shm;
-    uint32_t consumed = atomic_load(&shm->hostfn_done);
+    struct cumux_shm *shm = NULL;
+    uint32_t consumed = 0;
     for (;;) {
+        /* After another program's fault the program comes back on a new channel (connection.c): its host
+         * functions are posted there from then on. */
+        struct cumux_shm *now = __atomic_load_n(&shim.shm, __ATOMIC_ACQUIRE);
+        if (!now)
+            return NULL;
+        if (now != shm) {
+            shm = now;
+            consumed = atomic_load(&shm->hostfn_done);
+        }
         uint32_t posted = atomic_load(&shm->hostfn_posted);
         if (posted == consumed) {
-            if (cumux_futex_wait(&shm->hostfn_posted, posted, 200000000) < 0 && !shim_server_alive())
+            /* A failed worker may be followed by one taking over: only without a way back does it end. */
+            if (cumux_futex_wait(&shm->hostfn_posted, posted, 200000000) < 0 && !shim_server_alive() &&
+                !shim.resume_token)
                 return NULL;
             continue;
         }

@@ -3,15 +3,16 @@
  * (primary and its own) and their legacy streams, its pools (default and its own), and its device memory, which the new worker has
  * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
  * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
- * and functions (with the attributes it set), and its pinned host memory. Not yet: graphs, arrays,
- * textures, IPC, context limits and configurations it set:
- * calls naming them fail as with an invalid handle. Module globals are the new worker's, at new addresses. */
+ * and functions (with the attributes it set), its pinned host memory, and its graph instances
+ * (graph_resume.c). Not yet: graphs themselves, arrays, textures, IPC, context limits and configurations
+ * it set: calls naming them fail as with an invalid handle. Module globals are the new worker's, at new addresses. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/channel.h"
 #include "common/log.h"
 #include "shim/client.h"
+#include "shim/graph.h"
 
 /* The allocations, in batches that fit a message. */
 static CUresult resume_memory(void)
@@ -69,7 +70,7 @@ static CUresult rebuild(const struct shim_lost_work *lw)
     }
     /* Each step's time goes in the log: coming back must take milliseconds (docs/faults.md). */
     uint64_t t = cumux_now_ns();
-    double ms[6] = {0};
+    double ms[7] = {0};
     CUresult r = shim_contexts_rebind();
     ms[0] = ms_since(&t);
     if (r == CUDA_SUCCESS)
@@ -88,6 +89,10 @@ static CUresult rebuild(const struct shim_lost_work *lw)
     if (r == CUDA_SUCCESS)
         r = shim_modules_rebind(&modules, &functions);
     ms[5] = ms_since(&t);
+    unsigned execs = 0, execs_lost = 0, graphs_lost = 0;
+    if (r == CUDA_SUCCESS) /* last: instances use the functions, events and memory made again above */
+        r = shim_graph_execs_rebind(&execs, &execs_lost, &graphs_lost);
+    ms[6] = ms_since(&t);
     if (r == CUDA_SUCCESS && lw->any) {
         /* The epoch moves on: what lost work says so once; what lost none stays caught up. Bits left
          * unclaimed are streams of no object here: per-thread streams, which are spared only without any. */
@@ -101,9 +106,9 @@ static CUresult rebuild(const struct shim_lost_work *lw)
     }
     if (r == CUDA_SUCCESS)
         cumux_logf("after the worker failed: made again %u stream(s), %u event(s), %u module(s) and librar(ies), "
-                   "%u function(s); %u range(s) of pinned host memory shared again (ms: contexts %.1f, pools %.1f, "
-                   "memory %.1f, host %.1f, streams %.1f, modules %.1f)", streams, events, modules, functions, host,
-                   ms[0], ms[1], ms[2], ms[3], ms[4], ms[5]);
+                   "%u function(s), %u graph instance(s); %u range(s) of pinned host memory shared again (ms: "
+                   "contexts %.1f, pools %.1f, memory %.1f, host %.1f, streams %.1f, modules %.1f, graphs %.1f)",
+                   streams, events, modules, functions, execs, host, ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6]);
     return r;
 }
 

@@ -84,15 +84,18 @@ for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over .* chunk' "$log")" -ge 2
 echo go >&3
 exec 3>&-
 wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander did not come back whole twice"; }
-[ "$(grep -c 'back after its worker failed: 2 chunk(s) taken back, 4 of 4 allocation(s) intact' "$log")" = 2 ] ||
+[ "$(grep -c 'back after its worker failed: 2 chunk(s) taken back, 5 of 5 allocation(s) intact' "$log")" = 2 ] ||
     fail "the bystander's memory not given back at the second fault: $(grep 'back after' "$log")"
 client=""
 grep -q '^PASS contain_bystander' "$tmp/hold.out" || fail "the bystander: $(tail -3 "$tmp/hold.out")"
-grep -q 'back after its worker failed: 2 chunk(s) taken back, 4 of 4 allocation(s) intact' "$log" ||
+grep -q 'back after its worker failed: 2 chunk(s) taken back, 5 of 5 allocation(s) intact' "$log" ||
     fail "the server did not give the bystander its memory back: $(grep 'back after' "$log")"
 # What it made before the fault was made again (not only handles that happen to be the same numbers).
-grep -q 'made again 1 stream(s), 2 event(s), 2 module(s) and librar(ies), 2 function(s); 1 range(s) of pinned host memory' "$tmp/hold.out" ||
+grep -q 'made again 1 stream(s), 2 event(s), 2 module(s) and librar(ies), 2 function(s), 2 graph instance(s); 1 range(s) of pinned host memory' "$tmp/hold.out" ||
     fail "the bystander's objects not made again: $(grep 'made again' "$tmp/hold.out")"
+# Its instance holding a child graph is not made again, and the log says why.
+grep -q '1 graph instance(s) and 1 graph(s) not made again.*child graph' "$tmp/hold.out" ||
+    fail "the graph instance not made again is not said: $(grep 'not made again' "$tmp/hold.out")"
 # A bystander with work queued and not seen to end at the fault lost it: it comes back, and that stream,
 # the event recorded behind the work and its context say CUDA_ERROR_LAUNCH_FAILED once each, its other
 # streams and events nothing (the program checks it), then it goes on.

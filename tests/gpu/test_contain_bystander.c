@@ -24,8 +24,14 @@
  * back), and it exits with status 3. A wrong result after calls that all succeeded fails the test.
  * With "wait-many" it holds only MANY allocations of 1 MiB (a chunk of its own each: more chunks than a
  * socket's buffer holds messages), each with a word of its own, waits, and checks every word.
+ * In every mode but "busy" and "wait-many" it also holds graph instances made before the fault: one of a
+ * graph built node by node (memset, kernel, then a copy and a host function), one of a graph captured on
+ * its stream (two kernels), and one of a graph holding a child graph. After the fault the first two run
+ * again with the same results; the third, which cumux does not make again, says CUDA_ERROR_INVALID_HANDLE
+ * (docs/faults.md), and destroying it, and the captured graph it kept, succeeds.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +60,116 @@ static void fill_words(CUdeviceptr p, size_t bytes, unsigned first)
         h[i] = first + (unsigned)i;
     CK(cuMemcpyHtoD(p, h, bytes));
     free(h);
+}
+
+/* Graph instances made before the fault. */
+enum { GW = 1024 };
+static _Atomic unsigned host_runs;
+
+static void CUDA_CB count_run(void *data)
+{
+    (void)data;
+    host_runs++;
+}
+
+struct graphs {
+    CUgraphExec built, captured, with_child;
+    CUgraph captured_graph;
+    CUdeviceptr buf; /* 3 * GW words: the built graph's target and copy, the captured graph's target */
+};
+
+static void make_graphs(struct graphs *G, CUfunction add, CUstream stream)
+{
+    CUcontext ctx;
+    CK(cuCtxGetCurrent(&ctx));
+    CK(cuMemAlloc(&G->buf, 3 * GW * 4));
+    CUdeviceptr target = G->buf, copy = G->buf + GW * 4, cap = G->buf + 2 * GW * 4;
+    unsigned long long n = GW;
+    unsigned four = 4, nine = 9, one = 1;
+    CUgraph g;
+    CK(cuGraphCreate(&g, 0));
+    CUgraphNode set, k, cp, host;
+    CUDA_MEMSET_NODE_PARAMS ms = {.dst = target, .value = 0x100, .elementSize = 4, .width = GW, .height = 1};
+    CK(cuGraphAddMemsetNode(&set, g, NULL, 0, &ms, ctx));
+    void *args[] = {&target, &n, &four};
+    CUDA_KERNEL_NODE_PARAMS kp = {.func = add, .gridDimX = GW / 256, .gridDimY = 1, .gridDimZ = 1,
+                                  .blockDimX = 256, .blockDimY = 1, .blockDimZ = 1, .kernelParams = args};
+    CK(cuGraphAddKernelNode(&k, g, &set, 1, &kp));
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = target;
+    c.dstDevice = copy;
+    c.WidthInBytes = GW * 4;
+    c.Height = c.Depth = 1;
+    CK(cuGraphAddMemcpyNode(&cp, g, &k, 1, &c, ctx));
+    CUDA_HOST_NODE_PARAMS hp = {.fn = count_run, .userData = NULL};
+    CK(cuGraphAddHostNode(&host, g, &k, 1, &hp));
+    CK(cuGraphInstantiate(&G->built, g, 0));
+    CK(cuGraphDestroy(g)); /* the instance lives on without it */
+    CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    void *a9[] = {&cap, &n, &nine}, *a1[] = {&cap, &n, &one};
+    CK(cuLaunchKernel(add, GW / 256, 1, 1, 256, 1, 1, 0, stream, a9, NULL));
+    CK(cuLaunchKernel(add, GW / 256, 1, 1, 256, 1, 1, 0, stream, a1, NULL));
+    CK(cuStreamEndCapture(stream, &G->captured_graph));
+    CK(cuGraphInstantiate(&G->captured, G->captured_graph, 0));
+    CUgraph child, parent;
+    CUgraphNode empty, holder;
+    CK(cuGraphCreate(&child, 0));
+    CK(cuGraphAddEmptyNode(&empty, child, NULL, 0));
+    CK(cuGraphCreate(&parent, 0));
+    CK(cuGraphAddChildGraphNode(&holder, parent, NULL, 0, child));
+    CK(cuGraphInstantiate(&G->with_child, parent, 0));
+    CK(cuGraphDestroy(parent));
+    CK(cuGraphDestroy(child));
+}
+
+static void expect_value(CUdeviceptr p, unsigned v, const char *what)
+{
+    unsigned *h = malloc(GW * 4);
+    if (!h)
+        gt_fail("out of host memory");
+    CK(cuMemcpyDtoH(h, p, GW * 4));
+    for (unsigned i = 0; i < GW; i++)
+        if (h[i] != v)
+            gt_fail("%s: word %u is 0x%x, expected 0x%x", what, i, h[i], v);
+    free(h);
+}
+
+/* Both instances run, on its stream, with results against what their nodes do; the one holding a child
+ * graph runs too, or, after a fault (gone), says CUDA_ERROR_INVALID_HANDLE. */
+static void run_graphs(struct graphs *G, CUstream stream, bool after_fault, const char *when)
+{
+    char what[160];
+    unsigned runs = host_runs;
+    CK(cuMemsetD32(G->buf + GW * 4, 0, GW));
+    CK(cuMemsetD32(G->buf + 2 * GW * 4, 0x500, GW));
+    CK(cuGraphLaunch(G->built, stream));
+    CK(cuGraphLaunch(G->captured, stream));
+    CK(cuStreamSynchronize(stream));
+    snprintf(what, sizeof what, "%s: the built graph's memset and +4", when);
+    expect_value(G->buf, 0x104, what);
+    snprintf(what, sizeof what, "%s: the built graph's copy", when);
+    expect_value(G->buf + GW * 4, 0x104, what);
+    snprintf(what, sizeof what, "%s: the captured graph's +9 and +1", when);
+    expect_value(G->buf + 2 * GW * 4, 0x50a, what);
+    if (host_runs != runs + 1)
+        gt_fail("%s: the built graph's host function ran %u times, not once", when, host_runs - runs);
+    CUresult r = cuGraphLaunch(G->with_child, stream);
+    CUresult want = after_fault ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+    if (r != want)
+        gt_fail("%s: launching the instance with a child graph returned %d, expected %d", when, (int)r, (int)want);
+    /* All seen to end, the legacy stream's memsets too: a fault now loses no work of this program. */
+    CK(cuCtxSynchronize());
+}
+
+static void destroy_graphs(struct graphs *G)
+{
+    CK(cuGraphExecDestroy(G->built));
+    CK(cuGraphExecDestroy(G->captured));
+    CK(cuGraphExecDestroy(G->with_child));
+    CK(cuGraphDestroy(G->captured_graph));
+    CK(cuMemFree(G->buf));
 }
 
 /* "busy": rounds of +1 on small until stdin has a line. A round whose work was lost at a fault (a call
@@ -206,6 +322,9 @@ int main(int argc, char **argv)
     CK(cuStreamSynchronize(CU_STREAM_PER_THREAD)); /* its per-thread default stream exists from here */
     if (is_busy)
         busy(small, SMALL, add0, stream);
+    struct graphs graphs;
+    make_graphs(&graphs, add0, stream);
+    run_graphs(&graphs, stream, false, "before the fault");
     CUevent on_legacy;
     CK(cuEventCreate(&on_legacy, CU_EVENT_DISABLE_TIMING));
     if (unsynced) {
@@ -242,6 +361,7 @@ int main(int argc, char **argv)
     }
     /* Its memory, where it was. */
     expect_words(small, SMALL, 0x1000, "the small allocation after the fault");
+    run_graphs(&graphs, stream, wait, "after the fault");
     expect_words(big, BIG, 0x200000, "the large allocation after the fault");
     expect_words(async, ASYNC, 0x3000000, "the stream-ordered allocation after the fault");
     expect_words(pooled, POOLED, 0x4000000, "the memory from its own pool after the fault");
@@ -318,7 +438,9 @@ int main(int argc, char **argv)
         CK(cuLaunchKernel(add0, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 1024, stream, args0, NULL));
         CK(cuStreamSynchronize(stream));
         expect_words(big, BIG, 0x200000 + 17, "the large allocation after the old kernel added 5 again");
+        run_graphs(&graphs, stream, true, "after a second fault");
     }
+    destroy_graphs(&graphs);
     CK(cuMemFree(small));
     CK(cuMemFree(big));
     CK(cuMemFreeAsync(async, NULL));
