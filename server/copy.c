@@ -38,8 +38,10 @@ CUresult op_copy(struct srv_client *c, const struct cumux_copy *m, struct srv_st
     after_op(stream);
     if (r == CUDA_SUCCESS && answered) {
         r = cuStreamSynchronize(stream->cu);
-        if (r == CUDA_SUCCESS)
-            srv_usage_synced(c); /* a synchronous copy ends what came before it (usage.c) */
+        if (r == CUDA_SUCCESS) {
+            srv_usage_synced(c);          /* a synchronous copy ends what came before it (usage.c) */
+            srv_stream_confirmed(stream); /* and a fault now loses nothing of that stream */
+        }
         r = take_pending(c, r);
     }
     return r;
@@ -93,8 +95,12 @@ CUresult op_copy_2d(struct srv_client *c, const struct cumux_copy_2d *m, struct 
     CHECK(before_op(stream));
     CUresult r = copy_2d_async(dt, m->dst, m->dst_pitch, st, m->src, m->src_pitch, m->width, m->height, stream->cu);
     after_op(stream);
-    if (r == CUDA_SUCCESS && answered)
-        r = take_pending(c, cuStreamSynchronize(stream->cu));
+    if (r == CUDA_SUCCESS && answered) {
+        r = cuStreamSynchronize(stream->cu);
+        if (r == CUDA_SUCCESS)
+            srv_stream_confirmed(stream);
+        r = take_pending(c, r);
+    }
     return r;
 }
 
@@ -223,8 +229,10 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
     after_op(stream);
     if (r != CUDA_SUCCESS)
         cuStreamSynchronize(stream->cu); /* no copy may still be writing into a slot the client reuses */
-    else
+    else {
         srv_usage_synced(c); /* its last chunk came after everything before it on the stream */
+        srv_stream_confirmed(stream);
+    }
     return take_pending(c, r);
 }
 

@@ -159,8 +159,10 @@ static void run_graphs(struct graphs *G, CUstream stream, bool after_fault, cons
     CUresult want = after_fault ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
     if (r != want)
         gt_fail("%s: launching the instance with a child graph returned %d, expected %d", when, (int)r, (int)want);
-    /* All seen to end, the legacy stream's memsets too: a fault now loses no work of this program. */
-    CK(cuCtxSynchronize());
+    CK(cuStreamSynchronize(stream));
+    /* All seen to end: the legacy stream's memsets by the synchronous copies behind them, which the
+     * server counts as seeing that stream end. A fault now loses no work of this program (were the copies
+     * not counted, its context would say CUDA_ERROR_LAUNCH_FAILED after the fault, failing the test). */
 }
 
 static void destroy_graphs(struct graphs *G)
