@@ -227,6 +227,7 @@ CUresult cuGraphDestroy(CUgraph g)
 {
     if (!graph_ok(g) || g->body)
         return CUDA_ERROR_INVALID_VALUE;
+    shim_graph_changed(NULL, g); /* its recipe freed */
     g->magic = SHIM_MAGIC_DEAD;
     if (!g->handle)
         return CUDA_SUCCESS; /* it went with a failed worker: nothing is left to free */
@@ -236,26 +237,42 @@ CUresult cuGraphDestroy(CUgraph g)
 struct shim_graph_recipe *(*shim_graph_record)(CUgraph g, const char **why_not);
 struct shim_list shim_graph_execs = SHIM_LIST_INIT;
 
-/* An instance changed after it was made: its recipe no longer says what it is. */
-static void exec_changed(CUgraphExec x)
+void shim_graph_changed(CUgraphExec x, CUgraph g)
 {
-    if (!x || !x->recipe)
+    if (!(x && x->recipe) && !(g && g->recipe))
         return;
     pthread_mutex_lock(&shim_graph_execs.lock);
-    free(x->recipe);
-    x->recipe = NULL;
-    x->why_not = "it was changed after its instantiation";
+    if (x && x->recipe) {
+        free(x->recipe);
+        x->recipe = NULL;
+        x->why_not = "it was changed after its instantiation";
+    }
+    if (g) {
+        free(g->recipe);
+        g->recipe = NULL;
+    }
     pthread_mutex_unlock(&shim_graph_execs.lock);
 }
 
-unsigned shim_graphs_forget(void)
+/* A change through a node: to the instance when one is named, else to the node's graph. */
+static void changed(CUgraphExec x, CUgraphNode node)
+{
+    shim_graph_changed(x, x ? NULL : node->graph);
+}
+
+unsigned shim_graphs_forget(CUgraph **kept, size_t *nkept)
 {
     unsigned live = 0;
+    size_t n = 0;
     pthread_mutex_lock(&node_lock);
+    CUgraph *k = calloc(graphs_by_handle.cap + 1, sizeof *k);
     for (uint32_t i = 0; i < graphs_by_handle.cap; i++) {
         struct CUgraph_st *g = graphs_by_handle.v[i];
         if (g) {
-            live += g->magic == SHIM_MAGIC_GRAPH && !g->body;
+            bool alive = g->magic == SHIM_MAGIC_GRAPH && !g->body;
+            live += alive;
+            if (alive && g->recipe && k)
+                k[n++] = g;
             g->handle = 0;
             graphs_by_handle.v[i] = NULL;
         }
@@ -268,7 +285,36 @@ unsigned shim_graphs_forget(void)
         }
     }
     pthread_mutex_unlock(&node_lock);
+    *kept = k;
+    *nkept = n;
     return live;
+}
+
+void shim_graph_adopt(CUgraph g, uint32_t handle)
+{
+    pthread_mutex_lock(&node_lock);
+    void **slot = shim_table_slot(&graphs_by_handle, handle);
+    if (slot) {
+        g->handle = handle;
+        *slot = g;
+    }
+    pthread_mutex_unlock(&node_lock);
+}
+
+void shim_graph_node_adopt(CUgraphNode obj, CUgraphNode made)
+{
+    pthread_mutex_lock(&node_lock);
+    void **slot = shim_table_slot(&nodes_by_handle, made->handle);
+    if (slot && *slot == made) {
+        obj->handle = made->handle;
+        obj->graph = made->graph;
+        obj->magic = SHIM_MAGIC_GRAPH_NODE;
+        *slot = obj;
+        free(made->args);
+        free(made->argv);
+        free(made);
+    }
+    pthread_mutex_unlock(&node_lock);
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags)
@@ -294,6 +340,14 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long
          * instance again from it (graph_resume.c). */
         e->recipe = shim_graph_record(g, &e->why_not);
         shim_list_add(&shim_graph_execs, e);
+        /* The graph, unchanged from now on, can be made again from the same recipe. */
+        struct shim_graph_recipe *copy = e->recipe ? malloc(e->recipe->bytes) : NULL;
+        if (copy)
+            memcpy(copy, e->recipe, e->recipe->bytes);
+        pthread_mutex_lock(&shim_graph_execs.lock);
+        free(g->recipe);
+        g->recipe = copy;
+        pthread_mutex_unlock(&shim_graph_execs.lock);
     }
     *exec = e;
     return CUDA_SUCCESS;
@@ -330,7 +384,7 @@ CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     if (!exec_ok(e))
         return CUDA_ERROR_INVALID_VALUE;
-    exec_changed(e); /* its recipe freed */
+    shim_graph_changed(e, NULL); /* its recipe freed */
     e->magic = SHIM_MAGIC_DEAD;
     if (!e->handle)
         return CUDA_SUCCESS; /* it went with a failed worker: nothing is left to free */
@@ -375,7 +429,7 @@ CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo
     if (!exec_ok(e) || !graph_ok(g))
         return CUDA_ERROR_INVALID_VALUE;
     struct cumux_exec_update_reply rep = {0};
-    exec_changed(e);
+    shim_graph_changed(e, NULL);
     CUresult r = shim_op_graph_exec_update(e->handle, g->handle, &rep);
     if (info) {
         memset(info, 0, sizeof *info);
@@ -467,6 +521,7 @@ static CUresult msg_kernel(struct node_msg *m, const CUDA_KERNEL_NODE_PARAMS *p)
 
 static CUresult msg_send_node(uint16_t op, struct node_msg *m, CUgraph g, CUgraphNode *out)
 {
+    shim_graph_changed(NULL, g); /* a node or edge added or taken away */
     struct cumux_u64_reply rep;
     CUresult r = shim_call(op, m->buf, m->len, &rep, sizeof rep, NULL);
     free(m->buf);
@@ -538,7 +593,7 @@ static CUresult set_memset(CUgraphExec x, CUgraphNode node, const CUDA_MEMSET_NO
 {
     if (!node_ok(node) || !p || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
-    exec_changed(x);
+    changed(x, node);
     struct {
         struct cumux_graph_set_node h;
         struct cumux_memset ms;
@@ -562,7 +617,7 @@ static CUresult set_host(CUgraphExec x, CUgraphNode node, const CUDA_HOST_NODE_P
 {
     if (!node_ok(node) || !p || !p->fn || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
-    exec_changed(x);
+    changed(x, node);
     uint64_t id = shim_hostfn_register(p->fn, p->userData, true);
     if (!id)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -641,7 +696,7 @@ static CUresult set_memcpy(CUgraphExec x, CUgraphNode node, const CUDA_MEMCPY3D 
 {
     if (!node_ok(node) || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
-    exec_changed(x);
+    changed(x, node);
     struct {
         struct cumux_graph_set_node h;
         struct cumux_copy_2d c;
@@ -729,6 +784,7 @@ CUresult cuGraphDestroyNode(CUgraphNode node)
     if (!node_ok(node))
         return CUDA_ERROR_INVALID_VALUE;
     struct cumux_node_query q = {.node = node->handle};
+    changed(NULL, node);
     CUresult r = shim_call(CUMUX_OP_NODE_DESTROY, &q, sizeof q, NULL, 0, NULL);
     if (r == CUDA_SUCCESS)
         node->magic = SHIM_MAGIC_DEAD;
@@ -740,7 +796,7 @@ static CUresult node_enabled(CUgraphExec x, CUgraphNode node, uint32_t set, unsi
     if (!exec_ok(x) || !node_ok(node))
         return CUDA_ERROR_INVALID_VALUE;
     if (set)
-        exec_changed(x);
+        shim_graph_changed(x, NULL);
     uint64_t v;
     CUresult r = shim_op_node_enabled(x->handle, node->handle, set, on && set ? *on != 0 : 0, &v);
     if (r == CUDA_SUCCESS && !set)
@@ -759,7 +815,7 @@ static CUresult set_kernel(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NO
 {
     if (!node_ok(node) || !p || (e && !exec_ok(e)))
         return CUDA_ERROR_INVALID_VALUE;
-    exec_changed(e);
+    changed(e, node);
     struct node_msg m = {0};
     struct cumux_graph_set_kernel_node h = {.node = node->handle, .exec = e ? e->handle : 0};
     CUresult r = msg_begin(&m, &h, sizeof h, NULL, 0, NULL);
@@ -824,6 +880,7 @@ CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode *d
         return CUDA_ERROR_INVALID_VALUE;
     if (edges)
         return cumux_unsupported("cuStreamBeginCaptureToGraph with edge data");
+    shim_graph_changed(NULL, g);
     atomic_store(&shim_ever_captured, true);
     struct node_msg m = {0};
     struct cumux_capture_begin_to_graph body = {.stream = s, .graph = g->handle, .mode = (uint32_t)mode,
@@ -868,7 +925,7 @@ static CUresult set_event(CUgraphExec x, CUgraphNode node, CUevent e, uint32_t w
 {
     if (!node_ok(node) || !event_ok(e) || (x && !exec_ok(x)))
         return CUDA_ERROR_INVALID_VALUE;
-    exec_changed(x);
+    changed(x, node);
     return shim_op_node_set_event(node->handle, x ? x->handle : 0, e->handle, wait);
 }
 
@@ -1214,6 +1271,7 @@ static CUresult add_cond_node(CUgraphNode *node, CUgraph g, const CUgraphNode *d
     }
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
     uint32_t len = 0;
+    shim_graph_changed(NULL, g);
     r = shim_call(CUMUX_OP_GRAPH_ADD_COND_NODE, m.buf, m.len, buf, sizeof buf, &len);
     free(m.buf);
     if (r != CUDA_SUCCESS)
@@ -1576,6 +1634,7 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode 
         return r;
     }
     struct cumux_graph_mem_alloc_reply rep;
+    shim_graph_changed(NULL, g);
     r = shim_call(CUMUX_OP_GRAPH_ADD_MEM_ALLOC_NODE, m.buf, m.len, &rep, sizeof rep, NULL);
     free(m.buf);
     if (r != CUDA_SUCCESS)

@@ -8,42 +8,21 @@
  * keeps its CUgraphExec. Its functions, events, pinned host memory and device memory are already back at
  * that point (resume.c makes them first), at the same addresses, so the same parameters mean the same work.
  *
- * Not made again, and answered CUDA_ERROR_INVALID_HANDLE from then on (destroying them succeeds): graphs
- * (CUgraph) and their nodes, which the program may have changed since; an instance changed after its
- * instantiation (cuGraphExec*SetParams, cuGraphExecUpdate, cuGraphNodeSetEnabled); an instance holding a
- * node of a kind other than kernel, memset, copy, host function, event record or wait, or empty (memory
- * allocation and free nodes, whose memory is the driver's, child graphs, conditional nodes...). */
+ * A graph (CUgraph) unchanged since its last such instantiation is made again from the same recipe, and
+ * keeps its object and its nodes' objects.
+ *
+ * Not made again, and answered CUDA_ERROR_INVALID_HANDLE from then on (destroying them succeeds): a graph
+ * never instantiated, or changed since (a node or edge added or taken away, a node's parameters set), and
+ * its nodes; an instance changed after its instantiation (cuGraphExec*SetParams, cuGraphExecUpdate,
+ * cuGraphNodeSetEnabled); a graph or instance holding a node of a kind other than kernel, memset, copy,
+ * host function, event record or wait, or empty (memory allocation and free nodes, whose memory is the
+ * driver's, child graphs, conditional nodes...). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "shim/client.h"
 #include "shim/graph.h"
-
-struct recipe_kernel {
-    CUfunction f;
-    unsigned grid[3], block[3], shared;
-    size_t args_at; /* offset of its argument bytes in the recipe's args */
-};
-
-struct recipe_node {
-    CUgraphNodeType type;
-    union {
-        struct recipe_kernel kernel;
-        CUDA_MEMSET_NODE_PARAMS memset;
-        CUDA_MEMCPY3D memcpy;
-        CUDA_HOST_NODE_PARAMS host;
-        CUevent event;
-    } p;
-};
-
-struct shim_graph_recipe {
-    size_t nodes, edges;
-    struct recipe_node *node; /* nodes of them */
-    uint32_t *edge;           /* 2 * edges: from and to, as indices into node */
-    uint8_t *args;            /* the kernels' argument bytes */
-    /* then the arrays themselves, in the same allocation */
-};
 
 struct node_index {
     CUgraphNode node;
@@ -146,27 +125,27 @@ static struct shim_graph_recipe *record(CUgraph g, const char **why_not)
     }
     for (size_t i = 0; i < n && !why; i++) {
         why = read_node(nodes[i], &rn[i], &args, &args_len);
+        rn[i].obj = nodes[i];
         ix[i] = (struct node_index){nodes[i], (uint32_t)i};
     }
     if (why)
         goto out;
     qsort(ix, n, sizeof *ix, by_node);
     size_t node_bytes = n * sizeof *rn, edge_bytes = 2 * ne * sizeof(uint32_t);
-    r = malloc(sizeof *r + node_bytes + edge_bytes + args_len + 1);
+    size_t bytes = sizeof *r + node_bytes + edge_bytes + args_len;
+    r = malloc(bytes);
     if (!r) {
         why = "out of memory";
         goto out;
     }
-    r->nodes = n;
-    r->edges = ne;
-    r->node = (struct recipe_node *)(r + 1);
-    r->edge = (uint32_t *)((uint8_t *)r->node + node_bytes);
-    r->args = (uint8_t *)r->edge + edge_bytes;
-    memcpy(r->node, rn, node_bytes);
+    *r = (struct shim_graph_recipe){.bytes = bytes, .nodes = n, .edges = ne, .args_len = args_len};
+    if (node_bytes)
+        memcpy(recipe_nodes(r), rn, node_bytes);
     if (args_len)
-        memcpy(r->args, args, args_len);
+        memcpy(recipe_args(r), args, args_len);
+    uint32_t *edge = recipe_edges(r);
     for (size_t i = 0; i < ne && !why; i++)
-        if (!index_of(ix, n, from[i], &r->edge[2 * i]) || !index_of(ix, n, to[i], &r->edge[2 * i + 1]))
+        if (!index_of(ix, n, from[i], &edge[2 * i]) || !index_of(ix, n, to[i], &edge[2 * i + 1]))
             why = "an edge names a node the graph does not list";
     if (why) {
         free(r);
@@ -199,7 +178,7 @@ static CUresult add_node(CUgraph g, const struct shim_graph_recipe *r, const str
         if (!argv)
             return CUDA_ERROR_OUT_OF_MEMORY;
         for (uint32_t i = 0; i < f->nparams; i++)
-            argv[i] = r->args + rn->p.kernel.args_at + f->params[i].offset;
+            argv[i] = recipe_args(r) + rn->p.kernel.args_at + f->params[i].offset;
         CUDA_KERNEL_NODE_PARAMS k = {.func = rn->p.kernel.f,
                                      .gridDimX = rn->p.kernel.grid[0],
                                      .gridDimY = rn->p.kernel.grid[1],
@@ -228,28 +207,38 @@ static CUresult add_node(CUgraph g, const struct shim_graph_recipe *r, const str
     }
 }
 
-/* The instance's graph made again in the new worker, and instantiated; its handle in *handle. */
-static CUresult make_again(const struct shim_graph_recipe *r, unsigned long long flags, uint32_t *handle)
+/* The recipe's nodes and edges added to g (empty); the nodes made, in the recipe's order, in made. */
+static CUresult build(CUgraph g, const struct shim_graph_recipe *r, CUgraphNode *made)
 {
     enum { EDGE_BATCH = 512 };
+    const struct recipe_node *rn = recipe_nodes(r);
+    const uint32_t *edge = recipe_edges(r);
+    CUgraphNode *from = calloc(EDGE_BATCH, sizeof *from), *to = calloc(EDGE_BATCH, sizeof *to);
+    CUresult res = from && to ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; res == CUDA_SUCCESS && i < r->nodes; i++)
+        res = add_node(g, r, &rn[i], &made[i]);
+    for (size_t i = 0; res == CUDA_SUCCESS && i < r->edges; i += EDGE_BATCH) {
+        size_t k = r->edges - i < EDGE_BATCH ? r->edges - i : EDGE_BATCH;
+        for (size_t j = 0; j < k; j++) {
+            from[j] = made[edge[2 * (i + j)]];
+            to[j] = made[edge[2 * (i + j) + 1]];
+        }
+        res = cuGraphAddDependencies(g, from, to, NULL, k);
+    }
+    free(from);
+    free(to);
+    return res;
+}
+
+/* An instance made again from its recipe, through a graph of its own; its handle in *handle. */
+static CUresult make_instance(const struct shim_graph_recipe *r, unsigned long long flags, uint32_t *handle)
+{
     CUgraph g;
     CUresult res = cuGraphCreate(&g, 0);
     if (res != CUDA_SUCCESS)
         return res;
     CUgraphNode *made = calloc(r->nodes + 1, sizeof *made);
-    CUgraphNode *from = calloc(EDGE_BATCH, sizeof *from), *to = calloc(EDGE_BATCH, sizeof *to);
-    if (!made || !from || !to)
-        res = CUDA_ERROR_OUT_OF_MEMORY;
-    for (size_t i = 0; res == CUDA_SUCCESS && i < r->nodes; i++)
-        res = add_node(g, r, &r->node[i], &made[i]);
-    for (size_t i = 0; res == CUDA_SUCCESS && i < r->edges; i += EDGE_BATCH) {
-        size_t k = r->edges - i < EDGE_BATCH ? r->edges - i : EDGE_BATCH;
-        for (size_t j = 0; j < k; j++) {
-            from[j] = made[r->edge[2 * (i + j)]];
-            to[j] = made[r->edge[2 * (i + j) + 1]];
-        }
-        res = cuGraphAddDependencies(g, from, to, NULL, k);
-    }
+    res = made ? build(g, r, made) : CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t h = 0;
     if (res == CUDA_SUCCESS)
         res = shim_op_graph_instantiate(g->handle, flags, &h);
@@ -257,15 +246,47 @@ static CUresult make_again(const struct shim_graph_recipe *r, unsigned long long
         *handle = (uint32_t)h;
     cuGraphDestroy(g); /* the instance keeps what it needs, as in CUDA */
     free(made);
-    free(from);
-    free(to);
     return res;
 }
 
-CUresult shim_graph_execs_rebind(unsigned *made, unsigned *lost, unsigned *graphs_lost)
+/* The program's graph object made again, with its node objects. */
+static CUresult make_graph(CUgraph g)
 {
-    *made = *lost = 0;
-    *graphs_lost = shim_graphs_forget(); /* before any new graph takes a handle the old ones had */
+    uint64_t h;
+    CUresult res = shim_op_graph_create(0, &h);
+    if (res != CUDA_SUCCESS)
+        return res;
+    shim_graph_adopt(g, (uint32_t)h);
+    struct shim_graph_recipe *r = g->recipe;
+    g->recipe = NULL; /* adding the nodes counts as changing the graph: the recipe is put back after */
+    CUgraphNode *made = calloc(r->nodes + 1, sizeof *made);
+    res = made ? build(g, r, made) : CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; res == CUDA_SUCCESS && i < r->nodes; i++)
+        shim_graph_node_adopt(recipe_nodes(r)[i].obj, made[i]);
+    free(made);
+    g->recipe = r; /* for the next fault; freed by the caller when this one failed */
+    return res;
+}
+
+CUresult shim_graph_execs_rebind(unsigned *made, unsigned *lost, unsigned *graphs_made, unsigned *graphs_lost)
+{
+    *made = *lost = *graphs_made = 0;
+    CUgraph *kept = NULL;
+    size_t nkept = 0;
+    unsigned live = shim_graphs_forget(&kept, &nkept); /* before any new graph takes a handle the old ones had */
+    for (size_t i = 0; i < nkept; i++) {
+        CUgraph g = kept[i];
+        if (make_graph(g) == CUDA_SUCCESS) {
+            (*graphs_made)++;
+            continue;
+        }
+        if (g->handle) /* made in part: what was made is let go, and the graph is gone */
+            shim_op_graph_destroy(g->handle);
+        g->handle = 0;
+        shim_graph_changed(NULL, g);
+    }
+    free(kept);
+    *graphs_lost = live - *graphs_made;
     const char *first_why = NULL;
     pthread_mutex_lock(&shim_graph_execs.lock);
     for (size_t i = 0; i < shim_graph_execs.n; i++) {
@@ -274,7 +295,7 @@ CUresult shim_graph_execs_rebind(unsigned *made, unsigned *lost, unsigned *graph
             continue;
         e->handle = 0;
         uint32_t h;
-        CUresult res = e->recipe ? make_again(e->recipe, e->instantiate_flags, &h) : CUDA_ERROR_NOT_SUPPORTED;
+        CUresult res = e->recipe ? make_instance(e->recipe, e->instantiate_flags, &h) : CUDA_ERROR_NOT_SUPPORTED;
         if (res == CUDA_SUCCESS) {
             e->handle = h;
             (*made)++;
@@ -292,7 +313,8 @@ CUresult shim_graph_execs_rebind(unsigned *made, unsigned *lost, unsigned *graph
     pthread_mutex_unlock(&shim_graph_execs.lock);
     if (*lost || *graphs_lost)
         cumux_logf("after the worker failed: %u graph instance(s) and %u graph(s) not made again (calls naming "
-                   "them return CUDA_ERROR_INVALID_HANDLE)%s%s",
+                   "them return CUDA_ERROR_INVALID_HANDLE; a graph is made again only as it was at an "
+                   "instantiation)%s%s",
                    *lost, *graphs_lost, first_why ? "; an instance because " : "", first_why ? first_why : "");
     return CUDA_SUCCESS;
 }

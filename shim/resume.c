@@ -3,7 +3,7 @@
  * (primary and its own) and their legacy streams, its pools (default and its own), and its device memory, which the new worker has
  * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
  * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
- * and functions (with the attributes it set), its pinned host memory, and its graph instances
+ * and functions (with the attributes it set), its pinned host memory, and its graphs and graph instances
  * (graph_resume.c). Not yet: graphs themselves, arrays, textures, IPC, context limits and configurations
  * it set: calls naming them fail as with an invalid handle. Module globals are the new worker's, at new addresses. */
 #include <stdlib.h>
@@ -89,9 +89,9 @@ static CUresult rebuild(const struct shim_lost_work *lw)
     if (r == CUDA_SUCCESS)
         r = shim_modules_rebind(&modules, &functions);
     ms[5] = ms_since(&t);
-    unsigned execs = 0, execs_lost = 0, graphs_lost = 0;
-    if (r == CUDA_SUCCESS) /* last: instances use the functions, events and memory made again above */
-        r = shim_graph_execs_rebind(&execs, &execs_lost, &graphs_lost);
+    unsigned execs = 0, execs_lost = 0, graphs = 0, graphs_lost = 0;
+    if (r == CUDA_SUCCESS) /* last: graphs use the functions, events and memory made again above */
+        r = shim_graph_execs_rebind(&execs, &execs_lost, &graphs, &graphs_lost);
     ms[6] = ms_since(&t);
     if (r == CUDA_SUCCESS && lw->any) {
         /* The epoch moves on: what lost work says so once; what lost none stays caught up. Bits left
@@ -106,9 +106,11 @@ static CUresult rebuild(const struct shim_lost_work *lw)
     }
     if (r == CUDA_SUCCESS)
         cumux_logf("after the worker failed: made again %u stream(s), %u event(s), %u module(s) and librar(ies), "
-                   "%u function(s), %u graph instance(s); %u range(s) of pinned host memory shared again (ms: "
-                   "contexts %.1f, pools %.1f, memory %.1f, host %.1f, streams %.1f, modules %.1f, graphs %.1f)",
-                   streams, events, modules, functions, execs, host, ms[0], ms[1], ms[2], ms[3], ms[4], ms[5], ms[6]);
+                   "%u function(s), %u graph(s), %u graph instance(s); %u range(s) of pinned host memory shared "
+                   "again (ms: contexts %.1f, pools %.1f, memory %.1f, host %.1f, streams %.1f, modules %.1f, "
+                   "graphs %.1f)",
+                   streams, events, modules, functions, graphs, execs, host, ms[0], ms[1], ms[2], ms[3], ms[4],
+                   ms[5], ms[6]);
     return r;
 }
 

@@ -91,7 +91,7 @@ grep -q '^PASS contain_bystander' "$tmp/hold.out" || fail "the bystander: $(tail
 grep -q 'back after its worker failed: 2 chunk(s) taken back, 5 of 5 allocation(s) intact' "$log" ||
     fail "the server did not give the bystander its memory back: $(grep 'back after' "$log")"
 # What it made before the fault was made again (not only handles that happen to be the same numbers).
-grep -q 'made again 1 stream(s), 2 event(s), 2 module(s) and librar(ies), 2 function(s), 2 graph instance(s); 1 range(s) of pinned host memory' "$tmp/hold.out" ||
+grep -q 'made again 1 stream(s), 2 event(s), 2 module(s) and librar(ies), 2 function(s), 1 graph(s), 2 graph instance(s); 1 range(s) of pinned host memory' "$tmp/hold.out" ||
     fail "the bystander's objects not made again: $(grep 'made again' "$tmp/hold.out")"
 # Its instance holding a child graph is not made again, and the log says why.
 grep -q '1 graph instance(s) and 1 graph(s) not made again.*child graph' "$tmp/hold.out" ||

@@ -26,9 +26,11 @@
  * socket's buffer holds messages), each with a word of its own, waits, and checks every word.
  * In every mode but "busy" and "wait-many" it also holds graph instances made before the fault: one of a
  * graph built node by node (memset, kernel, then a copy and a host function), one of a graph captured on
- * its stream (two kernels), and one of a graph holding a child graph. After the fault the first two run
- * again with the same results; the third, which cumux does not make again, says CUDA_ERROR_INVALID_HANDLE
- * (docs/faults.md), and destroying it, and the captured graph it kept, succeeds.
+ * its stream (two kernels), and one of a graph holding a child graph; and two graphs: the captured one,
+ * with its nodes, and one never instantiated. After the fault the first two instances run again with the
+ * same results, the captured graph is instantiated again and runs, its nodes are its nodes; the instance
+ * with a child graph and the graph never instantiated, which cumux does not make again, say
+ * CUDA_ERROR_INVALID_HANDLE (docs/faults.md), and destroying them succeeds.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <poll.h>
 #include <stdatomic.h>
@@ -74,7 +76,8 @@ static void CUDA_CB count_run(void *data)
 
 struct graphs {
     CUgraphExec built, captured, with_child;
-    CUgraph captured_graph;
+    CUgraph captured_graph, loose;
+    CUgraphNode captured_nodes[2];
     CUdeviceptr buf; /* 3 * GW words: the built graph's target and copy, the captured graph's target */
 };
 
@@ -113,6 +116,13 @@ static void make_graphs(struct graphs *G, CUfunction add, CUstream stream)
     CK(cuLaunchKernel(add, GW / 256, 1, 1, 256, 1, 1, 0, stream, a1, NULL));
     CK(cuStreamEndCapture(stream, &G->captured_graph));
     CK(cuGraphInstantiate(&G->captured, G->captured_graph, 0));
+    size_t nn = 2;
+    CK(cuGraphGetNodes(G->captured_graph, G->captured_nodes, &nn));
+    if (nn != 2)
+        gt_fail("the captured graph has %zu nodes, not 2", nn);
+    CUgraphNode loose_node;
+    CK(cuGraphCreate(&G->loose, 0));
+    CK(cuGraphAddEmptyNode(&loose_node, G->loose, NULL, 0));
     CUgraph child, parent;
     CUgraphNode empty, holder;
     CK(cuGraphCreate(&child, 0));
@@ -159,6 +169,29 @@ static void run_graphs(struct graphs *G, CUstream stream, bool after_fault, cons
     CUresult want = after_fault ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
     if (r != want)
         gt_fail("%s: launching the instance with a child graph returned %d, expected %d", when, (int)r, (int)want);
+    size_t nn = 0;
+    r = cuGraphGetNodes(G->loose, NULL, &nn);
+    if (r != want)
+        gt_fail("%s: the nodes of the graph never instantiated: %d, expected %d", when, (int)r, (int)want);
+    /* The captured graph: its nodes the same objects, instantiated again, run. */
+    CUgraphNode nodes[2] = {NULL, NULL};
+    nn = 2;
+    CK(cuGraphGetNodes(G->captured_graph, nodes, &nn));
+    for (int i = 0; i < 2; i++) {
+        CUgraphNodeType type;
+        CK(cuGraphNodeGetType(G->captured_nodes[i], &type));
+        if (nn != 2 || nodes[i] != G->captured_nodes[i] || type != CU_GRAPH_NODE_TYPE_KERNEL)
+            gt_fail("%s: the captured graph's node %d is not the one it had (%zu nodes, type %d)", when, i, nn,
+                    (int)type);
+    }
+    CUgraphExec again;
+    CK(cuGraphInstantiate(&again, G->captured_graph, 0));
+    CK(cuMemsetD32(G->buf + 2 * GW * 4, 0x700, GW));
+    CK(cuGraphLaunch(again, stream));
+    CK(cuStreamSynchronize(stream));
+    snprintf(what, sizeof what, "%s: the captured graph instantiated again", when);
+    expect_value(G->buf + 2 * GW * 4, 0x70a, what);
+    CK(cuGraphExecDestroy(again));
     CK(cuStreamSynchronize(stream));
     /* All seen to end: the legacy stream's memsets by the synchronous copies behind them, which the
      * server counts as seeing that stream end. A fault now loses no work of this program (were the copies
@@ -171,6 +204,7 @@ static void destroy_graphs(struct graphs *G)
     CK(cuGraphExecDestroy(G->captured));
     CK(cuGraphExecDestroy(G->with_child));
     CK(cuGraphDestroy(G->captured_graph));
+    CK(cuGraphDestroy(G->loose));
     CK(cuMemFree(G->buf));
 }
 
