@@ -15,6 +15,9 @@ struct CUarray_st {
     CUDA_ARRAY3D_DESCRIPTOR desc;
 };
 
+/* Arrays the program holds: they do not come back after another program's fault (shim_arrays_live). */
+static _Atomic unsigned live_arrays;
+
 static struct CUarray_st *array_of(CUarray a)
 {
     return a && a->magic == SHIM_MAGIC_ARRAY ? a : NULL;
@@ -43,6 +46,7 @@ CUresult cuArray3DCreate(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
     a->magic = SHIM_MAGIC_ARRAY;
     a->handle = (uint32_t)h;
     a->desc = *d;
+    live_arrays++;
     *out = a;
     return CUDA_SUCCESS;
 }
@@ -62,8 +66,10 @@ CUresult cuArrayDestroy(CUarray h)
     if (!a)
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = shim_op_array_destroy(a->handle);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         a->magic = SHIM_MAGIC_DEAD; /* kept: a stale handle is refused, not followed */
+        live_arrays--;
+    }
     return r;
 }
 
@@ -511,4 +517,12 @@ CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *res, CUsurfObject s)
         return CUDA_ERROR_INVALID_VALUE;
     *res = e.res;
     return CUDA_SUCCESS;
+}
+
+unsigned shim_arrays_live(void)
+{
+    pthread_mutex_lock(&tex_lock);
+    unsigned n = atomic_load(&live_arrays) + (unsigned)ntex;
+    pthread_mutex_unlock(&tex_lock);
+    return n;
 }

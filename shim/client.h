@@ -278,6 +278,10 @@ struct shim_list {
 };
 #define SHIM_LIST_INIT {NULL, 0, 0, PTHREAD_MUTEX_INITIALIZER}
 void shim_list_add(struct shim_list *l, void *p);
+/* array.c: how many arrays, texture and surface objects the program holds. They do not come back after
+ * another program's fault: an array's contents are the failed worker's memory, and a texture or surface
+ * object's value, which kernels take as an argument, is the failed context's. */
+unsigned shim_arrays_live(void);
 /* module.c: the function object of a server function handle, or NULL */
 struct CUfunc_st *shim_function_of(uint32_t handle);
 /* stream.c: events by server handle (event objects are never freed): remember one; the live one of a

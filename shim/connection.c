@@ -77,8 +77,15 @@ bool shim_server_alive(void)
     return true;
 }
 
+/* The fault's error, kept when coming back failed after the new worker took the program: every call
+ * returns it from then on, as after a fault without a way back. */
+static _Atomic int32_t gave_up_error;
+
 CUresult shim_lost_error(void)
 {
+    int32_t g = atomic_load(&gave_up_error);
+    if (g)
+        return (CUresult)g;
     int32_t f = shim.shm ? atomic_load(&shim.shm->server_fault) : 0;
     return f ? (CUresult)f : CUDA_ERROR_MPS_CONNECTION_FAILED;
 }
@@ -632,6 +639,15 @@ static CUresult resume(void)
         cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d) at %s, "
                    "attempt %d, %.1f ms after it began", (int)fault, (int)r, step, attempt + 1,
                    (t_end - t_begin) / 1e6);
+        if (t_connected) {
+            /* The new worker has the program, with some of what it held made again and some not: no call
+             * may go there (a handle not made again may name another object). It fails as without a way
+             * back, for good, and the worker lets go of it. */
+            atomic_store(&gave_up_error, (int32_t)fault);
+            atomic_store(&told_fatal, 1);
+            server_lost();
+            shutdown(shim.sock, SHUT_RDWR);
+        }
     }
     tls_resuming = false;
     atomic_store(&resuming, 0);

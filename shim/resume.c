@@ -4,8 +4,8 @@
  * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
  * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
  * and functions (with the attributes it set), its pinned host memory, and its graphs and graph instances
- * (graph_resume.c). Not yet: graphs themselves, arrays, textures, IPC, context limits and configurations
- * it set: calls naming them fail as with an invalid handle. Module globals are the new worker's, at new addresses. */
+ * (graph_resume.c). A program holding arrays, textures or surfaces does not come back (array.c); not yet:
+ * IPC, context limits and configurations it set. Module globals are the new worker's, at new addresses. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +61,13 @@ static double ms_since(uint64_t *t)
 
 static CUresult rebuild(const struct shim_lost_work *lw)
 {
+    unsigned arrays = shim_arrays_live();
+    if (arrays) {
+        cumux_logf("after the worker failed: this program holds %u array(s), texture or surface object(s), which "
+                   "cannot come back (their contents, and a texture's value, were the failed worker's): it "
+                   "does not come back", arrays);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     /* Which objects lost work, read while they still hold the failed worker's handles. */
     uint64_t unclaimed[CUMUX_LOST_STREAM_WORDS];
     memcpy(unclaimed, lw->streams, sizeof unclaimed);

@@ -184,5 +184,21 @@ echo go >&3
 exec 3>&-
 wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander with per-thread work did not come back right"; }
 client=""
+# A program holding an array does not come back (its contents were the failed worker's): every call of its
+# returns the fault's error, and the worker it reached lets go of it.
+wait_standby_ready 10 || fail "no standby ready for the bystander with an array"
+start_bystander wait-array "the bystander with an array"
+before=$(grep -c 'took over' "$log")
+"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (array)"
+for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over' "$log")" -gt "$before" ] && break; sleep 0.1; done
+echo go >&3
+exec 3>&-
+wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander with an array did not fail right"; }
+client=""
+grep -q '^bystander: did not come back (700)' "$tmp/hold.out" &&
+    grep -q 'holds 1 array(s), texture or surface object(s), which cannot come back' "$tmp/hold.out" ||
+    fail "the bystander with an array: $(tail -4 "$tmp/hold.out")"
+for ((i = 0; i < 100; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
+"$cli" status | grep -q '^clients: 0$' || fail "the bystander with an array still listed: $("$cli" status)"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

@@ -31,6 +31,9 @@
  * same results, the captured graph is instantiated again and runs, its nodes are its nodes; the instance
  * with a child graph and the graph never instantiated, which cumux does not make again, say
  * CUDA_ERROR_INVALID_HANDLE (docs/faults.md), and destroying them succeeds.
+ * With "wait-array" it holds an array with known contents and waits: arrays do not come back (their
+ * contents are the failed worker's), so after the fault its calls must return a fatal error, the same one
+ * each time, never a success; it says "bystander: did not come back (N)" and passes.
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <poll.h>
 #include <stdatomic.h>
@@ -301,10 +304,41 @@ static void wait_many(void)
     gt_pass();
 }
 
+/* "wait-array": a program holding an array through a fault does not come back. */
+static void wait_array(void)
+{
+    CUarray arr;
+    CUDA_ARRAY_DESCRIPTOR d = {.Width = 64, .Height = 1, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+    CK(cuArrayCreate(&arr, &d));
+    float h[64];
+    for (int i = 0; i < 64; i++)
+        h[i] = (float)i;
+    CK(cuMemcpyHtoA(arr, 0, h, sizeof h));
+    CK(cuCtxSynchronize());
+    printf("bystander: ready (an array)\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        gt_fail("no line on stdin");
+    CUresult first = cuCtxSynchronize();
+    CUdeviceptr p;
+    CUresult second = cuMemAlloc(&p, 4096);
+    CUresult third = cuMemcpyAtoH(h, arr, 0, sizeof h);
+    if (first == CUDA_SUCCESS || second != first || third != first)
+        gt_fail("after the fault a program holding an array got %d, %d, %d: expected the same fatal error",
+                (int)first, (int)second, (int)third);
+    printf("bystander: did not come back (%d)\n", (int)first);
+    gt_pass();
+}
+
 int main(int argc, char **argv)
 {
     gt_begin("contain_bystander");
     gt_require_gpu();
+    if (argc > 1 && !strcmp(argv[1], "wait-array")) {
+        gt_primary_ctx(0, NULL);
+        wait_array();
+    }
     if (argc > 1 && !strcmp(argv[1], "wait-many")) {
         gt_primary_ctx(0, NULL);
         wait_many();
