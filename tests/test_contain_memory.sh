@@ -59,6 +59,17 @@ start_bystander() { # MODE WHO
     for ((i = 0; i < 200; i++)); do grep -q "$want" "$tmp/hold.out" && break; sleep 0.1; done
     grep -q "$want" "$tmp/hold.out" || fail "$2 did not start: $(tail -3 "$tmp/hold.out")"
 }
+# gpu_fault faults the GPU; once a worker has taken over, the bystander started last goes on and must pass.
+fault_then_go() { # WHO
+    local before
+    before=$(grep -c 'took over' "$log")
+    "$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error ($1)"
+    for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over' "$log")" -gt "$before" ] && break; sleep 0.1; done
+    echo go >&3
+    exec 3>&-
+    wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "$1 did not end right"; }
+    client=""
+}
 wait_standby_ready 1 || fail "no standby ready"
 arenas=$(sed -n "s/.*VMM chunks of an arena at \(0x[0-9a-f]*\).*/\1/p" "$log" | sort -u)
 [ "$(grep -c 'VMM chunks of an arena at' "$log")" -ge 2 ] && [ "$(wc -l <<<"$arenas")" = 1 ] ||
@@ -177,24 +188,12 @@ serve_one "$tmp/run.out" || fail "no program served after the fault beside many 
 # event behind it and the context say it was lost; its own stream and the legacy one do not.
 wait_standby_ready 9 || fail "no standby ready for the bystander with per-thread work"
 start_bystander wait-unsynced-ptds "the bystander with per-thread work"
-before=$(grep -c 'took over' "$log")
-"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (per-thread work)"
-for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over' "$log")" -gt "$before" ] && break; sleep 0.1; done
-echo go >&3
-exec 3>&-
-wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander with per-thread work did not come back right"; }
-client=""
+fault_then_go "the bystander with per-thread work"
 # A program holding an array does not come back (its contents were the failed worker's): every call of its
 # returns the fault's error, and the worker it reached lets go of it.
 wait_standby_ready 10 || fail "no standby ready for the bystander with an array"
 start_bystander wait-array "the bystander with an array"
-before=$(grep -c 'took over' "$log")
-"$cli" run -- "$gdir/gpu_fault" >"$tmp/run.out" 2>&1 || fail "gpu_fault did not get its error (array)"
-for ((i = 0; i < 100; i++)); do [ "$(grep -c 'took over' "$log")" -gt "$before" ] && break; sleep 0.1; done
-echo go >&3
-exec 3>&-
-wait "$client" || { cp "$tmp/hold.out" "$tmp/run.out"; fail "the bystander with an array did not fail right"; }
-client=""
+fault_then_go "the bystander with an array"
 grep -q '^bystander: did not come back (700)' "$tmp/hold.out" &&
     grep -q 'holds 1 array(s), texture or surface object(s), which cannot come back' "$tmp/hold.out" ||
     fail "the bystander with an array: $(tail -4 "$tmp/hold.out")"
