@@ -57,7 +57,11 @@ start_bystander() { # MODE WHO
     client=$!
     exec 3>"$tmp/hold.in"
     for ((i = 0; i < 200; i++)); do grep -q "$want" "$tmp/hold.out" && break; sleep 0.1; done
-    grep -q "$want" "$tmp/hold.out" || fail "$2 did not start: $(tail -3 "$tmp/hold.out")"
+    # Where it waits, should it not start (seen once in ~20 runs under ASan: no output at all).
+    grep -q "$want" "$tmp/hold.out" ||
+        fail "$2 did not start: $(tail -3 "$tmp/hold.out"); its process: $(tr '\0' ' ' </proc/$client/cmdline 2>&1)," \
+            "waiting in $(cat /proc/$client/wchan 2>&1), state $(awk '/^State/ {print $2}' /proc/$client/status 2>&1);" \
+            "threads' waits: $(cat /proc/$client/task/*/wchan 2>/dev/null | tr '\0' ' ')"
 }
 # gpu_fault faults the GPU; once a worker has taken over, the bystander started last goes on and must pass.
 fault_then_go() { # WHO
