@@ -440,14 +440,20 @@ static uint32_t vec_add_function(struct session *s)
     return info.function;
 }
 
+/* A non-blocking stream of the session's context. */
+static uint32_t new_stream(struct session *s, const char *what)
+{
+    struct cumux_stream_create sc = {.ctx = s->ctx, .flags = CU_STREAM_NON_BLOCKING};
+    return (uint32_t)call_u64(&s->c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, what);
+}
+
 static void case_capture_global(void)
 {
     struct session a, b;
     session_open(&a);
     session_open(&b);
     uint32_t fa = vec_add_function(&a), fb = vec_add_function(&b);
-    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
-    uint32_t captured = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "A: STREAM_CREATE");
+    uint32_t captured = new_stream(&a, "A: STREAM_CREATE");
     struct cumux_capture_begin cb = {.stream = captured, .mode = CU_STREAM_CAPTURE_MODE_GLOBAL};
     REQUIRE(call(&a.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "A: CAPTURE_BEGIN (global)");
     uint32_t a_legacy = a.stream;
@@ -485,8 +491,7 @@ static void case_capture_left(void)
     struct session a;
     session_open(&a);
     uint32_t fa = vec_add_function(&a);
-    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
-    uint32_t captured = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    uint32_t captured = new_stream(&a, "STREAM_CREATE");
     struct cumux_capture_begin cb = {.stream = captured, .mode = CU_STREAM_CAPTURE_MODE_GLOBAL};
     REQUIRE(call(&a.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN");
     a.stream = captured;
@@ -516,7 +521,7 @@ static void case_capture_left(void)
     r = call(&a.c, CUMUX_OP_CAPTURE_UPDATE_DEPS, &ud, sizeof ud);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "a graph handle taken as a node of the capture: %d", r);
     /* A second capture whose stream is destroyed while it runs, its graph handed out: ended and freed. */
-    uint32_t second = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    uint32_t second = new_stream(&a, "STREAM_CREATE");
     cb.stream = second;
     REQUIRE(call(&a.c, CUMUX_OP_CAPTURE_BEGIN, &cb, sizeof cb) == CUDA_SUCCESS, "CAPTURE_BEGIN (second)");
     a.stream = second;
@@ -663,10 +668,9 @@ static void case_wait_orphan(void)
     struct session a;
     session_open(&a);
     uint32_t fa = vec_add_function(&a);
-    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
     uint32_t st[4];
     for (int i = 0; i < 4; i++)
-        st[i] = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+        st[i] = new_stream(&a, "STREAM_CREATE");
     /* The words waited on: 64 zero bytes of memory of their own (the kernels queued behind the waits work
      * on the session's buffer). */
     struct cumux_mem_alloc ma = {.ctx = a.ctx, .size = 64};
@@ -711,8 +715,7 @@ static void case_hostfn_never(void)
     struct session a;
     session_open(&a);
     uint32_t fa = vec_add_function(&a);
-    struct cumux_stream_create sc = {.ctx = a.ctx, .flags = CU_STREAM_NON_BLOCKING};
-    uint32_t st = (uint32_t)call_u64(&a.c, CUMUX_OP_STREAM_CREATE, &sc, sizeof sc, "STREAM_CREATE");
+    uint32_t st = new_stream(&a, "STREAM_CREATE");
     /* Its own stream and the legacy one each wait for a function nobody will run, work queued behind; a
      * synchronize of its own stream is asked for (one way: no answer will come), and the client goes. */
     uint32_t streams[2] = {st, a.stream};
