@@ -59,6 +59,11 @@ static inline void srv_place_stream(struct srv_client *c, struct srv_stream *s)
         srv_place_stream_slow(c, s);
 }
 void srv_place_stream_gone(struct srv_stream *s);
+/* A launch the stream's green context refused for its thread-block clusters runs in the primary context:
+ * srv_place_outside gives a stream there that starts after s's work (NULL: none to be had), and
+ * srv_place_outside_end has s's next work wait for what was queued on it. */
+CUstream srv_place_outside(struct srv_client *c, struct srv_stream *s);
+void srv_place_outside_end(struct srv_stream *s, CUstream outside);
 void srv_placement_release(struct srv_client *c);
 
 /* marks.c: completion marks, so that a question about a stream the client keeps asking about needs no

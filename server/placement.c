@@ -29,6 +29,9 @@ struct srv_placed {
     struct cumux_sm_set mask; /* its SM groups */
     CUgreenCtx green;
     unsigned streams; /* the client's streams in it */
+    /* For launches it refuses (srv_place_outside): a stream of the primary context, made at the first */
+    CUstream outside;
+    CUevent to_outside, from_outside;
     struct srv_placed *next_retired;
 };
 
@@ -333,6 +336,54 @@ void srv_place_stream_gone(struct srv_stream *s)
     s->placed = NULL;
 }
 
+/* A green context holds thread-block clusters only as large as its SMs that can be scheduled together: on
+ * the H200 a ResNet-18 under PyTorch, given 16 SMs, had a kernel refused (CUDA_ERROR_INVALID_CLUSTER_SIZE)
+ * that the whole GPU takes; a library chooses its kernels for the device it is told of, all SMs. Such a
+ * launch runs in the primary context instead, over every SM, in the stream's order (events: no wait on
+ * the CPU), rather than fail a program that runs natively. Said once per client. */
+CUstream srv_place_outside(struct srv_client *c, struct srv_stream *s)
+{
+    struct srv_placed *p = s->placed;
+    if (!p || s->capturing)
+        return NULL;
+    if (!p->outside) {
+        CUresult r = cuStreamCreateWithPriority(&p->outside, CU_STREAM_NON_BLOCKING, s->hw_priority);
+        if (r == CUDA_SUCCESS)
+            r = cuEventCreate(&p->to_outside, CU_EVENT_DISABLE_TIMING);
+        if (r == CUDA_SUCCESS)
+            r = cuEventCreate(&p->from_outside, CU_EVENT_DISABLE_TIMING);
+        if (r != CUDA_SUCCESS) {
+            cumux_logf("client %u: no stream outside its SMs for a kernel they cannot hold: %s", c->id, errname(r));
+            return NULL;
+        }
+        cumux_logf("client %u: a kernel's thread-block clusters do not fit its %u SMs: such kernels run on "
+                   "every SM", c->id, (unsigned)atomic_load(&c->sms_now));
+    }
+    if (cuEventRecord(p->to_outside, s->cu) != CUDA_SUCCESS ||
+        cuStreamWaitEvent(p->outside, p->to_outside, 0) != CUDA_SUCCESS)
+        return NULL;
+    return p->outside;
+}
+
+void srv_place_outside_end(struct srv_stream *s, CUstream outside)
+{
+    struct srv_placed *p = s->placed;
+    if (p && outside == p->outside && cuEventRecord(p->from_outside, outside) == CUDA_SUCCESS)
+        cuStreamWaitEvent(s->cu, p->from_outside, 0);
+}
+
+/* A green context's own: its streams' work is done (the client's end waited for it). */
+static void placed_free(struct srv_placed *p)
+{
+    if (p->outside) {
+        cuStreamDestroy(p->outside);
+        cuEventDestroy(p->to_outside);
+        cuEventDestroy(p->from_outside);
+    }
+    cuGreenCtxDestroy(p->green);
+    free(p);
+}
+
 void srv_placement_release(struct srv_client *c)
 {
     pthread_mutex_lock(&place_mu);
@@ -352,15 +403,13 @@ void srv_placement_release(struct srv_client *c)
         if (p) {
             if (p->streams)
                 cumux_logf("client %u: %u streams left in its green context", c->id, p->streams);
-            cuGreenCtxDestroy(p->green);
-            free(p);
+            placed_free(p);
             c->placed[g] = NULL;
         }
     }
     while (c->retired) {
         struct srv_placed *p = c->retired;
         c->retired = p->next_retired;
-        cuGreenCtxDestroy(p->green);
-        free(p);
+        placed_free(p);
     }
 }

@@ -68,6 +68,22 @@ a3=$(sms_of "$tmp/a.out" 3)
 exec 3>&-
 wait "$client" || fail "A failed"
 client=""
+# A kernel in thread-block clusters larger than a reservation holds (PyTorch's under --sms 16 on the
+# H200): it runs, on every SM, in its stream's order, and that is said; the reservation stays.
+"$cli" run --sms 16 -- "$gdir/gpu_sm_ids" 1 2 cluster:16 >"$tmp/b.out" 2>&1 </dev/null
+rc=$?
+if [ $rc = 77 ]; then
+    echo "clusters of 16: $(grep SKIP "$tmp/b.out")"
+else
+    [ $rc = 0 ] || fail "a kernel in clusters of 16 under --sms 16 failed"
+    b1=$(sms_of "$tmp/b.out" 1)
+    [ -n "$b1" ] || fail "the cluster program printed no SMs"
+    if grep -q "thread-block clusters do not fit its 16 SMs: such kernels run on every SM" "$tmp/log/cumuxd.log"; then
+        [ "$(count "$b1")" -gt 16 ] || fail "clusters outside the reservation ran on $(count "$b1") SMs: $b1"
+    else
+        [ "$(count "$b1")" -le 16 ] || fail "clusters held in the reservation ran on $(count "$b1") SMs: $b1"
+    fi
+fi
 # MPS's variable, from the start.
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 "$cli" run -- "$gdir/gpu_sm_ids" 1 >"$tmp/b.out" 2>&1 </dev/null ||
     fail "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 failed"

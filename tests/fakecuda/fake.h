@@ -103,6 +103,7 @@ struct fc_sms {
     uint64_t bits[3];
 };
 void fc_stream_set_sms(CUstream s, const struct fc_sms *sms);
+bool fc_stream_in_green(CUstream s); /* whether s was made in a green context */
 extern _Thread_local const struct fc_sms *fc_running_sms;
 
 /* ---- work: one op per asynchronous call, run in stream order (fake_stream.c) ---- */

@@ -740,6 +740,10 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction h, void **params, 
             if (!x || !y || !z || grid[0] % x || grid[1] % y || grid[2] % z ||
                 x * y * z > (f->nonportable_cluster ? 16u : 8u))
                 return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+            /* A green context holds clusters only as large as its SMs scheduled together (a group of 8
+             * here): the H200 refused one of PyTorch's kernels in a green context of 16 SMs. */
+            if (x * y * z > 8u && fc_stream_in_green(c->hStream))
+                return CUDA_ERROR_INVALID_CLUSTER_SIZE;
         }
     }
     struct fc_op *op;

@@ -849,6 +849,12 @@ void fc_stream_set_sms(CUstream hs, const struct fc_sms *sms)
     s->green = true;
 }
 
+bool fc_stream_in_green(CUstream hs)
+{
+    struct fc_stream *s = hs ? stream_get(hs) : NULL;
+    return s && s->green;
+}
+
 CUresult cuStreamCreate(CUstream *out, unsigned int flags)
 {
     return cuStreamCreateWithPriority(out, flags, 0);
