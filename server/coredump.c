@@ -228,9 +228,10 @@ size_t srv_coredump_culprits(uint64_t *mods, size_t cap, CUresult *error)
     *error = CUDA_SUCCESS;
     if (!srv_coredump_path[0])
         return 0;
-    /* The driver writes the file as it reports the fault: wait until it exists and stops growing. */
+    /* The driver writes the file as it reports the fault: wait until it exists and stops growing (up to
+     * 3 s: the dump of a device-side assert took seconds on the H200). */
     long last = -1;
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 300; i++) {
         struct stat st;
         long sz = stat(srv_coredump_path, &st) == 0 ? (long)st.st_size : -1;
         if (sz > 0 && sz == last)

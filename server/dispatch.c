@@ -96,7 +96,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
         if (r != CUDA_SUCCESS)
             out_len = 0;
         if (srv_fault_is_fatal(r))
-            srv_fault_may_tell(c); /* returns when it may; never for a client that comes back */
+            r = srv_fault_answer(c, r); /* never returns for a client that comes back */
         else if (r == CUDA_SUCCESS && srv_coredump_path[0])
             srv_fault_hold_if_dumping(); /* a success the driver gives while it dumps a fault is not one */
         cumux_reply_post(slot, r, out, out_len);

@@ -33,10 +33,11 @@ bool srv_fault_is_fatal(CUresult r)
     return cumux_error_is_fatal(r);
 }
 
-static _Atomic int decided;
+static _Atomic int decided, decided_code;
 
-void srv_fault_decided(void)
+void srv_fault_decided(CUresult code)
 {
+    atomic_store(&decided_code, (int)code);
     atomic_store(&decided, 1);
 }
 
@@ -61,14 +62,22 @@ static _Noreturn void go_with_worker(void)
  * the worker decides who may come back. Told the error now, a bystander would keep it (as far as it knows,
  * its context failed: shim/connection.c); so its answer waits for the decision, and a client that may come
  * back is not answered at all: this worker is about to exit, and its call, in flight, comes back as lost
- * work. Without a decision within 200 ms the error is told as it is. */
-bool srv_fault_may_tell(struct srv_client *c)
+ * work. Without a decision within 200 ms the error is told as it is.
+ *
+ * With GPU coredumps on, the driver may say less than the fault was until the dump is read (on the H200 a
+ * device-side assert answered CUDA_ERROR_LAUNCH_FAILED, 12-03): every answer waits for the decision, which
+ * reads the dump (main.c on_gpu_fault), and tells the error it shows. The dump of an assert took seconds. */
+CUresult srv_fault_answer(struct srv_client *c, CUresult r)
 {
-    if (!c->resume_token)
-        return true;
-    if (!decided_within(200) || !atomic_load(&c->resumable))
-        return true;
-    go_with_worker();
+    bool dumps = srv_coredump_path[0] != 0;
+    if (!c->resume_token && !dumps)
+        return r;
+    if (!decided_within(dumps ? 10000 : 200))
+        return r;
+    if (c->resume_token && atomic_load(&c->resumable))
+        go_with_worker();
+    CUresult told = (CUresult)atomic_load(&decided_code);
+    return dumps && told != CUDA_SUCCESS ? told : r;
 }
 
 /* With GPU coredumps on (CUMUX_FAULT_COREDUMP=1) the driver, at a fault, begins the dump and lets the

@@ -791,7 +791,7 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
                why, name ? name : "?", rec.culprit[0] ? rec.culprit : "not known", n,
                srv_chunks_on() ? "may come back, told what work they lost" : "lose their work",
                n ? rec.clients : "none");
-    srv_fault_decided();
+    srv_fault_decided(code);
     srv_supervisor_fault(&rec);
     _exit(CUMUX_EXIT_GPU_FAULT);
 }

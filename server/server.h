@@ -418,13 +418,14 @@ bool srv_module_departed_owner(uint64_t cu_module, char *desc, size_t cap);
 int srv_client_describe(const struct srv_client *c, char *out, size_t cap);
 typedef void (*srv_fault_fn)(CUresult r, int gpu);
 bool srv_fault_is_fatal(CUresult r);
-/* Whether a fatal error may be told to this client in an answer: false when the failing worker decided it
- * may come back (docs/faults.md), which it waits for (briefly) first. A client that comes back is told its
- * lost work otherwise (CUDA_ERROR_LAUNCH_FAILED); the fault's own error is for the culprit. */
-bool srv_fault_may_tell(struct srv_client *c);
+/* The error to answer a call that met the fatal error r with: does not return when the failing worker
+ * decided this client may come back (docs/faults.md), which it waits for (briefly) first; a client that
+ * comes back is told its lost work otherwise (CUDA_ERROR_LAUNCH_FAILED). With GPU coredumps on, the
+ * decided error (what the dump shows) rather than what the driver said. */
+CUresult srv_fault_answer(struct srv_client *c, CUresult r);
 void srv_fault_hold_if_dumping(void); /* GPU coredumps: a success told while the driver dumps a fault waits */
-/* The failing worker's decision for each client is made (main.c worker_fails). */
-void srv_fault_decided(void);
+/* The failing worker decided for each client; code: the error every client is told (main.c worker_fails). */
+void srv_fault_decided(CUresult code);
 /* Watches every GPU for a sticky error; fn (which must not return) is called with the first one. */
 int srv_fault_watch_start(srv_fault_fn fn);
 void srv_fault_watch_stop(void);
