@@ -38,6 +38,7 @@ struct chunk {
     int gpu;
     bool own;            /* one allocation's alone: released when it is freed */
     bool taken_back;     /* a failed worker's, taken back by op_resume_memory: where its allocations may be */
+    unsigned holds;      /* left its client's list: memory in it others hold open (srv_chunk_hold) */
     struct extent *free; /* sorted by offset, coalesced */
     size_t nfree, capfree;
     struct chunk *next;
@@ -50,9 +51,16 @@ struct pending { /* a freed block waiting for its event; a whole chunk of its ow
     struct pending *next;
 };
 
+struct remote_free { /* srv_chunk_free_later: freed by the last opener, once `done` has completed */
+    uint64_t ptr;
+    CUevent done;
+    struct remote_free *next;
+};
+
 struct srv_chunks {
     struct chunk *chunks;
     struct pending *pending;
+    struct remote_free *_Atomic remote; /* pushed by other clients' workers, taken all at once */
     uint64_t next_size[CUMUX_MAX_DEVICES];
     struct cumux_ranges live; /* its allocations: base, size (as taken from the chunk), extra: the chunk */
 };
@@ -296,9 +304,78 @@ static void chunk_unmap(struct srv_client *c, struct chunk *ch)
     free(ch);
 }
 
+static int live_add(struct srv_chunks *k, uint64_t ptr, uint64_t size, struct chunk *ch);
+
+/* Frees the last openers made (srv_chunk_free_later) become the worker's own pending frees. */
+static void take_remote(struct srv_client *c)
+{
+    struct srv_chunks *k = c->chunks;
+    struct remote_free *f = atomic_exchange(&k->remote, NULL);
+    while (f) {
+        struct remote_free *next = f->next;
+        const struct cumux_range *l = cumux_ranges_find(&k->live, f->ptr);
+        struct pending *b = l && l->base == f->ptr ? calloc(1, sizeof *b) : NULL;
+        if (b) {
+            b->ch = (struct chunk *)(uintptr_t)l->extra;
+            b->off = b->ch->own ? UINT64_MAX : f->ptr - b->ch->base;
+            b->size = l->size;
+            b->ev = f->done;
+            cumux_ranges_remove(&k->live, f->ptr, NULL);
+            b->next = k->pending;
+            k->pending = b;
+        } else {
+            cuEventDestroy(f->done); /* not its allocation (cannot be: ipc.c checked), or no memory: kept */
+        }
+        free(f);
+        f = next;
+    }
+}
+
+void srv_chunk_free_later(struct srv_client *owner, uint64_t ptr, CUevent done)
+{
+    struct srv_chunks *k = owner->chunks;
+    struct remote_free *f = k ? malloc(sizeof *f) : NULL;
+    if (!f) {
+        cuEventDestroy(done); /* it stays allocated until the owner's end */
+        return;
+    }
+    *f = (struct remote_free){.ptr = ptr, .done = done, .next = atomic_load(&k->remote)};
+    while (!atomic_compare_exchange_weak(&k->remote, &f->next, f)) {
+    }
+}
+
+struct chunk *srv_chunk_hold(struct srv_client *c, uint64_t ptr)
+{
+    struct srv_chunks *k = c->chunks;
+    const struct cumux_range *l = k ? cumux_ranges_find(&k->live, ptr) : NULL;
+    if (!l || l->base != ptr)
+        return NULL;
+    struct chunk *ch = (struct chunk *)(uintptr_t)l->extra, **p = &k->chunks;
+    while (*p && *p != ch)
+        p = &(*p)->next;
+    if (*p)
+        *p = ch->next; /* no longer the client's: its end leaves it mapped */
+    ch->next = NULL;
+    ch->holds++;
+    return ch;
+}
+
+void srv_chunk_unhold(struct srv_client *c, struct chunk *ch)
+{
+    if (!ch || --ch->holds)
+        return;
+    use_gpu(c, ch->gpu);
+    cuMemUnmap(ch->base, ch->size); /* the supervisor dropped its descriptor at the owner's end */
+    arena_give(ch->base, ch->size);
+    free(ch->free);
+    free(ch);
+}
+
 /* Freed blocks whose event has completed go back to their chunks (chunks of their own are unmapped). */
 static void reclaim(struct srv_client *c, bool wait)
 {
+    if (atomic_load_explicit(&c->chunks->remote, memory_order_relaxed))
+        take_remote(c);
     struct pending **p = &c->chunks->pending;
     while (*p) {
         struct pending *b = *p;
@@ -334,7 +411,7 @@ CUresult srv_chunk_alloc(struct srv_client *c, int gpu, uint64_t size, uint64_t 
     uint64_t need = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     struct chunk *ch = NULL;
     uint64_t off = UINT64_MAX;
-    if (k->pending)
+    if (k->pending || atomic_load_explicit(&k->remote, memory_order_relaxed))
         reclaim(c, false);
     if (need >= CHUNK_OWN) {
         CHECK(chunk_new(c, gpu, need, true, &ch));

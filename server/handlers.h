@@ -46,6 +46,15 @@ CUresult srv_chunk_alloc(struct srv_client *c, int gpu, uint64_t size, uint64_t 
 CUresult srv_chunk_free(struct srv_client *c, uint64_t ptr, CUstream after);
 void srv_chunks_trim(struct srv_client *c, int gpu);
 void srv_chunks_release_all(struct srv_client *c);
+/* CUDA IPC of memory in chunks (ipc.c): memory others hold open when its owner frees it stays allocated in
+ * the owner's chunk. The last close frees it: srv_chunk_free_later (any thread, while the owner lives: its
+ * worker frees it once `done` has completed, and destroys the event); at the owner's end each chunk holding
+ * memory still open leaves the owner (srv_chunk_hold, its worker: counted once per hold) and is unmapped at
+ * the last srv_chunk_unhold (any thread, c: whose context is used), after the work before it. */
+struct chunk;
+void srv_chunk_free_later(struct srv_client *owner, uint64_t ptr, CUevent done);
+struct chunk *srv_chunk_hold(struct srv_client *c, uint64_t ptr);
+void srv_chunk_unhold(struct srv_client *c, struct chunk *ch);
 
 /* objects.c: a synchronize or query saw all of s's work end (its client's count of streams with work not
  * seen to end goes down: server/main.c makes only a client with none resumable at a fault). */

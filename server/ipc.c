@@ -4,7 +4,8 @@
  * memory lives until its owner has freed it and every opener has closed it: an owner that frees or goes
  * first leaves the free to the last opener, ordered after the owner's own work. The table of exports is
  * the only state shared between clients' workers: ipc_lock guards it, and an export's owner is compared,
- * never followed. */
+ * never followed. Memory in chunks (CUMUX_CONTAIN=1) is the chunk's client's to free: the last opener
+ * asks it to (srv_chunk_free_later), or, once that client has gone, lets its chunk go. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -18,6 +19,11 @@ struct ipc_export {
     const struct srv_client *owner; /* NULL once the owner freed it or went */
     unsigned opens;                 /* clients' opens not yet closed */
     CUevent freed_after;            /* the owner's work before its free, when the free waits for openers */
+    /* Memory in a chunk (CUMUX_CONTAIN=1) freed by its owner while open: the client whose chunk holds it
+     * (followed: cleared under ipc_lock at that client's end, before its chunks go), then the chunk
+     * itself once that client has gone (chunks.c srv_chunk_hold). */
+    struct srv_client *chunk_owner;
+    struct chunk *held;
     struct ipc_export *next;
 };
 
@@ -46,13 +52,6 @@ CUresult op_ipc_get_mem_handle(struct srv_client *c, const struct cumux_ipc_get_
     const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
     if (!r || r->base != m->ptr || r->tag != RANGE_ALLOC)
         return CUDA_ERROR_INVALID_VALUE;
-    if (srv_chunks_in_arena(m->ptr)) {
-        /* Memory in chunks (CUMUX_CONTAIN=1) is freed by its chunk, not by the last opener: not yet. */
-        static _Atomic int said;
-        if (!atomic_exchange(&said, 1))
-            cumux_logf("cuIpcGetMemHandle: not supported yet for memory that outlives the worker (CUMUX_CONTAIN=1)");
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
     pthread_mutex_lock(&ipc_lock);
     struct ipc_export *e = *find(0, m->ptr);
     if (e && e->owner != c)
@@ -116,7 +115,21 @@ static void close_once(struct srv_client *c, struct ipc_export **pe)
     if (after_client_work(c, e->gpu, &ms) == CUDA_SUCCESS) {
         if (e->freed_after)
             cuStreamWaitEvent(ms, e->freed_after, 0);
-        cuMemFreeAsync(e->base, ms);
+        CUevent done = NULL;
+        if (e->chunk_owner) { /* its chunk's client frees it, after this work */
+            if (cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
+                cuEventRecord(done, ms) == CUDA_SUCCESS)
+                srv_chunk_free_later(e->chunk_owner, e->base, done);
+            else if (done)
+                cuEventDestroy(done);
+        } else if (srv_chunks_in_arena(e->base)) { /* its chunk's client has gone: the chunk goes with the last hold */
+            cuStreamSynchronize(ms);
+            srv_chunk_unhold(c, e->held);
+        } else {
+            cuMemFreeAsync(e->base, ms);
+        }
+    } else if (e->held) {
+        srv_chunk_unhold(c, e->held);
     }
     if (e->freed_after)
         cuEventDestroy(e->freed_after);
@@ -162,6 +175,8 @@ bool srv_ipc_defer_free(struct srv_client *c, uint64_t base, int gpu, CUstream s
             cuEventCreate(&e->freed_after, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS)
             cuEventRecord(e->freed_after, after);
         e->owner = NULL;
+        if (srv_chunks_in_arena(base))
+            e->chunk_owner = c; /* it stays allocated in c's chunk */
         defer = true;
     }
     pthread_mutex_unlock(&ipc_lock);
@@ -194,6 +209,14 @@ void srv_ipc_release_all(struct srv_client *c)
             srv_mem_uncharge(c, r.size);
         }
     }
+    /* Memory in its chunks that others hold open: those chunks outlive it. */
+    pthread_mutex_lock(&ipc_lock);
+    for (struct ipc_export *e = exports; e; e = e->next)
+        if (e->chunk_owner == c) {
+            e->held = srv_chunk_hold(c, e->base);
+            e->chunk_owner = NULL;
+        }
+    pthread_mutex_unlock(&ipc_lock);
 }
 
 /* ---- interprocess events: one CUevent, shared by the handles of its owner and its openers ---- */

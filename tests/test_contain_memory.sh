@@ -2,8 +2,8 @@
 # Client memory in VMM chunks (CUMUX_CONTAIN=1, server/chunks.c; issue 10's first step): the server says
 # it keeps clients' memory in an arena; the GPU suite's programs, which allocate and free every way
 # (cuMemAlloc, stream-ordered, pools, graphs, a killed client's gigabyte), give their results with it; their
-# memory was in chunks and all of it comes back when they end; IPC export of chunk memory is refused and
-# said (not supported yet). Then with a standby: its arena is at the serving worker's address, and when a
+# memory was in chunks and all of it comes back when they end (gpu_ipc's too: memory in a chunk shared
+# with another program). Then with a standby: its arena is at the serving worker's address, and when a
 # program faults while another holds memory, the standby taking over maps the held chunks where they were
 # (clients do not come back for them yet: it lets them go, and says so). On the fake driver in CI (the oracle faults any access to unmapped memory, so a
 # chunk unmapped too early fails a program); on a GPU the same script.
@@ -24,7 +24,7 @@ used() { "$cli" status | sed -n 's/^GPU 0: .*memory \([0-9]*\) MiB used.*/\1/p';
 suite() {
 for p in gpu_vecadd gpu_matmul gpu_memcpy gpu_memcpy2d gpu_memset gpu_events gpu_graph gpu_multithread \
     gpu_stream_memops gpu_legacy_stream gpu_idle_known gpu_uva_disjoint gpu_managed gpu_module_globals \
-    gpu_hostfn gpu_two_clients gpu_client_killed gpu_array gpu_link gpu_tensor_map gpu_vmm; do
+    gpu_hostfn gpu_two_clients gpu_client_killed gpu_array gpu_link gpu_tensor_map gpu_vmm gpu_ipc; do
     timeout 120 "$cli" run -- "$gdir/$p" >"$tmp/run.out" 2>&1 || fail "$p with memory in chunks"
 done
 }
@@ -33,11 +33,6 @@ for ((i = 0; i < 50; i++)); do "$cli" status | grep -q '^clients: 0$' && break; 
 before=$(used)
 suite
 grep -q "its device memory was in VMM chunks" "$log" || fail "no client's memory was in chunks"
-if "$cli" run -- "$gdir/gpu_ipc" >"$tmp/run.out" 2>&1; then
-    fail "gpu_ipc passed: IPC of chunk memory should be refused until it is supported"
-fi
-grep -q "cuIpcGetMemHandle(.*) returned 801" "$tmp/run.out" || fail "IPC refused otherwise than NOT_SUPPORTED"
-grep -q "cuIpcGetMemHandle: not supported yet for memory that outlives the worker" "$log" || fail "the refusal not said"
 for ((i = 0; i < 50; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
 after=$(used)
 [ -n "$before" ] && [ "$after" = "$before" ] ||

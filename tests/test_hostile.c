@@ -650,17 +650,23 @@ static void mem_op(struct session *s, uint32_t stream, uint32_t op, uint64_t add
     put_msg(&s->c, CUMUX_OP_STREAM_MEM_OP, CUMUX_NO_REPLY, &mo, sizeof mo);
 }
 
-/* A client that went is no longer listed within 10 s (its streams' waits released, its cleanup done). */
-static void expect_clients_gone(const char *who)
+/* Clients that went are no longer listed within 10 s (their streams' waits released, their cleanup done):
+ * `left` remain. */
+static void expect_clients_left(int left, const char *who)
 {
     int n = -1;
-    for (int i = 0; i < 100 && n != 0; i++) {
+    for (int i = 0; i < 100 && n != left; i++) {
         if (test_cumux_status(cli, &n) != 0)
             n = -1;
-        if (n != 0)
+        if (n != left)
             usleep(100000);
     }
-    CHECK(n == 0, "%s is still listed 10 s later (%d clients)", who, n);
+    CHECK(n == left, "%s is still listed 10 s later (%d clients)", who, n);
+}
+
+static void expect_clients_gone(const char *who)
+{
+    expect_clients_left(0, who);
 }
 
 static void case_wait_orphan(void)
@@ -879,6 +885,7 @@ static void case_ipc_owner_frees(void)
     put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
     CHECK(sync_stream(&b) == CUDA_SUCCESS, "B's memset of memory its owner freed while B holds it open");
     session_close(&a);
+    expect_clients_left(1, "A, which exported memory B holds open,"); /* its cleanup done */
     put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
     CHECK(sync_stream(&b) == CUDA_SUCCESS, "B's memset after the owner went");
     struct cumux_ipc_close_mem_handle cl = {.ptr = ha.base};
@@ -886,6 +893,29 @@ static void case_ipc_owner_frees(void)
     CHECK(call(&b.c, CUMUX_OP_IPC_CLOSE_MEM_HANDLE, &cl, sizeof cl) == CUDA_ERROR_INVALID_VALUE, "B closed twice");
     put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
     expect_refused_at_sync(&b, "B's memset after it closed the memory");
+    /* Again with the owner staying: A2 frees what B holds open, B writes it and closes it, and A2, still
+     * there, gets it back (with CUMUX_CONTAIN=1 memory in A2's chunk, freed by A2's worker at B's ask). */
+    struct session a2;
+    session_open(&a2);
+    g.ptr = a2.buf;
+    REQUIRE(call_reply(&a2.c, CUMUX_OP_IPC_GET_MEM_HANDLE, &g, sizeof g, &ha, sizeof ha) == CUDA_SUCCESS, "A2: export");
+    o.token = ha.token;
+    REQUIRE(call_reply(&b.c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &o, sizeof o, &hb, sizeof hb) == CUDA_SUCCESS, "B: open A2's");
+    mf.ptr = a2.buf;
+    CHECK(call(&a2.c, CUMUX_OP_MEM_FREE, &mf, sizeof mf) == CUDA_SUCCESS, "A2: free of exported memory");
+    ms.dst = a2.buf;
+    put_msg(&b.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms, sizeof ms);
+    CHECK(sync_stream(&b) == CUDA_SUCCESS, "B's memset of memory A2 freed while B holds it open");
+    cl.ptr = a2.buf;
+    CHECK(call(&b.c, CUMUX_OP_IPC_CLOSE_MEM_HANDLE, &cl, sizeof cl) == CUDA_SUCCESS, "B: close A2's");
+    struct cumux_mem_alloc ma = {.ctx = a2.ctx, .size = 4096};
+    for (int i = 0; i < 3; i++) { /* the freed block back in A2's hands; its new memory is its own */
+        uint64_t p = call_u64(&a2.c, CUMUX_OP_MEM_ALLOC, &ma, sizeof ma, "A2: MEM_ALLOC after B's close");
+        struct cumux_memset ms2 = {.stream = a2.stream, .elem_size = 4, .dst = p, .width = 1024, .height = 1, .value = 9};
+        put_msg(&a2.c, CUMUX_OP_MEMSET, CUMUX_NO_REPLY, &ms2, sizeof ms2);
+        CHECK(sync_stream(&a2) == CUDA_SUCCESS, "A2's memset of its new memory");
+    }
+    session_close(&a2);
     session_close(&b);
     check_server_ok("after ipc-owner-frees"); /* and with_server.sh --fake: the memory is freed */
 }
