@@ -2,8 +2,11 @@
 batch 1, in eval mode; after 50 warm-up requests it serves INFER_RATE requests a second (default 100) for
 INFER_DURATION seconds (default 20), each request an input copied in, a forward pass and a synchronize,
 timed on the host. With INFER_READY set, that file is created once warm; with INFER_GO set, the timed
-requests wait until that file exists. Prints one line:
+requests wait until that file exists. With INFER_SAMPLES set, every request's latency (ms) is appended to
+that file, a line each (bench/latency_torch.sh pools rounds). Python's garbage collector is off while the
+requests are timed (its pauses are the host's, in every mode alike). Prints one line:
 INFER model=M requests=N p50_ms=X p99_ms=Y max_ms=Z"""
+import gc
 import os
 import sys
 import time
@@ -41,6 +44,8 @@ while go and not os.path.exists(go):
 rate = float(os.environ.get("INFER_RATE", "100"))
 duration = float(os.environ.get("INFER_DURATION", "20"))
 lat = []
+gc.collect()
+gc.disable()
 t0 = time.perf_counter()
 n = 0
 while True:
@@ -54,6 +59,10 @@ while True:
     out = request()
     lat.append((time.perf_counter() - t) * 1e3)
     n += 1
+gc.enable()
+if os.environ.get("INFER_SAMPLES"):
+    with open(os.environ["INFER_SAMPLES"], "a") as f:
+        f.write("".join("%.4f\n" % x for x in lat))
 # The same input must give the same answer throughout (within fp16's rounding).
 if not torch.allclose(out.float().cpu(), ref, rtol=1e-2, atol=1e-2):
     print("FAIL infer_latency: the last answer differs from the first")
