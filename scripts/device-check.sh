@@ -243,8 +243,9 @@ if [ -n "$build" ] && [ $do_faults = 1 ] && [ $native_only = 0 ] && [ -x "$build
     cuda_inc=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/include
     if gcc -O2 -pthread -I"$cuda_inc" tools/probe_fault_culprit.c -o "$logs/probe_fault_culprit" -lcuda \
         >"$logs/probe-fault-culprit.txt" 2>&1; then
-        for mode in global abort; do
+        for mode in global abort "assert $build/tests/gpu/gpu_kernels.fatbin"; do
             say "probe_fault_culprit $mode (natively)"
+            # shellcheck disable=SC2086
             (cd "$logs" && timeout -k 5 60 ./probe_fault_culprit $mode) >>"$logs/probe-fault-culprit.txt" 2>&1
         done
         faults_note="probe: $(grep -h '^SUMMARY\|^B: ' "$logs/probe-fault-culprit.txt" | tr '\n' ' ')"

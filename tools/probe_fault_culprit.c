@@ -9,8 +9,12 @@
  * driver's answer to the faulting stream while it writes the dump?). `abort`: the same without
  * CU_COREDUMP_SKIP_ABORT, in a child process: what B's synchronize returns before the driver ends the process,
  * how the process ends, and whether the dump is complete (for a worker that lets the driver end it).
+ * `assert FATBIN`: as `global`, B failing a device-side assert (the GPU suite's fault_assert kernel, from
+ * the suite's fatbin) instead of the store: under cumux with dumps on, such a fault's dump took 3 s, named no
+ * client, and the driver said CUDA_ERROR_LAUNCH_FAILED (2026-12-03): what do its SM, warp and grid tables
+ * hold, and where does the faulting PC lie (the modules' code ranges are printed)?
  * Run on a GPU:  gcc -O2 -pthread -I/usr/local/cuda/include tools/probe_fault_culprit.c -o /tmp/pfc -lcuda
- *   /tmp/pfc global|context|abort */
+ *   /tmp/pfc global|context|abort|assert FATBIN */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <elf.h>
@@ -33,6 +37,7 @@ static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
                           " sub.s64 %rd4, %rd3, %rd2;\n setp.lt.s64 %p1, %rd4, %rd1;\n @%p1 bra L;\n ret;\n}\n";
 
 static CUcontext ctx;
+static const char *assert_fatbin; /* `assert` mode: B's module */
 struct client {
     const char *name;
     pid_t tid;
@@ -50,14 +55,16 @@ static void *client_main(void *arg)
     struct client *c = arg;
     c->tid = gettid();
     cuCtxSetCurrent(ctx);
-    if (cuModuleLoadData(&c->mod, ptx) || cuModuleGetFunction(&c->fn, c->mod, c->faulty ? "fault_write" : "spin") ||
-        cuStreamCreate(&c->s, CU_STREAM_NON_BLOCKING)) {
+    CUresult lr = c->faulty && assert_fatbin ? cuModuleLoad(&c->mod, assert_fatbin) : cuModuleLoadData(&c->mod, ptx);
+    const char *fname = !c->faulty ? "spin" : assert_fatbin ? "fault_assert" : "fault_write";
+    if (lr || cuModuleGetFunction(&c->fn, c->mod, fname) || cuStreamCreate(&c->s, CU_STREAM_NON_BLOCKING)) {
+        printf("%s: its module or function %s: %s\n", c->name, fname, ename(lr));
         c->launch = CUDA_ERROR_UNKNOWN;
         return NULL;
     }
     if (c->faulty) {
         usleep(200000);
-        CUdeviceptr bad = 0x10;
+        CUdeviceptr bad = 0x10; /* fault_assert asserts that its argument is null */
         void *args[] = {&bad};
         c->launch = cuLaunchKernel(c->fn, 2, 1, 1, 64, 1, 1, 0, c->s, args, NULL);
         c->sync = cuStreamSynchronize(c->s);
@@ -153,6 +160,40 @@ static void read_dump(const char *path, struct client *cl, int ncl)
                 }
             }
             printf("%s: %u SMs (entry %zu bytes), %u with an exception\n", nm, n, es, with);
+        } else if (!strncmp(nm, ".cudbg.wptbl", 12)) {
+            /* warp table rows: errorPC (u64) ... errorPCValid (u32 at 24); exceptions per warp follow */
+            size_t es = sh[i].sh_entsize;
+            unsigned shown = 0;
+            for (size_t o = 0; es >= 28 && o + es <= sh[i].sh_size && shown < 4; o += es) {
+                const unsigned char *r = d + sh[i].sh_offset + o;
+                uint64_t pc;
+                uint32_t valid;
+                memcpy(&pc, r, 8);
+                memcpy(&valid, r + 24, 4);
+                if (valid) {
+                    printf("%s (entry %zu): warp %zu error pc %#llx; words:", nm, es, o / es, (unsigned long long)pc);
+                    for (size_t k = 0; k + 4 <= es && k < 64; k += 4) {
+                        uint32_t x;
+                        memcpy(&x, r + k, 4);
+                        printf(" %x", x);
+                    }
+                    printf("\n");
+                    shown++;
+                }
+            }
+        } else if (sh[i].sh_type == SHT_LOUSER + 7) { /* a module's relocated image: its code's addresses */
+            const unsigned char *img = d + sh[i].sh_offset;
+            Elf64_Ehdr ie;
+            if (sh[i].sh_size < sizeof ie)
+                continue;
+            memcpy(&ie, img, sizeof ie);
+            for (unsigned k = 0; k < ie.e_shnum && ie.e_shoff + (k + 1) * sizeof(Elf64_Shdr) <= sh[i].sh_size; k++) {
+                Elf64_Shdr cs;
+                memcpy(&cs, img + ie.e_shoff + k * sizeof cs, sizeof cs);
+                if ((cs.sh_flags & SHF_EXECINSTR) && cs.sh_addr)
+                    printf("%s (link %u): code [%#llx, +%llu)\n", nm, sh[i].sh_link, (unsigned long long)cs.sh_addr,
+                           (unsigned long long)cs.sh_size);
+            }
         } else if (!strncmp(nm, ".cudbg.ctatbl", 13)) {
             size_t es = sh[i].sh_entsize ? sh[i].sh_entsize : 24;
             for (size_t o = 0; o + 16 <= sh[i].sh_size; o += es) {
@@ -193,6 +234,8 @@ int main(int argc, char **argv)
 {
     bool global = !(argc > 1 && !strcmp(argv[1], "context"));
     bool abort_mode = argc > 1 && !strcmp(argv[1], "abort");
+    if (argc > 2 && !strcmp(argv[1], "assert"))
+        assert_fatbin = argv[2];
     setvbuf(stdout, NULL, _IOLBF, 0);
     char core[256];
     snprintf(core, sizeof core, "/tmp/cumux-probe-culprit.%d.core", (int)getpid());
@@ -255,7 +298,7 @@ static int probe(bool global, bool skip_abort, char *core)
            (void *)cl[1].fn, ename(cl[1].launch));
     CUresult q = CUDA_ERROR_NOT_READY;
     double t_err = -1;
-    while (now_ms() - t0 < 5000) {
+    while (now_ms() - t0 < 10000) {
         q = cuStreamQuery(cl[0].s);
         if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) {
             t_err = now_ms() - t0;
@@ -267,7 +310,7 @@ static int probe(bool global, bool skip_abort, char *core)
     /* The file: when does it appear, when does it stop growing. */
     long last = -1;
     double t_stable = -1;
-    for (int i = 0; i < 400; i++) {
+    for (int i = 0; i < 1000; i++) { /* 10 s: an assert's dump took 3 s under cumux */
         struct stat st;
         long sz = stat(core, &st) == 0 ? (long)st.st_size : -1;
         if (sz > 0 && sz == last) {
@@ -281,7 +324,7 @@ static int probe(bool global, bool skip_abort, char *core)
     if (last > 0)
         read_dump(core, cl, 2);
     printf("SUMMARY %s: error %s at %.1f ms, dump %ld bytes at %.1f ms; B's synchronize %s at %.1f ms, again %s\n",
-           global ? "global" : "context", ename(q), t_err, last, t_stable, ename(cl[1].sync), cl[1].sync_at - t0,
+           assert_fatbin ? "assert" : global ? "global" : "context", ename(q), t_err, last, t_stable, ename(cl[1].sync), cl[1].sync_at - t0,
            ename(cuStreamSynchronize(cl[1].s)));
     return 0;
 }
