@@ -59,6 +59,9 @@ struct CUctx_st {
     uint64_t id;
     int cache_config;
     int shmem_config;
+    /* The limits the program set (cuCtxSetLimit, by CUlimit; 0: not set), set again at a comeback: the
+     * new worker's context starts with the driver's defaults. */
+    _Atomic uint64_t limits_set[CU_LIMIT_MAX];
     struct shim_idle legacy_idle; /* its legacy stream's */
     _Atomic uint64_t synced_seq;  /* cuCtxSynchronize's, as shim_idle.sync_seq */
     _Atomic uint32_t legacy_lost, sync_lost; /* its legacy stream's and cuCtxSynchronize's shim_lost words */
@@ -282,6 +285,10 @@ void shim_list_add(struct shim_list *l, void *p);
  * another program's fault: an array's contents are the failed worker's memory, and a texture or surface
  * object's value, which kernels take as an argument, is the failed context's. */
 unsigned shim_arrays_live(void);
+/* ipc.c: how many other programs' allocations this one holds open (cuIpcOpenMemHandle). It does not come
+ * back after a fault either: the new worker knows nothing of what the failed one shared, and the owner
+ * may not come back for that memory. */
+unsigned shim_ipc_opened_live(void);
 /* module.c: the function object of a server function handle, or NULL */
 struct CUfunc_st *shim_function_of(uint32_t handle);
 /* stream.c: events by server handle (event objects are never freed): remember one; the live one of a

@@ -392,6 +392,13 @@ CUresult shim_contexts_rebind(void)
             atomic_store(&c->synced_seq, 0);
             atomic_store(&c->legacy_idle.query_seq, 0);
             atomic_store(&c->legacy_idle.sync_seq, 0);
+            /* The limits it set (a stack size its kernels need, a heap for their malloc): set again, before
+             * any of its kernels runs in the new worker; one that cannot be fails the comeback. */
+            for (unsigned l = 0; l < CU_LIMIT_MAX && r == CUDA_SUCCESS; l++) {
+                uint64_t v = atomic_load(&c->limits_set[l]), unused;
+                if (v)
+                    r = shim_op_ctx_limit(c->handle, l, true, v, &unused);
+            }
         }
     }
     pthread_mutex_unlock(&all_contexts.lock);
@@ -465,6 +472,8 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev)
             c->legacy_stream_id = fresh->legacy_stream_id;
             c->flags = 0;
             c->generation++;
+            for (unsigned l = 0; l < CU_LIMIT_MAX; l++)
+                atomic_store(&c->limits_set[l], 0); /* the reset context has the driver's defaults */
             free(fresh);
         }
     }
@@ -776,6 +785,8 @@ static CUresult ctx_limit(CUlimit limit, bool set, size_t *value)
     r = shim_op_ctx_limit(c->handle, (uint32_t)limit, set, set ? *value : 0, &answer);
     if (r == CUDA_SUCCESS && !set)
         *value = (size_t)answer;
+    if (r == CUDA_SUCCESS && set && (unsigned)limit < CU_LIMIT_MAX)
+        atomic_store(&c->limits_set[limit], (uint64_t)*value);
     return r;
 }
 

@@ -105,6 +105,16 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr)
     return CUDA_SUCCESS;
 }
 
+unsigned shim_ipc_opened_live(void)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&open_lock);
+    for (int i = 0; i < MAX_OPEN; i++)
+        n += opened[i].count != 0;
+    pthread_mutex_unlock(&open_lock);
+    return n;
+}
+
 /* What a CUipcEventHandle holds. */
 struct ipc_event_payload {
     char magic[8];

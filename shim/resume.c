@@ -4,8 +4,10 @@
  * kept at the same addresses (server/chunks.c): the shim tells which allocations it holds, and the server
  * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
  * and functions (with the attributes it set), its pinned host memory, and its graphs and graph instances
- * (graph_resume.c). A program holding arrays, textures or surfaces does not come back (array.c); not yet:
- * IPC, context limits and configurations it set. Module globals are the new worker's, at new addresses. */
+ * (graph_resume.c), with the limits it set on its contexts (context.c). A program holding arrays, textures
+ * or surfaces (array.c), or other programs' memory opened through IPC (ipc.c), does not come back; its
+ * interprocess events are refused from then on (stream.c). Module globals are the new worker's, at new
+ * addresses. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +68,12 @@ static CUresult rebuild(const struct shim_lost_work *lw)
         cumux_logf("after the worker failed: this program holds %u array(s), texture or surface object(s), which "
                    "cannot come back (their contents, and a texture's value, were the failed worker's): it "
                    "does not come back", arrays);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    unsigned opened = shim_ipc_opened_live();
+    if (opened) {
+        cumux_logf("after the worker failed: this program holds %u allocation(s) of other programs open (CUDA "
+                   "IPC), which the new worker does not know of: it does not come back", opened);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     /* Which objects lost work, read while they still hold the failed worker's handles. */

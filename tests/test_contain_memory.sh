@@ -198,5 +198,14 @@ grep -q '^bystander: did not come back (700)' "$tmp/hold.out" &&
     fail "the bystander with an array: $(tail -4 "$tmp/hold.out")"
 for ((i = 0; i < 100; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
 "$cli" status | grep -q '^clients: 0$' || fail "the bystander with an array still listed: $("$cli" status)"
+# Nor does one holding another program's memory open through CUDA IPC.
+wait_standby_ready 11 || fail "no standby ready for the bystander with IPC memory"
+start_bystander wait-ipc "the bystander with IPC memory"
+fault_then_go "the bystander with IPC memory"
+grep -q '^bystander: did not come back (700)' "$tmp/hold.out" &&
+    grep -q "holds 1 allocation(s) of other programs open (CUDA IPC)" "$tmp/hold.out" ||
+    fail "the bystander with IPC memory: $(tail -4 "$tmp/hold.out")"
+for ((i = 0; i < 100; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
+"$cli" status | grep -q '^clients: 0$' || fail "the bystander with IPC memory still listed: $("$cli" status)"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

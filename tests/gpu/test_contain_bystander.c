@@ -6,7 +6,7 @@
  * its memory must read back intact at the same addresses, and it computes again with what it made before:
  * the module's kernel on its stream, the event recorded there and waited for, the library's kernel,
  * copies through the pinned memory it allocated before, its pool (its threshold as set, memory from it
- * again); and
+ * again), the stack limit it set; and
  * with new memory and a module loaded now. Results against the CPU.
  * With "wait-twice" it then says "bystander: ready again" and waits for a second fault, after which its
  * memory must still be intact and its old kernel still run (its second coming back).
@@ -33,7 +33,8 @@
  * CUDA_ERROR_INVALID_HANDLE (docs/faults.md), and destroying them succeeds.
  * With "wait-array" it holds an array with known contents and waits: arrays do not come back (their
  * contents are the failed worker's), so after the fault its calls must return a fatal error, the same one
- * each time, never a success; it says "bystander: did not come back (N)" and passes.
+ * each time, never a success; it says "bystander: did not come back (N)" and passes. "wait-ipc": the same
+ * for a program holding another program's memory open through CUDA IPC (a child of its own exports it).
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <poll.h>
 #include <stdatomic.h>
@@ -41,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "gpu_test.h"
 
@@ -331,10 +334,68 @@ static void wait_array(void)
     gt_pass();
 }
 
+/* "wait-ipc": a program holding another program's memory open (CUDA IPC) through a fault does not come
+ * back: the new worker knows nothing of what the failed one shared. A child (forked before any CUDA call)
+ * exports an allocation and stays until told to go. */
+static void wait_ipc(void)
+{
+    int down[2], up[2];
+    if (pipe(down) || pipe(up))
+        gt_fail("pipe");
+    pid_t child = fork();
+    if (child < 0)
+        gt_fail("fork");
+    if (child == 0) {
+        CK(cuInit(0));
+        gt_primary_ctx(0, NULL);
+        CUdeviceptr d;
+        CK(cuMemAlloc(&d, 4096));
+        CK(cuMemsetD32(d, 0x1234, 1024));
+        CUipcMemHandle h;
+        CK(cuIpcGetMemHandle(&h, d));
+        if (write(up[1], &h, sizeof h) != (ssize_t)sizeof h)
+            _exit(1);
+        char go;
+        _exit(read(down[0], &go, 1) == 1 ? 0 : 1); /* the memory goes with the process */
+    }
+    CUipcMemHandle h;
+    if (read(up[0], &h, sizeof h) != (ssize_t)sizeof h)
+        gt_fail("no handle from the exporting child");
+    CK(cuInit(0));
+    gt_primary_ctx(0, NULL);
+    CUdeviceptr p;
+    CK(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    unsigned w[1024];
+    CK(cuMemcpyDtoH(w, p, sizeof w));
+    for (int i = 0; i < 1024; i++)
+        if (w[i] != 0x1234)
+            gt_fail("the opened memory's word %d is 0x%x", i, w[i]);
+    printf("bystander: ready (another program's memory open)\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        gt_fail("no line on stdin");
+    CUresult first = cuCtxSynchronize();
+    CUdeviceptr q;
+    CUresult second = cuMemAlloc(&q, 4096);
+    CUresult third = cuMemcpyDtoH(w, p, sizeof w);
+    if (write(down[1], "g", 1) != 1)
+        gt_fail("pipe write");
+    int st = 0;
+    waitpid(child, &st, 0);
+    if (first == CUDA_SUCCESS || second != first || third != first)
+        gt_fail("after the fault a program holding IPC memory got %d, %d, %d: expected the same fatal error",
+                (int)first, (int)second, (int)third);
+    printf("bystander: did not come back (%d)\n", (int)first);
+    gt_pass();
+}
+
 int main(int argc, char **argv)
 {
     gt_begin("contain_bystander");
     gt_require_gpu();
+    if (argc > 1 && !strcmp(argv[1], "wait-ipc"))
+        wait_ipc(); /* forks before any CUDA call */
     if (argc > 1 && !strcmp(argv[1], "wait-array")) {
         gt_primary_ctx(0, NULL);
         wait_array();
@@ -390,6 +451,9 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i < SMALL / 4; i++)
         pinned[i] = 0x77000 + i;
     CK(cuStreamSynchronize(CU_STREAM_PER_THREAD)); /* its per-thread default stream exists from here */
+    /* A limit it set: its kernels' stack, four times the default (a new worker's context has the default). */
+    const size_t stack = 4096;
+    CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack));
     if (is_busy)
         busy(small, SMALL, add0, stream);
     struct graphs graphs;
@@ -435,6 +499,10 @@ int main(int argc, char **argv)
     expect_words(big, BIG, 0x200000, "the large allocation after the fault");
     expect_words(async, ASYNC, 0x3000000, "the stream-ordered allocation after the fault");
     expect_words(pooled, POOLED, 0x4000000, "the memory from its own pool after the fault");
+    size_t got_stack = 0;
+    CK(cuCtxGetLimit(&got_stack, CU_LIMIT_STACK_SIZE));
+    if (got_stack < stack)
+        gt_fail("its context's stack limit is %zu bytes, set to %zu", got_stack, stack);
     /* Its pool, as it made it: the threshold it set, memory from it again. */
     v = 0;
     CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
