@@ -80,8 +80,10 @@ else
     [ -n "$b1" ] || fail "the cluster program printed no SMs"
     if grep -q "thread-block clusters do not fit its 16 SMs: such kernels run on every SM" "$tmp/log/cumuxd.log"; then
         [ "$(count "$b1")" -gt 16 ] || fail "clusters outside the reservation ran on $(count "$b1") SMs: $b1"
+        echo "clusters of 16 under --sms 16: refused by the reservation, ran on $(count "$b1") SMs"
     else
         [ "$(count "$b1")" -le 16 ] || fail "clusters held in the reservation ran on $(count "$b1") SMs: $b1"
+        echo "clusters of 16 under --sms 16: held by the reservation, ran on $(count "$b1") SMs"
     fi
 fi
 # MPS's variable, from the start.
