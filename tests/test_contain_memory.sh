@@ -189,23 +189,18 @@ wait_standby_ready 9 || fail "no standby ready for the bystander with per-thread
 start_bystander wait-unsynced-ptds "the bystander with per-thread work"
 fault_then_go "the bystander with per-thread work"
 # A program holding an array does not come back (its contents were the failed worker's): every call of its
-# returns the fault's error, and the worker it reached lets go of it.
-wait_standby_ready 10 || fail "no standby ready for the bystander with an array"
-start_bystander wait-array "the bystander with an array"
-fault_then_go "the bystander with an array"
-grep -q '^bystander: did not come back (700)' "$tmp/hold.out" &&
-    grep -q 'holds 1 array(s), texture or surface object(s), which cannot come back' "$tmp/hold.out" ||
-    fail "the bystander with an array: $(tail -4 "$tmp/hold.out")"
-for ((i = 0; i < 100; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
-"$cli" status | grep -q '^clients: 0$' || fail "the bystander with an array still listed: $("$cli" status)"
-# Nor does one holding another program's memory open through CUDA IPC.
-wait_standby_ready 11 || fail "no standby ready for the bystander with IPC memory"
-start_bystander wait-ipc "the bystander with IPC memory"
-fault_then_go "the bystander with IPC memory"
-grep -q '^bystander: did not come back (700)' "$tmp/hold.out" &&
-    grep -q "holds 1 allocation(s) of other programs open (CUDA IPC)" "$tmp/hold.out" ||
-    fail "the bystander with IPC memory: $(tail -4 "$tmp/hold.out")"
-for ((i = 0; i < 100; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
-"$cli" status | grep -q '^clients: 0$' || fail "the bystander with IPC memory still listed: $("$cli" status)"
+# returns the fault's error, and the worker it reached lets go of it. Nor does one holding another program's
+# memory open through CUDA IPC.
+not_back() { # STANDBY_NUMBER MODE WHO LOG_LINE
+    wait_standby_ready "$1" || fail "no standby ready for $3"
+    start_bystander "$2" "$3"
+    fault_then_go "$3"
+    grep -q '^bystander: did not come back (700)' "$tmp/hold.out" && grep -q "$4" "$tmp/hold.out" ||
+        fail "$3: $(tail -4 "$tmp/hold.out")"
+    for ((i = 0; i < 100; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
+    "$cli" status | grep -q '^clients: 0$' || fail "$3 still listed: $("$cli" status)"
+}
+not_back 10 wait-array "the bystander with an array" 'holds 1 array(s), texture or surface object(s), which cannot come back'
+not_back 11 wait-ipc "the bystander with IPC memory" 'holds 1 allocation(s) of other programs open (CUDA IPC)'
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

@@ -307,10 +307,39 @@ static void wait_many(void)
     gt_pass();
 }
 
+/* Says the bystander is ready (holding `what`) and waits for the line that says the fault has come. */
+static void ready_then_wait(const char *what)
+{
+    printf("bystander: ready (%s)\n", what);
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        gt_fail("no line on stdin");
+}
+
+/* After the fault, a program that does not come back: its synchronize, an allocation and `third` (a call on
+ * what it held) all return the same fatal error. */
+static void expect_not_back(const char *holding, CUresult (*third)(void *), void *arg)
+{
+    CUresult first = cuCtxSynchronize();
+    CUdeviceptr p;
+    CUresult second = cuMemAlloc(&p, 4096);
+    CUresult last = third(arg);
+    if (first == CUDA_SUCCESS || second != first || last != first)
+        gt_fail("after the fault a program holding %s got %d, %d, %d: expected the same fatal error", holding,
+                (int)first, (int)second, (int)last);
+    printf("bystander: did not come back (%d)\n", (int)first);
+}
+
 /* "wait-array": a program holding an array through a fault does not come back. */
+static CUarray arr;
+static CUresult read_array(void *h)
+{
+    return cuMemcpyAtoH(h, arr, 0, 64 * sizeof(float));
+}
+
 static void wait_array(void)
 {
-    CUarray arr;
     CUDA_ARRAY_DESCRIPTOR d = {.Width = 64, .Height = 1, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
     CK(cuArrayCreate(&arr, &d));
     float h[64];
@@ -318,25 +347,20 @@ static void wait_array(void)
         h[i] = (float)i;
     CK(cuMemcpyHtoA(arr, 0, h, sizeof h));
     CK(cuCtxSynchronize());
-    printf("bystander: ready (an array)\n");
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin))
-        gt_fail("no line on stdin");
-    CUresult first = cuCtxSynchronize();
-    CUdeviceptr p;
-    CUresult second = cuMemAlloc(&p, 4096);
-    CUresult third = cuMemcpyAtoH(h, arr, 0, sizeof h);
-    if (first == CUDA_SUCCESS || second != first || third != first)
-        gt_fail("after the fault a program holding an array got %d, %d, %d: expected the same fatal error",
-                (int)first, (int)second, (int)third);
-    printf("bystander: did not come back (%d)\n", (int)first);
+    ready_then_wait("an array");
+    expect_not_back("an array", read_array, h);
     gt_pass();
 }
 
 /* "wait-ipc": a program holding another program's memory open (CUDA IPC) through a fault does not come
  * back: the new worker knows nothing of what the failed one shared. A child (forked before any CUDA call)
  * exports an allocation and stays until told to go. */
+static CUdeviceptr opened;
+static CUresult read_opened(void *w)
+{
+    return cuMemcpyDtoH(w, opened, 4096);
+}
+
 static void wait_ipc(void)
 {
     int down[2], up[2];
@@ -358,10 +382,10 @@ static void wait_ipc(void)
         char go;
         _exit(read(down[0], &go, 1) == 1 ? 0 : 1); /* the memory goes with the process */
     }
+    gt_require_gpu();
     CUipcMemHandle h;
     if (read(up[0], &h, sizeof h) != (ssize_t)sizeof h)
         gt_fail("no handle from the exporting child");
-    CK(cuInit(0));
     gt_primary_ctx(0, NULL);
     CUdeviceptr p;
     CK(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
@@ -370,32 +394,22 @@ static void wait_ipc(void)
     for (int i = 0; i < 1024; i++)
         if (w[i] != 0x1234)
             gt_fail("the opened memory's word %d is 0x%x", i, w[i]);
-    printf("bystander: ready (another program's memory open)\n");
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin))
-        gt_fail("no line on stdin");
-    CUresult first = cuCtxSynchronize();
-    CUdeviceptr q;
-    CUresult second = cuMemAlloc(&q, 4096);
-    CUresult third = cuMemcpyDtoH(w, p, sizeof w);
+    ready_then_wait("another program's memory open");
+    opened = p;
+    expect_not_back("IPC memory", read_opened, w);
     if (write(down[1], "g", 1) != 1)
         gt_fail("pipe write");
     int st = 0;
     waitpid(child, &st, 0);
-    if (first == CUDA_SUCCESS || second != first || third != first)
-        gt_fail("after the fault a program holding IPC memory got %d, %d, %d: expected the same fatal error",
-                (int)first, (int)second, (int)third);
-    printf("bystander: did not come back (%d)\n", (int)first);
     gt_pass();
 }
 
 int main(int argc, char **argv)
 {
     gt_begin("contain_bystander");
-    gt_require_gpu();
     if (argc > 1 && !strcmp(argv[1], "wait-ipc"))
-        wait_ipc(); /* forks before any CUDA call */
+        wait_ipc(); /* forks before any CUDA call: CUDA is not fork-safe */
+    gt_require_gpu();
     if (argc > 1 && !strcmp(argv[1], "wait-array")) {
         gt_primary_ctx(0, NULL);
         wait_array();
