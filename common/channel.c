@@ -178,12 +178,32 @@ void cumux_shm_wake_waiters(struct cumux_shm *shm)
         cumux_futex_wake(&shm->stage_seq[i], 1 << 30);
 }
 
-int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void))
+int cumux_reply_wait_as(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void),
+                        enum cumux_wait_mode mode)
 {
-    /* Spin briefly: most replies come in microseconds, and a futex sleep costs more than that. */
-    uint64_t start = cumux_now_ns();
+    uint64_t start = cumux_now_ns(), checked = start;
     unsigned n = 0;
-    while (atomic_load_explicit(&slot->seq, memory_order_acquire) == seq_before) {
+    if (mode == CUMUX_WAIT_SPIN || mode == CUMUX_WAIT_YIELD) {
+        /* As the program asked: the CPU stays this thread's until the answer comes (and the peer's life
+         * is looked at every 100 ms). */
+        while (atomic_load_explicit(&slot->seq, memory_order_acquire) == seq_before) {
+            if ((++n & 1023u) == 0) {
+                uint64_t now = cumux_now_ns();
+                if (now - checked > 100000000) {
+                    checked = now;
+                    if (alive && !alive())
+                        return -1;
+                }
+            }
+            if (mode == CUMUX_WAIT_YIELD)
+                sched_yield();
+            else
+                cpu_relax();
+        }
+        return 0;
+    }
+    /* Spin briefly: most replies come in microseconds, and a futex sleep costs more than that. */
+    while (mode == CUMUX_WAIT_AUTO && atomic_load_explicit(&slot->seq, memory_order_acquire) == seq_before) {
         if ((++n & 63u) == 0) {
             uint64_t t = cumux_now_ns() - start;
             if (t > 50000)
@@ -206,4 +226,9 @@ int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*
         atomic_store(&slot->waiting, 0);
     }
     return 0;
+}
+
+int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void))
+{
+    return cumux_reply_wait_as(slot, seq_before, alive, CUMUX_WAIT_AUTO);
 }

@@ -49,8 +49,14 @@ static inline uint32_t cumux_msg_size(size_t body_len)
 
 /* Post a reply (server) and wait for one (client). */
 void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void *data, uint32_t len);
-/* Wait until slot->seq != seq_before. Calls alive() every ~100 ms while sleeping; gives up (returns -1)
- * when it says the peer is gone. */
+/* How a client thread waits for an answer: the CUDA context's scheduling flags (CU_CTX_SCHED_*).
+ * AUTO: spins 20 us, yields to 50 us, then sleeps on a futex; SPIN: spins on the CPU, never sleeps; YIELD:
+ * yields the CPU between looks, never sleeps; BLOCK: sleeps on a futex after a first look. */
+enum cumux_wait_mode { CUMUX_WAIT_AUTO, CUMUX_WAIT_SPIN, CUMUX_WAIT_YIELD, CUMUX_WAIT_BLOCK };
+/* Wait until slot->seq != seq_before. Calls alive() every ~100 ms; gives up (returns -1) when it says the
+ * peer is gone. cumux_reply_wait waits as CUMUX_WAIT_AUTO. */
+int cumux_reply_wait_as(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void),
+                        enum cumux_wait_mode mode);
 int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void));
 /* Wakes every client thread waiting on the channel (answers, staging slots): a worker that gives up tells
  * them at once rather than at their next timeout (they then ask whether the server is alive). */

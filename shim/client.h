@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/channel.h"
 #include "common/proto.h"
 #include "common/ranges.h"
 #include "shim/shim.h"
@@ -188,6 +189,11 @@ static inline bool shim_lost_stream(const struct shim_lost_work *lw, uint32_t ha
 /* What is made again in the worker that took over after a resume (shim/resume.c registers it); it also
  * moves shim_lost_epoch on when lw->any, sparing what lost nothing. */
 void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw));
+/* How this thread waits for the server's answers (connection.c): as its current context's scheduling
+ * flags say (context.c registers the lookup), unless CUMUX_WAIT=auto|spin|yield|block says for the whole
+ * program. */
+void shim_set_wait_mode_lookup(enum cumux_wait_mode (*lookup)(void));
+enum cumux_wait_mode shim_wait_mode(void);
 /* Before the objects get the new worker's handles: which lost work (the `spared` flags; `unclaimed`: the
  * bits of lost streams not known as the program's own or legacy streams, cleared as they are claimed:
  * those left are per-thread streams). Then, after a successful rebuild, the words of those spared catch

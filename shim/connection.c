@@ -140,6 +140,30 @@ struct conn;
 static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn);
 static void use_connection(const struct conn *conn);
 
+static enum cumux_wait_mode (*wait_mode_lookup)(void);
+static int wait_mode_env = -2; /* -2: not read yet, -1: not set */
+
+void shim_set_wait_mode_lookup(enum cumux_wait_mode (*lookup)(void))
+{
+    wait_mode_lookup = lookup;
+}
+
+enum cumux_wait_mode shim_wait_mode(void)
+{
+    int e = __atomic_load_n(&wait_mode_env, __ATOMIC_RELAXED);
+    if (e == -2) {
+        const char *v = getenv("CUMUX_WAIT");
+        e = !v ? -1 : !strcmp(v, "auto") ? CUMUX_WAIT_AUTO : !strcmp(v, "spin") ? CUMUX_WAIT_SPIN
+                : !strcmp(v, "yield") ? CUMUX_WAIT_YIELD : !strcmp(v, "block") ? CUMUX_WAIT_BLOCK : -1;
+        if (v && e < 0)
+            cumux_logf("CUMUX_WAIT=%s: not auto, spin, yield or block; the contexts' flags decide", v);
+        __atomic_store_n(&wait_mode_env, e, __ATOMIC_RELAXED);
+    }
+    if (e >= 0)
+        return (enum cumux_wait_mode)e;
+    return wait_mode_lookup ? wait_mode_lookup() : CUMUX_WAIT_AUTO;
+}
+
 void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw))
 {
     rebuild_after_resume = rebuild;
@@ -321,7 +345,7 @@ CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, 
     CUresult r = put(op, (uint16_t)s, body, body_len, NULL, 0);
     if (r != CUDA_SUCCESS)
         return atomic_load(&lost) ? shim_in_flight_lost() : r;
-    if (cumux_reply_wait(slot, before, shim_server_alive) < 0)
+    if (cumux_reply_wait_as(slot, before, shim_server_alive, shim_wait_mode()) < 0)
         return shim_in_flight_lost();
     uint32_t len = slot->len <= CUMUX_REPLY_DATA ? slot->len : CUMUX_REPLY_DATA;
     if (reply) {

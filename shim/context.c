@@ -55,6 +55,29 @@ struct CUctx_st *shim_current_ctx(void)
     return tls_ctx_depth > 0 ? tls_ctx_stack[tls_ctx_depth - 1] : NULL;
 }
 
+/* The current context's scheduling flags: how the program asked its threads to wait for the GPU
+ * (cudaSetDeviceFlags, cuCtxCreate, cuDevicePrimaryCtxSetFlags). Natively AUTO spins while the process has
+ * fewer contexts than CPUs; here it spins briefly and then sleeps (many programs share the CPUs). */
+static enum cumux_wait_mode ctx_wait_mode(void)
+{
+    struct CUctx_st *c = shim_current_ctx();
+    switch (c ? c->flags & CU_CTX_SCHED_MASK : 0) {
+    case CU_CTX_SCHED_SPIN:
+        return CUMUX_WAIT_SPIN;
+    case CU_CTX_SCHED_YIELD:
+        return CUMUX_WAIT_YIELD;
+    case CU_CTX_SCHED_BLOCKING_SYNC:
+        return CUMUX_WAIT_BLOCK;
+    default:
+        return CUMUX_WAIT_AUTO;
+    }
+}
+
+__attribute__((constructor)) static void register_wait_mode(void)
+{
+    shim_set_wait_mode_lookup(ctx_wait_mode);
+}
+
 CUresult shim_need_ctx(struct CUctx_st **out)
 {
     if (!shim.initialized)

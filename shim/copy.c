@@ -127,7 +127,7 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         atomic_fetch_add(&shim.shm->stage_seq[slot], 1);
         cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
     }
-    if (cumux_reply_wait(reply, before, shim_server_alive) < 0)
+    if (cumux_reply_wait_as(reply, before, shim_server_alive, shim_wait_mode()) < 0)
         r = shim_in_flight_lost();
     else
         r = shim_answer((CUresult)reply->result);

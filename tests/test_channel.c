@@ -461,15 +461,50 @@ struct reply_waiter {
     uint32_t before;
     int rc;
     uint64_t ns;
+    enum cumux_wait_mode mode;
+    bool (*alive)(void); /* NULL: peer_alive */
 };
 
 static void *wait_reply(void *arg)
 {
     struct reply_waiter *w = arg;
     uint64_t t0 = cumux_now_ns();
-    w->rc = cumux_reply_wait(w->slot, w->before, peer_alive);
+    w->rc = cumux_reply_wait_as(w->slot, w->before, w->alive ? w->alive : peer_alive, w->mode);
     w->ns = cumux_now_ns() - t0;
     return NULL;
+}
+
+/* The wait modes of the contexts' scheduling flags: spinning and yielding threads never sleep on the futex
+ * (no `waiting` mark), see a reply posted 20 ms later, and give up on a dead peer within ~100 ms of
+ * checking; a blocking one sleeps at once. */
+static void test_wait_modes(struct cumux_shm *shm)
+{
+    struct cumux_reply_slot *slot = &shm->replies[CUMUX_REPLY_SLOTS - 2];
+    const enum cumux_wait_mode modes[] = {CUMUX_WAIT_SPIN, CUMUX_WAIT_YIELD, CUMUX_WAIT_BLOCK};
+    const char *names[] = {"spin", "yield", "block"};
+    for (int m = 0; m < 3; m++) {
+        uint32_t before = atomic_load(&slot->seq);
+        struct reply_waiter w = {slot, before, -5, 0, modes[m], NULL};
+        pthread_t th;
+        REQUIRE(pthread_create(&th, NULL, wait_reply, &w) == 0, "pthread_create");
+        bool slept = false;
+        for (int i = 0; i < 20; i++) {
+            sleep_ns(1000000);
+            slept |= atomic_load(&slot->waiting) != 0;
+        }
+        cumux_reply_post(slot, 40 + m, "m", 1);
+        REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
+        REQUIRE(w.rc == 0 && slot->result == 40 + m, "%s: rc %d, result %d", names[m], w.rc, slot->result);
+        REQUIRE(w.ns >= 15000000ull && w.ns < 3000000000ull, "%s: waited %llu ns for a reply posted at 20 ms",
+                names[m], (unsigned long long)w.ns);
+        REQUIRE(slept == (modes[m] == CUMUX_WAIT_BLOCK), "%s: %s on the futex", names[m],
+                slept ? "slept" : "never slept");
+        /* The peer dies: each gives up. */
+        before = atomic_load(&slot->seq);
+        uint64_t t0 = cumux_now_ns();
+        REQUIRE(cumux_reply_wait_as(slot, before, peer_gone, modes[m]) == -1, "%s: a dead peer not noticed", names[m]);
+        REQUIRE(cumux_now_ns() - t0 < 3000000000ull, "%s: dead peer noticed too late", names[m]);
+    }
 }
 
 static void test_reply(struct cumux_shm *shm)
@@ -489,7 +524,7 @@ static void test_reply(struct cumux_shm *shm)
     int late = 0;
     for (int round = 0; round < 3; round++) {
         before = atomic_load(&slot->seq);
-        struct reply_waiter w = {slot, before, -5, 0};
+        struct reply_waiter w = {slot, before, -5, 0, CUMUX_WAIT_AUTO, NULL};
         pthread_t th;
         REQUIRE(pthread_create(&th, NULL, wait_reply, &w) == 0, "pthread_create");
         uint64_t t0 = cumux_now_ns();
@@ -610,6 +645,7 @@ int main(void)
 
     test_futex(shm);
     test_reply(shm);
+    test_wait_modes(shm);
     shm_delete(shm);
     test_ring_wait();
     test_full();
