@@ -67,7 +67,10 @@ if [ -x "$cli" ] && cumux_start; then
     # The load alone under cumux, at normal and at low priority (low must cost it nothing alone).
     run_pair cumux_load_normal 1 "true" "" "$cli run --"
     run_pair cumux_load_low 1 "true" "" "$cli run --priority low --"
-    cases+=(cumux_alone cumux cumux_high cumux_sms8 cumux_load_normal cumux_load_low)
+    # The load waiting as a program that asked to spin (cudaDeviceScheduleSpin): no futex wake-up after
+    # each synchronize (alone at normal it ran at 0.958x of native, 2026-12-03).
+    run_pair cumux_load_spin 1 "true" "" "env CUMUX_WAIT=spin $cli run --"
+    cases+=(cumux_alone cumux cumux_high cumux_sms8 cumux_load_normal cumux_load_low cumux_load_spin)
     cumux_stop
 fi
 {
@@ -79,5 +82,5 @@ fi
     done
     echo "latency: 1 block of 32 threads spinning 20 us, then a synchronize; load: 8 blocks of 256 threads an SM,"
     echo "500 us each, 4 grids then a synchronize; ${dur} s windows. load_alone: the load with no latency client"
-    echo "(its p50/p99 are those of 'true', meaningless); so are cumux_load_normal and cumux_load_low."
+    echo "(its p50/p99 are those of 'true', meaningless); so are cumux_load_normal, _low and _spin."
 } | tee "$out/summary.txt"
