@@ -6,7 +6,9 @@
  * (CU_COREDUMP_SKIP_ABORT), the driver writes an ELF file of a few hundred KB within about 10 ms of the
  * fault and the process lives on. Its SM and warp tables give the PC of the faulting instruction; each
  * loaded module's relocated image (a cubin whose code sections carry their load addresses) and the module
- * table give the module whose code holds that PC; each client's modules are its own CUmodules. The format
+ * table give the module whose code holds that PC; each client's modules are its own CUmodules. When no
+ * such PC lies in a module (a device-side assert stops in the driver's handler), the faulting warps'
+ * blocks and the grid table name the grid's module (warp_culprits). The format
  * is public (cuda-gdb's cudacoredump.h); this reads only what it needs, every offset bounds-checked.
  *
  * Off unless CUMUX_FAULT_COREDUMP=1, for what dumps cost the culprit: on the H200 (driver 580) with dumps
@@ -33,7 +35,10 @@ char srv_coredump_path[512];
 /* Section types of the CUDA coredump (SHT_LOUSER + n). */
 #define CD_RELF_IMG (SHT_LOUSER + 7)
 #define CD_SM_TABLE (SHT_LOUSER + 11)
+#define CD_GRID_TABLE (SHT_LOUSER + 12)
+#define CD_CTA_TABLE (SHT_LOUSER + 13)
 #define CD_WP_TABLE (SHT_LOUSER + 14)
+#define CD_LN_TABLE (SHT_LOUSER + 15)
 #define CD_MOD_TABLE (SHT_LOUSER + 16)
 
 void srv_coredump_enable(void)
@@ -186,6 +191,86 @@ static bool image_holds(const uint8_t *img, uint64_t len, uint64_t pc)
     return false;
 }
 
+/* Row `row` of table section `sec` of type `type`, at least `need` bytes of it; NULL where there is none. A
+ * table names the row of its parent table it belongs to by sh_link (the parent's section) and sh_info
+ * (the row): lanes belong to a warp, warps to a block (CTA), blocks to an SM. */
+static const uint8_t *table_row(const struct elf_view *v, unsigned sec, uint64_t row, uint32_t type, uint64_t need)
+{
+    uint64_t size;
+    const uint8_t *p = sec < v->nsh && shdr(v, sec).sh_type == type ? section(v, sec, &size) : NULL;
+    uint64_t es = p ? shdr(v, sec).sh_entsize : 0;
+    if (!p || es < need || row >= size / es)
+        return NULL;
+    return p + row * es;
+}
+
+/* The module of the grid that block `cta` (a CTA table's row) belongs to: its grid's row in a grid table. */
+static bool grid_module(const struct elf_view *v, const uint8_t *cta, uint64_t *module)
+{
+    uint64_t grid = rd64(cta);
+    for (unsigned i = 0; i < v->nsh; i++) {
+        if (shdr(v, i).sh_type != CD_GRID_TABLE)
+            continue;
+        for (uint64_t r = 0;; r++) {
+            const uint8_t *g = table_row(v, i, r, CD_GRID_TABLE, 40); /* gridId64 ... moduleHandle at 32 */
+            if (!g)
+                break;
+            if (rd64(g) == grid) {
+                *module = rd64(g + 32);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* When no faulting PC lies in a loaded module's code (a device-side assert stops in the driver's own
+ * handler), the faulting warps say whose kernel it was: each warp with a valid error PC, and each warp of a
+ * lane with an exception, belongs to a block, the block to a grid, and the grid table names the grid's
+ * module. *error: the first lane's exception, when the SM table gave none. */
+static size_t warp_culprits(const struct elf_view *v, uint64_t *mods, size_t cap, CUresult *error)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < v->nsh && n < cap; i++) {
+        Elf64_Shdr s = shdr(v, i);
+        if (s.sh_type != CD_WP_TABLE && s.sh_type != CD_LN_TABLE)
+            continue;
+        for (uint64_t r = 0; n < cap; r++) {
+            unsigned wsec = i;
+            uint64_t wrow = r;
+            if (s.sh_type == CD_LN_TABLE) { /* virtualPC physPC ln threadIdx[3] exception ... */
+                const uint8_t *lane = table_row(v, i, r, CD_LN_TABLE, 36);
+                if (!lane)
+                    break;
+                uint32_t exc = rd32(lane + 32);
+                if (!exc)
+                    continue;
+                if (*error == CUDA_SUCCESS)
+                    *error = exception_error(exc);
+                wsec = s.sh_link, wrow = s.sh_info;
+            }
+            const uint8_t *warp = table_row(v, wsec, wrow, CD_WP_TABLE, 28); /* errorPC ... errorPCValid at 24 */
+            if (!warp)
+                break;
+            if (s.sh_type == CD_WP_TABLE && !rd32(warp + 24))
+                continue;
+            Elf64_Shdr ws = shdr(v, wsec);
+            const uint8_t *cta = table_row(v, ws.sh_link, ws.sh_info, CD_CTA_TABLE, 8); /* gridId64 first */
+            uint64_t module;
+            if (!cta || !grid_module(v, cta, &module))
+                continue;
+            bool seen = false;
+            for (size_t j = 0; j < n; j++)
+                seen |= mods[j] == module;
+            if (!seen)
+                mods[n++] = module;
+            if (s.sh_type == CD_LN_TABLE)
+                break; /* a lane table is one warp's: its first lane with an exception says it */
+        }
+    }
+    return n;
+}
+
 static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t cap, CUresult *error)
 {
     struct elf_view v;
@@ -215,7 +300,12 @@ static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t c
             }
         }
     }
-    return n;
+    /* The warps' view: the culprit when no PC lies in a module, the error when the SMs gave none. */
+    uint64_t by_warp[8];
+    size_t nw = warp_culprits(&v, by_warp, 8, error);
+    for (size_t k = 0; !n && k < nw && k < cap; k++)
+        mods[k] = by_warp[k];
+    return n ? n : (nw < cap ? nw : cap);
 }
 
 bool srv_coredump_begun(void)

@@ -93,6 +93,13 @@ static size_t image(uint8_t *out, size_t cap, uint64_t code)
     return len;
 }
 
+/* A device-side assert (exception 12), as the H200's dumps are thought to show one (2026-12-03: its dump
+ * named no module by PC): no exception in the SM table, the warp stopped at a PC in the driver's own
+ * assert handler (outside every module's code), the exception on the warp's lane; the warp's block, and
+ * the block's grid in the grid table, say whose kernel it was. Any other exception: the SM table has it,
+ * with the PC in the faulting kernel's code. */
+#define HANDLER_PC 0xfff0000000ull
+
 bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
 {
     pthread_mutex_lock(&cd_mu);
@@ -102,13 +109,16 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     pthread_mutex_unlock(&cd_mu);
     if (!on)
         return false;
-    uint64_t code = (uint64_t)(uintptr_t)l->fn, module = (uint64_t)(uintptr_t)l->fn->mod;
+    bool by_warp = exception == 12;
+    uint64_t code = (uint64_t)(uintptr_t)l->fn, module = (uint64_t)(uintptr_t)l->fn->mod, grid_id = 7;
     struct dump d = {.len = sizeof(Elf64_Ehdr)};
-    static const char names[] = "\0.shstrtab\0.cudbg.smtbl.dev0\0.cudbg.modtbl.dev0.ctx0\0.cudbg.relfimg.dev0.ctx0";
+    static const char names[] = "\0.shstrtab\0.cudbg.smtbl.dev0\0.cudbg.modtbl.dev0.ctx0\0.cudbg.relfimg.dev0.ctx0"
+                                "\0.cudbg.gridtbl.dev0\0.cudbg.ctatbl.dev0.sm0\0.cudbg.wptbl.dev0.sm0.cta0"
+                                "\0.cudbg.lntbl.dev0.sm0.cta0.wp0";
     size_t names_at = put(&d, names, sizeof names);
     /* CudbgSmTableEntry: smId, padding, exception, errorPCValid, errorPC, cluster fields. */
     uint8_t sm[48] = {0};
-    uint32_t exc = exception, valid = 1;
+    uint32_t exc = by_warp ? 0 : exception, valid = by_warp ? 0 : 1;
     uint64_t pc = code + PC_OFFSET;
     memcpy(sm + 8, &exc, 4);
     memcpy(sm + 12, &valid, 4);
@@ -118,18 +128,43 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     uint8_t img[512];
     size_t img_len = image(img, sizeof img, code);
     size_t img_at = put(&d, img, img_len);
-    Elf64_Shdr sh[5] = {
+    /* CudbgGridTableEntry: gridId64 contextId function functionEntry moduleHandle ...; CTA: gridId64
+     * blockIdx[3] pad; warp: errorPC warpId validLanes activeLanes isWarpBroken errorPCValid pad; lane:
+     * virtualPC physPC ln threadIdx[3] exception ... */
+    uint8_t grid[120] = {0}, cta[24] = {0}, warp[32] = {0}, lane[48] = {0};
+    uint64_t hpc = HANDLER_PC;
+    uint32_t one = 1, lanes = 1;
+    memcpy(grid, &grid_id, 8);
+    memcpy(grid + 16, &code, 8);
+    memcpy(grid + 32, &module, 8);
+    memcpy(cta, &grid_id, 8);
+    memcpy(warp, &hpc, 8);
+    memcpy(warp + 12, &lanes, 4);
+    memcpy(warp + 24, &one, 4);
+    memcpy(lane, &hpc, 8);
+    memcpy(lane + 32, &exception, 4);
+    size_t grid_at = by_warp ? put(&d, grid, sizeof grid) : 1, cta_at = by_warp ? put(&d, cta, sizeof cta) : 1;
+    size_t warp_at = by_warp ? put(&d, warp, sizeof warp) : 1, lane_at = by_warp ? put(&d, lane, sizeof lane) : 1;
+    Elf64_Shdr sh[9] = {
         {0},
         {.sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = names_at, .sh_size = sizeof names},
         {.sh_name = 11, .sh_type = SHT_LOUSER + 11, .sh_offset = sm_at, .sh_size = sizeof sm, .sh_entsize = sizeof sm},
         {.sh_name = 29, .sh_type = SHT_LOUSER + 16, .sh_offset = mod_at, .sh_size = 8, .sh_entsize = 8},
         {.sh_name = 53, .sh_type = SHT_LOUSER + 7, .sh_offset = img_at, .sh_size = img_len, .sh_link = 3, .sh_info = 0},
+        {.sh_name = 78, .sh_type = SHT_LOUSER + 12, .sh_offset = grid_at, .sh_size = sizeof grid, .sh_entsize = sizeof grid},
+        {.sh_name = 98, .sh_type = SHT_LOUSER + 13, .sh_offset = cta_at, .sh_size = sizeof cta, .sh_entsize = sizeof cta,
+         .sh_link = 2, .sh_info = 0},
+        {.sh_name = 121, .sh_type = SHT_LOUSER + 14, .sh_offset = warp_at, .sh_size = sizeof warp,
+         .sh_entsize = sizeof warp, .sh_link = 6, .sh_info = 0},
+        {.sh_name = 148, .sh_type = SHT_LOUSER + 15, .sh_offset = lane_at, .sh_size = sizeof lane,
+         .sh_entsize = sizeof lane, .sh_link = 7, .sh_info = 0},
     };
-    size_t sh_at = put(&d, sh, sizeof sh);
-    if (!names_at || !sm_at || !mod_at || !img_len || !img_at || !sh_at)
+    unsigned nsh = by_warp ? 9 : 5;
+    size_t sh_at = put(&d, sh, nsh * sizeof sh[0]);
+    if (!names_at || !sm_at || !mod_at || !img_len || !img_at || !grid_at || !cta_at || !warp_at || !lane_at || !sh_at)
         return false;
     Elf64_Ehdr eh = {.e_type = ET_CORE, .e_machine = 190, .e_version = EV_CURRENT, .e_ehsize = sizeof eh,
-                     .e_shoff = sh_at, .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = 5, .e_shstrndx = 1};
+                     .e_shoff = sh_at, .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = (uint16_t)nsh, .e_shstrndx = 1};
     memcpy(eh.e_ident, ELFMAG, SELFMAG);
     eh.e_ident[EI_CLASS] = ELFCLASS64;
     eh.e_ident[EI_DATA] = ELFDATA2LSB;
