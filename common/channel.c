@@ -184,12 +184,13 @@ int cumux_reply_wait_as(struct cumux_reply_slot *slot, uint32_t seq_before, bool
     uint64_t start = cumux_now_ns(), checked = start;
     unsigned n = 0;
     if (mode == CUMUX_WAIT_SPIN || mode == CUMUX_WAIT_YIELD) {
-        /* As the program asked: the CPU stays this thread's until the answer comes (and the peer's life
-         * is looked at every 100 ms). */
+        /* As the program asked: the CPU stays this thread's until the answer comes. The peer's life is
+         * looked at every millisecond (a worker that fails says so in the channel at once: a sleeping
+         * waiter is woken for it, a spinning one must look). */
         while (atomic_load_explicit(&slot->seq, memory_order_acquire) == seq_before) {
             if ((++n & 1023u) == 0) {
                 uint64_t now = cumux_now_ns();
-                if (now - checked > 100000000) {
+                if (now - checked > 1000000) {
                     checked = now;
                     if (alive && !alive())
                         return -1;

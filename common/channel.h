@@ -53,8 +53,9 @@ void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void 
  * AUTO: spins 20 us, yields to 50 us, then sleeps on a futex; SPIN: spins on the CPU, never sleeps; YIELD:
  * yields the CPU between looks, never sleeps; BLOCK: sleeps on a futex after a first look. */
 enum cumux_wait_mode { CUMUX_WAIT_AUTO, CUMUX_WAIT_SPIN, CUMUX_WAIT_YIELD, CUMUX_WAIT_BLOCK };
-/* Wait until slot->seq != seq_before. Calls alive() every ~100 ms; gives up (returns -1) when it says the
- * peer is gone. cumux_reply_wait waits as CUMUX_WAIT_AUTO. */
+/* Wait until slot->seq != seq_before. Calls alive() every ~100 ms while sleeping (every ~1 ms while
+ * spinning or yielding); gives up (returns -1) when it says the peer is gone. cumux_reply_wait waits as
+ * CUMUX_WAIT_AUTO. */
 int cumux_reply_wait_as(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void),
                         enum cumux_wait_mode mode);
 int cumux_reply_wait(struct cumux_reply_slot *slot, uint32_t seq_before, bool (*alive)(void));

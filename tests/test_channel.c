@@ -475,8 +475,8 @@ static void *wait_reply(void *arg)
 }
 
 /* The wait modes of the contexts' scheduling flags: spinning and yielding threads never sleep on the futex
- * (no `waiting` mark), see a reply posted 20 ms later, and give up on a dead peer within ~100 ms of
- * checking; a blocking one sleeps at once. */
+ * (no `waiting` mark), see a reply posted 20 ms later, and give up on a dead peer (looked at every ms); a
+ * blocking one sleeps at once. */
 static void test_wait_modes(struct cumux_shm *shm)
 {
     struct cumux_reply_slot *slot = &shm->replies[CUMUX_REPLY_SLOTS - 2];
