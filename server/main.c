@@ -802,9 +802,11 @@ static void on_gpu_fault(CUresult r, int gpu)
     uint64_t mods[8];
     CUresult dumped;
     size_t nm = srv_coredump_culprits(mods, 8, &dumped);
-    if (dumped != CUDA_SUCCESS && dumped != r) {
-        /* With dumps on the driver may say less than the fault was (an assert as a launch failure): the
-         * programs are told what the dump shows, as the driver tells it without dumps. */
+    if (dumped == CUDA_ERROR_ASSERT && dumped != r) {
+        /* With dumps on the driver says less than the fault was for an assert (a launch failure, on the
+         * H200): the programs are told what the dump shows, as the driver tells it without dumps. Only that
+         * case: for others the driver's own error is what a program gets natively (a trap's dump shows an
+         * SM exception too, yet natively it is CUDA_ERROR_LAUNCH_FAILED). */
         cumux_logf("GPU %d: the driver said %d, the GPU coredump shows %d: told %d", gpu, (int)r, (int)dumped,
                    (int)dumped);
         r = dumped;

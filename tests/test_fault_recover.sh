@@ -125,8 +125,16 @@ serve_one "$tmp/vecadd.out" || fail "no program served after the assert: $(cat "
 for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $((rounds + 2)):" && break; sleep 0.1; done
 "$cli" status | grep "^fault $((rounds + 2)):" | grep -q "(CUDA_ERROR_ASSERT)" ||
     fail "status does not record the assert as CUDA_ERROR_ASSERT: $("$cli" status)"
-# A worker that dies without a word (kill -9) is replaced the same way.
+# A trap: the program gets CUDA_ERROR_LAUNCH_FAILED, as natively, and status records it.
 [ $standby = on ] && wait_standby_ready $((rounds + 3))
+"$cli" run -- "$gdir/gpu_fault" trap >"$tmp/fault.out" 2>&1 ||
+    fail "gpu_fault trap did not get CUDA_ERROR_LAUNCH_FAILED: $(cat "$tmp/fault.out")"
+serve_one "$tmp/vecadd.out" || fail "no program served after the trap: $(cat "$tmp/vecadd.out")"
+for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $((rounds + 3)):" && break; sleep 0.1; done
+"$cli" status | grep "^fault $((rounds + 3)):" | grep -q "(CUDA_ERROR_LAUNCH_FAILED)" ||
+    fail "status does not record the trap as CUDA_ERROR_LAUNCH_FAILED: $("$cli" status)"
+# A worker that dies without a word (kill -9) is replaced the same way.
+[ $standby = on ] && wait_standby_ready $((rounds + 4))
 w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
 kill -KILL "$w0"
 t0=$(now_ms)

@@ -166,6 +166,17 @@ KERNEL k_fault_assert(const struct fc_launch *l)
     fc_fault_sticky(CUDA_ERROR_ASSERT);
 }
 
+/* A trap: CUDA_ERROR_LAUNCH_FAILED; with dumps on, the dump shows the SM's exception (taken here to be
+ * "warp illegal instruction", which cumuxd does not let change the error: the driver's stands). */
+KERNEL k_fault_trap(const struct fc_launch *l)
+{
+    if (fc_coredump_fault(l, 4 /* warp illegal instruction */)) {
+        fc_fault_sticky_later(CUDA_ERROR_LAUNCH_FAILED, 30);
+        return;
+    }
+    fc_fault_sticky(CUDA_ERROR_LAUNCH_FAILED);
+}
+
 /* cumuxd's own kernels for stream memory operations on pool memory (server/memop_kernels.c): a release
  * store; a wait polled as the fake's cuStreamWaitValue is, CUMUX_FAKE_WAIT_LIMIT_MS included. */
 KERNEL k_cumux_mem_write(const struct fc_launch *l)
@@ -343,6 +354,7 @@ const struct fc_kernel_def fc_kernels[] = {
     {"write_value", "kernel write_value", 2, {0, 8}, {8, 4}, 1024, 8, 0, k_write_value},
     {"fault_store", "kernel fault_store", 1, {0}, {8}, 1024, 8, 0, k_fault_store},
     {"fault_assert", "kernel fault_assert", 1, {0}, {8}, 1024, 8, 0, k_fault_assert},
+    {"fault_trap", "kernel fault_trap", 1, {0}, {8}, 1024, 8, 0, k_fault_trap},
     {"cumux_mem_write", "kernel cumux_mem_write", 3, {0, 8, 16}, {8, 8, 4}, 1, 16, 0, k_cumux_mem_write},
     {"cumux_mem_wait", "kernel cumux_mem_wait", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 1, 20, 0, k_cumux_mem_wait},
     {"cond_count", "kernel cond_count", 3, {0, 8, 16}, {8, 8, 4}, 1024, 12, 0, k_cond_count},

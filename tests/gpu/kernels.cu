@@ -157,4 +157,12 @@ __global__ void fault_assert(unsigned *p)
     assert(p == nullptr);
 }
 
+/* A trap (__trap(), PTX `trap`): the kernel is aborted, CUDA_ERROR_LAUNCH_FAILED, fatal to the context
+ * (gpu_fault trap). */
+__global__ void fault_trap(unsigned *p)
+{
+    if (p)
+        __trap();
+}
+
 } // extern "C"

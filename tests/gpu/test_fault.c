@@ -1,7 +1,7 @@
 /* A program whose kernel stores where nothing is mapped (or, `gpu_fault assert`, fails a device-side
- * assert): its next synchronization must report a fatal error (natively CUDA_ERROR_ILLEGAL_ADDRESS, or
- * CUDA_ERROR_ASSERT; under cumux the same, from the worker that held the faulted context), and so must its
- * later calls. Under cumux this is the culprit of tests/test_fault_recover.sh, which checks that the server
+ * assert; `gpu_fault trap`, traps): its next synchronization must report a fatal error (natively
+ * CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_ASSERT, or CUDA_ERROR_LAUNCH_FAILED for a trap; under cumux the
+ * same, from the worker that held the faulted context), and so must its later calls. Under cumux this is the culprit of tests/test_fault_recover.sh, which checks that the server
  * serves new programs right after. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,14 +12,16 @@
 
 int main(int argc, char **argv)
 {
-    bool assert_kind = argc > 1 && !strcmp(argv[1], "assert");
-    CUresult want = assert_kind ? CUDA_ERROR_ASSERT : CUDA_ERROR_ILLEGAL_ADDRESS;
-    const char *want_name = assert_kind ? "CUDA_ERROR_ASSERT" : "CUDA_ERROR_ILLEGAL_ADDRESS";
+    bool assert_kind = argc > 1 && !strcmp(argv[1], "assert"), trap_kind = argc > 1 && !strcmp(argv[1], "trap");
+    CUresult want = assert_kind ? CUDA_ERROR_ASSERT : trap_kind ? CUDA_ERROR_LAUNCH_FAILED : CUDA_ERROR_ILLEGAL_ADDRESS;
+    const char *want_name = assert_kind ? "CUDA_ERROR_ASSERT"
+                            : trap_kind ? "CUDA_ERROR_LAUNCH_FAILED"
+                                        : "CUDA_ERROR_ILLEGAL_ADDRESS";
     gt_begin("fault");
     gt_require_gpu();
     gt_primary_ctx(0, NULL);
     CUmodule mod = gt_module_from_file_data(GT_FATBIN);
-    CUfunction f = gt_function(mod, assert_kind ? "fault_assert" : "fault_store");
+    CUfunction f = gt_function(mod, assert_kind ? "fault_assert" : trap_kind ? "fault_trap" : "fault_store");
     CUdeviceptr bad = 0x10; /* the first page is never mapped */
     void *args[] = {&bad};
     CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));

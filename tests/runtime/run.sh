@@ -8,7 +8,7 @@
 # line and exit 0 (or N with --skip-rc N, which CTest reports as skipped).
 # Checks beyond each program's own PASS/FAIL: props' "prop" lines must be identical natively and under
 # cumux (and between the static and shared builds); printf's device lines must all appear exactly once.
-# The fault tests (fault_assert, fault_illegal) pass when the faulting program itself gets the expected
+# The fault tests (fault_assert, fault_illegal, fault_trap) pass when the faulting program itself gets the expected
 # error; what happened to a bystander process running at the same time is recorded, not required.
 set -u
 
@@ -48,7 +48,7 @@ done
 # Order: API checks first, libraries next, the faults last (under cumux a fault may poison the server's
 # shared context, so nothing may come after them).
 tests=(props vecadd mapped symbols mempool graphs ptds multithread reset printf
-       cublas cublaslt cufft curand cusparse cusolver cudnn fault_assert fault_illegal)
+       cublas cublaslt cufft curand cusparse cusolver cudnn fault_assert fault_illegal fault_trap)
 [ -n "$only" ] && read -r -a tests <<<"$only"
 
 out="${OUT:-/tmp/cumux-runtime-logs}"
