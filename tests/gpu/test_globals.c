@@ -72,7 +72,8 @@ int main(void)
     static const char *const kernels[] = {"vec_add",  "matmul_tiled", "spin_flag", "copy_flag",
                                           "write_value", "cond_count", "table_modify", "fill_pattern", "xform",
                                           "scale_add", "add_u32", "bounded256", "empty_kernel",
-                                          "tex_fetch_2d", "surf_write_2d", "fault_store", "fault_assert", "sm_ids"};
+                                          "tex_fetch_2d", "surf_write_2d", "fault_store", "fault_assert", "fault_trap",
+                                          "sm_ids"};
     const unsigned nk = sizeof kernels / sizeof kernels[0];
     unsigned count = 0;
     CK(cuModuleGetFunctionCount(&count, mod));
