@@ -11,7 +11,10 @@
 #   pair   two programs training together: aggregate images/s over STARTUP_PAIR_S seconds (default 15);
 #          MPS and cumux in ABBA order (MPS, cumux, then cumux, MPS: the GPU's clocks drift over minutes of
 #          load, and whichever ran last would pay), each mode's figure the mean of its two runs, the GPU's SM
-#          clock, temperature and power logged at the end of each run (STARTUP_PAIR_ROUNDS=1: one run each)
+#          clock, temperature and power logged at the end of each run (STARTUP_PAIR_ROUNDS=1: one run each).
+#          STARTUP_PAIR_VARIANT="VAR=V ...": also cumux with those variables for the server and the programs
+#          (say CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1), inside the cumux runs: MPS, cumux, variant, variant,
+#          cumux, MPS
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
 # Logs: ${OUT:-/tmp/cumux-startup}. Each program at most STARTUP_TIMEOUT seconds (default 150).
 set -u
@@ -136,8 +139,18 @@ if [ -x "$cli" ] && cumux_start; then
     want trace && phase_solo solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
     want join && phase_join cumux "$cli" run -- "$py"
     want pair && phase_pair cumux "$cli" run -- "$py"
+    if [ -n "${STARTUP_PAIR_VARIANT:-}" ] && want pair; then
+        read -r -a variant <<<"$STARTUP_PAIR_VARIANT"
+        cumux_stop
+        if CUMUX_SERVER_ENV="$STARTUP_PAIR_VARIANT" cumux_start; then
+            phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
+            [ "$pair_rounds" -ge 2 ] && phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
+            cumux_stop
+        fi
+        cumux_start || log "cumuxd did not start again after the variant"
+    fi
     # The second half of the ABBA order: cumux again at once, then MPS last.
-    [ "$pair_rounds" -ge 2 ] && want pair && phase_pair cumux "$cli" run -- "$py"
+    [ "$pair_rounds" -ge 2 ] && want pair && [ $cumux_up = 1 ] && phase_pair cumux "$cli" run -- "$py"
     cumux_stop
 fi
 if [ "$pair_rounds" -ge 2 ] && want pair && [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
@@ -146,7 +159,7 @@ if [ "$pair_rounds" -ge 2 ] && want pair && [ $do_mps = 1 ] && [ -n "$mps_ctl" ]
     mps_stop
     unset CUDA_MPS_PIPE_DIRECTORY
 fi
-for m in native mps cumux; do R[pair,$m]=$(pair_mean $m); done
+for m in native mps cumux cumux_variant; do R[pair,$m]=$(pair_mean $m); done
 ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a / b}'; }
 {
     echo "== PyTorch start-up and sharing (bench/startup.sh, $(date -u +%FT%TZ)) =="
@@ -166,6 +179,9 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
     want pair && echo "two trainings together, images/s over ${pair_s}s: native ${pn:--}, MPS ${pm:--}, cumux ${pc:--}${pm:+${pc:+: cumux/MPS $(ratio "$pc" "$pm")}}"
     want pair && echo "  (each run, in the order run: native ${R[pairs,native]:--}; MPS ${R[pairs,mps]:--}; cumux ${R[pairs,cumux]:--}; MPS first and last)"
+    pv=${R[pair,cumux_variant]:-}
+    [ -n "${STARTUP_PAIR_VARIANT:-}" ] && want pair &&
+        echo "  cumux with ${STARTUP_PAIR_VARIANT}: ${pv:--} (runs ${R[pairs,cumux_variant]:--})${pv:+${pc:+: against cumux $(ratio "$pv" "$pc")}}${pv:+${pm:+, against MPS $(ratio "$pv" "$pm")}}"
     if [ -f "$out/trace.txt" ]; then
         echo "driver calls by total seconds in them, traced start-ups (top 15 under cumux):"
         sum_calls() { # FILE: "function calls seconds" per function, over every process in the trace
