@@ -12,6 +12,7 @@
 
 #include "server/server.h"
 #include "test_util.h"
+#include "tests/fakecuda/dump_layout.h"
 
 /* What coredump.c calls but this test never reaches (coredumps are not turned on here). */
 CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
@@ -24,18 +25,10 @@ CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, si
 #define CODE 0x7e0000000000ull
 #define HANDLER 0xfff0000000ull
 
-struct dump {
-    uint8_t b[8192];
-    size_t len;
-};
-
 static size_t put(struct dump *d, const void *p, size_t n)
 {
-    size_t at = (d->len + 7) & ~(size_t)7;
-    REQUIRE(at + n <= sizeof d->b, "dump buffer");
-    memset(d->b + d->len, 0, at - d->len);
-    memcpy(d->b + at, p, n);
-    d->len = at + n;
+    size_t at = dump_put(d, p, n);
+    REQUIRE(at, "dump buffer");
     return at;
 }
 

@@ -116,23 +116,22 @@ if [ "${CUMUX_FAULT_COREDUMP:-0}" != 1 ]; then
     "$cli" status | grep "^fault $r:" | grep -q "the only client with kernels in flight" ||
         fail "beside the poller, the culprit is not the only client with kernels in flight: $("$cli" status)"
 fi
+# own_error N KIND ERROR: fault N is `gpu_fault KIND`, which must get ERROR at its synchronize and after;
+# a program is served right after, and status records the fault with that error.
+own_error() {
+    [ $standby = on ] && wait_standby_ready "$1"
+    "$cli" run -- "$gdir/gpu_fault" "$2" >"$tmp/fault.out" 2>&1 ||
+        fail "gpu_fault $2 did not get $3: $(cat "$tmp/fault.out")"
+    serve_one "$tmp/vecadd.out" || fail "no program served after the $2: $(cat "$tmp/vecadd.out")"
+    for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $1:" && break; sleep 0.1; done
+    "$cli" status | grep "^fault $1:" | grep -q "($3)" ||
+        fail "status does not record the $2 as $3: $("$cli" status)"
+}
 # A device-side assert: the program gets its own error, CUDA_ERROR_ASSERT (with GPU coredumps on the
-# driver says CUDA_ERROR_LAUNCH_FAILED, as on the H200; the dump says which it was), and status records it.
-[ $standby = on ] && wait_standby_ready $((rounds + 2))
-"$cli" run -- "$gdir/gpu_fault" assert >"$tmp/fault.out" 2>&1 ||
-    fail "gpu_fault assert did not get CUDA_ERROR_ASSERT: $(cat "$tmp/fault.out")"
-serve_one "$tmp/vecadd.out" || fail "no program served after the assert: $(cat "$tmp/vecadd.out")"
-for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $((rounds + 2)):" && break; sleep 0.1; done
-"$cli" status | grep "^fault $((rounds + 2)):" | grep -q "(CUDA_ERROR_ASSERT)" ||
-    fail "status does not record the assert as CUDA_ERROR_ASSERT: $("$cli" status)"
-# A trap: the program gets CUDA_ERROR_LAUNCH_FAILED, as natively, and status records it.
-[ $standby = on ] && wait_standby_ready $((rounds + 3))
-"$cli" run -- "$gdir/gpu_fault" trap >"$tmp/fault.out" 2>&1 ||
-    fail "gpu_fault trap did not get CUDA_ERROR_LAUNCH_FAILED: $(cat "$tmp/fault.out")"
-serve_one "$tmp/vecadd.out" || fail "no program served after the trap: $(cat "$tmp/vecadd.out")"
-for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $((rounds + 3)):" && break; sleep 0.1; done
-"$cli" status | grep "^fault $((rounds + 3)):" | grep -q "(CUDA_ERROR_LAUNCH_FAILED)" ||
-    fail "status does not record the trap as CUDA_ERROR_LAUNCH_FAILED: $("$cli" status)"
+# driver says CUDA_ERROR_LAUNCH_FAILED, as on the H200; the dump says which it was).
+own_error $((rounds + 2)) assert CUDA_ERROR_ASSERT
+# A trap: CUDA_ERROR_LAUNCH_FAILED, as natively.
+own_error $((rounds + 3)) trap CUDA_ERROR_LAUNCH_FAILED
 # A worker that dies without a word (kill -9) is replaced the same way.
 [ $standby = on ] && wait_standby_ready $((rounds + 4))
 w0=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dump_layout.h"
 #include "fake.h"
 
 static pthread_mutex_t cd_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -50,22 +51,6 @@ CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attr, void *value, size
 
 #define CODE_BYTES 0x100u
 #define PC_OFFSET 0x40u
-
-struct dump {
-    uint8_t b[4096];
-    size_t len;
-};
-
-static size_t put(struct dump *d, const void *p, size_t n)
-{
-    size_t at = (d->len + 7) & ~(size_t)7;
-    if (at + n > sizeof d->b)
-        return 0;
-    memset(d->b + d->len, 0, at - d->len);
-    memcpy(d->b + at, p, n);
-    d->len = at + n;
-    return at;
-}
 
 /* A cubin with one code section at `code`. */
 static size_t image(uint8_t *out, size_t cap, uint64_t code)
@@ -115,7 +100,7 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     static const char names[] = "\0.shstrtab\0.cudbg.smtbl.dev0\0.cudbg.modtbl.dev0.ctx0\0.cudbg.relfimg.dev0.ctx0"
                                 "\0.cudbg.gridtbl.dev0\0.cudbg.ctatbl.dev0.sm0\0.cudbg.wptbl.dev0.sm0.cta0"
                                 "\0.cudbg.lntbl.dev0.sm0.cta0.wp0";
-    size_t names_at = put(&d, names, sizeof names);
+    size_t names_at = dump_put(&d, names, sizeof names);
     /* CudbgSmTableEntry: smId, padding, exception, errorPCValid, errorPC, cluster fields. */
     uint8_t sm[48] = {0};
     uint32_t exc = by_warp ? 0 : exception, valid = by_warp ? 0 : 1;
@@ -123,11 +108,11 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     memcpy(sm + 8, &exc, 4);
     memcpy(sm + 12, &valid, 4);
     memcpy(sm + 16, &pc, 8);
-    size_t sm_at = put(&d, sm, sizeof sm);
-    size_t mod_at = put(&d, &module, sizeof module);
+    size_t sm_at = dump_put(&d, sm, sizeof sm);
+    size_t mod_at = dump_put(&d, &module, sizeof module);
     uint8_t img[512];
     size_t img_len = image(img, sizeof img, code);
-    size_t img_at = put(&d, img, img_len);
+    size_t img_at = dump_put(&d, img, img_len);
     /* CudbgGridTableEntry: gridId64 contextId function functionEntry moduleHandle ...; CTA: gridId64
      * blockIdx[3] pad; warp: errorPC warpId validLanes activeLanes isWarpBroken errorPCValid pad; lane:
      * virtualPC physPC ln threadIdx[3] exception ... */
@@ -143,8 +128,13 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     memcpy(warp + 24, &one, 4);
     memcpy(lane, &hpc, 8);
     memcpy(lane + 32, &exception, 4);
-    size_t grid_at = by_warp ? put(&d, grid, sizeof grid) : 1, cta_at = by_warp ? put(&d, cta, sizeof cta) : 1;
-    size_t warp_at = by_warp ? put(&d, warp, sizeof warp) : 1, lane_at = by_warp ? put(&d, lane, sizeof lane) : 1;
+    size_t grid_at = 1, cta_at = 1, warp_at = 1, lane_at = 1; /* not 0: "did not fit" */
+    if (by_warp) {
+        grid_at = dump_put(&d, grid, sizeof grid);
+        cta_at = dump_put(&d, cta, sizeof cta);
+        warp_at = dump_put(&d, warp, sizeof warp);
+        lane_at = dump_put(&d, lane, sizeof lane);
+    }
     Elf64_Shdr sh[9] = {
         {0},
         {.sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = names_at, .sh_size = sizeof names},
@@ -160,7 +150,7 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
          .sh_entsize = sizeof lane, .sh_link = 7, .sh_info = 0},
     };
     unsigned nsh = by_warp ? 9 : 5;
-    size_t sh_at = put(&d, sh, nsh * sizeof sh[0]);
+    size_t sh_at = dump_put(&d, sh, nsh * sizeof sh[0]);
     if (!names_at || !sm_at || !mod_at || !img_len || !img_at || !grid_at || !cta_at || !warp_at || !lane_at || !sh_at)
         return false;
     Elf64_Ehdr eh = {.e_type = ET_CORE, .e_machine = 190, .e_version = EV_CURRENT, .e_ehsize = sizeof eh,

@@ -76,6 +76,26 @@ static inline void rt_check_cuda(cudaError_t e, const char *what, const char *fi
 /* The first CUDA call of every program. "No GPU" is only: no driver at all, the toolkit's stub driver,
  * cudaErrorNoDevice, or zero devices. Anything else (under cumux, a missing server shows as an
  * initialization or MPS connection error) is a failure: run.sh knows whether a GPU is present. */
+/* The fault programs, after launching their faulting kernel: the launch itself must have gone through,
+ * the next synchronize must return `want`; prints `fault: got=<error> expected=<error>` (run.sh collects
+ * it) and, as info lines, what the context answers afterwards (the error is sticky); passes or fails. */
+__attribute__((noreturn)) static inline void rt_fault_expect(cudaError_t want)
+{
+    cudaError_t launch = cudaGetLastError();
+    if (launch != cudaSuccess)
+        rt_fail("the launch itself failed (%s), before the kernel ran", cudaGetErrorName(launch));
+    cudaError_t got = cudaDeviceSynchronize();
+    printf("fault: got=%s expected=%s\n", cudaGetErrorName(got), cudaGetErrorName(want));
+    fflush(stdout);
+    rt_info("cudaGetLastError after: %s", cudaGetErrorName(cudaGetLastError()));
+    void *p = NULL;
+    rt_info("cudaMalloc after: %s", cudaGetErrorName(cudaMalloc(&p, 16)));
+    rt_info("cudaDeviceSynchronize again: %s", cudaGetErrorName(cudaDeviceSynchronize()));
+    if (got != want)
+        rt_fail("cudaDeviceSynchronize returned %s, expected %s", cudaGetErrorName(got), cudaGetErrorName(want));
+    rt_pass();
+}
+
 static inline void rt_require_gpu(void)
 {
     int n = 0;
