@@ -40,7 +40,7 @@ static struct tr_table tr_tables[TR_TABLES];
 static atomic_int tr_ntables;
 static pthread_mutex_t tr_tables_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Names the community uses for the tables the CUDA runtime asks for (shared/notes/driver-facts.md). */
+/* Names the community uses for the tables the CUDA runtime asks for (docs/export-tables.md). */
 static const struct {
     const char *name;
     unsigned char uuid[16];
