@@ -191,6 +191,15 @@ static bool image_holds(const uint8_t *img, uint64_t len, uint64_t pc)
     return false;
 }
 
+/* Appends module to mods[0..*n) unless it is there (the caller keeps *n under the capacity). */
+static void add_once(uint64_t *mods, size_t *n, uint64_t module)
+{
+    for (size_t j = 0; j < *n; j++)
+        if (mods[j] == module)
+            return;
+    mods[(*n)++] = module;
+}
+
 /* Row `row` of table section `sec` of type `type`, at least `need` bytes of it; NULL where there is none. A
  * table names the row of its parent table it belongs to by sh_link (the parent's section) and sh_info
  * (the row): lanes belong to a warp, warps to a block (CTA), blocks to an SM. */
@@ -259,11 +268,7 @@ static size_t warp_culprits(const struct elf_view *v, uint64_t *mods, size_t cap
             uint64_t module;
             if (!cta || !grid_module(v, cta, &module))
                 continue;
-            bool seen = false;
-            for (size_t j = 0; j < n; j++)
-                seen |= mods[j] == module;
-            if (!seen)
-                mods[n++] = module;
+            add_once(mods, &n, module);
             if (s.sh_type == CD_LN_TABLE)
                 break; /* a lane table is one warp's: its first lane with an exception says it */
         }
@@ -291,11 +296,7 @@ static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t c
         uint64_t handle = rd64(t + idx * 8);
         for (size_t k = 0; k < npc; k++) {
             if (image_holds(img, size, pcs[k])) {
-                bool seen = false;
-                for (size_t j = 0; j < n; j++)
-                    seen |= mods[j] == handle;
-                if (!seen)
-                    mods[n++] = handle;
+                add_once(mods, &n, handle);
                 break;
             }
         }
