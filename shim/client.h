@@ -100,6 +100,7 @@ struct CUmod_st {
     struct CUfunc_st *functions; /* looked up so far, so a name costs one round trip per module */
     int image_fd;                /* its sealed image, kept to load it again after a resume; -1: not kept */
     void *load;                  /* the MODULE_LOAD request it was loaded with (module.c), for the same */
+    unsigned globals_asked;      /* addresses of its globals handed out: the program cannot come back */
 };
 
 /* A kernel: CUfunction, and also CUkernel (CUDA launches accept a CUkernel cast to CUfunction). */
@@ -291,6 +292,7 @@ void shim_list_add(struct shim_list *l, void *p);
  * another program's fault: an array's contents are the failed worker's memory, and a texture or surface
  * object's value, which kernels take as an argument, is the failed context's. */
 unsigned shim_arrays_live(void);
+unsigned shim_module_globals_asked(void);
 /* ipc.c: how many other programs' allocations this one holds open (cuIpcOpenMemHandle). It does not come
  * back after a fault either: the new worker knows nothing of what the failed one shared, and the owner
  * may not come back for that memory. */

@@ -421,6 +421,11 @@ static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes,
         return r;
     if (rep.size)
         shim_add_device_range(rep.ptr, rep.size, m->ctx, SHIM_RANGE_GLOBAL);
+    if (dptr && rep.size) {
+        pthread_mutex_lock(&m->lock);
+        m->globals_asked++;
+        pthread_mutex_unlock(&m->lock);
+    }
     if (dptr)
         *dptr = (CUdeviceptr)rep.ptr;
     if (bytes)
@@ -776,6 +781,22 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size, CUfunc
                                           size_t dyn, int limit)
 {
     return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block_size, fn, dyn_of, dyn, limit, 0);
+}
+
+/* Globals whose address the program holds, in modules still loaded. Such a program does not come back
+ * after another's fault: a module loaded again has its globals at new addresses, reset to the image's
+ * values, and what the program wrote there or keeps pointing at is gone (docs/faults.md). */
+unsigned shim_module_globals_asked(void)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&all_modules.lock);
+    for (size_t i = 0; i < all_modules.n; i++) {
+        struct CUmod_st *m = all_modules.v[i];
+        if (m->magic == SHIM_MAGIC_MODULE || m->magic == SHIM_MAGIC_LIBRARY)
+            n += m->globals_asked;
+    }
+    pthread_mutex_unlock(&all_modules.lock);
+    return n;
 }
 
 CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)

@@ -5,9 +5,9 @@
  * takes back those that lie in the chunks of this program; then the streams, events, modules, libraries
  * and functions (with the attributes it set), its pinned host memory, and its graphs and graph instances
  * (graph_resume.c), with the limits it set on its contexts (context.c). A program holding arrays, textures
- * or surfaces (array.c), or other programs' memory opened through IPC (ipc.c), does not come back; its
- * interprocess events are refused from then on (stream.c). Module globals are the new worker's, at new
- * addresses. */
+ * or surfaces (array.c), other programs' memory opened through IPC (ipc.c), or the address of a module
+ * global (module.c), does not come back; its interprocess events are refused from then on (stream.c).
+ * Globals of its modules are the new worker's, with the image's values. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +68,13 @@ static CUresult rebuild(const struct shim_lost_work *lw)
         cumux_logf("after the worker failed: this program holds %u array(s), texture or surface object(s), which "
                    "cannot come back (their contents, and a texture's value, were the failed worker's): it "
                    "does not come back", arrays);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    unsigned globals = shim_module_globals_asked();
+    if (globals) {
+        cumux_logf("after the worker failed: this program asked for the address of a module global %u time(s); "
+                   "a module loaded again has its globals elsewhere, with the image's values: it does not "
+                   "come back", globals);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     unsigned opened = shim_ipc_opened_live();

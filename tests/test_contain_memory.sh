@@ -190,7 +190,7 @@ start_bystander wait-unsynced-ptds "the bystander with per-thread work"
 fault_then_go "the bystander with per-thread work"
 # A program holding an array does not come back (its contents were the failed worker's): every call of its
 # returns the fault's error, and the worker it reached lets go of it. Nor does one holding another program's
-# memory open through CUDA IPC.
+# memory open through CUDA IPC, nor one that asked for a module global's address.
 not_back() { # STANDBY_NUMBER MODE WHO LOG_LINE
     wait_standby_ready "$1" || fail "no standby ready for $3"
     start_bystander "$2" "$3"
@@ -202,5 +202,6 @@ not_back() { # STANDBY_NUMBER MODE WHO LOG_LINE
 }
 not_back 10 wait-array "the bystander with an array" 'holds 1 array(s), texture or surface object(s), which cannot come back'
 not_back 11 wait-ipc "the bystander with IPC memory" 'holds 1 allocation(s) of other programs open (CUDA IPC)'
+not_back 12 wait-global "the bystander with a global's address" "asked for the address of a module global 1 time(s)"
 "$cli" stop >/dev/null || fail "cumux stop"
 echo "PASS contain_memory"

@@ -34,7 +34,9 @@
  * With "wait-array" it holds an array with known contents and waits: arrays do not come back (their
  * contents are the failed worker's), so after the fault its calls must return a fatal error, the same one
  * each time, never a success; it says "bystander: did not come back (N)" and passes. "wait-ipc": the same
- * for a program holding another program's memory open through CUDA IPC (a child of its own exports it).
+ * for a program holding another program's memory open through CUDA IPC (a child of its own exports it),
+ * and "wait-global" for one that asked for a module global's address and wrote it (its module comes back
+ * with the global elsewhere, holding the image's values).
  * Without "wait" it does the same with no fault in between (part of the GPU suite). */
 #include <poll.h>
 #include <stdatomic.h>
@@ -404,6 +406,30 @@ static void wait_ipc(void)
     gt_pass();
 }
 
+/* "wait-global": a program that asked for a module global's address and wrote to it does not come back. */
+static CUdeviceptr global_table;
+static CUresult read_global(void *h)
+{
+    return cuMemcpyDtoH(h, global_table, GT_TABLE_LEN * sizeof(unsigned));
+}
+
+static void wait_global(void)
+{
+    CUmodule mod = gt_module_from_file_data(GT_FATBIN);
+    size_t size = 0;
+    CK(cuModuleGetGlobal(&global_table, &size, mod, "g_table"));
+    if (size != GT_TABLE_LEN * sizeof(unsigned))
+        gt_fail("g_table is %zu bytes", size);
+    static unsigned h[GT_TABLE_LEN];
+    for (int i = 0; i < GT_TABLE_LEN; i++)
+        h[i] = 0x5000u + (unsigned)i;
+    CK(cuMemcpyHtoD(global_table, h, sizeof h));
+    CK(cuCtxSynchronize());
+    ready_then_wait("a module global's address");
+    expect_not_back("a module global's address", read_global, h);
+    gt_pass();
+}
+
 int main(int argc, char **argv)
 {
     gt_begin("contain_bystander");
@@ -413,6 +439,10 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "wait-array")) {
         gt_primary_ctx(0, NULL);
         wait_array();
+    }
+    if (argc > 1 && !strcmp(argv[1], "wait-global")) {
+        gt_primary_ctx(0, NULL);
+        wait_global();
     }
     if (argc > 1 && !strcmp(argv[1], "wait-many")) {
         gt_primary_ctx(0, NULL);
