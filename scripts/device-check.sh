@@ -222,6 +222,9 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "priority classes" priority.txt '^PASS priority' 120 \
         tests/test_priority.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; priority: $note"
+    server_test "context limits" limits.txt '^limits:\|^FAIL' 60 \
+        tests/test_limits.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
+    limit_note="$limit_note; limits: $note"
     server_test "reserved SMs" sms.txt '^PASS sms' 120 \
         tests/test_sms.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note="$limit_note; SMs: $note"

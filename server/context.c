@@ -1,5 +1,7 @@
 /* Contexts of a client: each with its legacy stream (stream.c), on one GPU of the shared context. */
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,16 +135,99 @@ CUresult op_ctx_sync(struct srv_client *c, struct srv_ctx *ctx)
     return take_pending(c, r);
 }
 
+/* What each client asked of the shared context's limits (at least this much), so that when the last one
+ * that raised a limit goes, it comes back down: a 4 KiB stack held ~800 MiB more of an H200's memory long
+ * after the program that wanted it had gone. Limits are few and clients that set them fewer: a list. */
+struct limit_want {
+    struct srv_client *c;
+    int gpu;
+    size_t at_least[CU_LIMIT_MAX];
+};
+static struct limit_want *wants;
+static size_t nwants, capwants;
+static size_t limit_base[CUMUX_MAX_DEVICES][CU_LIMIT_MAX]; /* before any client raised it */
+static bool limit_based[CUMUX_MAX_DEVICES][CU_LIMIT_MAX];
+static pthread_mutex_t wants_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Only limits that are amounts of memory or depth, where more is what a client needs. */
+static bool lowerable(unsigned limit)
+{
+    return limit == CU_LIMIT_STACK_SIZE || limit == CU_LIMIT_PRINTF_FIFO_SIZE || limit == CU_LIMIT_MALLOC_HEAP_SIZE ||
+           limit == CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH || limit == CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT ||
+           limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE;
+}
+
+static void want_note(struct srv_client *c, int gpu, unsigned limit, size_t value, size_t before)
+{
+    pthread_mutex_lock(&wants_mu);
+    if (!limit_based[gpu][limit]) {
+        limit_base[gpu][limit] = before;
+        limit_based[gpu][limit] = true;
+    }
+    struct limit_want *w = NULL;
+    for (size_t i = 0; i < nwants && !w; i++)
+        if (wants[i].c == c && wants[i].gpu == gpu)
+            w = &wants[i];
+    if (!w && nwants == capwants) {
+        size_t nc = capwants ? capwants * 2 : 16;
+        struct limit_want *nv = realloc(wants, nc * sizeof *nv);
+        if (nv) {
+            wants = nv;
+            capwants = nc;
+        }
+    }
+    if (!w && nwants < capwants) {
+        w = &wants[nwants++];
+        *w = (struct limit_want){.c = c, .gpu = gpu};
+    }
+    if (w && value > w->at_least[limit]) /* no room to note it: the limit stays raised, as before */
+        w->at_least[limit] = value;
+    pthread_mutex_unlock(&wants_mu);
+}
+
+void srv_limits_release(struct srv_client *c)
+{
+    pthread_mutex_lock(&wants_mu);
+    for (size_t i = 0; i < nwants;) {
+        if (wants[i].c != c) {
+            i++;
+            continue;
+        }
+        struct limit_want gone = wants[i];
+        wants[i] = wants[--nwants];
+        for (unsigned l = 0; l < CU_LIMIT_MAX; l++) {
+            if (!gone.at_least[l])
+                continue;
+            size_t keep = limit_base[gone.gpu][l], now = 0;
+            for (size_t j = 0; j < nwants; j++)
+                if (wants[j].gpu == gone.gpu && wants[j].at_least[l] > keep)
+                    keep = wants[j].at_least[l];
+            use_gpu(c, gone.gpu);
+            if (cuCtxGetLimit(&now, (CUlimit)l) != CUDA_SUCCESS || now <= keep)
+                continue;
+            CUresult r = cuCtxSetLimit((CUlimit)l, keep);
+            if (r == CUDA_SUCCESS)
+                cumux_logf("client %u: GPU %d limit %u back from %zu to %zu", c->id, gone.gpu, l, now, keep);
+            else
+                cumux_logf("client %u: GPU %d limit %u stays %zu (lowering it failed: %d)", c->id, gone.gpu, l, now,
+                           (int)r);
+        }
+    }
+    pthread_mutex_unlock(&wants_mu);
+}
+
 CUresult op_ctx_limit(struct srv_client *c, const struct cumux_ctx_limit *m, struct srv_ctx *ctx, uint8_t *out,
                       uint32_t *out_len)
 {
     use_gpu(c, ctx->gpu);
     /* Limits are properties of the one shared context: a client may raise them, never lower them under
-     * what another client relies on. */
+     * what another client relies on; they come down when the clients that raised them have gone. */
     size_t v = 0;
     CHECK(cuCtxGetLimit(&v, (CUlimit)m->limit));
     if (m->set && m->value > v)
         CHECK(cuCtxSetLimit((CUlimit)m->limit, (size_t)m->value));
+    if (m->set && m->limit < CU_LIMIT_MAX && lowerable(m->limit))
+        want_note(c, ctx->gpu, m->limit, (size_t)m->value, v);
     if (!m->set) {
         struct cumux_u64_reply rep = {v};
         memcpy(out, &rep, sizeof rep);

@@ -139,6 +139,7 @@ void srv_client_release_all(struct srv_client *c)
         if (x)
             ctx_free(c, x);
     }
+    srv_limits_release(c);
     while (c->dev_ranges.n) {
         struct cumux_range r = c->dev_ranges.v[c->dev_ranges.n - 1];
         cumux_ranges_remove(&c->dev_ranges, r.base, NULL);

@@ -11,6 +11,8 @@
 
 /* context.c */
 void ctx_free(struct srv_client *c, struct srv_ctx *x);
+/* The shared context's limits back down to what the remaining clients asked for (context.c). */
+void srv_limits_release(struct srv_client *c);
 
 /* stream.c: the context's streams */
 struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_stream_kind kind, int priority,

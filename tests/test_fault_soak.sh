@@ -118,7 +118,9 @@ want=2
 for ((i = 0; i < 200; i++)); do [ "$(pids_of_ours | wc -l)" -eq $want ] && break; sleep 0.05; done
 [ "$(pids_of_ours | wc -l)" -eq $want ] || fail "server processes: $(pids_of_ours | tr '\n' ' ') (want $want)"
 now=$(mem_used)
-[ -n "$base" ] && [ -n "$now" ] && [ $((now - base)) -le 64 ] || fail "device memory in use: $base MiB before, $now MiB after"
+[ -n "$base" ] && [ -n "$now" ] && [ $((now - base)) -le 64 ] ||
+    fail "device memory in use: $base MiB before, $now MiB after; $("$cli" status | grep -i 'outside the worker');" \
+        "by process: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | tr '\n' ' ')"
 echo "fault soak: $faults faults (standby $standby): serving again after median $median ms, worst $top ms;" \
     "a program served within $worst ms (worst); memory in use $base -> $now MiB; $(pids_of_ours | wc -l) server processes"
 # On a GPU: the device memory each server process holds (the standby gives its stacks back while it waits).
