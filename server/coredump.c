@@ -19,7 +19,10 @@
  * device-side assert's synchronize still came back CUDA_SUCCESS (12-03), its error at the next call. With
  * dumps off every culprit gets its error at that synchronize, but beside other busy clients is not named. */
 
+#include <dirent.h>
 #include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,73 @@ char srv_coredump_path[512];
 #define CD_LN_TABLE (SHT_LOUSER + 15)
 #define CD_MOD_TABLE (SHT_LOUSER + 16)
 
+/* Dumps are kept in the log directory for cuda-gdb, one a failed worker: without a bound a server that
+ * met thousands of faults would fill the disk. The newest `keep` (CUMUX_COREDUMP_KEEP, default 8) stay;
+ * only names this server writes (cumuxd-gpu.DIGITS.core) are touched. Returns how many went. */
+struct dump_file {
+    struct timespec mtime;
+    char name[64];
+};
+
+static bool dump_name(const char *n)
+{
+    const char *p = n + strlen("cumuxd-gpu.");
+    if (strncmp(n, "cumuxd-gpu.", strlen("cumuxd-gpu.")) || *p < '0' || *p > '9')
+        return false;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return !strcmp(p, ".core") && strlen(n) < sizeof(((struct dump_file *)0)->name);
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    const struct timespec *x = &((const struct dump_file *)a)->mtime, *y = &((const struct dump_file *)b)->mtime;
+    if (x->tv_sec != y->tv_sec)
+        return x->tv_sec < y->tv_sec ? 1 : -1;
+    return x->tv_nsec < y->tv_nsec ? 1 : x->tv_nsec > y->tv_nsec ? -1 : 0;
+}
+
+size_t srv_coredump_prune(const char *dir, size_t keep)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dump_file *v = NULL;
+    size_t n = 0, cap = 0, gone = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st;
+        if (!dump_name(e->d_name) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 32;
+            struct dump_file *nv = realloc(v, nc * sizeof *nv);
+            if (!nv)
+                break;
+            v = nv;
+            cap = nc;
+        }
+        v[n].mtime = st.st_mtim;
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        n++;
+    }
+    if (n > keep) {
+        qsort(v, n, sizeof *v, newest_first);
+        for (size_t i = keep; i < n; i++)
+            gone += unlinkat(dirfd(d), v[i].name, 0) == 0 || errno == ENOENT;
+    }
+    closedir(d);
+    free(v);
+    return gone;
+}
+
+static size_t dumps_to_keep(void)
+{
+    const char *e = getenv("CUMUX_COREDUMP_KEEP");
+    char *end;
+    unsigned long v = e && *e ? strtoul(e, &end, 10) : 8;
+    return e && *e && (*end || v > 100000) ? 8 : (size_t)v;
+}
+
 void srv_coredump_enable(void)
 {
     const char *e = getenv("CUMUX_FAULT_COREDUMP");
@@ -49,6 +119,15 @@ void srv_coredump_enable(void)
         return;
     }
     unlink(srv_coredump_path);
+    char dir[sizeof srv_coredump_path];
+    snprintf(dir, sizeof dir, "%s", srv_coredump_path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        size_t gone = srv_coredump_prune(dir, dumps_to_keep());
+        if (gone)
+            cumux_debugf("GPU coredumps: %zu older dump(s) removed from %s (CUMUX_COREDUMP_KEEP)", gone, dir);
+    }
     bool on = true; /* a C bool: the driver refuses a 4-byte int here */
     int flags = CU_COREDUMP_LIGHTWEIGHT_FLAGS | CU_COREDUMP_SKIP_ABORT;
     size_t son = sizeof on, sfl = sizeof flags, spath = strlen(srv_coredump_path) + 1;

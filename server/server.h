@@ -408,6 +408,7 @@ extern pid_t srv_supervisor_pid;
  * fault, the CUmodules whose code faulted (0 when not known). */
 extern char srv_coredump_path[512];
 void srv_coredump_enable(void);
+size_t srv_coredump_prune(const char *dir, size_t keep); /* the newest `keep` dumps stay; how many went */
 size_t srv_coredump_culprits(uint64_t *modules, size_t cap, CUresult *error); /* error: the dump's, or 0 */
 bool srv_coredump_begun(void); /* a dump of this worker's context is being written (a fault) */
 /* Whether the driver's module cu_module (as a GPU coredump names it) is one of the client's (module.c);

@@ -3,11 +3,15 @@
  * warp tables when no PC lies in a module (a device-side assert: the warp's block, its grid, the grid's
  * module), with the lane's exception as the error; nobody from a dump whose PC lies nowhere and has no
  * warps. Then every prefix of a dump, and dumps whose tables point outside the file or past their rows:
- * read without a fault (ASan in CI), and never a module that is not in the dump. */
+ * read without a fault (ASan in CI), and never a module that is not in the dump. Last, old dumps pruned
+ * from the log directory: the newest kept, nothing else touched. */
 #include <elf.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "server/server.h"
@@ -116,6 +120,54 @@ static void expect_safe(const struct dump *d, size_t len, const char *what)
           n ? (unsigned long long)mods[0] : 0ull);
 }
 
+/* 12 dumps of different ages beside files that are not this server's: the 8 newest dumps stay. */
+static void prune_checks(void)
+{
+    char dir[] = "/tmp/cumux-test-prune.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *others[] = {"cumuxd.log", "cumuxd-gpu.12.core.txt", "cumuxd-gpu..core", "cumuxd-gpu.x1.core",
+                            "core", "cumuxd-gpu.7.cor"};
+    char path[256];
+    for (int i = 0; i < 12; i++) {
+        snprintf(path, sizeof path, "%s/cumuxd-gpu.%d.core", dir, 1000 + i);
+        int fd = open(path, O_CREAT | O_WRONLY, 0600);
+        CHECK(fd >= 0, "create %s", path);
+        close(fd);
+        /* Ages out of order with the pids: pid 1000+i is i*7 % 12 minutes old. */
+        struct timespec t[2] = {{.tv_sec = 1700000000 - (long)((i * 7) % 12) * 60}, {0}};
+        t[1] = t[0];
+        CHECK(utimensat(AT_FDCWD, path, t, 0) == 0, "utimensat");
+    }
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, others[i]);
+        int fd = open(path, O_CREAT | O_WRONLY, 0600);
+        close(fd);
+    }
+    snprintf(path, sizeof path, "%s/cumuxd-gpu.99.core", dir); /* a directory of that name: not a dump */
+    CHECK(mkdir(path, 0700) == 0, "mkdir");
+    CHECK(srv_coredump_prune(dir, 8) == 4, "pruning 12 dumps to 8 did not remove 4");
+    for (int i = 0; i < 12; i++) {
+        snprintf(path, sizeof path, "%s/cumuxd-gpu.%d.core", dir, 1000 + i);
+        bool old = (i * 7) % 12 >= 8;
+        CHECK((access(path, F_OK) == 0) == !old, "dump %d (%d minutes old) %s", 1000 + i, (i * 7) % 12,
+              old ? "kept" : "removed");
+    }
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, others[i]);
+        CHECK(access(path, F_OK) == 0, "%s removed", others[i]);
+        unlink(path);
+    }
+    CHECK(srv_coredump_prune(dir, 8) == 0, "a second pruning removed more");
+    CHECK(srv_coredump_prune("/nonexistent-cumux-dir", 0) == 0, "pruning a missing directory");
+    snprintf(path, sizeof path, "%s/cumuxd-gpu.99.core", dir);
+    rmdir(path);
+    for (int i = 0; i < 12; i++) {
+        snprintf(path, sizeof path, "%s/cumuxd-gpu.%d.core", dir, 1000 + i);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int main(void)
 {
     snprintf(srv_coredump_path, sizeof srv_coredump_path, "/tmp/cumux-test-coredump.%d", (int)getpid());
@@ -175,6 +227,7 @@ int main(void)
         }
     }
     unlink(srv_coredump_path);
+    prune_checks();
     printf("test_coredump: %lu checks, %lu failed\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
 }
