@@ -13,6 +13,9 @@
 void ctx_free(struct srv_client *c, struct srv_ctx *x);
 /* The shared context's limits back down to what the remaining clients asked for (context.c). */
 void srv_limits_release(struct srv_client *c);
+/* Pool allocations made in chunks, counted in the pool's attributes (pool.c). */
+void srv_pool_chunk_alloc(struct srv_client *c, struct srv_pool *p, uint64_t ptr, uint64_t size);
+void srv_pool_chunk_forget(struct srv_client *c, uint64_t ptr);
 
 /* stream.c: the context's streams */
 struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_stream_kind kind, int priority,

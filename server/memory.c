@@ -66,6 +66,8 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
         srv_mem_uncharge(c, m->size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (srv_chunks_in_arena(ptr))
+        srv_pool_chunk_alloc(c, pool, ptr, m->size);
     return alloc_reply(out, out_len, ptr, false);
 }
 
@@ -83,6 +85,8 @@ static void take_allocation(struct srv_client *c, uint64_t ptr)
     struct cumux_range gone;
     if (cumux_ranges_remove(&c->dev_ranges, ptr, &gone) == 0)
         srv_mem_uncharge(c, gone.size);
+    if (c->chunked_pools)
+        srv_pool_chunk_forget(c, ptr);
 }
 
 CUresult op_mem_free_async(struct srv_client *c, const struct cumux_mem_free_async *m,

@@ -42,8 +42,43 @@ CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out)
     return CUDA_SUCCESS;
 }
 
+/* An allocation from pool p made in a chunk: counted in its attributes until it is freed. */
+void srv_pool_chunk_alloc(struct srv_client *c, struct srv_pool *p, uint64_t ptr, uint64_t size)
+{
+    if (cumux_ranges_add(&p->chunk_live, ptr, size, 0, 0) < 0)
+        return; /* not counted: the attribute says less, as before */
+    if (!p->chunked) {
+        p->chunked = true;
+        p->next_chunked = c->chunked_pools;
+        c->chunked_pools = p;
+    }
+    p->chunk_used += size;
+    if (p->chunk_used > p->chunk_used_high)
+        p->chunk_used_high = p->chunk_used;
+}
+
+/* An allocation the client no longer holds: out of its pool's count, if a pool's chunk had it. */
+void srv_pool_chunk_forget(struct srv_client *c, uint64_t ptr)
+{
+    struct cumux_range gone;
+    for (struct srv_pool *p = c->chunked_pools; p; p = p->next_chunked) {
+        if (cumux_ranges_remove(&p->chunk_live, ptr, &gone) == 0) {
+            p->chunk_used -= gone.size;
+            return;
+        }
+    }
+}
+
 void pool_free(struct srv_client *c, struct srv_pool *p)
 {
+    if (p->chunked) {
+        struct srv_pool **q = &c->chunked_pools;
+        while (*q && *q != p)
+            q = &(*q)->next_chunked;
+        if (*q)
+            *q = p->next_chunked;
+    }
+    cumux_ranges_free(&p->chunk_live);
     handle_drop(c, p->handle);
     if (c->default_pool[p->gpu] == p)
         c->default_pool[p->gpu] = NULL;
@@ -98,9 +133,21 @@ CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribu
     int iv = (int)m->value;
     cuuint64_t uv = m->value;
     void *v = is_int ? (void *)&iv : (void *)&uv;
-    if (m->set)
-        return cuMemPoolSetAttribute(pool->pool, (CUmemPool_attribute)m->attr, v);
+    /* Memory in chunks is the pool's too, for what it says of its use: its allocations are in use and
+     * reserved (a chunk's free space is the client's, not a pool's), their high mark is the pool's. */
+    bool used = m->attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT || m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT;
+    bool high = m->attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH || m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH;
+    if (m->set) {
+        CHECK(cuMemPoolSetAttribute(pool->pool, (CUmemPool_attribute)m->attr, v));
+        if (high) /* only 0 is accepted: the mark starts again from what is in use */
+            pool->chunk_used_high = pool->chunk_used;
+        return CUDA_SUCCESS;
+    }
     CHECK(cuMemPoolGetAttribute(pool->pool, (CUmemPool_attribute)m->attr, v));
+    if (used)
+        uv += pool->chunk_used;
+    if (high)
+        uv += pool->chunk_used_high;
     return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
 }
 

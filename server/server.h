@@ -65,6 +65,12 @@ struct srv_pool {
     uint32_t handle;
     bool is_default; /* the client's default pool of its GPU: not destroyed by the client */
     bool bounded;    /* made with a maximum size: the driver's pool keeps it (chunks would not) */
+    /* Its allocations made in chunks (CUMUX_CONTAIN), which the driver's pool does not count: its
+     * used/reserved attributes add these (pool.c). */
+    struct cumux_ranges chunk_live;
+    uint64_t chunk_used, chunk_used_high;
+    struct srv_pool *next_chunked; /* the client's pools with chunk_live in use */
+    bool chunked;
 };
 
 enum srv_stream_kind { STREAM_LEGACY, STREAM_BLOCKING, STREAM_NONBLOCKING };
@@ -222,6 +228,7 @@ struct srv_client {
      * kernels (the frees on mem_stream do) */
     CUstream alloc_stream[CUMUX_MAX_DEVICES];
     struct srv_pool *default_pool[CUMUX_MAX_DEVICES];
+    struct srv_pool *chunked_pools; /* pools that allocated in chunks (pool.c) */
     CUevent mem_event;
     pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
     struct hostfn_job *graph_hostfns; /* host functions that graphs hold */

@@ -333,6 +333,36 @@ static void expect_not_back(const char *holding, CUresult (*third)(void *), void
     printf("bystander: did not come back (%d)\n", (int)first);
 }
 
+/* What a pool says of its memory in use counts what was allocated from it (memory in chunks too, with
+ * containment): at least `held`, then at least twice that while a second allocation lives, which the high
+ * mark keeps after its free. */
+static void expect_pool_counts(CUmemoryPool pool, size_t held)
+{
+    cuuint64_t used = 0, reserved = 0, high = 0;
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+    if (used < held || reserved < used)
+        gt_fail("its pool says %llu bytes used, %llu reserved, holding %zu", (unsigned long long)used,
+                (unsigned long long)reserved, held);
+    CUdeviceptr more;
+    CK(cuMemAllocFromPoolAsync(&more, held, pool, NULL));
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    if (used < 2 * held)
+        gt_fail("its pool says %llu bytes used, holding %zu", (unsigned long long)used, 2 * held);
+    CK(cuMemFreeAsync(more, NULL));
+    CK(cuCtxSynchronize());
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));
+    if (high < 2 * held)
+        gt_fail("its pool's high mark is %llu bytes, it held %zu", (unsigned long long)high, 2 * held);
+    cuuint64_t zero = 0;
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+    if (used < held || high < used)
+        gt_fail("after its high mark was reset its pool says %llu used, high %llu", (unsigned long long)used,
+                (unsigned long long)high);
+}
+
 /* "wait-array": a program holding an array through a fault does not come back. */
 static CUarray arr;
 static CUresult read_array(void *h)
@@ -476,6 +506,7 @@ int main(int argc, char **argv)
     CK(cuMemAllocFromPoolAsync(&pooled, POOLED, pool, NULL));
     fill_words(pooled, POOLED, 0x4000000);
     CK(cuCtxSynchronize());
+    expect_pool_counts(pool, POOLED);
     CUmodule mod0 = gt_module_from_file_data(GT_FATBIN);
     CUfunction add0 = gt_function(mod0, "add_u32");
     CK(cuFuncSetAttribute(add0, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
