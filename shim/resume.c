@@ -8,6 +8,7 @@
  * or surfaces (array.c), other programs' memory opened through IPC (ipc.c), or the address of a module
  * global (module.c), does not come back; its interprocess events are refused from then on (stream.c).
  * Globals of its modules are the new worker's, with the image's values. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,27 +62,29 @@ static double ms_since(uint64_t *t)
     return d / 1e6;
 }
 
+/* What keeps a program from coming back: objects whose state or address was the failed worker's alone. */
+static const struct {
+    unsigned (*count)(void);
+    const char *what; /* takes the count */
+} keeps_away[] = {
+    {shim_arrays_live, "holds %u array(s), texture or surface object(s), which cannot come back (their contents, "
+                       "and a texture's value, were the failed worker's)"},
+    {shim_module_globals_asked, "asked for the address of a module global %u time(s); a module loaded again has "
+                                "its globals elsewhere, with the image's values"},
+    {shim_ipc_opened_live, "holds %u allocation(s) of other programs open (CUDA IPC), which the new worker does not "
+                           "know of"},
+};
+
 static CUresult rebuild(const struct shim_lost_work *lw)
 {
-    unsigned arrays = shim_arrays_live();
-    if (arrays) {
-        cumux_logf("after the worker failed: this program holds %u array(s), texture or surface object(s), which "
-                   "cannot come back (their contents, and a texture's value, were the failed worker's): it "
-                   "does not come back", arrays);
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    unsigned globals = shim_module_globals_asked();
-    if (globals) {
-        cumux_logf("after the worker failed: this program asked for the address of a module global %u time(s); "
-                   "a module loaded again has its globals elsewhere, with the image's values: it does not "
-                   "come back", globals);
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    unsigned opened = shim_ipc_opened_live();
-    if (opened) {
-        cumux_logf("after the worker failed: this program holds %u allocation(s) of other programs open (CUDA "
-                   "IPC), which the new worker does not know of: it does not come back", opened);
-        return CUDA_ERROR_NOT_SUPPORTED;
+    for (size_t i = 0; i < sizeof keeps_away / sizeof keeps_away[0]; i++) {
+        unsigned n = keeps_away[i].count();
+        if (n) {
+            char why[256];
+            snprintf(why, sizeof why, keeps_away[i].what, n);
+            cumux_logf("after the worker failed: this program %s: it does not come back", why);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
     }
     /* Which objects lost work, read while they still hold the failed worker's handles. */
     uint64_t unclaimed[CUMUX_LOST_STREAM_WORDS];
