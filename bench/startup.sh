@@ -14,7 +14,7 @@
 #          clock, temperature and power logged at the end of each run (STARTUP_PAIR_ROUNDS=1: one run each).
 #          STARTUP_PAIR_VARIANT="VAR=V ...": also cumux with those variables for the server and the programs
 #          (say CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1), inside the cumux runs: MPS, cumux, variant, variant,
-#          cumux, MPS
+#          cumux, MPS; with the solo phase, also one warm start-up alone in the variant
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
 # Logs: ${OUT:-/tmp/cumux-startup}. Each program at most STARTUP_TIMEOUT seconds (default 150).
 set -u
@@ -139,12 +139,13 @@ if [ -x "$cli" ] && cumux_start; then
     want trace && phase_solo solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
     want join && phase_join cumux "$cli" run -- "$py"
     want pair && phase_pair cumux "$cli" run -- "$py"
-    if [ -n "${STARTUP_PAIR_VARIANT:-}" ] && want pair; then
+    if [ -n "${STARTUP_PAIR_VARIANT:-}" ] && { want pair || want solo; }; then
         read -r -a variant <<<"$STARTUP_PAIR_VARIANT"
         cumux_stop
         if CUMUX_SERVER_ENV="$STARTUP_PAIR_VARIANT" cumux_start; then
-            phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
-            [ "$pair_rounds" -ge 2 ] && phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
+            want solo && phase_solo solo cumux_variant env "${variant[@]}" "$cli" run -- "$py"
+            want pair && phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
+            want pair && [ "$pair_rounds" -ge 2 ] && phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
             cumux_stop
         fi
         cumux_start || log "cumuxd did not start again after the variant"
@@ -164,7 +165,7 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
 {
     echo "== PyTorch start-up and sharing (bench/startup.sh, $(date -u +%FT%TZ)) =="
     printf '%-14s %8s %12s %11s %9s %10s\n' "alone" import model_ready first_step warm images/s
-    for m in native native_traced mps cumux cumux_traced; do
+    for m in native native_traced mps cumux cumux_traced cumux_variant; do
         l=${R[solo,$m]:-}
         [ -n "$l" ] || continue
         printf '%-14s %8s %12s %11s %9s %10s\n' "$m" "$(field "$l" import)" "$(field "$l" model_ready)" \
@@ -174,6 +175,8 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     [ -n "$n" ] && [ -n "$c" ] && echo "start-up alone, compile caches empty (s): native $n, cumux $c: cumux/native $(ratio "$c" "$n")"
     n=$(field "${R[solo,native]:-}" warm) c=$(field "${R[solo,cumux]:-}" warm) m=$(field "${R[solo,mps]:-}" warm)
     [ -n "$n" ] && [ -n "$c" ] && echo "start-up alone, caches warm (s): native $n, cumux $c: cumux/native $(ratio "$c" "$n")${m:+, MPS/native $(ratio "$m" "$n")}"
+    v=$(field "${R[solo,cumux_variant]:-}" warm)
+    [ -n "$v" ] && [ -n "$c" ] && echo "  cumux with ${STARTUP_PAIR_VARIANT}, caches warm (s): $v: against cumux $(ratio "$v" "$c")${n:+, against native $(ratio "$v" "$n")}"
     jm=$(field "${R[join,mps]:-}" warm) jc=$(field "${R[join,cumux]:-}" warm)
     want join && echo "second training joining a running one, warm (s): MPS ${jm:--}, cumux ${jc:--}${jm:+${jc:+: cumux/MPS $(ratio "$jc" "$jm")}}"
     pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
