@@ -4,7 +4,8 @@ stand-in CNN of the same shape of work) with cuDNN's benchmark mode on, batch 32
 Then timed steps: 20, or for STARTUP_DURATION seconds. STARTUP_BATCH: another batch size (bench/latency_torch.sh
 trains with 64). With STARTUP_READY set, that file is created once
 warm; with STARTUP_GO set, the timed steps wait until that file exists (bench/startup.sh starts two
-programs' timed steps together this way). Prints one line:
+programs' timed steps together this way). STARTUP_CUDNN_BENCHMARK=0: cuDNN's heuristics instead of its
+timed search (whose picks, timed while another program shares the GPU, may differ run to run). Prints one line:
 STARTUP model=M import=S model_ready=S first_step=S warm=S steps_per_s=N images_per_s=N"""
 import os
 import sys
@@ -18,7 +19,7 @@ t_import = time.time()
 if not torch.cuda.is_available():
     print("SKIP startup_train: no CUDA device")
     sys.exit(77)
-torch.backends.cudnn.benchmark = True
+torch.backends.cudnn.benchmark = os.environ.get("STARTUP_CUDNN_BENCHMARK", "1") != "0"
 model, kind = model_or_standin("resnet50")
 model = model.cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
