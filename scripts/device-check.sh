@@ -263,6 +263,13 @@ if [ -n "$build" ] && [ $do_faults = 1 ] && [ $native_only = 0 ] && [ -x "$build
         SOAK_LOGS="$logs/fault-soak-named" \
         tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
     faults_note="$faults_note; named soak: $note"
+    # The runtime's fault programs beside a computing bystander under NVIDIA MPS (recorded) and under cumux
+    # with containment and dumps (the bystander must end right): issue 10's comparison.
+    server_test "runtime faults under MPS and with containment" runtime-faults.txt \
+        '^fault tests under\|bystander at the same time (mps\|bystander at the same time (contain' 120 \
+        env OUT="$logs/runtime-faults" RT_TEST_TIMEOUT=30 tests/runtime/run.sh --mps --contain \
+        --only "fault_assert fault_illegal fault_trap" --variants static --build "$build"
+    faults_note="$faults_note; runtime faults: $note"
 fi
 
 # --- benchmarks ---

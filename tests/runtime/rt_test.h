@@ -85,6 +85,12 @@ __attribute__((noreturn)) static inline void rt_fault_expect(cudaError_t want)
     if (launch != cudaSuccess)
         rt_fail("the launch itself failed (%s), before the kernel ran", cudaGetErrorName(launch));
     cudaError_t got = cudaDeviceSynchronize();
+    /* With GPU coredumps on the driver may let the synchronize after the fault succeed and give the error
+     * at the next call (docs/faults.md): allowed only when the caller says dumps are on. */
+    if (got == cudaSuccess && getenv("RT_FAULT_SYNC_MAY_PASS")) {
+        rt_info("cudaDeviceSynchronize after the fault: cudaSuccess (coredumps on): asking again");
+        got = cudaDeviceSynchronize();
+    }
     printf("fault: got=%s expected=%s\n", cudaGetErrorName(got), cudaGetErrorName(want));
     fflush(stdout);
     rt_info("cudaGetLastError after: %s", cudaGetErrorName(cudaGetLastError()));

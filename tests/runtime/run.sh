@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs the CUDA runtime suite (tests/runtime) natively and/or under cumux and prints a result table:
-#   tests/runtime/run.sh [--native] [--cumux] [--build DIR] [--only "name ..."] [--variants "static shared"]
-#                        [--skip-rc N] [--no-bystander]
-# Neither --native nor --cumux: both. Every program runs in both builds (static and shared CUDA runtime).
+#   tests/runtime/run.sh [--native] [--cumux] [--mps] [--contain] [--build DIR] [--only "name ..."]
+#                        [--variants "static shared"] [--skip-rc N] [--no-bystander]
+# None of the modes: --native --cumux. Every program runs in both builds (static and shared CUDA runtime).
+# --mps and --contain run only the fault tests: under NVIDIA MPS (recorded, for comparison), and under
+# cumux with containment and GPU coredumps (CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1), where the faulting
+# program must get its own error and the bystander must end right, redoing work the fault took away.
 # Logs: ${OUT:-/tmp/cumux-runtime-logs}/<mode>.<variant>.<test>.log; per-test timeout RT_TEST_TIMEOUT
 # (default 60 s). Exit: 0 all passed, 1 a test failed, 2 usage/setup error; no GPU at all: one SKIP
 # line and exit 0 (or N with --skip-rc N, which CTest reports as skipped).
@@ -17,6 +20,8 @@ repo=$(cd "$here/../.." && pwd)
 build="$repo/build"
 do_native=0
 do_cumux=0
+do_mps=0
+do_contain=0
 only=""
 variants="static shared"
 skip_rc=0
@@ -25,18 +30,20 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --native) do_native=1 ;;
         --cumux) do_cumux=1 ;;
+        --mps) do_mps=1 ;;
+        --contain) do_contain=1 ;;
         --build) build=$(cd "$2" && pwd) || exit 2; shift ;;
         --build=*) build=$(cd "${1#--build=}" && pwd) || exit 2 ;;
         --only) only="$2"; shift ;;
         --variants) variants="$2"; shift ;;
         --skip-rc) skip_rc="$2"; shift ;;
         --no-bystander) bystander=0 ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
-if [ $do_native = 0 ] && [ $do_cumux = 0 ]; then
+if [ $do_native = 0 ] && [ $do_cumux = 0 ] && [ $do_mps = 0 ] && [ $do_contain = 0 ]; then
     do_native=1
     do_cumux=1
 fi
@@ -98,8 +105,8 @@ notes=()
 note() { notes+=("$*"); }
 
 started_cumux=0
-cumux_start() {
-    if "$cli" start >>"$out/cumux-server.log" 2>&1; then
+cumux_start() { # [VAR=VALUE...]: the server's environment
+    if env "$@" "$cli" start >>"$out/cumux-server.log" 2>&1; then
         started_cumux=1
     fi
 }
@@ -117,6 +124,10 @@ start_bg() {
     shift
     if [ "$mode" = cumux ]; then
         timeout -k 10 "$timeout_s" "$cli" run -- "$@" &
+    elif [ "$mode" = contain ]; then
+        RT_BYSTANDER_LOST_OK=1 RT_FAULT_SYNC_MAY_PASS=1 timeout -k 10 "$timeout_s" "$cli" run -- "$@" &
+    elif [ "$mode" = mps ]; then
+        CUDA_MPS_PIPE_DIRECTORY="$mps_pipe" timeout -k 10 "$timeout_s" "$@" &
     else
         timeout -k 10 "$timeout_s" "$@" &
     fi
@@ -211,7 +222,9 @@ run_one() {
             local brc=$? bres
             byst_pid=""
             bres=$(grep -m1 -E '^(PASS|FAIL|SKIP)' "$blog" || true)
-            note "  bystander at the same time ($mode $v): exit $brc, ${bres:-no result line}"
+            note "  bystander at the same time ($mode $v): exit $brc, ${bres:-no result line}$(grep -m1 -o '[0-9]* lost at faults and done again' "$blog" | sed 's/^/, /')"
+            # With containment the bystander is issue 10's point: it must end right.
+            [ "$mode" = contain ] && [ "$brc" != 0 ] && [ "${res[$t,$v,$mode]}" = PASS ] && res[$t,$v,$mode]="BYSTANDER-FAILED"
         fi
     fi
 }
@@ -234,6 +247,20 @@ report() {
             done
         done
         printf '%-14s | %-14s | %-14s | %-14s | %-14s\n' "$t" "${cells[@]}"
+    done
+    local other
+    for other in mps contain; do
+        cells=()
+        for t in "${tests[@]}"; do
+            for v in static shared; do
+                r="${res[$t,$v,$other]:-}"
+                [ -n "$r" ] && cells+=("$t $v $r")
+                [ "$other" = contain ] && case "$r" in PASS|"") ;; *) failed=1 ;; esac
+            done
+        done
+        [ ${#cells[@]} -gt 0 ] || continue
+        [ $other = mps ] && echo "fault tests under NVIDIA MPS (recorded, not required): $(IFS=';'; echo "${cells[*]}")"
+        [ $other = contain ] && echo "fault tests under cumux with containment and coredumps (the bystander required): $(IFS=';'; echo "${cells[*]}")"
     done
     if [ ${#notes[@]} -gt 0 ]; then
         echo "fault tests (the faulting program must get its error; the bystander is recorded, not required):"
@@ -292,6 +319,45 @@ if [ $do_cumux = 1 ]; then
         done
         stop_cumux
     fi
+fi
+
+fault_tests=()
+for t in "${tests[@]}"; do [[ "$t" == fault_* ]] && fault_tests+=("$t"); done
+
+# NVIDIA MPS, for comparison: its own daemon in a pipe directory of this run's, stopped at the end.
+mps_pipe="$out/mps-pipe"
+if [ $do_mps = 1 ] && [ ${#fault_tests[@]} -gt 0 ]; then
+    mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
+    [ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] &&
+        mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
+    mkdir -p "$mps_pipe" "$out/mps-log"
+    if [ -z "$mps_ctl" ]; then
+        note "NVIDIA MPS: not installed here, not run"
+    elif CUDA_MPS_PIPE_DIRECTORY="$mps_pipe" CUDA_MPS_LOG_DIRECTORY="$out/mps-log" "$mps_ctl" -d >>"$out/mps.log" 2>&1; then
+        sleep 1
+        for t in "${fault_tests[@]}"; do
+            for v in "${vlist[@]}"; do run_one mps "$v" "$t"; done
+        done
+        echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps_pipe" "$mps_ctl" >>"$out/mps.log" 2>&1
+        sleep 2
+    else
+        note "NVIDIA MPS: the daemon did not start (another may be running): not run"
+    fi
+fi
+
+# cumux with containment and coredumps: a fresh server for each fault test.
+if [ $do_contain = 1 ] && [ ${#fault_tests[@]} -gt 0 ] && [ -x "$cli" ]; then
+    export CUMUX_LOG_DIRECTORY="${CUMUX_LOG_DIRECTORY:-$out/cumux-server}"
+    mkdir -p "$CUMUX_LOG_DIRECTORY"
+    for t in "${fault_tests[@]}"; do
+        for v in "${vlist[@]}"; do
+            stop_cumux
+            cumux_start CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1
+            run_one contain "$v" "$t"
+            "$cli" status >>"$out/contain.$v.$t.log" 2>&1
+        done
+    done
+    stop_cumux
 fi
 
 report
