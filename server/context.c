@@ -157,6 +157,19 @@ static bool lowerable(unsigned limit)
            limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE;
 }
 
+static const char *limit_name(unsigned l)
+{
+    switch (l) {
+    case CU_LIMIT_STACK_SIZE: return "stack size";
+    case CU_LIMIT_PRINTF_FIFO_SIZE: return "printf buffer";
+    case CU_LIMIT_MALLOC_HEAP_SIZE: return "malloc heap";
+    case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH: return "device runtime sync depth";
+    case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: return "device runtime pending launches";
+    case CU_LIMIT_PERSISTING_L2_CACHE_SIZE: return "persisting L2 size";
+    default: return "limit";
+    }
+}
+
 static void want_note(struct srv_client *c, int gpu, unsigned limit, size_t value, size_t before)
 {
     pthread_mutex_lock(&wants_mu);
@@ -207,10 +220,10 @@ void srv_limits_release(struct srv_client *c)
                 continue;
             CUresult r = cuCtxSetLimit((CUlimit)l, keep);
             if (r == CUDA_SUCCESS)
-                cumux_logf("client %u: GPU %d limit %u back from %zu to %zu", c->id, gone.gpu, l, now, keep);
+                cumux_logf("client %u gone: GPU %d %s back from %zu to %zu", c->id, gone.gpu, limit_name(l), now, keep);
             else
-                cumux_logf("client %u: GPU %d limit %u stays %zu (lowering it failed: %d)", c->id, gone.gpu, l, now,
-                           (int)r);
+                cumux_logf("client %u gone: GPU %d %s stays %zu (lowering it to %zu failed: %d)", c->id, gone.gpu,
+                           limit_name(l), now, keep, (int)r);
         }
     }
     pthread_mutex_unlock(&wants_mu);

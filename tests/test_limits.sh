@@ -27,6 +27,7 @@ high=$((base * 4))
 "$cli" run -- "$gdir/gpu_limits" raise $high >"$tmp/run.out" 2>&1 || fail "gpu_limits raise $high"
 idle
 [ "$(stack)" = "$base" ] || fail "stack limit $(stack) after the program that raised it to $high went, was $base"
+grep -q "gone: GPU 0 stack size back from $high to $base" "$tmp/log/cumuxd.log" || fail "the server did not say the stack came back"
 # One holds it raised: another asking for less does not lower it, nor does its going.
 mkfifo "$tmp/in" || fail "mkfifo"
 "$cli" run -- "$gdir/gpu_limits" raise $high hold <"$tmp/in" >"$tmp/hold.out" 2>&1 &
