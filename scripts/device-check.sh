@@ -4,7 +4,7 @@
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 #                           [--usage-cost] [--latency] [--many] [--sms] [--seed] [--latency-torch]
-#                           [--fuzz S] [--faults]
+#                           [--fuzz S] [--faults] [--no-suites]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
 # --many: also bench/many.sh --unpaced (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
@@ -26,6 +26,8 @@
 # recovery with coredumps (the assert round: its own error), and the 50-fault soak beside 4 busy bystanders
 # with coredumps and containment (the culprit named at every fault); ~4 minutes: with --no-tests --no-bench
 # a call of its own.
+# --no-suites: not the GPU test suite nor the runtime suite (the server tests, faults and the rest still run):
+# for a call that only needs what comes after them within its budget.
 # --fuzz SECONDS: also fuzz_server on every core for that long (built elsewhere: FUZZ_BINARY, default
 # build-fuzz-fast/tests/fuzz/fuzz_server, carried with the run).
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
@@ -42,11 +44,12 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_faults=0 fuzz_s=0 bench_opts=()
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_faults=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
         --no-tests) do_tests=0 ;;
+        --no-suites) do_suites=0 ;;
         --no-bench) do_bench=0 ;;
         --no-mps) bench_opts+=(--no-mps) ;;
         --frameworks) do_fw=1 ;;
@@ -100,7 +103,10 @@ mkdir -p "$CUMUX_LOG_DIRECTORY"
 
 # --- GPU tests ---
 tests_rc="not run"
-if [ -n "$build" ] && [ $do_tests = 1 ]; then
+modes=(--native)
+[ $native_only = 0 ] && modes+=(--cumux)
+[ $do_suites = 0 ] && [ $do_tests = 1 ] && tests_rc=0 && say "GPU and runtime suites: not run (--no-suites)"
+if [ -n "$build" ] && [ $do_tests = 1 ] && [ $do_suites = 1 ]; then
     modes=(--native)
     [ $native_only = 0 ] && modes+=(--cumux)
     # Keep ~3.5 minutes for the benchmarks and 95 s for the runtime suite.
@@ -115,7 +121,8 @@ fi
 
 # --- CUDA runtime suite (tests/runtime): at most 90 s ---
 rt_rc="not run"
-if [ -n "$build" ] && [ $do_tests = 1 ]; then
+[ $do_suites = 0 ] && rt_rc=0
+if [ -n "$build" ] && [ $do_tests = 1 ] && [ $do_suites = 1 ]; then
     if [ -d "$build/tests/runtime" ]; then
         r_budget=$(($(left) - (do_bench ? 270 : 10)))
         [ $r_budget -gt 90 ] && r_budget=90
