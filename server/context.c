@@ -106,14 +106,17 @@ static void libraries_reload(struct srv_client *c, int gpu)
         }
         srv_reap(REAP_LIBRARY, gpu, NULL, 0, mod->lib);
         mod->lib = fresh;
+        mod->lib_module = NULL;
         for (size_t i = 0; i < mod->nglobals; i++)
             cumux_ranges_remove(&c->dev_ranges, mod->globals[i], NULL);
         mod->nglobals = 0;
         for (uint32_t k = 1; k <= c->nhandles; k++) {
             struct srv_function *f = handle_get(c, k, OBJ_FUNCTION);
             CUkernel kern;
-            if (f && f->module == h && f->name && cuLibraryGetKernel(&kern, fresh, f->name) == CUDA_SUCCESS)
+            if (f && f->module == h && f->name && cuLibraryGetKernel(&kern, fresh, f->name) == CUDA_SUCCESS) {
                 f->fn = (CUfunction)kern;
+                srv_library_note_module(mod, kern);
+            }
         }
     }
 }

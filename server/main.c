@@ -880,7 +880,10 @@ static void on_gpu_fault(CUresult r, int gpu)
                 len += (size_t)k;
             cands++;
         }
-        if (cands == 1) {
+        /* With dumps on, not by this: the driver may have answered the culprit's synchronize with success
+         * before the fault showed (fault.c), which ended its launches here, leaving a busy bystander the
+         * only candidate (12-03, a runtime assert beside one). The dump names it, or no one is named. */
+        if (cands == 1 && !srv_coredump_path[0]) {
             culprit = only; /* 0 when the one candidate has gone: named by its description */
             if (!only)
                 snprintf(gone, sizeof gone, "%.150s (gone)", went[0]);

@@ -24,13 +24,24 @@ static struct {
 static unsigned departed_next;
 static pthread_mutex_t departed_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The module a dump names for a library's kernel k: the module of k's function in the GPU's context. Noted
+ * while the context is healthy (at the kernel's lookup, which loads it anyway under lazy loading): after a
+ * fault the driver answers every call with the fault. Only with dumps on: nothing else needs it. */
+void srv_library_note_module(struct srv_module *mod, CUkernel k)
+{
+    if (!srv_coredump_path[0] || mod->kind != CUMUX_IMAGE_LIBRARY || mod->borrowed || mod->lib_module)
+        return;
+    CUfunction fn;
+    CUmodule m;
+    if (cuKernelGetFunction(&fn, k) == CUDA_SUCCESS && cuFuncGetModule(&m, fn) == CUDA_SUCCESS)
+        mod->lib_module = m;
+}
+
 static void departed_note(struct srv_client *c, const struct srv_module *mod)
 {
     if (!srv_coredump_path[0])
-        return; /* no dumps, no names to find: and a library's module would be loaded just to be named */
-    CUmodule m = mod->mod;
-    if (mod->lib && !mod->borrowed && cuLibraryGetModule(&m, mod->lib) != CUDA_SUCCESS)
-        m = NULL;
+        return; /* no dumps, no names to find */
+    CUmodule m = mod->lib ? mod->lib_module : mod->mod;
     if (!m)
         return;
     pthread_mutex_lock(&departed_lock);
@@ -223,6 +234,8 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
         r = cuLibraryGetKernel(&k, mod->lib, m->name);
         f->fn = (CUfunction)k;
         f->is_kernel = true;
+        if (r == CUDA_SUCCESS)
+            srv_library_note_module(mod, k);
     } else {
         r = cuModuleGetFunction(&f->fn, mod->mod, m->name);
     }
@@ -476,10 +489,8 @@ bool srv_module_owned(struct srv_client *c, uint64_t cu_module)
             continue;
         if (mod->mod && (uint64_t)(uintptr_t)mod->mod == cu_module)
             return true;
-        CUmodule m; /* a library's module in the GPU's context, which is what the driver's dump names */
-        if (mod->lib && !mod->borrowed && cuLibraryGetModule(&m, mod->lib) == CUDA_SUCCESS &&
-            (uint64_t)(uintptr_t)m == cu_module)
-            return true;
+        if (mod->lib_module && (uint64_t)(uintptr_t)mod->lib_module == cu_module)
+            return true; /* noted at its kernels' lookup: the driver no longer answers once faulted */
     }
     return false;
 }

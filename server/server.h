@@ -158,6 +158,9 @@ struct srv_module {
     bool borrowed; /* a library's module (cuLibraryGetModule): the library unloads it */
     CUmodule mod;
     CUlibrary lib;
+    /* A library's module in the GPU's context, noted (with dumps on) when a kernel of it is first looked
+     * up: a dump names code by module, and after a fault the driver answers no cuLibraryGetModule. */
+    CUmodule lib_module;
     int gpu;
     struct srv_ctx *ctx; /* a module's context (it goes with it); NULL for a library, which outlives contexts */
     void *image; /* the client's image, mapped from its memfd */
@@ -421,6 +424,7 @@ bool srv_coredump_begun(void); /* a dump of this worker's context is being writt
 /* Whether the driver's module cu_module (as a GPU coredump names it) is one of the client's (module.c);
  * the owner of one unloaded lately (its client may have gone right after the fault): its description. */
 bool srv_module_owned(struct srv_client *c, uint64_t cu_module);
+void srv_library_note_module(struct srv_module *mod, CUkernel k);
 bool srv_module_departed_owner(uint64_t cu_module, char *desc, size_t cap);
 /* "id pid uid command" (objects.c). */
 int srv_client_describe(const struct srv_client *c, char *out, size_t cap);

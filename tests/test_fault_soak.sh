@@ -74,7 +74,10 @@ for ((r = 1; r <= faults; r++)); do
     # Beside busy bystanders the culprit may not be known (several programs with kernels in flight): then
     # every candidate comes back told CUDA_ERROR_LAUNCH_FAILED, the culprit's program too.
     # With GPU coredumps (CUMUX_FAULT_COREDUMP=1) it is named, and must get its own error.
-    if ! out=$("$cli" run -- "$gdir/gpu_fault" 2>&1); then
+    # Every other culprit loads its code as the CUDA runtime does (a library), which a dump names apart.
+    how=""
+    [ $((r % 2)) = 0 ] && how=library
+    if ! out=$("$cli" run -- "$gdir/gpu_fault" $how 2>&1); then
         [ $contain = 1 ] && [ $dumps = 0 ] && grep -q 'returned 719, not CUDA_ERROR_ILLEGAL_ADDRESS' <<<"$out" ||
             fail "fault $r: gpu_fault did not get its error: $out"
     fi
@@ -155,6 +158,9 @@ fi
 # The culprit named at every fault: gpu_fault, however many others had kernels in flight.
 named=$(grep -c 'culprit: [0-9]* pid [0-9]* uid [0-9]* [^;]*gpu_fault' "$tmp/log/cumuxd.log")
 echo "fault soak: the culprit named at $named of $faults faults"
+# And never a bystander: one named the culprit is told the fault and loses what it held.
+wrong=$(grep 'culprit: [0-9]* pid' "$tmp/log/cumuxd.log" | grep -v 'culprit: [0-9]* pid [0-9]* uid [0-9]* [^;]*gpu_fault')
+[ -z "$wrong" ] || fail "a bystander was named the culprit: $wrong"
 [ $dumps = 1 ] && [ "$named" -ne "$faults" ] && fail "the culprit was named at $named of $faults faults"
 [ "${REQUIRE_BYSTANDERS:-0}" = 1 ] && [ $bad -gt 0 ] && fail "$bad bystander runs failed"
 "$cli" stop >/dev/null || fail "cumux stop"

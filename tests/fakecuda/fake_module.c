@@ -450,6 +450,16 @@ CUresult cuKernelGetFunction(CUfunction *out, CUkernel k)
     return CUDA_SUCCESS;
 }
 
+CUresult cuFuncGetModule(CUmodule *out, CUfunction fn)
+{
+    struct fc_func *f;
+    CHECK_RET(func_arg(fn, &f));
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUmodule)f->mod;
+    return CUDA_SUCCESS;
+}
+
 static CUresult name_of(const void *h, const char **out)
 {
     struct fc_func *f;

@@ -1,8 +1,11 @@
 /* A program whose kernel stores where nothing is mapped (or, `gpu_fault assert`, fails a device-side
  * assert; `gpu_fault trap`, traps): its next synchronization must report a fatal error (natively
  * CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_ASSERT, or CUDA_ERROR_LAUNCH_FAILED for a trap; under cumux the
- * same, from the worker that held the faulted context), and so must its later calls. Under cumux this is the culprit of tests/test_fault_recover.sh, which checks that the server
- * serves new programs right after. */
+ * same, from the worker that held the faulted context), and so must its later calls. Under cumux this is
+ * the culprit of tests/test_fault_recover.sh, which checks that the server serves new programs right after.
+ * With `library` among its arguments the code is loaded as the CUDA runtime loads it (cuLibraryLoadData,
+ * launched through a CUkernel), whose module a GPU coredump names differently from cuModuleLoadData's.
+ *   gpu_fault [assert|trap] [library] */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +13,18 @@
 
 #include "gpu_test.h"
 
+static bool has_arg(int argc, char **argv, const char *word)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], word))
+            return true;
+    return false;
+}
+
 int main(int argc, char **argv)
 {
-    bool assert_kind = argc > 1 && !strcmp(argv[1], "assert"), trap_kind = argc > 1 && !strcmp(argv[1], "trap");
+    bool assert_kind = has_arg(argc, argv, "assert"), trap_kind = has_arg(argc, argv, "trap");
+    bool library = has_arg(argc, argv, "library");
     CUresult want = assert_kind ? CUDA_ERROR_ASSERT : trap_kind ? CUDA_ERROR_LAUNCH_FAILED : CUDA_ERROR_ILLEGAL_ADDRESS;
     const char *want_name = assert_kind ? "CUDA_ERROR_ASSERT"
                             : trap_kind ? "CUDA_ERROR_LAUNCH_FAILED"
@@ -20,8 +32,20 @@ int main(int argc, char **argv)
     gt_begin("fault");
     gt_require_gpu();
     gt_primary_ctx(0, NULL);
-    CUmodule mod = gt_module_from_file_data(GT_FATBIN);
-    CUfunction f = gt_function(mod, assert_kind ? "fault_assert" : trap_kind ? "fault_trap" : "fault_store");
+    const char *name = assert_kind ? "fault_assert" : trap_kind ? "fault_trap" : "fault_store";
+    CUfunction f;
+    if (library) {
+        size_t img_size;
+        void *img = gt_read_file(GT_FATBIN, &img_size);
+        CUlibrary lib;
+        CK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));
+        free(img);
+        CUkernel kern;
+        CK(cuLibraryGetKernel(&kern, lib, name));
+        f = (CUfunction)kern; /* launches take a CUkernel in a CUfunction's place */
+    } else {
+        f = gt_function(gt_module_from_file_data(GT_FATBIN), name);
+    }
     CUdeviceptr bad = 0x10; /* the first page is never mapped */
     void *args[] = {&bad};
     CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
