@@ -23,9 +23,10 @@
 # only those tests.
 # --faults: also issue 10's fault runs: tools/probe_fault_culprit.c natively (what the faulting stream's
 # synchronize returns while the driver writes a GPU coredump; without CU_COREDUMP_SKIP_ABORT), fault
-# recovery with coredumps (the assert round: its own error), and the 50-fault soak beside 4 busy bystanders
-# with coredumps and containment (the culprit named at every fault); ~4 minutes: with --no-tests --no-bench
-# a call of its own.
+# recovery and the 50-fault soak with what is on by default turned off (containment and coredumps, the
+# soak with containment only), and the runtime's fault programs beside a bystander under NVIDIA MPS and
+# under cumux; ~4 minutes: with --no-tests --no-bench a call of its own. (The soak at the defaults, culprit
+# named at every fault, is one of the server tests.)
 # --no-suites: not the GPU test suite nor the runtime suite (the server tests, faults and the rest still run):
 # for a call that only needs what comes after them within its budget.
 # --fuzz SECONDS: also fuzz_server on every core for that long (built elsewhere: FUZZ_BINARY, default
@@ -206,14 +207,15 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
     server_test "cumux kill" kill-client.txt '^kill: a spinning' 120 \
         tests/test_kill_client.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     kill_note=$note
-    server_test "fault soak (50 faults, 4 bystander loops)" fault-soak.txt '^fault soak:' 240 \
-        tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
+    server_test "fault soak without containment or dumps (50 faults, 4 bystander loops)" fault-soak.txt '^fault soak:' 240 \
+        env CUMUX_CONTAIN=0 CUMUX_FAULT_COREDUMP=0 tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
     soak_note=$note
-    # Issue 10's acceptance: the same with containment, 4 programs computing through the 50 faults.
-    server_test "fault soak with containment (50 faults, 4 busy bystanders)" fault-soak-contain.txt '^fault soak:' 240 \
-        env CUMUX_CONTAIN=1 REQUIRE_BYSTANDERS=1 SOAK_LOGS="$logs/fault-soak-contain" \
+    # Issue 10's acceptance: at the defaults (containment and GPU coredumps), 4 programs computing through
+    # the 50 faults, the culprit named at each.
+    server_test "fault soak at the defaults (50 faults, 4 busy bystanders)" fault-soak-contain.txt '^fault soak:\|^FAIL' 240 \
+        env REQUIRE_BYSTANDERS=1 SOAK_LOGS="$logs/fault-soak-contain" \
         tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
-    soak_note="$soak_note; with containment: $note"
+    soak_note="$soak_note; at the defaults: $note"
     server_test "memory limits" mem-limit.txt '^mem_limit: \|^PASS mem_limit' 240 \
         tests/test_mem_limit.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     limit_note=$note
@@ -262,14 +264,14 @@ if [ -n "$build" ] && [ $do_faults = 1 ] && [ $native_only = 0 ] && [ -x "$build
     else
         faults_note="probe: not built (see probe-fault-culprit.txt)"
     fi
-    server_test "fault recovery with GPU coredumps" fault-recover-dumps.txt '^fault recovery\|^FAIL' 150 \
-        env CUMUX_FAULT_COREDUMP=1 tests/test_fault_recover.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 3
-    faults_note="$faults_note; recovery with dumps: $note"
-    server_test "fault soak with coredumps and containment (50 faults, 4 busy bystanders)" fault-soak-named.txt \
-        '^fault soak:\|^FAIL' 240 env CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1 REQUIRE_BYSTANDERS=1 \
+    server_test "fault recovery without containment or dumps" fault-recover-dumps.txt '^fault recovery\|^FAIL' 150 \
+        env CUMUX_CONTAIN=0 CUMUX_FAULT_COREDUMP=0 tests/test_fault_recover.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 3
+    faults_note="$faults_note; recovery without: $note"
+    server_test "fault soak with containment, without dumps (50 faults, 4 busy bystanders)" fault-soak-named.txt \
+        '^fault soak:\|^FAIL' 240 env CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=0 REQUIRE_BYSTANDERS=1 \
         SOAK_LOGS="$logs/fault-soak-named" \
         tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
-    faults_note="$faults_note; named soak: $note"
+    faults_note="$faults_note; soak without dumps: $note"
     # The runtime's fault programs beside a computing bystander under NVIDIA MPS (recorded) and under cumux
     # with containment and dumps (the bystander must end right): issue 10's comparison.
     server_test "runtime faults under MPS and with containment" runtime-faults.txt \

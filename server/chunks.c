@@ -92,8 +92,8 @@ void srv_chunks_start(void)
 {
     const char *e = getenv("CUMUX_CONTAIN");
     contain_on = 0;
-    if (!(e && !strcmp(e, "1")) || srv_gpu_count < 1)
-        return;
+    if ((e && !strcmp(e, "0")) || srv_gpu_count < 1)
+        return; /* on unless CUMUX_CONTAIN=0 */
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[0].dev},
                                 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};

@@ -114,7 +114,7 @@ static size_t dumps_to_keep(void)
 void srv_coredump_enable(void)
 {
     const char *e = getenv("CUMUX_FAULT_COREDUMP");
-    if (!(e && !strcmp(e, "1")) || !srv_coredump_path[0]) {
+    if ((e && !strcmp(e, "0")) || !srv_coredump_path[0]) { /* on unless CUMUX_FAULT_COREDUMP=0 */
         srv_coredump_path[0] = 0;
         return;
     }

@@ -8,7 +8,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3 rounds=${4:-3}
 # With GPU coredumps the driver answers the culprit's first synchronize with success (tests/gpu/test_fault.c).
-[ "${CUMUX_FAULT_COREDUMP:-0}" = 1 ] && export GT_FAULT_SYNC_MAY_PASS=1
+[ "${CUMUX_FAULT_COREDUMP:-1}" = 1 ] && export GT_FAULT_SYNC_MAY_PASS=1
 tmp=$(mktemp -d) || exit 2
 export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
@@ -76,7 +76,7 @@ for ((r = 1; r <= rounds; r++)); do
     # kernels in flight (it runs alone here).
     echo "$st" | grep "^fault $r:" | grep -q "culprit: [0-9]* pid $culprit " ||
         fail "round $r: the culprit (pid $culprit) is not named: $st"
-    if [ "${CUMUX_FAULT_COREDUMP:-0}" != 1 ]; then
+    if [ "${CUMUX_FAULT_COREDUMP:-1}" != 1 ]; then
         echo "$st" | grep "^fault $r:" | grep -q "the only client with kernels in flight" ||
             fail "round $r: the culprit is not said to be the only client with kernels in flight: $st"
     fi
@@ -112,7 +112,7 @@ exec 9>&- # the poller goes once the fault is recorded (it lost its context with
 wait $poller
 "$cli" status | grep "^fault $r:" | grep -q "culprit: [0-9]* pid $culprit " ||
     fail "beside the poller, the culprit (pid $culprit) is not named: $("$cli" status)"
-if [ "${CUMUX_FAULT_COREDUMP:-0}" != 1 ]; then
+if [ "${CUMUX_FAULT_COREDUMP:-1}" != 1 ]; then
     "$cli" status | grep "^fault $r:" | grep -q "the only client with kernels in flight" ||
         fail "beside the poller, the culprit is not the only client with kernels in flight: $("$cli" status)"
 fi

@@ -44,8 +44,8 @@ standby=on
 [ $standby = on ] && { wait_standby_ready 1 || fail "no standby worker ready 10 s after the first program"; }
 base=$(mem_used)
 contain=0 dumps=0
-[ "${CUMUX_CONTAIN:-0}" = 1 ] && contain=1
-[ "${CUMUX_FAULT_COREDUMP:-0}" = 1 ] && { dumps=1; export GT_FAULT_SYNC_MAY_PASS=1; }
+[ "${CUMUX_CONTAIN:-1}" = 1 ] && contain=1
+[ "${CUMUX_FAULT_COREDUMP:-1}" = 1 ] && { dumps=1; export GT_FAULT_SYNC_MAY_PASS=1; }
 # The bystanders: each a loop of programs, counting good and failed runs; with containment each one
 # program, told to stop by a line on its stdin (a fifo held open here).
 for ((b = 0; b < nby && contain; b++)); do
