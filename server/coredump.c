@@ -23,9 +23,13 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,6 +115,60 @@ static size_t dumps_to_keep(void)
     return e && *e && (*end || v > 100000) ? 8 : (size_t)v;
 }
 
+/* Whether the dump has begun is asked at every successful answer (dispatch.c): a stat each time cost ~1 us
+ * a round trip on the H200 (12-03: 170 -> 1,094 ns). An inotify watch on the log directory, set before any
+ * context exists, has an event queued the moment the driver creates the file: asking the watch whether
+ * anything is queued (FIONREAD) is a cheaper call, and exact. Without a watch, the file system is asked. */
+static int dump_watch_fd = -1;
+static _Atomic int dump_seen;
+static pthread_mutex_t dump_watch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void dump_watch_start(const char *dir)
+{
+    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0)
+        return;
+    if (inotify_add_watch(fd, dir, IN_CREATE | IN_MOVED_TO) < 0) {
+        close(fd);
+        return;
+    }
+    dump_watch_fd = fd;
+}
+
+/* Something was created in the directory: whether it was the dump (other files: the log, other workers'
+ * dumps). */
+static void dump_watch_drain(void)
+{
+    const char *base = strrchr(srv_coredump_path, '/');
+    base = base ? base + 1 : srv_coredump_path;
+    _Alignas(struct inotify_event) char buf[4096];
+    pthread_mutex_lock(&dump_watch_lock);
+    ssize_t n;
+    while ((n = read(dump_watch_fd, buf, sizeof buf)) > 0) {
+        for (ssize_t off = 0; off + (ssize_t)sizeof(struct inotify_event) <= n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)(buf + off);
+            if (ev->len && memchr(ev->name, 0, ev->len) && !strcmp(ev->name, base))
+                atomic_store(&dump_seen, 1);
+            off += (ssize_t)(sizeof *ev + ev->len);
+        }
+    }
+    pthread_mutex_unlock(&dump_watch_lock);
+}
+
+bool srv_coredump_begun(void)
+{
+    if (!srv_coredump_path[0])
+        return false;
+    if (atomic_load_explicit(&dump_seen, memory_order_acquire))
+        return true;
+    int queued = 0;
+    if (dump_watch_fd < 0 || ioctl(dump_watch_fd, FIONREAD, &queued) != 0)
+        return access(srv_coredump_path, F_OK) == 0;
+    if (queued > 0)
+        dump_watch_drain();
+    return atomic_load_explicit(&dump_seen, memory_order_acquire) != 0;
+}
+
 void srv_coredump_enable(void)
 {
     const char *e = getenv("CUMUX_FAULT_COREDUMP");
@@ -124,6 +182,7 @@ void srv_coredump_enable(void)
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = 0;
+        dump_watch_start(dir);
         size_t gone = srv_coredump_prune(dir, dumps_to_keep());
         if (gone)
             cumux_debugf("GPU coredumps: %zu older dump(s) removed from %s (CUMUX_COREDUMP_KEEP)", gone, dir);
@@ -388,10 +447,6 @@ static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t c
     return n ? n : (nw < cap ? nw : cap);
 }
 
-bool srv_coredump_begun(void)
-{
-    return srv_coredump_path[0] && access(srv_coredump_path, F_OK) == 0;
-}
 
 size_t srv_coredump_culprits(uint64_t *mods, size_t cap, CUresult *error)
 {

@@ -55,6 +55,19 @@ void srv_pool_chunk_alloc(struct srv_client *c, struct srv_pool *p, uint64_t ptr
     p->chunk_used += size;
     if (p->chunk_used > p->chunk_used_high)
         p->chunk_used_high = p->chunk_used;
+    if (p->chunk_used > p->chunk_reserved)
+        p->chunk_reserved = p->chunk_used;
+    if (p->chunk_reserved > p->chunk_reserved_high)
+        p->chunk_reserved_high = p->chunk_reserved;
+}
+
+/* A pool keeps what was freed up to its release threshold (at the next synchronize, natively) or what a
+ * trim keeps: so does its count of memory in chunks, whose freed space stays in the client's chunks. Applied
+ * when the count is read or trimmed: it says what a synchronize since would have released. */
+static void chunk_release(struct srv_pool *p, uint64_t keep)
+{
+    if (p->chunk_reserved > keep)
+        p->chunk_reserved = keep > p->chunk_used ? keep : p->chunk_used;
 }
 
 /* An allocation the client no longer holds: out of its pool's count, if a pool's chunk had it. */
@@ -119,6 +132,7 @@ CUresult op_pool_trim(struct srv_client *c, const struct cumux_pool_trim *m, str
 {
     use_gpu(c, pool->gpu);
     srv_chunks_trim(c, pool->gpu); /* its chunks, if its memory is in chunks: all or nothing for now */
+    chunk_release(pool, m->keep);
     return cuMemPoolTrimTo(pool->pool, (size_t)m->keep);
 }
 
@@ -133,21 +147,30 @@ CUresult op_pool_attribute(struct srv_client *c, const struct cumux_pool_attribu
     int iv = (int)m->value;
     cuuint64_t uv = m->value;
     void *v = is_int ? (void *)&iv : (void *)&uv;
-    /* Memory in chunks is the pool's too, for what it says of its use: its allocations are in use and
-     * reserved (a chunk's free space is the client's, not a pool's), their high mark is the pool's. */
-    bool used = m->attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT || m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT;
-    bool high = m->attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH || m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH;
+    /* Memory in chunks is the pool's too, for what it says of its use: its allocations are in use, what
+     * it keeps after their frees (chunk_release) is reserved, and their high marks are the pool's. */
     if (m->set) {
         CHECK(cuMemPoolSetAttribute(pool->pool, (CUmemPool_attribute)m->attr, v));
-        if (high) /* only 0 is accepted: the mark starts again from what is in use */
+        if (m->attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH) /* only 0 is accepted: the mark starts again from now */
             pool->chunk_used_high = pool->chunk_used;
+        if (m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+            pool->chunk_reserved_high = pool->chunk_reserved;
         return CUDA_SUCCESS;
     }
     CHECK(cuMemPoolGetAttribute(pool->pool, (CUmemPool_attribute)m->attr, v));
-    if (used)
+    if (m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT && pool->chunked) {
+        cuuint64_t threshold = 0;
+        if (cuMemPoolGetAttribute(pool->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold) == CUDA_SUCCESS)
+            chunk_release(pool, threshold);
+    }
+    if (m->attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
         uv += pool->chunk_used;
-    if (high)
+    else if (m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+        uv += pool->chunk_reserved;
+    else if (m->attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH)
         uv += pool->chunk_used_high;
+    else if (m->attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+        uv += pool->chunk_reserved_high;
     return reply_u64(out, out_len, is_int ? (uint64_t)(int64_t)iv : uv);
 }
 

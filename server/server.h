@@ -69,6 +69,7 @@ struct srv_pool {
      * used/reserved attributes add these (pool.c). */
     struct cumux_ranges chunk_live;
     uint64_t chunk_used, chunk_used_high;
+    uint64_t chunk_reserved, chunk_reserved_high; /* what it keeps after frees, as a pool keeps memory */
     struct srv_pool *next_chunked; /* the client's pools with chunk_live in use */
     bool chunked;
 };

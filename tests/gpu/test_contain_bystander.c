@@ -344,6 +344,9 @@ static void expect_pool_counts(CUmemoryPool pool, size_t held)
     if (used < held || reserved < used)
         gt_fail("its pool says %llu bytes used, %llu reserved, holding %zu", (unsigned long long)used,
                 (unsigned long long)reserved, held);
+    cuuint64_t was = 0, keep_all = ~0ull; /* a pool keeps what is freed: reserved stays after a sync */
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &was));
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all));
     CUdeviceptr more;
     CK(cuMemAllocFromPoolAsync(&more, held, pool, NULL));
     CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
@@ -351,6 +354,17 @@ static void expect_pool_counts(CUmemoryPool pool, size_t held)
         gt_fail("its pool says %llu bytes used, holding %zu", (unsigned long long)used, 2 * held);
     CK(cuMemFreeAsync(more, NULL));
     CK(cuCtxSynchronize());
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+    if (reserved < 2 * held)
+        gt_fail("its pool kept %llu bytes reserved after a free with no release threshold, it held %zu",
+                (unsigned long long)reserved, 2 * held);
+    CK(cuMemPoolTrimTo(pool, 0));
+    cuuint64_t trimmed = 0;
+    CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &trimmed));
+    if (trimmed >= reserved || trimmed < held)
+        gt_fail("its pool's reserved memory trimmed to nothing: %llu bytes (before %llu, holding %zu)",
+                (unsigned long long)trimmed, (unsigned long long)reserved, held);
+    CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &was));
     CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));
     if (high < 2 * held)
         gt_fail("its pool's high mark is %llu bytes, it held %zu", (unsigned long long)high, 2 * held);
