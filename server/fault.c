@@ -27,6 +27,7 @@ static CUstream watch_stream[CUMUX_MAX_DEVICES];
 static pthread_t watch_thread;
 static _Atomic int watch_stop;
 static srv_fault_fn fault_fn;
+static void (*dump_begun_fn)(void);
 
 bool srv_fault_is_fatal(CUresult r)
 {
@@ -94,7 +95,13 @@ void srv_fault_hold_if_dumping(void)
 static void *watch(void *arg)
 {
     (void)arg;
+    bool dump_seen = false;
     while (!atomic_load(&watch_stop)) {
+        /* A GPU coredump begun: a fault is being dumped, programs must ask the worker from now on. */
+        if (!dump_seen && dump_begun_fn && srv_coredump_begun()) {
+            dump_seen = true;
+            dump_begun_fn();
+        }
         for (int g = 0; g < srv_gpu_count && g < CUMUX_MAX_DEVICES; g++) {
             if (!watch_stream[g])
                 continue;
@@ -109,9 +116,10 @@ static void *watch(void *arg)
     return NULL;
 }
 
-int srv_fault_watch_start(srv_fault_fn fn)
+int srv_fault_watch_start(srv_fault_fn fn, void (*on_dump_begun)(void))
 {
     fault_fn = fn;
+    dump_begun_fn = on_dump_begun;
     for (int g = 0; g < srv_gpu_count && g < CUMUX_MAX_DEVICES; g++) {
         cuCtxSetCurrent(srv_gpus[g].ctx);
         if (cuStreamCreate(&watch_stream[g], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {

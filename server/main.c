@@ -796,6 +796,19 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
     _exit(CUMUX_EXIT_GPU_FAULT);
 }
 
+/* A GPU coredump has begun: the driver may let faulted streams go on while it writes it, so no program may
+ * answer its questions from completion marks any more (marks.c). */
+static void on_dump_begun(void)
+{
+    srv_marks_stop_telling();
+    bool locked = lock_clients_briefly();
+    for (struct srv_client *c = locked ? clients : NULL; c; c = c->next)
+        srv_marks_withdraw(c);
+    if (locked)
+        pthread_mutex_unlock(&clients_lock);
+    cumux_logf("a GPU coredump has begun: programs ask the worker from now on (completion marks withdrawn)");
+}
+
 static void on_gpu_fault(CUresult r, int gpu)
 {
     /* The culprit: the client whose module holds the faulting code, from the GPU coredump (coredump.c). */
@@ -1393,7 +1406,7 @@ int main(int argc, char **argv)
         cumux_logf("no usable GPU: serving with none (CUMUX_ALLOW_NO_GPU=1)");
         srv_gpu_count = 0;
     }
-    if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault) < 0)
+    if (srv_reaper_start() < 0 || srv_fault_watch_start(on_gpu_fault, on_dump_begun) < 0)
         goto out;
     srv_chunks_start();
     if (srv_gpu_count > 0) {

@@ -241,6 +241,23 @@ void srv_marks_write(struct srv_client *c, uint64_t handled)
  * is idle already (value 0) or has its mark as its last work; and each context of theirs all of whose
  * streams are among those. Written only when it changes (seqlock: gen odd while written). The client uses it
  * only while its ring's head is still `handled`: anything it sends after makes it ask again. */
+/* Set once a GPU coredump of this worker's context has begun: nothing is told from then on. */
+static _Atomic int withdrawn;
+
+void srv_marks_stop_telling(void)
+{
+    atomic_store(&withdrawn, 1);
+}
+
+void srv_marks_withdraw(struct srv_client *c)
+{
+    atomic_store(&withdrawn, 1);
+    /* An odd generation: the client takes it for a telling being written, and asks (shim/marks.c); a tell
+     * under way, which ends with an even one, makes it odd again (below). */
+    if (c->shm)
+        atomic_fetch_or(&c->shm->marks_told.gen, 1);
+}
+
 static void tell(struct srv_client *c, uint64_t handled)
 {
     /* Known idle: as srv_stream_known_idle (stream.c, which calls this file: not called from here) */
@@ -249,8 +266,11 @@ static void tell(struct srv_client *c, uint64_t handled)
     memset(&t, 0, sizeof t);
     unsigned n = 0, nc = 0;
     /* With GPU coredumps on, the driver lets a faulting stream go on while it writes the dump (a mark behind
-     * the faulted kernel may land): its answers must wait for the worker (fault.c), so nothing is told. */
-    bool may_tell = c->mark_words && c->pending_error == CUDA_SUCCESS && !srv_coredump_path[0];
+     * the faulted kernel may land): once the dump has begun the answers must wait for the worker (fault.c),
+     * so what was told is withdrawn and nothing more is (srv_marks_withdraw). Before it begins a program
+     * answering itself risks what the worker answering from the driver does: a success the driver gives
+     * for a stream that went on past a fault, which natively, with dumps on, a program gets too. */
+    bool may_tell = c->mark_words && c->pending_error == CUDA_SUCCESS && !atomic_load(&withdrawn);
     uint32_t slots[SRV_MARKS_ASKED], values[SRV_MARKS_ASKED];
     struct srv_stream *told[SRV_MARKS_ASKED];
     unsigned nmarked = 0;
@@ -306,6 +326,8 @@ static void tell(struct srv_client *c, uint64_t handled)
     memcpy(m->stream, t.stream, sizeof t.stream);
     memcpy(m->ctx, t.ctx, sizeof t.ctx);
     atomic_store_explicit(&m->gen, c->told_gen, memory_order_release);
+    if (atomic_load(&withdrawn)) /* withdrawn while this was written: it stays withdrawn */
+        atomic_fetch_or(&m->gen, 1);
     /* For the fault watch: every launch not known to have ended is behind these marks when each stream
      * launched on since is a told one. */
     bool complete = n && c->nlaunched_on <= 8;

@@ -82,6 +82,10 @@ void srv_marks_init(void);
 /* Whether the marks told last say that all the client's launched work has ended (callable from any thread:
  * the fault watch, for the culprit's candidates). */
 bool srv_marks_client_done(struct srv_client *c);
+/* A GPU coredump has begun (the fault watch): what was told to client c stops answering its questions, and
+ * nothing more is told by this worker. */
+void srv_marks_stop_telling(void);
+void srv_marks_withdraw(struct srv_client *c);
 void srv_marks_stream_gone(struct srv_stream *s);
 
 #endif

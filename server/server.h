@@ -439,8 +439,9 @@ CUresult srv_fault_answer(struct srv_client *c, CUresult r);
 void srv_fault_hold_if_dumping(void); /* GPU coredumps: a success told while the driver dumps a fault waits */
 /* The failing worker decided for each client; code: the error every client is told (main.c worker_fails). */
 void srv_fault_decided(CUresult code);
-/* Watches every GPU for a sticky error; fn (which must not return) is called with the first one. */
-int srv_fault_watch_start(srv_fault_fn fn);
+/* Watches every GPU for a sticky error; fn (which must not return) is called with the first one;
+ * on_dump_begun, once, when a GPU coredump of this worker's context has begun. */
+int srv_fault_watch_start(srv_fault_fn fn, void (*on_dump_begun)(void));
 void srv_fault_watch_stop(void);
 /* Forks workers until one stops the server (then exits 0); returns 0 in each worker (which goes on
  * serving), or -1 in the supervisor when workers cannot be had. *ready_fd goes to the first worker only. */

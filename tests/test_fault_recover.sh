@@ -82,6 +82,12 @@ for ((r = 1; r <= rounds; r++)); do
     fi
 done
 grep -q 'fatal GPU error.*(CUDA_ERROR_ILLEGAL_ADDRESS)' "$tmp/log/cumuxd.log" || fail "the log does not tell the fault"
+# With dumps on, each dump's start withdraws the completion marks told to programs (server/marks.c): the
+# driver may let a faulted stream go on while it writes the dump.
+if [ "${CUMUX_FAULT_COREDUMP:-1}" = 1 ]; then
+    withdrawn=$(grep -c 'a GPU coredump has begun: programs ask the worker' "$tmp/log/cumuxd.log")
+    [ "$withdrawn" -ge "$rounds" ] || fail "marks withdrawn at $withdrawn of the $rounds dumps"
+fi
 takeovers=$(grep -c 'standby worker [0-9]* takes over' "$tmp/log/cumuxd.log")
 if [ $standby = on ]; then
     [ "$takeovers" -eq "$rounds" ] || fail "the standby worker took over $takeovers times in $rounds faults"

@@ -11,9 +11,7 @@ set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
 own_server_test
-# Dumps off: with GPU coredumps on (the default) the worker tells a program no mark word (a faulting stream
-# goes on while the dump is written: server/marks.c), so none would be answered by the program itself.
-export CUMUX_STANDBY=0 CUMUX_DEBUG=1 CUMUX_FAULT_COREDUMP=0
+export CUMUX_STANDBY=0 CUMUX_DEBUG=1
 log="$tmp/log/cumuxd.log"
 fail_show="$tmp/run.out"
 start() {
