@@ -147,6 +147,16 @@ CUmodule gt_module_from_file_data(const char *path)
     return mod;
 }
 
+CUlibrary gt_library_from_file_data(const char *path)
+{
+    size_t n;
+    void *img = gt_read_file(path, &n);
+    CUlibrary lib;
+    CK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));
+    free(img);
+    return lib;
+}
+
 CUfunction gt_function(CUmodule mod, const char *name)
 {
     CUfunction f;

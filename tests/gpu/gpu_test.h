@@ -33,6 +33,8 @@ CUcontext gt_primary_ctx(int ordinal, CUdevice *dev_out);
 void *gt_read_file(const char *path, size_t *size_out);
 /* cuModuleLoadData on the bytes of `path` (the usual way a framework hands code to the driver). */
 CUmodule gt_module_from_file_data(const char *path);
+/* The same loaded as the CUDA runtime loads code: a library (cuLibraryLoadData). */
+CUlibrary gt_library_from_file_data(const char *path);
 CUfunction gt_function(CUmodule mod, const char *name);
 
 uint64_t gt_now_ns(void);

@@ -524,11 +524,7 @@ int main(int argc, char **argv)
     CUmodule mod0 = gt_module_from_file_data(GT_FATBIN);
     CUfunction add0 = gt_function(mod0, "add_u32");
     CK(cuFuncSetAttribute(add0, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
-    size_t img_size;
-    void *img = gt_read_file(GT_FATBIN, &img_size);
-    CUlibrary lib;
-    CK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));
-    free(img);
+    CUlibrary lib = gt_library_from_file_data(GT_FATBIN);
     CUkernel kern;
     CK(cuLibraryGetKernel(&kern, lib, "add_u32"));
     CUstream stream;

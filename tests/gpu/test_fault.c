@@ -35,13 +35,8 @@ int main(int argc, char **argv)
     const char *name = assert_kind ? "fault_assert" : trap_kind ? "fault_trap" : "fault_store";
     CUfunction f;
     if (library) {
-        size_t img_size;
-        void *img = gt_read_file(GT_FATBIN, &img_size);
-        CUlibrary lib;
-        CK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));
-        free(img);
         CUkernel kern;
-        CK(cuLibraryGetKernel(&kern, lib, name));
+        CK(cuLibraryGetKernel(&kern, gt_library_from_file_data(GT_FATBIN), name));
         f = (CUfunction)kern; /* launches take a CUkernel in a CUfunction's place */
     } else {
         f = gt_function(gt_module_from_file_data(GT_FATBIN), name);

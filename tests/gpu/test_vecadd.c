@@ -13,11 +13,7 @@ int main(void)
     CUcontext ctx = gt_primary_ctx(0, NULL);
     (void)ctx;
 
-    size_t img_size;
-    void *img = gt_read_file(GT_FATBIN, &img_size);
-    CUlibrary lib;
-    CK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));
-    free(img);
+    CUlibrary lib = gt_library_from_file_data(GT_FATBIN);
     CUkernel kern;
     CK(cuLibraryGetKernel(&kern, lib, "vec_add"));
     CUlibrary owner = NULL;
