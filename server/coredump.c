@@ -147,6 +147,8 @@ static void dump_watch_drain(void)
     while ((n = read(dump_watch_fd, buf, sizeof buf)) > 0) {
         for (ssize_t off = 0; off + (ssize_t)sizeof(struct inotify_event) <= n;) {
             const struct inotify_event *ev = (const struct inotify_event *)(buf + off);
+            if (ev->len > (size_t)(n - off) - sizeof *ev)
+                break; /* not within what was read (the kernel gives whole events: never seen) */
             if (ev->len && memchr(ev->name, 0, ev->len) && !strcmp(ev->name, base))
                 atomic_store(&dump_seen, 1);
             off += (ssize_t)(sizeof *ev + ev->len);
