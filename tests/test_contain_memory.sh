@@ -56,7 +56,13 @@ start_bystander() { # MODE WHO
     grep -q "$want" "$tmp/hold.out" ||
         fail "$2 did not start: $(tail -3 "$tmp/hold.out"); its process: $(tr '\0' ' ' </proc/$client/cmdline 2>&1)," \
             "waiting in $(cat /proc/$client/wchan 2>&1), state $(awk '/^State/ {print $2}' /proc/$client/status 2>&1);" \
-            "threads' waits: $(cat /proc/$client/task/*/wchan 2>/dev/null | tr '\0' ' ')"
+            "threads' waits: $(cat /proc/$client/task/*/wchan 2>/dev/null | tr '\0' ' ');" \
+            "its program: $(readlink /proc/$client/exe 2>&1); its stacks: $(stacks_of $client)"
+}
+# Where a process is, for the message above: gdb's backtrace of every thread where gdb is installed.
+stacks_of() {
+    command -v gdb >/dev/null 2>&1 || { echo "(no gdb)"; return; }
+    timeout 30 gdb -p "$1" -batch -ex 'thread apply all bt 12' 2>&1 | grep -E '^(#|Thread)' | head -40 | tr '\n' ' '
 }
 # gpu_fault faults the GPU; once a worker has taken over, the bystander started last goes on and must pass.
 fault_then_go() { # WHO
