@@ -1,5 +1,5 @@
-/* Client device memory that can outlive the worker (issue 10, docs/faults.md; CUMUX_CONTAIN=1, off by
- * default while the rest of containment is built). Instead of the driver's pool, a client's cuMemAlloc and
+/* Client device memory that can outlive the worker (issue 10, docs/faults.md; on unless CUMUX_CONTAIN=0,
+ * since 2026-12-03). Instead of the driver's pool, a client's cuMemAlloc and
  * cuMemAllocAsync (its default pool) are carved from VMM chunks of its own, made exportable as file
  * descriptors and mapped inside one arena of addresses that the worker reserves at start, so that a
  * worker taking over after a fault can map the same chunks at the same addresses.

@@ -11,8 +11,8 @@
  * blocks and the grid table name the grid's module (warp_culprits). The format
  * is public (cuda-gdb's cudacoredump.h); this reads only what it needs, every offset bounds-checked.
  *
- * Off unless CUMUX_FAULT_COREDUMP=1, for what dumps cost the culprit: on the H200 (driver 580) with dumps
- * on, natively too, the faulting stream's synchronize answers CUDA_SUCCESS some 90 ms before the context
+ * On unless CUMUX_FAULT_COREDUMP=0 (since 2026-12-03; docs/faults.md "Defaults"). What dumps cost the
+ * culprit: on the H200 (driver 580) with dumps on, natively too, the faulting stream's synchronize answers CUDA_SUCCESS some 90 ms before the context
  * shows the error and the dump file appears (tools/probe_fault_culprit.c, 12-03: success at 229 ms, error
  * at 317 ms, dump complete at 328 ms). A success answered while a dump exists is held (fault.c
  * srv_fault_hold_if_dumping), which caught the illegal-address culprits of the 50-fault soak; a
@@ -200,6 +200,9 @@ void srv_coredump_enable(void)
     if (r != CUDA_SUCCESS) {
         cumux_logf("GPU coredumps unavailable (%d): a faulting client will not be named", (int)r);
         srv_coredump_path[0] = 0;
+        if (dump_watch_fd >= 0)
+            close(dump_watch_fd);
+        dump_watch_fd = -1;
     }
 }
 
@@ -448,7 +451,6 @@ static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t c
         mods[k] = by_warp[k];
     return n ? n : (nw < cap ? nw : cap);
 }
-
 
 size_t srv_coredump_culprits(uint64_t *mods, size_t cap, CUresult *error)
 {
