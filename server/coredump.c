@@ -212,7 +212,7 @@ struct elf_view {
     const uint8_t *d;
     size_t len;
     uint64_t shoff;
-    unsigned nsh;
+    unsigned nsh, shstrndx;
 };
 
 static bool within(size_t len, uint64_t off, uint64_t n)
@@ -229,7 +229,7 @@ static bool elf_open(struct elf_view *v, const uint8_t *d, size_t len)
     if (memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
         eh.e_shentsize != sizeof(Elf64_Shdr) || !within(len, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr)))
         return false;
-    *v = (struct elf_view){d, len, eh.e_shoff, eh.e_shnum};
+    *v = (struct elf_view){d, len, eh.e_shoff, eh.e_shnum, eh.e_shstrndx};
     return true;
 }
 
@@ -320,18 +320,45 @@ static size_t error_pcs(const struct elf_view *v, uint64_t *pcs, size_t cap, CUr
     return n;
 }
 
-/* Whether a relocated cubin has code at pc. */
-static bool image_holds(const uint8_t *img, uint64_t len, uint64_t pc)
+/* Whether a relocated cubin has code at pc; kernel (cap bytes, may be NULL): the kernel's name, from its
+ * code section's (.text.NAME), or "" where the section says none. */
+static bool image_holds(const uint8_t *img, uint64_t len, uint64_t pc, char *kernel, size_t cap)
 {
     struct elf_view c;
     if (!elf_open(&c, img, (size_t)len))
         return false;
     for (unsigned i = 0; i < c.nsh; i++) {
         Elf64_Shdr s = shdr(&c, i);
-        if ((s.sh_flags & SHF_EXECINSTR) && s.sh_addr && pc >= s.sh_addr && pc - s.sh_addr < s.sh_size)
-            return true;
+        if (!(s.sh_flags & SHF_EXECINSTR) || !s.sh_addr || pc < s.sh_addr || pc - s.sh_addr >= s.sh_size)
+            continue;
+        uint64_t nsz;
+        const char *names = kernel && cap ? (const char *)section(&c, c.shstrndx, &nsz) : NULL;
+        if (names && s.sh_name < nsz) {
+            const char *nm = names + s.sh_name;
+            size_t n = strnlen(nm, (size_t)(nsz - s.sh_name));
+            if (n < nsz - s.sh_name && n > 6 && !memcmp(nm, ".text.", 6)) {
+                snprintf(kernel, cap, "%.*s", (int)(n - 6), nm + 6);
+                /* The client's own string: printable only, in the log and in status lines. */
+                for (char *q = kernel; *q; q++)
+                    if (*q < 0x21 || *q > 0x7e || *q == ';')
+                        *q = '?';
+            }
+        }
+        return true;
     }
     return false;
+}
+
+/* The kernel whose code holds pc in any of the dump's relocated images, into kernel (left as it is where
+ * none does). */
+static void kernel_at(const struct elf_view *v, uint64_t pc, char *kernel, size_t cap)
+{
+    for (unsigned i = 0; i < v->nsh && !kernel[0]; i++) {
+        uint64_t size;
+        const uint8_t *img = shdr(v, i).sh_type == CD_RELF_IMG ? section(v, i, &size) : NULL;
+        if (img)
+            image_holds(img, size, pc, kernel, cap);
+    }
 }
 
 /* Appends module to mods[0..*n) unless it is there (the caller keeps *n under the capacity). */
@@ -356,19 +383,22 @@ static const uint8_t *table_row(const struct elf_view *v, unsigned sec, uint64_t
     return p + row * es;
 }
 
-/* The module of the grid that block `cta` (a CTA table's row) belongs to: its grid's row in a grid table. */
-static bool grid_module(const struct elf_view *v, const uint8_t *cta, uint64_t *module)
+/* The module of the grid that block `cta` (a CTA table's row) belongs to, and its kernel's entry PC: its
+ * grid's row in a grid table. */
+static bool grid_module(const struct elf_view *v, const uint8_t *cta, uint64_t *module, uint64_t *entry)
 {
     uint64_t grid = rd64(cta);
     for (unsigned i = 0; i < v->nsh; i++) {
         if (shdr(v, i).sh_type != CD_GRID_TABLE)
             continue;
         for (uint64_t r = 0;; r++) {
-            const uint8_t *g = table_row(v, i, r, CD_GRID_TABLE, 40); /* gridId64 ... moduleHandle at 32 */
+            /* gridId64 contextId function functionEntry moduleHandle */
+            const uint8_t *g = table_row(v, i, r, CD_GRID_TABLE, 40);
             if (!g)
                 break;
             if (rd64(g) == grid) {
                 *module = rd64(g + 32);
+                *entry = rd64(g + 24);
                 return true;
             }
         }
@@ -380,7 +410,8 @@ static bool grid_module(const struct elf_view *v, const uint8_t *cta, uint64_t *
  * handler), the faulting warps say whose kernel it was: each warp with a valid error PC, and each warp of a
  * lane with an exception, belongs to a block, the block to a grid, and the grid table names the grid's
  * module. *error: the first lane's exception, when the SM table gave none. */
-static size_t warp_culprits(const struct elf_view *v, uint64_t *mods, size_t cap, CUresult *error)
+static size_t warp_culprits(const struct elf_view *v, uint64_t *mods, size_t cap, CUresult *error,
+                            uint64_t *entry)
 {
     size_t n = 0;
     for (unsigned i = 0; i < v->nsh && n < cap; i++) {
@@ -408,9 +439,11 @@ static size_t warp_culprits(const struct elf_view *v, uint64_t *mods, size_t cap
                 continue;
             Elf64_Shdr ws = shdr(v, wsec);
             const uint8_t *cta = table_row(v, ws.sh_link, ws.sh_info, CD_CTA_TABLE, 8); /* gridId64 first */
-            uint64_t module;
-            if (!cta || !grid_module(v, cta, &module))
+            uint64_t module, its_entry;
+            if (!cta || !grid_module(v, cta, &module, &its_entry))
                 continue;
+            if (!n)
+                *entry = its_entry;
             add_once(mods, &n, module);
             if (s.sh_type == CD_LN_TABLE)
                 break; /* a lane table is one warp's: its first lane with an exception says it */
@@ -419,7 +452,8 @@ static size_t warp_culprits(const struct elf_view *v, uint64_t *mods, size_t cap
     return n;
 }
 
-static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t cap, CUresult *error)
+static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t cap, CUresult *error,
+                          char *kernel, size_t kcap)
 {
     struct elf_view v;
     uint64_t pcs[64];
@@ -438,23 +472,27 @@ static size_t culprits_in(const uint8_t *d, size_t len, uint64_t *mods, size_t c
             continue;
         uint64_t handle = rd64(t + idx * 8);
         for (size_t k = 0; k < npc; k++) {
-            if (image_holds(img, size, pcs[k])) {
+            if (image_holds(img, size, pcs[k], kernel[0] ? NULL : kernel, kcap)) {
                 add_once(mods, &n, handle);
                 break;
             }
         }
     }
     /* The warps' view: the culprit when no PC lies in a module, the error when the SMs gave none. */
-    uint64_t by_warp[8];
-    size_t nw = warp_culprits(&v, by_warp, 8, error);
+    uint64_t by_warp[8], entry = 0;
+    size_t nw = warp_culprits(&v, by_warp, 8, error, &entry);
     for (size_t k = 0; !n && k < nw && k < cap; k++)
         mods[k] = by_warp[k];
+    if (!n && nw && entry)
+        kernel_at(&v, entry, kernel, kcap); /* the grid's kernel, from its entry */
     return n ? n : (nw < cap ? nw : cap);
 }
 
-size_t srv_coredump_culprits(uint64_t *mods, size_t cap, CUresult *error)
+size_t srv_coredump_culprits(uint64_t *mods, size_t cap, CUresult *error, char *kernel, size_t kcap)
 {
     *error = CUDA_SUCCESS;
+    if (kcap)
+        kernel[0] = 0;
     if (!srv_coredump_path[0])
         return 0;
     /* The driver writes the file as it reports the fault: wait until it exists and stops growing (up to
@@ -475,7 +513,7 @@ size_t srv_coredump_culprits(uint64_t *mods, size_t cap, CUresult *error)
     size_t n = 0;
     uint8_t *d = last > 0 && last < (1l << 30) ? malloc((size_t)last) : NULL;
     if (d && fread(d, 1, (size_t)last, f) == (size_t)last)
-        n = culprits_in(d, (size_t)last, mods, cap, error);
+        n = culprits_in(d, (size_t)last, mods, cap, error, kernel, kcap);
     free(d);
     fclose(f);
     return n;

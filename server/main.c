@@ -814,7 +814,8 @@ static void on_gpu_fault(CUresult r, int gpu)
     /* The culprit: the client whose module holds the faulting code, from the GPU coredump (coredump.c). */
     uint64_t mods[8];
     CUresult dumped;
-    size_t nm = srv_coredump_culprits(mods, 8, &dumped);
+    char kernel[96];
+    size_t nm = srv_coredump_culprits(mods, 8, &dumped, kernel, sizeof kernel);
     if (dumped == CUDA_ERROR_ASSERT && dumped != r) {
         /* With dumps on the driver says less than the fault was for an assert (a launch failure, on the
          * H200): the programs are told what the dump shows, as the driver tells it without dumps. Only that
@@ -846,6 +847,8 @@ static void on_gpu_fault(CUresult r, int gpu)
     /* Without a dump: a fault comes from a kernel that was running, so the clients with launches not known
      * to have ended are the candidates; when there is one, it is the culprit. */
     char why[sizeof ((struct srv_fault_record *)0)->why] = "fatal GPU error";
+    if (kernel[0] && (culprit || gone[0])) /* the dump's faulting kernel, of the client it names */
+        snprintf(why, sizeof why, "fatal GPU error in kernel %s", kernel);
     if (!culprit && !gone[0] && lock_clients_briefly()) {
         unsigned cands = 0, nlive = 0;
         char only_desc[160] = "";

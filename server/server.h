@@ -420,7 +420,8 @@ extern pid_t srv_supervisor_pid;
 extern char srv_coredump_path[512];
 void srv_coredump_enable(void);
 size_t srv_coredump_prune(const char *dir, size_t keep); /* the newest `keep` dumps stay; how many went */
-size_t srv_coredump_culprits(uint64_t *modules, size_t cap, CUresult *error); /* error: the dump's, or 0 */
+/* error: the dump's, or 0; kernel (kcap bytes): the faulting kernel's name (mangled), or "" */
+size_t srv_coredump_culprits(uint64_t *modules, size_t cap, CUresult *error, char *kernel, size_t kcap);
 bool srv_coredump_begun(void); /* a dump of this worker's context is being written (a fault) */
 /* Whether the driver's module cu_module (as a GPU coredump names it) is one of the client's (module.c);
  * the owner of one unloaded lately (its client may have gone right after the fault): its description. */

@@ -99,7 +99,8 @@ static size_t read_back(const void *b, size_t len, uint64_t *mods, CUresult *err
 {
     FILE *f = fopen(srv_coredump_path, "wb");
     REQUIRE(f && fwrite(b, 1, len, f) == len && fclose(f) == 0, "writing %s", srv_coredump_path);
-    return srv_coredump_culprits(mods, 8, error);
+    char kernel[64];
+    return srv_coredump_culprits(mods, 8, error, kernel, sizeof kernel);
 }
 
 /* The section header i of d, to change. */

@@ -79,6 +79,9 @@ for ((r = 1; r <= rounds; r++)); do
     if [ "${CUMUX_FAULT_COREDUMP:-1}" != 1 ]; then
         echo "$st" | grep "^fault $r:" | grep -q "the only client with kernels in flight" ||
             fail "round $r: the culprit is not said to be the only client with kernels in flight: $st"
+    else # and its kernel, from the dump (its code section's name)
+        echo "$st" | grep "^fault $r:" | grep -q "fatal GPU error in kernel fault_store" ||
+            fail "round $r: the faulting kernel is not named: $st"
     fi
 done
 grep -q 'fatal GPU error.*(CUDA_ERROR_ILLEGAL_ADDRESS)' "$tmp/log/cumuxd.log" || fail "the log does not tell the fault"
@@ -132,6 +135,10 @@ own_error() {
     for ((i = 0; i < 50; i++)); do "$cli" status | grep -q "^fault $1:" && break; sleep 0.1; done
     "$cli" status | grep "^fault $1:" | grep -q "($3)" ||
         fail "status does not record the $2 as $3: $("$cli" status)"
+    if [ "${CUMUX_FAULT_COREDUMP:-1}" = 1 ]; then # the kernel named from the dump: the grid's, for an assert
+        "$cli" status | grep "^fault $1:" | grep -q "in kernel fault_$2 " ||
+            fail "status does not name the kernel fault_$2: $("$cli" status)"
+    fi
 }
 # A device-side assert: the program gets its own error, CUDA_ERROR_ASSERT (with GPU coredumps on the
 # driver says CUDA_ERROR_LAUNCH_FAILED, as on the H200; the dump says which it was).

@@ -52,28 +52,32 @@ CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attr, void *value, size
 #define CODE_BYTES 0x100u
 #define PC_OFFSET 0x40u
 
-/* A cubin with one code section at `code`. */
-static size_t image(uint8_t *out, size_t cap, uint64_t code)
+/* A cubin with one code section at `code`, named for the kernel (.text.NAME), as nvcc names them. */
+static size_t image(uint8_t *out, size_t cap, uint64_t code, const char *kernel)
 {
-    static const char names[] = "\0.shstrtab\0.text.fault_store";
+    char names[96];
+    int nl = snprintf(names, sizeof names, "%c.shstrtab%c.text.%s", 0, 0, kernel);
+    if (nl < 0 || (size_t)nl >= sizeof names)
+        return 0;
+    size_t names_len = (size_t)nl + 1;
     Elf64_Ehdr eh = {.e_type = ET_EXEC, .e_machine = 190 /* EM_CUDA */, .e_version = EV_CURRENT,
                      .e_ehsize = sizeof eh, .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = 3, .e_shstrndx = 1};
     memcpy(eh.e_ident, ELFMAG, SELFMAG);
     eh.e_ident[EI_CLASS] = ELFCLASS64;
     eh.e_ident[EI_DATA] = ELFDATA2LSB;
     eh.e_ident[EI_VERSION] = EV_CURRENT;
-    size_t names_at = sizeof eh, sh_at = (names_at + sizeof names + 7) & ~(size_t)7;
+    size_t names_at = sizeof eh, sh_at = (names_at + names_len + 7) & ~(size_t)7;
     size_t len = sh_at + 3 * sizeof(Elf64_Shdr);
     if (len > cap)
         return 0;
     eh.e_shoff = sh_at;
     Elf64_Shdr sh[3] = {{0},
-                        {.sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = names_at, .sh_size = sizeof names},
+                        {.sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = names_at, .sh_size = names_len},
                         {.sh_name = 11, .sh_type = SHT_NOBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR, .sh_addr = code,
                          .sh_size = CODE_BYTES}};
     memset(out, 0, len);
     memcpy(out, &eh, sizeof eh);
-    memcpy(out + names_at, names, sizeof names);
+    memcpy(out + names_at, names, names_len);
     memcpy(out + sh_at, sh, sizeof sh);
     return len;
 }
@@ -111,7 +115,7 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     size_t sm_at = dump_put(&d, sm, sizeof sm);
     size_t mod_at = dump_put(&d, &module, sizeof module);
     uint8_t img[512];
-    size_t img_len = image(img, sizeof img, code);
+    size_t img_len = image(img, sizeof img, code, l->fn->def->name);
     size_t img_at = dump_put(&d, img, img_len);
     /* CudbgGridTableEntry: gridId64 contextId function functionEntry moduleHandle ...; CTA: gridId64
      * blockIdx[3] pad; warp: errorPC warpId validLanes activeLanes isWarpBroken errorPCValid pad; lane:
@@ -121,6 +125,7 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     uint32_t one = 1, lanes = 1;
     memcpy(grid, &grid_id, 8);
     memcpy(grid + 16, &code, 8);
+    memcpy(grid + 24, &code, 8); /* the kernel's entry */
     memcpy(grid + 32, &module, 8);
     memcpy(cta, &grid_id, 8);
     memcpy(warp, &hpc, 8);
