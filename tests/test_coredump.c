@@ -3,7 +3,8 @@
  * warp tables when no PC lies in a module (a device-side assert: the warp's block, its grid, the grid's
  * module), with the lane's exception as the error; nobody from a dump whose PC lies nowhere and has no
  * warps. Then every prefix of a dump, and dumps whose tables point outside the file or past their rows:
- * read without a fault (ASan in CI), and never a module that is not in the dump. Last, old dumps pruned
+ * read without a fault (ASan in CI), and never a module that is not in the dump. The faulting kernel's
+ * name, the client's string, comes out printable on one line. Last, old dumps pruned
  * from the log directory: the newest kept, nothing else touched. */
 #include <elf.h>
 #include <fcntl.h>
@@ -36,18 +37,27 @@ static size_t put(struct dump *d, const void *p, size_t n)
     return at;
 }
 
-/* A module's relocated image: one code section at CODE, 0x100 bytes. */
+/* The kernel's code section's name: the client chose it, with a line break and a ';' to forge lines. */
+static const char KERNEL_SECTION[] = ".text._Z5spoof\nfault 9: culprit;x";
+#define KERNEL_TOLD "_Z5spoof?fault?9:?culprit?x"
+
+/* A module's relocated image: one code section at CODE, 0x100 bytes, named KERNEL_SECTION. */
 static size_t image(uint8_t *out)
 {
     Elf64_Ehdr eh = {.e_type = ET_EXEC, .e_machine = 190, .e_version = EV_CURRENT, .e_ehsize = sizeof eh,
-                     .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = 2, .e_shoff = sizeof eh};
+                     .e_shentsize = sizeof(Elf64_Shdr), .e_shnum = 3, .e_shoff = sizeof eh, .e_shstrndx = 2};
     memcpy(eh.e_ident, ELFMAG, SELFMAG);
     eh.e_ident[EI_CLASS] = ELFCLASS64;
-    Elf64_Shdr sh[2] = {{0}, {.sh_type = SHT_NOBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR, .sh_addr = CODE,
-                              .sh_size = 0x100}};
+    size_t names_at = sizeof eh + 3 * sizeof(Elf64_Shdr);
+    Elf64_Shdr sh[3] = {{0},
+                        {.sh_name = 1, .sh_type = SHT_NOBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR, .sh_addr = CODE,
+                         .sh_size = 0x100},
+                        {.sh_type = SHT_STRTAB, .sh_offset = names_at, .sh_size = 1 + sizeof KERNEL_SECTION}};
     memcpy(out, &eh, sizeof eh);
     memcpy(out + sizeof eh, sh, sizeof sh);
-    return sizeof eh + sizeof sh;
+    out[names_at] = 0;
+    memcpy(out + names_at + 1, KERNEL_SECTION, sizeof KERNEL_SECTION);
+    return names_at + 1 + sizeof KERNEL_SECTION;
 }
 
 /* by_warp: an assert's shape (no SM exception, the PC in a handler, exception 12 on the lane); else an
@@ -63,6 +73,8 @@ static void make(struct dump *d, bool by_warp, uint64_t sm_pc)
     memcpy(sm + 12, &valid, 4);
     memcpy(sm + 16, &sm_pc, 8);
     memcpy(grid, &grid_id, 8);
+    uint64_t entry = CODE;
+    memcpy(grid + 24, &entry, 8);
     memcpy(grid + 32, &module, 8);
     memcpy(cta, &grid_id, 8);
     memcpy(warp, &hpc, 8);
@@ -95,11 +107,12 @@ static void make(struct dump *d, bool by_warp, uint64_t sm_pc)
     memcpy(d->b, &eh, sizeof eh);
 }
 
+static char kernel[64]; /* the faulting kernel read_back found */
+
 static size_t read_back(const void *b, size_t len, uint64_t *mods, CUresult *error)
 {
     FILE *f = fopen(srv_coredump_path, "wb");
     REQUIRE(f && fwrite(b, 1, len, f) == len && fclose(f) == 0, "writing %s", srv_coredump_path);
-    char kernel[64];
     return srv_coredump_culprits(mods, 8, error, kernel, sizeof kernel);
 }
 
@@ -119,6 +132,8 @@ static void expect_safe(const struct dump *d, size_t len, const char *what)
     size_t n = read_back(d->b, len, mods, &e);
     CHECK(n <= 1 && (n == 0 || mods[0] == MODULE), "%s: %zu module(s), the first %#llx", what, n,
           n ? (unsigned long long)mods[0] : 0ull);
+    for (const char *q = kernel; *q; q++) /* whatever is read of a name: printable, one line */
+        CHECK(*q > 0x20 && *q < 0x7f && *q != ';', "%s: a kernel name with byte %#x", what, (unsigned)(uint8_t)*q);
 }
 
 /* 12 dumps of different ages beside files that are not this server's: the 8 newest dumps stay. */
@@ -182,11 +197,13 @@ int main(void)
     size_t n = read_back(d.b, d.len, mods, &e);
     CHECK(n == 1 && mods[0] == MODULE, "illegal address: %zu module(s)", n);
     CHECK(e == CUDA_ERROR_ILLEGAL_ADDRESS, "illegal address: error %d", (int)e);
+    CHECK(!strcmp(kernel, KERNEL_TOLD), "illegal address: kernel \"%s\"", kernel);
 
     /* A PC in no module, no warps: nobody. */
     make(&d, false, HANDLER);
     e = CUDA_SUCCESS;
     CHECK(read_back(d.b, d.len, mods, &e) == 0, "a PC in no module named someone");
+    CHECK(!kernel[0], "a PC in no module named kernel \"%s\"", kernel);
 
     /* An assert: the warp's block, its grid, the grid's module; the lane's exception. */
     make(&d, true, 0);
@@ -194,6 +211,7 @@ int main(void)
     n = read_back(d.b, d.len, mods, &e);
     CHECK(n == 1 && mods[0] == MODULE, "assert: %zu module(s)", n);
     CHECK(e == CUDA_ERROR_ASSERT, "assert: error %d", (int)e);
+    CHECK(!strcmp(kernel, KERNEL_TOLD), "assert: kernel \"%s\" (from the grid's entry)", kernel);
 
     /* A grid table that names another grid: nobody. */
     make(&d, true, 0);
