@@ -93,8 +93,11 @@ size_t srv_coredump_prune(const char *dir, size_t keep)
             v = nv;
             cap = nc;
         }
+        size_t len = strlen(e->d_name);
+        if (len >= sizeof v[n].name) /* not a name we write: leave it */
+            continue;
         v[n].mtime = st.st_mtim;
-        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        memcpy(v[n].name, e->d_name, len + 1);
         n++;
     }
     if (n > keep) {

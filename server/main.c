@@ -1394,8 +1394,14 @@ int main(int argc, char **argv)
     }
     prctl(PR_SET_NAME, "cumuxd-gpu"); /* the worker, beside its supervisor "cumuxd" */
     /* Where the driver writes a GPU coredump if a kernel faults: it names the culprit (coredump.c). */
-    if (log_dir_abs[0])
-        snprintf(srv_coredump_path, sizeof srv_coredump_path, "%s/cumuxd-gpu.%d.core", log_dir_abs, (int)getpid());
+    if (log_dir_abs[0]) {
+        int n = snprintf(srv_coredump_path, sizeof srv_coredump_path, "%s/cumuxd-gpu.%d.core", log_dir_abs,
+                         (int)getpid());
+        if (n < 0 || (size_t)n >= sizeof srv_coredump_path) {
+            srv_coredump_path[0] = 0; /* no dumps: a cut path would name another file */
+            cumux_logf("the log directory's path is too long for a GPU coredump's: faults will not be dumped");
+        }
+    }
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

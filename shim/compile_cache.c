@@ -297,7 +297,7 @@ static void trim(const char *dir)
                 break;
             v = nv;
         }
-        snprintf(v[n].name, sizeof v[n].name, "%s", de->d_name);
+        memcpy(v[n].name, de->d_name, len + 1); /* 16 characters and the end: the name's room holds them */
         v[n].used = st.st_mtim;
         v[n].size = st.st_size;
         total += (uint64_t)st.st_size;

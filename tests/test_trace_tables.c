@@ -121,10 +121,14 @@ static int traced(const char *trace_lib, const char *fake_lib)
     REQUIRE(get_table(&t, &ub) == CUDA_SUCCESS && t == info(1), "cuGetExportTable B");
     const void **tb = (const void **)t;
     CHECK(tb[3] == NULL, "end of table B changed");
-    uint64_t wbuf[8] = {0}, w2 = 5;
+    /* One buffer, the two pointers far apart: the tracer looks at 64 bytes behind each, and two variables
+     * side by side on the stack would show one's writes behind the other's pointer too. */
+    uint64_t mem[32] = {0}; /* 256 bytes: 128 between the two */
+    uint64_t *wbuf = mem, *w2 = &mem[16];
+    *w2 = 5;
     static const char kname[] = "my_kernel_name";
-    CHECK(((uint64_t(*)(uint64_t *, uint64_t *, uint64_t, const char *))(uintptr_t)tb[2])(wbuf, &w2, 0x77, kname) == 0x2a &&
-              wbuf[1] == 0x77 && wbuf[3] == 0x78 && w2 == 0,
+    CHECK(((uint64_t(*)(uint64_t *, uint64_t *, uint64_t, const char *))(uintptr_t)tb[2])(wbuf, w2, 0x77, kname) == 0x2a &&
+              wbuf[1] == 0x77 && wbuf[3] == 0x78 && *w2 == 0,
           "B slot 2 (writes through its pointers)");
     CHECK(((f6d_t)(uintptr_t)tb[0])(6, 5, 4, 3, 2, 1, 2.0) == (want_f6d(6, 5, 4, 3, 2, 1, 2.0) ^ 0xb), "B slot 0");
 
