@@ -8,13 +8,17 @@
 #   trace  the same under `cumux trace`, natively and under cumux: the driver calls that took the most
 #          time in all, side by side
 #   join   a second program starting while one trains: its warm time (MPS and cumux)
+#   steady one program alone after its warm-up, images/s over STARTUP_STEADY_S seconds (default 15): natively,
+#          under MPS, under cumux (and the variant below); not in the default phases. With the pair it tells
+#          whether a gap between cumux and MPS is in each program's own kernels or in their sharing
 #   pair   two programs training together: aggregate images/s over STARTUP_PAIR_S seconds (default 15);
 #          MPS and cumux in ABBA order (MPS, cumux, then cumux, MPS: the GPU's clocks drift over minutes of
 #          load, and whichever ran last would pay), each mode's figure the mean of its two runs, the GPU's SM
 #          clock, temperature and power logged at the end of each run (STARTUP_PAIR_ROUNDS=1: one run each).
 #          STARTUP_PAIR_VARIANT="VAR=V ...": also cumux with those variables for the server and the programs
 #          (say CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1), inside the cumux runs: MPS, cumux, variant, variant,
-#          cumux, MPS; with the solo phase, also one warm start-up alone in the variant
+#          cumux, MPS; with the solo phase, also one warm start-up alone in the variant.
+#          STARTUP_PAIR_NATIVE=0: no native (time-sliced) pair
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
 # Logs: ${OUT:-/tmp/cumux-startup}. Each program at most STARTUP_TIMEOUT seconds (default 150).
 set -u
@@ -39,6 +43,7 @@ py=${PYTHON:-python3}
 tmo=${STARTUP_TIMEOUT:-150}
 pair_s=${STARTUP_PAIR_S:-15}
 pair_rounds=${STARTUP_PAIR_ROUNDS:-2}
+steady_s=${STARTUP_STEADY_S:-15}
 mps_pipe=/tmp/mps_pipe mps_log=/tmp/mps_log
 mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
 [ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
@@ -94,6 +99,14 @@ phase_join() { # MODE CMD...
     rm -rf "$d"
     log "join $mode: ${R[join,$mode]:-failed}"
 }
+phase_steady() { # MODE CMD...: one program alone, trained over steady_s after its warm-up
+    local mode=$1
+    shift
+    prog "steady.$mode" STARTUP_DURATION="$steady_s" -- "$@"
+    wait $!
+    R[steady,$mode]=$(field "$(line_of "$out/steady.$mode.log")" images_per_s)
+    log "steady $mode: ${R[steady,$mode]:-failed} images/s alone over ${steady_s}s"
+}
 gpu_state() { nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader -i 0 2>/dev/null; }
 phase_pair() { # MODE CMD...: one run of the pair; its aggregate appended to R[pairs,MODE]
     local mode=$1 d n
@@ -124,11 +137,13 @@ declare -A PAIR_N
 want solo && phase_solo cold native "$py"
 want solo && phase_solo solo native "$py"
 [ -x "$cli" ] && want trace && phase_solo solo native_traced "$cli" trace --native -o "$out/trace-native.txt" -- "$py"
-want pair && phase_pair native "$py"
+want steady && phase_steady native "$py"
+want pair && [ "${STARTUP_PAIR_NATIVE:-1}" != 0 ] && phase_pair native "$py"
 if [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
     export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
     want solo && phase_solo solo mps "$py"
     want join && phase_join mps "$py"
+    want steady && phase_steady mps "$py"
     want pair && phase_pair mps "$py"
     mps_stop
     unset CUDA_MPS_PIPE_DIRECTORY
@@ -138,12 +153,14 @@ if [ -x "$cli" ] && cumux_start; then
     want solo && phase_solo solo cumux "$cli" run -- "$py"
     want trace && phase_solo solo cumux_traced "$cli" trace -o "$out/trace.txt" -- "$py"
     want join && phase_join cumux "$cli" run -- "$py"
+    want steady && phase_steady cumux "$cli" run -- "$py"
     want pair && phase_pair cumux "$cli" run -- "$py"
-    if [ -n "${STARTUP_PAIR_VARIANT:-}" ] && { want pair || want solo; }; then
+    if [ -n "${STARTUP_PAIR_VARIANT:-}" ] && { want pair || want solo || want steady; }; then
         read -r -a variant <<<"$STARTUP_PAIR_VARIANT"
         cumux_stop
         if CUMUX_SERVER_ENV="$STARTUP_PAIR_VARIANT" cumux_start; then
             want solo && phase_solo solo cumux_variant env "${variant[@]}" "$cli" run -- "$py"
+            want steady && phase_steady cumux_variant env "${variant[@]}" "$cli" run -- "$py"
             want pair && phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
             want pair && [ "$pair_rounds" -ge 2 ] && phase_pair cumux_variant env "${variant[@]}" "$cli" run -- "$py"
             cumux_stop
@@ -177,6 +194,10 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     [ -n "$n" ] && [ -n "$c" ] && echo "start-up alone, caches warm (s): native $n, cumux $c: cumux/native $(ratio "$c" "$n")${m:+, MPS/native $(ratio "$m" "$n")}"
     v=$(field "${R[solo,cumux_variant]:-}" warm)
     [ -n "$v" ] && [ -n "$c" ] && echo "  cumux with ${STARTUP_PAIR_VARIANT}, caches warm (s): $v: against cumux $(ratio "$v" "$c")${n:+, against native $(ratio "$v" "$n")}"
+    if want steady; then
+        sn=${R[steady,native]:-} sm=${R[steady,mps]:-} sc=${R[steady,cumux]:-} sv=${R[steady,cumux_variant]:-}
+        echo "one training alone, images/s over ${steady_s}s after warm-up: native ${sn:--}, MPS ${sm:--}, cumux ${sc:--}${sm:+${sc:+: cumux/MPS $(ratio "$sc" "$sm")}}${sn:+${sc:+, cumux/native $(ratio "$sc" "$sn")}}${sv:+; cumux with ${STARTUP_PAIR_VARIANT}: $sv}"
+    fi
     jm=$(field "${R[join,mps]:-}" warm) jc=$(field "${R[join,cumux]:-}" warm)
     want join && echo "second training joining a running one, warm (s): MPS ${jm:--}, cumux ${jc:--}${jm:+${jc:+: cumux/MPS $(ratio "$jc" "$jm")}}"
     pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
