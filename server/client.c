@@ -18,10 +18,17 @@
 int srv_wake_fd = -1;
 
 /* CUMUX_PROFILE=1: each worker times every command it runs (validation, handler, reply) and logs, per
- * command, how many and the mean time when its client goes; for splitting a round trip's cost. */
+ * command, how many, the mean and the longest time, and how many took 100 us or more (a driver call that
+ * blocked: a full queue, a lock another worker held) when its client goes; for splitting a round trip's
+ * cost and finding where a worker waits. */
+#define PROFILE_SLOW_NS 100000ull
 struct op_profile {
     uint64_t n[CUMUX_OP_COUNT];
     uint64_t ns[CUMUX_OP_COUNT];
+    uint64_t max_ns[CUMUX_OP_COUNT];
+    uint64_t slow[CUMUX_OP_COUNT];
+    uint64_t slow_ns[CUMUX_OP_COUNT];
+    uint64_t begin_ns, busy_ns;
 };
 
 static const char *op_name(unsigned op)
@@ -36,10 +43,15 @@ static const char *op_name(unsigned op)
 
 static void profile_log(const struct srv_client *c, const struct op_profile *p)
 {
+    uint64_t wall = cumux_now_ns() - p->begin_ns;
+    cumux_logf("client %u: profile: the worker ran commands %.1f%% of its %.1f s", c->id,
+               wall ? 100.0 * (double)p->busy_ns / (double)wall : 0.0, (double)wall / 1e9);
     for (int op = 0; op < CUMUX_OP_COUNT; op++)
         if (p->n[op])
-            cumux_logf("client %u: profile: %s: %llu commands, %.0f ns each in the worker", c->id, op_name(op),
-                       (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op]);
+            cumux_logf("client %u: profile: %s: %llu commands, %.0f ns each in the worker, longest %.1f us, "
+                       "%llu of 100 us or more (%.1f ms in all)",
+                       c->id, op_name(op), (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op],
+                       (double)p->max_ns[op] / 1e3, (unsigned long long)p->slow[op], (double)p->slow_ns[op] / 1e6);
 }
 
 /* A client back after a fault (RESUME hello) makes again what it held; on the H200 that took 220-400 ms
@@ -140,6 +152,8 @@ static void *worker_main(void *arg)
     srv_printf_bind(c);
     const char *prof_env = getenv("CUMUX_PROFILE");
     struct op_profile *prof = prof_env && !strcmp(prof_env, "1") ? calloc(1, sizeof *prof) : NULL;
+    if (prof)
+        prof->begin_ns = cumux_now_ns();
     void *msg = malloc(CUMUX_MAX_MSG);
     if (!msg)
         atomic_store(&c->dead, 1);
@@ -183,8 +197,16 @@ static void *worker_main(void *arg)
             cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, copies_left ? 50000 : 1000000000);
         } else if (st > 0 && prof) {
             uint16_t op = ((const struct cumux_msg_hdr *)msg)->op;
+            uint64_t d = cumux_now_ns() - t0;
             prof->n[op]++;
-            prof->ns[op] += cumux_now_ns() - t0;
+            prof->ns[op] += d;
+            prof->busy_ns += d;
+            if (d > prof->max_ns[op])
+                prof->max_ns[op] = d;
+            if (d >= PROFILE_SLOW_NS) {
+                prof->slow[op]++;
+                prof->slow_ns[op] += d;
+            }
         }
     }
     free(msg);
