@@ -121,6 +121,7 @@ void srv_client_release_all(struct srv_client *c)
             cuStreamSynchronize(s->cu);
         }
     }
+    srv_kprof_release(c); /* its work is done: the last timings can be read */
     srv_usage_departed(c);
     srv_usage_release(c);
     srv_graph_release_all(c); /* graphs name the client's kernels and memory: before those go */

@@ -38,6 +38,14 @@ void host_release(struct srv_client *c, uint64_t base);
 int srv_usage_begin(struct srv_client *c, struct srv_stream *s);
 void srv_usage_end(struct srv_client *c, struct srv_stream *s, int slot, CUresult launched);
 void srv_usage_release(struct srv_client *c);
+/* kernel_profile.c (CUMUX_PROFILE=kernels): a launch on s is bracketed by srv_kprof_before (an event
+ * recorded, or NULL: not timed) and srv_kprof_after with the launch's result; srv_kprof_release logs the
+ * client's kernels once its work is done. */
+bool srv_kprof_wanted(void);
+CUevent srv_kprof_before(struct srv_client *c, struct srv_stream *s);
+void srv_kprof_after(struct srv_client *c, struct srv_stream *s, CUevent start, const struct srv_function *fn,
+                     CUresult launched);
+void srv_kprof_release(struct srv_client *c);
 /* The client's context or a stream of it synchronized: its launches so far have ended (for a stream: taken
  * as so; most programs that time their work use one). */
 void srv_usage_synced(struct srv_client *c);

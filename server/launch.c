@@ -50,7 +50,10 @@ CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct sr
                           .blockDimX = m->block[0], .blockDimY = m->block[1], .blockDimZ = m->block[2],
                           .sharedMemBytes = m->shared_bytes, .hStream = stream->cu, .attrs = attrs,
                           .numAttrs = m->nattrs};
+    CUevent timed_from = srv_kprof_wanted() ? srv_kprof_before(c, stream) : NULL;
     CUresult r = launch_on(&cfg, function, kp, extra, psize);
+    if (timed_from)
+        srv_kprof_after(c, stream, timed_from, function, r);
     if (r == CUDA_ERROR_INVALID_CLUSTER_SIZE && (cfg.hStream = srv_place_outside(c, stream)) != NULL) {
         r = launch_on(&cfg, function, kp, extra, psize); /* its green context's SMs cannot hold the clusters */
         srv_place_outside_end(stream, cfg.hStream);

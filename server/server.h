@@ -282,6 +282,7 @@ struct srv_client {
     _Atomic uint64_t done_units; /* of those, how many are known to have ended (usage.c) */
     _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
     struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
+    struct srv_kprof *kprof;     /* kernel_profile.c's timings (CUMUX_PROFILE=kernels): the worker's alone */
     struct srv_chunks *chunks;   /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
     uint64_t resume_token;       /* its secret for a RESUME hello after a worker change (0: none) */
     uint64_t resume_claim;       /* a RESUME hello's token: whose memory it may take back (0: none) */

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One GPU-bound PyTorch program alone, natively and under cumux, part by part (bench/efficiency.py: device
+# attributes, a matrix product, ResNet-50 training eager and as a CUDA graph, the profiler's kernel time):
+# where a program's own GPU work is slower under cumux. Order native, cumux, cumux, native (the clocks
+# drift under load). EFF_VARIANTS="NAME:VAR=V,VAR=V ...": also cumux with those server variables, run
+# after the rest, once each; a NAME starting "native" runs natively with those variables for the program.
+# Special NAMEs: "idlesrv", natively while a cumux server runs with one idle client in it; "idlectx",
+# natively beside another process that holds a CUDA context and does nothing (cumux's standby holds one);
+# "kprof", the profile part with cuDNN's heuristics (no timed search), natively with torch.profiler and
+# under cumux with CUMUX_PROFILE=kernels, both kernel tables printed (GPU time per launch by kernel, side by
+# side). Parts of variants: EFF_VARIANT_PARTS (default "tiny eager graph"); EFF_MAIN=0: the variants alone.
+# Prints a table last.
+#   bench/efficiency.sh [--build DIR]      logs: ${OUT:-/tmp/cumux-efficiency}
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build="$repo/build"
+[ "${1:-}" = --build ] && { build=$(cd "$2" && pwd) || exit 2; }
+out="${OUT:-/tmp/cumux-efficiency}"
+mkdir -p "$out" || exit 2
+cli="$build/cli/cumux"
+py=${PYTHON:-python3}
+. "$repo/scripts/lib/sharing.sh"
+sharing_init
+declare -A R
+run_one() { # NAME CMD...
+    local name=$1
+    shift
+    # The GPU's clocks and power meanwhile (a slower GPU, not cumux, would explain a slower run).
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits \
+        -lms 250 >"$out/$name.clocks" 2>/dev/null &
+    local smi=$!
+    timeout -k 5 "${EFF_TIMEOUT:-200}" "$@" "$here/efficiency.py" >"$out/$name.log" 2>&1
+    local rc=$?
+    kill $smi 2>/dev/null
+    wait $smi 2>/dev/null
+    # Busy samples (power over 250 W): median SM clock, mean power, highest temperature.
+    local sm
+    sm=$(awk -F', ' '$3 > 250 {print $1}' "$out/$name.clocks" | sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]}')
+    R[$name,clocks]=$(awk -F', ' -v sm="$sm" '$3 > 250 {n++; p += $3; if ($4 > t) t = $4}
+        END {if (!n) print "-"; else printf "%sMHz/%dW/%dC", sm, p / n, t}' "$out/$name.clocks")
+    log "$name: rc $rc $(grep -c '^EFF' "$out/$name.log") lines, busy SM clock/power/temp ${R[$name,clocks]}"
+    local l
+    for k in mm:tflops bw:tbps tiny:us_per_kernel eager:images_per_s graph:images_per_s profile:step_ms profile:kernels_ms \
+        profile:kernels_per_step; do
+        l=$(grep "^EFF ${k%%:*} " "$out/$name.log" | sed -n "s/.* ${k#*:}=\([^ ]*\).*/\1/p" | tail -1)
+        R[$name,$k]=${l:--}
+    done
+}
+names=""
+if [ "${EFF_MAIN:-1}" != 0 ]; then # EFF_MAIN=0: the variants alone
+    run_one native1 "$py"
+    cumux_start || { echo "FAIL: cumux did not start"; cat "$out/cumux-cli.log"; exit 1; }
+    run_one cumux1 "$cli" run -- "$py"
+    run_one cumux2 "$cli" run -- "$py"
+    cumux_stop
+    run_one native2 "$py"
+    names="native1 cumux1 cumux2 native2"
+fi
+for v in ${EFF_VARIANTS:-}; do
+    name=${v%%:*}
+    read -r -a venv <<<"$(tr , ' ' <<<"${v#*:}")"
+    [ "$v" = "$name" ] && venv=()
+    case "$name" in
+    kprof)
+        EFF_TOP=25 EFF_CUDNN_BENCHMARK=0 EFF_PARTS=profile run_one kprof-native "$py"
+        echo "-- kernels natively (torch.profiler, 3 steps, cuDNN heuristics)"
+        grep '^EFF kernel' "$out/kprof-native.log"
+        CUMUX_SERVER_ENV="CUMUX_PROFILE=kernels" cumux_start || continue
+        EFF_CUDNN_BENCHMARK=0 EFF_PARTS=profile run_one kprof-cumux "$cli" run -- "$py"
+        cumux_stop
+        echo "-- kernels under cumux (CUMUX_PROFILE=kernels, warm-up and 3 steps)"
+        grep -h 'kernels: .*launches timed\|: kernel .* us each' "$CUMUX_LOG_DIRECTORY/cumuxd.log" | tail -41 |
+            sed 's/^.*client [0-9]*: //'
+        continue ;;
+    idlesrv) # natively while a cumux server runs with one client that holds a context and does nothing
+        cumux_start || continue
+        "$cli" run -- "$py" -c 'import torch, time; torch.zeros(1, device="cuda"); torch.cuda.synchronize(); time.sleep(300)' &
+        idle=$!
+        sleep 10
+        EFF_PARTS="${EFF_VARIANT_PARTS:-tiny eager graph}" run_one "$name" "$py"
+        kill $idle; wait $idle 2>/dev/null
+        cumux_stop ;;
+    idlectx)
+        "$py" -c 'import torch, time; torch.zeros(1, device="cuda"); torch.cuda.synchronize(); time.sleep(300)' &
+        idle=$!
+        sleep 8
+        EFF_PARTS="${EFF_VARIANT_PARTS:-tiny eager graph}" run_one "$name" "$py"
+        kill $idle; wait $idle 2>/dev/null ;;
+    native*) EFF_PARTS="${EFF_VARIANT_PARTS:-tiny eager graph}" run_one "$name" env "${venv[@]}" "$py" ;;
+    *)
+        CUMUX_SERVER_ENV="${venv[*]}" cumux_start || continue
+        EFF_PARTS="${EFF_VARIANT_PARTS:-tiny eager graph}" run_one "$name" "$cli" run -- "$py"
+        cumux_stop ;;
+    esac
+    names+=" $name"
+done
+if [ "${EFF_MAIN:-1}" != 0 ]; then
+    # Attributes that differ between the native run and cumux: a different answer can pick other kernels.
+    diff <(grep '^EFF attrs' "$out/native1.log" | tr ' ' '\n') <(grep '^EFF attrs' "$out/cumux1.log" | tr ' ' '\n') \
+        >"$out/attrs.diff" && echo "device attributes: the same natively and under cumux" ||
+        { echo "device attributes that differ (< native, > cumux):"; grep '^[<>]' "$out/attrs.diff"; }
+    grep -h '^EFF meminfo' "$out/native1.log" "$out/cumux1.log"
+    for n in native1 cumux1; do
+        echo "-- $n: kernels taking the most"
+        grep '^EFF kernel' "$out/$n.log" | head -12
+    done
+fi
+printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' run mm_TF/s bw_TB/s tiny_us eager_img/s graph_img/s step_ms kernels_ms kernels clock/power/temp
+for n in $names; do
+    printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' "$n" "${R[$n,mm:tflops]}" "${R[$n,bw:tbps]}" \
+        "${R[$n,tiny:us_per_kernel]}" "${R[$n,eager:images_per_s]}" \
+        "${R[$n,graph:images_per_s]}" "${R[$n,profile:step_ms]}" "${R[$n,profile:kernels_ms]}" \
+        "${R[$n,profile:kernels_per_step]}" "${R[$n,clocks]}"
+done
