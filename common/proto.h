@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 9u
+#define CUMUX_PROTO_VERSION 10u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -105,6 +105,10 @@ struct cumux_shm {
     alignas(64) _Atomic uint64_t tail; /* bytes the server has taken out */
     alignas(64) _Atomic uint32_t doorbell;        /* futex word the worker sleeps on */
     _Atomic uint32_t server_sleeping;             /* set while it sleeps: the client rings */
+    /* How many clients the server serves now (0: not told yet), written by it as they come and go: while
+     * they outnumber the CPUs, a waiting thread of the default wait mode sleeps soon rather than keep a CPU
+     * from the others (common/channel.h, CUMUX_WAIT_AUTO). */
+    _Atomic uint32_t server_clients;
     alignas(64) _Atomic uint32_t stage_state[CUMUX_STAGING_SLOTS];
     _Atomic uint32_t stage_seq[CUMUX_STAGING_SLOTS]; /* bumped on every state change, futex word */
     /* Host functions (cuLaunchHostFunc): when a stream reaches one, the server posts its id here. The

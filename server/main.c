@@ -1130,7 +1130,15 @@ static int serve(int lsock)
                 timeout = (int)left_ms;
         }
         size_t k = 3 + nk;
+        uint32_t live = 0;
+        for (struct srv_client *c = clients; c; c = c->next)
+            live += !atomic_load(&c->dead);
         for (struct srv_client *c = clients; c; c = c->next) {
+            /* How many share the server: a client's waits spin while they do not outnumber the CPUs. */
+            if (c->clients_told != live && !atomic_load(&c->dead)) {
+                atomic_store_explicit(&c->shm->server_clients, live, memory_order_relaxed);
+                c->clients_told = live;
+            }
             if (c->hup_seen)
                 continue;
             /* Only the hang-up: descriptors the client sends are read by its worker. */

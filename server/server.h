@@ -202,6 +202,7 @@ struct srv_client {
     _Atomic int dead;     /* hung up, protocol violation or server stopping: the worker cleans up */
     _Atomic int finished; /* the worker is done: the main thread may join and free */
     bool hup_seen;
+    uint32_t clients_told; /* the count last written into its channel's server_clients (serve loop) */
     char cmd[96]; /* its command line when it connected, for the log and fault records */
     char name[64]; /* CUMUX_CLIENT_NAME (INIT): readable by others once `named` is set, never changed after */
     _Atomic bool named;

@@ -148,6 +148,22 @@ void shim_set_wait_mode_lookup(enum cumux_wait_mode (*lookup)(void))
     wait_mode_lookup = lookup;
 }
 
+/* More programs share the server than there are CPUs (as the server last told): waiting threads of the
+ * default mode then sleep soon, as natively AUTO yields once contexts outnumber CPUs. */
+static bool crowded(void)
+{
+    static long cpus;
+    long n = __atomic_load_n(&cpus, __ATOMIC_RELAXED);
+    if (!n) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        if (n < 1)
+            n = 1;
+        __atomic_store_n(&cpus, n, __ATOMIC_RELAXED);
+    }
+    struct cumux_shm *m = shim.shm;
+    return m && atomic_load_explicit(&m->server_clients, memory_order_relaxed) > (uint32_t)n;
+}
+
 enum cumux_wait_mode shim_wait_mode(void)
 {
     int e = __atomic_load_n(&wait_mode_env, __ATOMIC_RELAXED);
@@ -161,7 +177,8 @@ enum cumux_wait_mode shim_wait_mode(void)
     }
     if (e >= 0)
         return (enum cumux_wait_mode)e;
-    return wait_mode_lookup ? wait_mode_lookup() : CUMUX_WAIT_AUTO;
+    enum cumux_wait_mode m = wait_mode_lookup ? wait_mode_lookup() : CUMUX_WAIT_AUTO;
+    return m == CUMUX_WAIT_AUTO && crowded() ? CUMUX_WAIT_AUTO_CROWDED : m;
 }
 
 void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw))

@@ -474,6 +474,28 @@ static void *wait_reply(void *arg)
     return NULL;
 }
 
+/* A waiter in `mode` and a reply posted after `ms` milliseconds with `result`: whether the waiter went to
+ * sleep on the futex meanwhile (its `waiting` mark); *ns how long it waited. */
+static bool waited_asleep(struct cumux_reply_slot *slot, enum cumux_wait_mode mode, int ms, int32_t result,
+                          uint64_t *ns)
+{
+    uint32_t before = atomic_load(&slot->seq);
+    struct reply_waiter w = {slot, before, -5, 0, mode, NULL};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, wait_reply, &w) == 0, "pthread_create");
+    bool slept = false;
+    for (int i = 0; i < ms; i++) {
+        sleep_ns(1000000);
+        slept |= atomic_load(&slot->waiting) != 0;
+    }
+    cumux_reply_post(slot, result, "m", 1);
+    REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
+    REQUIRE(w.rc == 0 && slot->result == result, "mode %d: rc %d, result %d", (int)mode, w.rc, slot->result);
+    if (ns)
+        *ns = w.ns;
+    return slept;
+}
+
 /* The wait modes of the contexts' scheduling flags: spinning and yielding threads never sleep on the futex
  * (no `waiting` mark), see a reply posted 20 ms later, and give up on a dead peer (looked at every ms); a
  * blocking one sleeps at once. */
@@ -483,28 +505,25 @@ static void test_wait_modes(struct cumux_shm *shm)
     const enum cumux_wait_mode modes[] = {CUMUX_WAIT_SPIN, CUMUX_WAIT_YIELD, CUMUX_WAIT_BLOCK};
     const char *names[] = {"spin", "yield", "block"};
     for (int m = 0; m < 3; m++) {
-        uint32_t before = atomic_load(&slot->seq);
-        struct reply_waiter w = {slot, before, -5, 0, modes[m], NULL};
-        pthread_t th;
-        REQUIRE(pthread_create(&th, NULL, wait_reply, &w) == 0, "pthread_create");
-        bool slept = false;
-        for (int i = 0; i < 20; i++) {
-            sleep_ns(1000000);
-            slept |= atomic_load(&slot->waiting) != 0;
-        }
-        cumux_reply_post(slot, 40 + m, "m", 1);
-        REQUIRE(pthread_join(th, NULL) == 0, "pthread_join");
-        REQUIRE(w.rc == 0 && slot->result == 40 + m, "%s: rc %d, result %d", names[m], w.rc, slot->result);
-        REQUIRE(w.ns >= 15000000ull && w.ns < 3000000000ull, "%s: waited %llu ns for a reply posted at 20 ms",
-                names[m], (unsigned long long)w.ns);
+        uint64_t ns;
+        bool slept = waited_asleep(slot, modes[m], 20, 40 + m, &ns);
+        REQUIRE(ns >= 15000000ull && ns < 3000000000ull, "%s: waited %llu ns for a reply posted at 20 ms",
+                names[m], (unsigned long long)ns);
         REQUIRE(slept == (modes[m] == CUMUX_WAIT_BLOCK), "%s: %s on the futex", names[m],
                 slept ? "slept" : "never slept");
         /* The peer dies: each gives up. */
-        before = atomic_load(&slot->seq);
+        uint32_t before = atomic_load(&slot->seq);
         uint64_t t0 = cumux_now_ns();
         REQUIRE(cumux_reply_wait_as(slot, before, peer_gone, modes[m]) == -1, "%s: a dead peer not noticed", names[m]);
         REQUIRE(cumux_now_ns() - t0 < 3000000000ull, "%s: dead peer noticed too late", names[m]);
     }
+    /* AUTO: a reply within 20 ms is seen without sleeping on the futex (natively AUTO spins: a wake-up at
+     * each synchronize cost a program that waits every few ms 4 %); a longer wait sleeps. Crowded (more
+     * clients than CPUs): the same 5 ms wait sleeps. */
+    REQUIRE(!waited_asleep(slot, CUMUX_WAIT_AUTO, 5, 50, NULL), "auto, reply after 5 ms: slept on the futex");
+    REQUIRE(waited_asleep(slot, CUMUX_WAIT_AUTO, 60, 51, NULL), "auto, reply after 60 ms: never slept");
+    REQUIRE(waited_asleep(slot, CUMUX_WAIT_AUTO_CROWDED, 5, 52, NULL),
+            "auto crowded, reply after 5 ms: never slept on the futex");
 }
 
 static void test_reply(struct cumux_shm *shm)

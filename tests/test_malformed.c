@@ -463,6 +463,34 @@ static void case_missing_fd(uint16_t op, const char *what)
 
 /* While one client's worker is stuck waiting for a descriptor, the server as a whole must go on, and
  * the stuck client must be cleaned up once it hangs up. */
+/* The server tells each client how many it serves (the shim's default wait sleeps soon when they
+ * outnumber the CPUs): two connect, both read baseline + 2; one goes, the other reads baseline + 1. */
+static bool told_within(struct conn *c, uint32_t want, int ms)
+{
+    for (int i = 0; i < ms; i++) {
+        if (atomic_load(&c->shm->server_clients) == want)
+            return true;
+        usleep(1000);
+    }
+    return atomic_load(&c->shm->server_clients) == want;
+}
+
+static void case_client_count(void)
+{
+    struct conn a, b;
+    conn_open(&a);
+    conn_open(&b);
+    uint32_t two = (uint32_t)baseline_clients + 2;
+    REQUIRE(told_within(&a, two, 3000), "first client told %u clients, not %u",
+            atomic_load(&a.shm->server_clients), two);
+    REQUIRE(told_within(&b, two, 3000), "second client told %u clients, not %u",
+            atomic_load(&b.shm->server_clients), two);
+    conn_close(&b);
+    REQUIRE(told_within(&a, two - 1, 5000), "after one left, told %u clients, not %u",
+            atomic_load(&a.shm->server_clients), two - 1);
+    conn_close(&a);
+}
+
 static void case_stuck_client_isolated(void)
 {
     struct conn c;
@@ -480,7 +508,7 @@ static const struct {
     int known_bug; /* not run unless named */
 } case_names[] = {
     {"dropped", 0}, {"generated", 0}, {"bad-handles", 0}, {"descriptors", 0}, {"stuck-isolated", 0}, {"hang-up", 1},
-    {"missing-fd", 1},
+    {"missing-fd", 1}, {"client-count", 0},
 };
 
 static void run_case(const char *name)
@@ -497,6 +525,8 @@ static void run_case(const char *name)
         cases_bad_handles();
     else if (!strcmp(name, "descriptors"))
         cases_descriptors();
+    else if (!strcmp(name, "client-count"))
+        case_client_count();
     else if (!strcmp(name, "stuck-isolated"))
         case_stuck_client_isolated();
     else if (!strcmp(name, "missing-fd")) {
