@@ -481,6 +481,18 @@ CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_att
     return cuFuncSetAttribute(f->fn, (CUfunction_attribute)m->attr, m->value);
 }
 
+CUresult op_func_set_cache_config(struct srv_client *c, const struct cumux_func_cache_config *m,
+                                  struct srv_function *function)
+{
+    if (m->config > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct srv_function *f = function;
+    int gpu = function_gpu(c, f);
+    if (f->is_kernel)
+        return cuKernelSetCacheConfig((CUkernel)f->fn, (CUfunc_cache)m->config, srv_gpus[gpu].dev);
+    return cuFuncSetCacheConfig(f->fn, (CUfunc_cache)m->config);
+}
+
 bool srv_module_owned(struct srv_client *c, uint64_t cu_module)
 {
     for (uint32_t h = 1; h <= c->nhandles; h++) {

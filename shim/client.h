@@ -115,6 +115,9 @@ struct CUfunc_st {
     struct CUfunc_st *next;
     int attr_set[8][2]; /* attributes the program set (attribute, value), made again after a resume */
     unsigned nattr_set;
+    /* Cache preferences (CUfunc_cache): the function's own (cuFuncSetCacheConfig), and the one in effect
+     * that the server's copy was last given (own, else its context's): launch.c sends a change. */
+    _Atomic int cache_own, cache_sent;
 };
 
 #define SHIM_MAGIC_POOL 0x504f4f31u
@@ -253,6 +256,9 @@ CUresult shim_lost_error(void);
 struct CUctx_st *shim_current_ctx(void);
 /* The server stream for a CUstream of the calling thread (NULL, legacy and per-thread handles resolved). */
 CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_out);
+/* Before a launch of f in ctx: the server's copy of f is given the cache preference in effect, if that
+ * changed (module.c). */
+CUresult shim_cache_config_sync(struct CUfunc_st *f, const struct CUctx_st *ctx);
 CUresult shim_need_ctx(struct CUctx_st **out);
 /* copy.c: a 2-D copy between host and device memory (array.c's cuMemcpy2D hands it those) */
 CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync);

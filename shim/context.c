@@ -782,7 +782,7 @@ CUresult cuCtxGetCacheConfig(CUfunc_cache *cfg)
         return r;
     if (!cfg)
         return CUDA_ERROR_INVALID_VALUE;
-    *cfg = (CUfunc_cache)c->cache_config;
+    *cfg = (CUfunc_cache)__atomic_load_n(&c->cache_config, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
@@ -794,8 +794,9 @@ CUresult cuCtxSetCacheConfig(CUfunc_cache cfg)
         return r;
     if ((unsigned)cfg > CU_FUNC_CACHE_PREFER_EQUAL)
         return CUDA_ERROR_INVALID_VALUE;
-    /* A preference only; the shared context keeps the driver's choice per kernel. */
-    c->cache_config = (int)cfg;
+    /* The shared context's own preference is every client's: this one is given to each of the program's
+     * functions that has none of its own, before its next launch (module.c shim_cache_config_sync). */
+    __atomic_store_n(&c->cache_config, (int)cfg, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 

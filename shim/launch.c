@@ -68,6 +68,8 @@ static CUresult launch(struct CUfunc_st *f, const unsigned grid[3], const unsign
     const void *buf = NULL;
     if ((r = check_params(f, params, extra, &buf)) != CUDA_SUCCESS)
         return r;
+    if ((r = shim_cache_config_sync(f, ctx)) != CUDA_SUCCESS)
+        return r;
     size_t attr_bytes = nattrs * sizeof(struct cumux_launch_attr);
     uint8_t *body = shim_send_begin(CUMUX_OP_LAUNCH, sizeof(struct cumux_launch) + attr_bytes + f->param_bytes, &r);
     if (!body)

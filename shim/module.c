@@ -620,13 +620,37 @@ CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, 
     return func_attr((struct CUfunc_st *)k, attr, value, true, NULL);
 }
 
+/* The preference is the program's, for its copy of the function in the server: given to the server before
+ * the function's next launch (shim_cache_config_sync), with the context's where the function has none. */
 CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache cfg)
 {
+    if (!shim.initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
     if (!fn || fn->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
     if ((unsigned)cfg > CU_FUNC_CACHE_PREFER_EQUAL)
         return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS; /* a preference the driver may ignore; the shared context keeps its own */
+    atomic_store(&fn->cache_own, (int)cfg);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache cfg, CUdevice dev)
+{
+    if (shim.initialized && (dev < 0 || dev >= shim.device_count))
+        return CUDA_ERROR_INVALID_DEVICE;
+    return cuFuncSetCacheConfig((CUfunction)k, cfg);
+}
+
+CUresult shim_cache_config_sync(struct CUfunc_st *f, const struct CUctx_st *ctx)
+{
+    int own = atomic_load_explicit(&f->cache_own, memory_order_relaxed);
+    int want = own != CU_FUNC_CACHE_PREFER_NONE ? own : __atomic_load_n(&ctx->cache_config, __ATOMIC_RELAXED);
+    if (want == atomic_load_explicit(&f->cache_sent, memory_order_relaxed))
+        return CUDA_SUCCESS;
+    CUresult r = shim_op_func_set_cache_config(f->handle, (uint32_t)want);
+    if (r == CUDA_SUCCESS)
+        atomic_store(&f->cache_sent, want);
+    return r;
 }
 
 static CUresult param_info(struct CUfunc_st *f, size_t index, size_t *off, size_t *size)
@@ -847,6 +871,7 @@ CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
                 (*functions)++;
                 for (unsigned a = 0; a < f->nattr_set && r == CUDA_SUCCESS; a++)
                     r = shim_op_func_set_attribute(f->handle, f->attr_set[a][0], f->attr_set[a][1]);
+                atomic_store(&f->cache_sent, CU_FUNC_CACHE_PREFER_NONE); /* the new copy has none yet */
             }
         }
         pthread_mutex_unlock(&m->lock);

@@ -981,6 +981,14 @@ struct cumux_resume_range {
     uint32_t pad;
 };
 
+/* A function's cache preference (cuFuncSetCacheConfig, cuKernelSetCacheConfig), or its context's
+ * (cuCtxSetCacheConfig) where the function has none: the shim sends it before a launch whenever the
+ * function's preference in effect changes, since the shared context's own preference is every client's. */
+struct cumux_func_cache_config {
+    uint32_t function; /* handle of a function */
+    uint32_t config;   /* CUfunc_cache */
+};
+
 _Static_assert(sizeof(struct cumux_none) % 8 == 0, "none: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_none, unused_) % 8 == 0, "none.unused_: 8-aligned");
 _Static_assert(sizeof(struct cumux_u64_reply) % 8 == 0, "u64_reply: a multiple of 8 bytes");
@@ -1245,6 +1253,7 @@ _Static_assert(sizeof(struct cumux_resume_memory) % 8 == 0, "resume_memory: a mu
 _Static_assert(sizeof(struct cumux_resume_range) % 8 == 0, "resume_range: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_resume_range, ptr) % 8 == 0, "resume_range.ptr: 8-aligned");
 _Static_assert(offsetof(struct cumux_resume_range, size) % 8 == 0, "resume_range.size: 8-aligned");
+_Static_assert(sizeof(struct cumux_func_cache_config) % 8 == 0, "func_cache_config: a multiple of 8 bytes");
 
 /* Every op: name, body struct, direction (0 answered, 1 one-way, 2 either). */
 #define CUMUX_OPS(X)                                               \
@@ -1374,7 +1383,8 @@ _Static_assert(offsetof(struct cumux_resume_range, size) % 8 == 0, "resume_range
     X(GRAPH_MEM_TRIM, cumux_pool_default, 0)                       \
     X(GRAPH_MEM_ATTR, cumux_graph_mem_attr, 0)                     \
     X(CLIENT_INFO, cumux_client_info, 1)                           \
-    X(RESUME_MEMORY, cumux_resume_memory, 0)
+    X(RESUME_MEMORY, cumux_resume_memory, 0)                       \
+    X(FUNC_SET_CACHE_CONFIG, cumux_func_cache_config, 1)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1504,6 +1514,7 @@ enum cumux_op {
     CUMUX_OP_GRAPH_MEM_ATTR,
     CUMUX_OP_CLIENT_INFO,
     CUMUX_OP_RESUME_MEMORY,
+    CUMUX_OP_FUNC_SET_CACHE_CONFIG,
     CUMUX_OP_COUNT
 };
 

@@ -212,6 +212,8 @@ CUresult op_func_occupancy(struct srv_client *c, const struct cumux_func_occupan
 CUresult op_cluster_occupancy(struct srv_client *c, const struct cumux_cluster_occupancy *m,
                               struct srv_function *function, const uint8_t *payload, uint32_t payload_len,
                               uint8_t *out, uint32_t *out_len);
+CUresult op_func_set_cache_config(struct srv_client *c, const struct cumux_func_cache_config *m,
+                                  struct srv_function *function);
 
 /* server/pool.c */
 CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *m, uint8_t *out,
@@ -402,6 +404,7 @@ static const struct {
     [CUMUX_OP_GRAPH_MEM_ATTR] = {sizeof(struct cumux_graph_mem_attr), 0},
     [CUMUX_OP_CLIENT_INFO] = {sizeof(struct cumux_client_info), 1},
     [CUMUX_OP_RESUME_MEMORY] = {sizeof(struct cumux_resume_memory), 0},
+    [CUMUX_OP_FUNC_SET_CACHE_CONFIG] = {sizeof(struct cumux_func_cache_config), 1},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1615,6 +1618,16 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     case CUMUX_OP_RESUME_MEMORY: {
         const struct cumux_resume_memory *m = body;
         *result = op_resume_memory(c, m, payload, payload_len, out, out_len);
+        return 0;
+    }
+    case CUMUX_OP_FUNC_SET_CACHE_CONFIG: {
+        const struct cumux_func_cache_config *m = body;
+        struct srv_function *function = handle_get(c, m->function, OBJ_FUNCTION);
+        if (!function) {
+            *result = CUDA_ERROR_INVALID_HANDLE;
+            return 0;
+        }
+        *result = op_func_set_cache_config(c, m, function);
         return 0;
     }
     default:

@@ -714,4 +714,11 @@ static inline CUresult shim_op_graph_mem_attr(int32_t device, uint32_t attr, uin
     return r;
 }
 
+/* FUNC_SET_CACHE_CONFIG: one-way */
+static inline CUresult shim_op_func_set_cache_config(uint32_t function, uint32_t config)
+{
+    struct cumux_func_cache_config m = {.function = function, .config = config};
+    return shim_send(CUMUX_OP_FUNC_SET_CACHE_CONFIG, &m, sizeof m, NULL, 0);
+}
+
 #endif

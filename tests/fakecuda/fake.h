@@ -271,7 +271,7 @@ struct fc_func {
     uint32_t magic;
     const struct fc_kernel_def *def;
     struct fc_module *mod;
-    _Atomic int max_dyn_smem, carveout, nonportable_cluster, cluster_policy;
+    _Atomic int max_dyn_smem, carveout, nonportable_cluster, cluster_policy, cache_config;
 };
 struct fc_func *fc_func_get(const void *h);
 /* A kernel op from launch arguments, checked as cuLaunchKernel checks them. */

@@ -584,6 +584,30 @@ CUresult cuKernelSetAttribute(CUfunction_attribute a, int v, CUkernel k, CUdevic
     return set_attr(k, a, v);
 }
 
+/* A preference the fake keeps and has no use for (its kernels are CPU code). */
+static CUresult set_cache_config(const void *h, CUfunc_cache cfg)
+{
+    struct fc_func *f = fc_func_get(h);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((unsigned)cfg > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    atomic_store(&f->cache_config, (int)cfg);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache cfg)
+{
+    return set_cache_config(f, cfg);
+}
+
+CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache cfg, CUdevice dev)
+{
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return set_cache_config(k, cfg);
+}
+
 /* ---------------------------------------------------------------- occupancy */
 
 static int blocks_per_sm(const struct fc_func *f, int block, size_t dyn)

@@ -32,7 +32,7 @@ if [ $do_native = 0 ] && [ $do_cumux = 0 ]; then
 fi
 
 # Order: cheap API checks first, multi-process tests last.
-tests=(device_api vecadd matmul memcpy uva_disjoint memcpy2d memset module_globals events hostfn graph vmm vmm_share ipc managed tensor_map array link stream_memops legacy_stream multithread export_tables two_clients hostfn_shared client_killed contain_bystander)
+tests=(device_api vecadd matmul memcpy uva_disjoint memcpy2d memset module_globals events hostfn graph vmm vmm_share ipc managed tensor_map array link stream_memops legacy_stream cache_config multithread export_tables two_clients hostfn_shared client_killed contain_bystander)
 [ -n "$only" ] && read -r -a tests <<<"$only"
 
 out="${OUT:-/tmp/cumux-gpu-logs}"
