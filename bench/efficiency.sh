@@ -106,10 +106,12 @@ if [ "${EFF_MAIN:-1}" != 0 ]; then
         grep '^EFF kernel' "$out/$n.log" | head -12
     done
 fi
-printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' run mm_TF/s bw_TB/s tiny_us eager_img/s graph_img/s step_ms kernels_ms kernels clock/power/temp
-for n in $names; do
-    printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' "$n" "${R[$n,mm:tflops]}" "${R[$n,bw:tbps]}" \
-        "${R[$n,tiny:us_per_kernel]}" "${R[$n,eager:images_per_s]}" \
-        "${R[$n,graph:images_per_s]}" "${R[$n,profile:step_ms]}" "${R[$n,profile:kernels_ms]}" \
-        "${R[$n,profile:kernels_per_step]}" "${R[$n,clocks]}"
-done
+{
+    printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' run mm_TF/s bw_TB/s tiny_us eager_img/s graph_img/s step_ms kernels_ms kernels clock/power/temp
+    for n in $names; do
+        printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' "$n" "${R[$n,mm:tflops]}" "${R[$n,bw:tbps]}" \
+            "${R[$n,tiny:us_per_kernel]}" "${R[$n,eager:images_per_s]}" \
+            "${R[$n,graph:images_per_s]}" "${R[$n,profile:step_ms]}" "${R[$n,profile:kernels_ms]}" \
+            "${R[$n,profile:kernels_per_step]}" "${R[$n,clocks]}"
+    done
+} | tee "$out/summary.txt"
