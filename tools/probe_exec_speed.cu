@@ -184,6 +184,11 @@ int main(void)
     for (int k = 0; k < 3; k++)
         printf(" %s=%.0f", wnames[k], cycles(ptr[0], sms, k));
     printf("\n");
+    /* Under cumux a context's synchronize looked at every stream of the context: with the three idle
+     * streams gone, does it cost what a stream's does? */
+    for (int s = 1; s < 4; s++)
+        CK(cuStreamDestroy(streams[s]));
+    printf("PROBE cycles with the legacy stream alone: ctx-sync=%.0f\n", cycles(ptr[0], sms, 0));
     /* Every add landed: each buffer holds the number of adds made to it (1 + 40 per stream per round). */
     float v[4];
     for (int m = 0; m < 4; m++) {
