@@ -211,9 +211,9 @@ int cumux_reply_wait_as(struct cumux_reply_slot *slot, uint32_t seq_before, bool
      * contexts; sleeping sooner cost a wake-up of ~100 us at each synchronize: a program that waits every
      * 2.5 ms (5 kernels, then cuCtxSynchronize) ran 4 % slower than natively (docs/performance.md). Past
      * 20 ms a wake-up is under 0.5 % of the wait, and the CPU is given back to the programs that share it.
-     * AUTO_CROWDED, where more programs share the server than there are CPUs, sleeps after 50 us: spinning
-     * waiters would take the CPUs the server's workers need (as natively AUTO yields once contexts
-     * outnumber CPUs). */
+     * AUTO_CROWDED, where the programs sharing the server are more than half the CPUs (each has a worker
+     * in the server too), sleeps after 50 us: spinning waiters would take the CPUs the workers need (as
+     * natively AUTO yields once contexts outnumber CPUs). */
     uint64_t until = mode == CUMUX_WAIT_AUTO ? AUTO_YIELD_NS : AUTO_SPIN_NS;
     uint64_t yield_after = mode == CUMUX_WAIT_AUTO ? AUTO_SPIN_NS : AUTO_SPIN_NS * 2 / 5;
     while ((mode == CUMUX_WAIT_AUTO || mode == CUMUX_WAIT_AUTO_CROWDED) &&

@@ -53,7 +53,7 @@ void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void 
  * AUTO: spins 20 us, yields to 50 us, then sleeps on a futex; SPIN: spins on the CPU, never sleeps; YIELD:
  * yields the CPU between looks, never sleeps; BLOCK: sleeps on a futex after a first look. */
 /* AUTO spins, then yields the CPU between looks up to 20 ms, then sleeps; AUTO_CROWDED (AUTO while the
- * server's clients outnumber the CPUs) spins and yields 50 us, then sleeps. */
+ * server's clients are more than half the CPUs) spins and yields 50 us, then sleeps. */
 enum cumux_wait_mode { CUMUX_WAIT_AUTO, CUMUX_WAIT_SPIN, CUMUX_WAIT_YIELD, CUMUX_WAIT_BLOCK, CUMUX_WAIT_AUTO_CROWDED };
 /* Wait until slot->seq != seq_before. Calls alive() every ~100 ms while sleeping (every ~1 ms while
  * spinning or yielding); gives up (returns -1) when it says the peer is gone. cumux_reply_wait waits as

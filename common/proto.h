@@ -106,8 +106,8 @@ struct cumux_shm {
     alignas(64) _Atomic uint32_t doorbell;        /* futex word the worker sleeps on */
     _Atomic uint32_t server_sleeping;             /* set while it sleeps: the client rings */
     /* How many clients the server serves now (0: not told yet), written by it as they come and go: while
-     * they outnumber the CPUs, a waiting thread of the default wait mode sleeps soon rather than keep a CPU
-     * from the others (common/channel.h, CUMUX_WAIT_AUTO). */
+     * they are more than half the CPUs (each has a worker thread in the server too), a waiting thread of the
+     * default wait mode sleeps soon rather than keep a CPU from the others (common/channel.h). */
     _Atomic uint32_t server_clients;
     alignas(64) _Atomic uint32_t stage_state[CUMUX_STAGING_SLOTS];
     _Atomic uint32_t stage_seq[CUMUX_STAGING_SLOTS]; /* bumped on every state change, futex word */

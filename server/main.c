@@ -1134,7 +1134,7 @@ static int serve(int lsock)
         for (struct srv_client *c = clients; c; c = c->next)
             live += !atomic_load(&c->dead);
         for (struct srv_client *c = clients; c; c = c->next) {
-            /* How many share the server: a client's waits spin while they do not outnumber the CPUs. */
+            /* How many share the server: a client's waits spin while they are at most half the CPUs. */
             if (c->clients_told != live && !atomic_load(&c->dead)) {
                 atomic_store_explicit(&c->shm->server_clients, live, memory_order_relaxed);
                 c->clients_told = live;

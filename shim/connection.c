@@ -148,8 +148,9 @@ void shim_set_wait_mode_lookup(enum cumux_wait_mode (*lookup)(void))
     wait_mode_lookup = lookup;
 }
 
-/* More programs share the server than there are CPUs (as the server last told): waiting threads of the
- * default mode then sleep soon, as natively AUTO yields once contexts outnumber CPUs. */
+/* The programs sharing the server (as it last told) are more than half the CPUs, each with a worker thread
+ * in the server besides: waiting threads of the default mode then sleep soon, as natively AUTO yields once
+ * contexts outnumber CPUs. */
 static bool crowded(void)
 {
     static long cpus;
@@ -161,7 +162,7 @@ static bool crowded(void)
         __atomic_store_n(&cpus, n, __ATOMIC_RELAXED);
     }
     struct cumux_shm *m = shim.shm;
-    return m && atomic_load_explicit(&m->server_clients, memory_order_relaxed) > (uint32_t)n;
+    return m && 2 * (uint64_t)atomic_load_explicit(&m->server_clients, memory_order_relaxed) > (uint64_t)n;
 }
 
 enum cumux_wait_mode shim_wait_mode(void)

@@ -58,7 +58,7 @@ struct CUctx_st *shim_current_ctx(void)
 /* The current context's scheduling flags: how the program asked its threads to wait for the GPU
  * (cudaSetDeviceFlags, cuCtxCreate, cuDevicePrimaryCtxSetFlags). Natively AUTO spins while the process has
  * fewer contexts than CPUs; here it spins and yields up to 20 ms, then sleeps, and sleeps after 50 us while
- * the server's clients outnumber the CPUs (common/channel.h). */
+ * the server's clients are more than half the CPUs (common/channel.h). */
 static enum cumux_wait_mode ctx_wait_mode(void)
 {
     struct CUctx_st *c = shim_current_ctx();

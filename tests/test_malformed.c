@@ -464,7 +464,7 @@ static void case_missing_fd(uint16_t op, const char *what)
 /* While one client's worker is stuck waiting for a descriptor, the server as a whole must go on, and
  * the stuck client must be cleaned up once it hangs up. */
 /* The server tells each client how many it serves (the shim's default wait sleeps soon when they
- * outnumber the CPUs): two connect, both read baseline + 2; one goes, the other reads baseline + 1. */
+ * are more than half the CPUs): two connect, both read baseline + 2; one goes, the other reads baseline + 1. */
 static bool told_within(struct conn *c, uint32_t want, int ms)
 {
     for (int i = 0; i < ms; i++) {
