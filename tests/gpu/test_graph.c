@@ -860,6 +860,32 @@ int main(void)
     CK(cuGraphExecDestroy(cge));
     CK(cuGraphDestroy(cg));
 
+    /* ---- a library's kernel (the CUDA runtime's way: cuLibraryGetKernel, launched as a CUfunction),
+     * captured, then its node read back as PyTorch does after a capture: the node names the kernel or
+     * the kernel's function in the context, with the launch's geometry and arguments ---- */
+    CUlibrary lib = gt_library_from_file_data(GT_FATBIN);
+    CUkernel lk;
+    CK(cuLibraryGetKernel(&lk, lib, "scale_add"));
+    CUfunction lkf;
+    CK(cuKernelGetFunction(&lkf, lk));
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CK(cuLaunchKernel((CUfunction)lk, 8, 1, 1, 128, 1, 1, 0, s, args1, NULL));
+    CUgraph lg;
+    CK(cuStreamEndCapture(s, &lg));
+    CUgraphNode ln[2];
+    size_t nln = 2;
+    CK(cuGraphGetNodes(lg, ln, &nln));
+    if (nln != 1)
+        gt_fail("the capture of one library kernel has %zu nodes", nln);
+    CUDA_KERNEL_NODE_PARAMS lq;
+    CK(cuGraphKernelNodeGetParams(ln[0], &lq));
+    if ((lq.func != (CUfunction)lk && lq.func != lkf) || lq.gridDimX != 8 || lq.blockDimX != 128 ||
+        *(CUdeviceptr *)lq.kernelParams[0] != in || *(float *)lq.kernelParams[3] != b1)
+        gt_fail("a captured library kernel's node: function %p (kernel %p, its function %p), grid %u, block %u",
+                (void *)lq.func, (void *)lk, (void *)lkf, lq.gridDimX, lq.blockDimX);
+    CK(cuGraphDestroy(lg));
+    CK(cuLibraryUnload(lib));
+
     /* ---- a child graph: the two kernels in a graph of their own, embedded in a parent that then copies the
      * result out; the child changed afterwards does not change the parent (the node holds a copy) ---- */
     CUgraph child, parent;
