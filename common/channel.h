@@ -50,10 +50,10 @@ static inline uint32_t cumux_msg_size(size_t body_len)
 /* Post a reply (server) and wait for one (client). */
 void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void *data, uint32_t len);
 /* How a client thread waits for an answer: the CUDA context's scheduling flags (CU_CTX_SCHED_*).
- * AUTO: spins 20 us, yields to 50 us, then sleeps on a futex; SPIN: spins on the CPU, never sleeps; YIELD:
- * yields the CPU between looks, never sleeps; BLOCK: sleeps on a futex after a first look. */
-/* AUTO spins, then yields the CPU between looks up to 20 ms, then sleeps; AUTO_CROWDED (AUTO while the
- * server's clients are more than half the CPUs) spins and yields 50 us, then sleeps. */
+ * AUTO: spins 50 us, yields the CPU between looks up to 20 ms, then sleeps on a futex; AUTO_CROWDED (AUTO
+ * while the server's clients are more than half the CPUs): spins 20 us, yields to 50 us, then sleeps; SPIN:
+ * spins on the CPU, never sleeps; YIELD: yields the CPU between looks, never sleeps; BLOCK: sleeps on a
+ * futex after a first look. */
 enum cumux_wait_mode { CUMUX_WAIT_AUTO, CUMUX_WAIT_SPIN, CUMUX_WAIT_YIELD, CUMUX_WAIT_BLOCK, CUMUX_WAIT_AUTO_CROWDED };
 /* Wait until slot->seq != seq_before. Calls alive() every ~100 ms while sleeping (every ~1 ms while
  * spinning or yielding); gives up (returns -1) when it says the peer is gone. cumux_reply_wait waits as

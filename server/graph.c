@@ -1134,11 +1134,10 @@ CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8
     return r;
 }
 
-/* The client's handle of the function the driver names (a kernel node's), or 0. */
 /* The client's handle of a node's function. A library kernel's node may name the kernel or the kernel's
  * function in the context (how a capture of a launch of the kernel records it): either is the kernel's.
  * The kernel itself first; the driver is asked for functions only when no kernel or function matched. */
-static uint32_t function_handle(struct srv_client *c, CUfunction fn, struct srv_function **out)
+static uint32_t function_handle(struct srv_client *c, CUfunction fn, struct srv_function **out) /* or 0 */
 {
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t h = 1; h <= c->nhandles; h++) {

@@ -43,12 +43,14 @@ struct srv_kprof {
 
 bool srv_kprof_wanted(void)
 {
-    static int on = -1;
-    if (on < 0) {
+    static _Atomic int on = -1; /* read by every worker: set once from the environment */
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
         const char *e = getenv("CUMUX_PROFILE");
-        on = e && !strcmp(e, "kernels");
+        v = e && !strcmp(e, "kernels");
+        atomic_store_explicit(&on, v, memory_order_relaxed);
     }
-    return on;
+    return v;
 }
 
 /* The kernel's row (made at its first launch), or -1 when the table is full. */

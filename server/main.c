@@ -1096,8 +1096,11 @@ static int serve(int lsock)
     while (!stop_requested) {
         pthread_mutex_lock(&clients_lock);
         size_t n = 3 + nconns;
-        for (struct srv_client *c = clients; c; c = c->next)
+        uint32_t live = 0; /* how many share the server: a client's waits spin while they are at most half the CPUs */
+        for (struct srv_client *c = clients; c; c = c->next) {
             n++;
+            live += !atomic_load(&c->dead);
+        }
         if (n > cap) {
             size_t ncap = n * 2;
             struct pollfd *nf = realloc(fds, ncap * sizeof *fds);
@@ -1130,11 +1133,7 @@ static int serve(int lsock)
                 timeout = (int)left_ms;
         }
         size_t k = 3 + nk;
-        uint32_t live = 0;
-        for (struct srv_client *c = clients; c; c = c->next)
-            live += !atomic_load(&c->dead);
         for (struct srv_client *c = clients; c; c = c->next) {
-            /* How many share the server: a client's waits spin while they are at most half the CPUs. */
             if (c->clients_told != live && !atomic_load(&c->dead)) {
                 atomic_store_explicit(&c->shm->server_clients, live, memory_order_relaxed);
                 c->clients_told = live;
