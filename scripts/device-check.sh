@@ -82,7 +82,7 @@ say() { echo "[device-check +$((SECONDS - t0))s] $*"; }
 build_mode=""
 build=""
 say "configure + build (full project)"
-if { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j16; } >"$logs/build.log" 2>&1; then
+if { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUMUX_RUNTIME_TESTS=ON && cmake --build build -j16; } >"$logs/build.log" 2>&1; then
     build_mode="full project"
     build="$repo/build"
 else

@@ -361,8 +361,10 @@ static void expect_pool_counts(CUmemoryPool pool, size_t held)
     CK(cuMemPoolTrimTo(pool, 0));
     cuuint64_t trimmed = 0;
     CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &trimmed));
-    if (trimmed >= reserved || trimmed < held)
-        gt_fail("its pool's reserved memory trimmed to nothing: %llu bytes (before %llu, holding %zu)",
+    /* Trimming keeps what is in use; natively the 32 MiB block under a live allocation stays whole (H200,
+     * 12-04), so less is not required, only never more and never below what is held. */
+    if (trimmed > reserved || trimmed < held)
+        gt_fail("its pool's reserved memory after a trim: %llu bytes (before %llu, holding %zu)",
                 (unsigned long long)trimmed, (unsigned long long)reserved, held);
     CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &was));
     CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_test.h"
 
@@ -45,18 +46,26 @@ int main(int argc, char **argv)
     void *args[] = {&bad};
     CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
     CUresult r = cuCtxSynchronize();
-    /* With GPU coredumps on, the driver answers the faulting program's first synchronize with success
-     * while it handles the fault (natively too: tools/probe_fault_culprit.c); the error must come at the
-     * next call. GT_FAULT_SYNC_MAY_PASS=1 says coredumps are on. */
+    /* With GPU coredumps on, the driver answers the faulting program's synchronize with success while it
+     * begins the dump, and the context shows the error some 90 ms later (natively too:
+     * tools/probe_fault_culprit.c); a call made meanwhile that the driver need not see (under cumux, an
+     * allocation from the client's chunk) may succeed too. GT_FAULT_SYNC_MAY_PASS=1 says coredumps are on:
+     * the error must then come within 10 s of synchronizing again, and stay. */
     const char *late = getenv("GT_FAULT_SYNC_MAY_PASS");
     bool sync_passed = r == CUDA_SUCCESS && late && !strcmp(late, "1");
-    if (r != want && !sync_passed)
-        gt_fail("cuCtxSynchronize after the faulting kernel returned %d, not %s", (int)r, want_name);
+    for (int i = 0; sync_passed && r == CUDA_SUCCESS && i < 1000; i++) {
+        struct timespec ten_ms = {0, 10000000};
+        nanosleep(&ten_ms, NULL);
+        r = cuCtxSynchronize();
+    }
+    if (r != want)
+        gt_fail("cuCtxSynchronize after the faulting kernel returned %d, not %s%s", (int)r, want_name,
+                sync_passed ? " (within 10 s: coredumps on)" : "");
     CUdeviceptr p;
     r = cuMemAlloc(&p, 4096);
     if (r != want)
         gt_fail("cuMemAlloc after the fault returned %d, not the sticky %s", (int)r, want_name);
     printf("fault: the faulting kernel's error came back%s, and stayed\n",
-           sync_passed ? " (at the call after its synchronize: coredumps on)" : "");
+           sync_passed ? " (at a later synchronize: coredumps on)" : "");
     gt_pass();
 }
