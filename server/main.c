@@ -798,8 +798,11 @@ static _Noreturn void worker_fails(CUresult code, int gpu, uint32_t culprit, con
 
 /* A GPU coredump has begun: the driver may let faulted streams go on while it writes it, so no program may
  * answer its questions from completion marks any more (marks.c). */
+static _Atomic uint64_t dump_begun_ns; /* when the fault watch saw the dump begin */
+
 static void on_dump_begun(void)
 {
+    atomic_store(&dump_begun_ns, cumux_now_ns());
     srv_marks_stop_telling();
     bool locked = lock_clients_briefly();
     for (struct srv_client *c = locked ? clients : NULL; c; c = c->next)
@@ -850,16 +853,26 @@ static void on_gpu_fault(CUresult r, int gpu)
     if (kernel[0] && (culprit || gone[0])) /* the dump's faulting kernel, of the client it names */
         snprintf(why, sizeof why, "fatal GPU error in kernel %s", kernel);
     if (!culprit && !gone[0] && lock_clients_briefly()) {
-        unsigned cands = 0, nlive = 0;
+        unsigned cands = 0, nlive = 0, unsure = 0;
         char only_desc[160] = "";
         uint32_t only = 0, live_id[8];
         int live_pid[8];
         size_t len = strlen(why);
+        /* With dumps on, launches seen to end since shortly before the dump began may have been the
+         * culprit's, answered with success while the driver wrote it (fault.c). */
+        uint64_t begun = atomic_load(&dump_begun_ns), now = cumux_now_ns();
+        uint64_t base = begun ? begun : now, since = base > 2000000000ull ? base - 2000000000ull : 0;
         for (struct srv_client *c = clients; c; c = c->next) {
             /* Launches not known to have ended, unless its own marks said they have (a program that
              * answered its questions itself from them did not tell the server). */
-            if (atomic_load(&c->finished) || !srv_usage_in_flight(c) || srv_marks_client_done(c))
+            if (atomic_load(&c->finished))
                 continue;
+            bool in_flight = srv_usage_in_flight(c);
+            if (!in_flight || srv_marks_client_done(c)) {
+                if (in_flight || atomic_load(&c->ended_ns) >= since)
+                    unsure++;
+                continue;
+            }
             only = c->id;
             if (!cands) /* its name, should it leave the list before the record is made */
                 srv_client_describe(c, only_desc, sizeof only_desc);
@@ -896,10 +909,12 @@ static void on_gpu_fault(CUresult r, int gpu)
                 len += (size_t)k;
             cands++;
         }
-        /* With dumps on, not by this: the driver may have answered the culprit's synchronize with success
-         * before the fault showed (fault.c), which ended its launches here, leaving a busy bystander the
-         * only candidate (12-03, a runtime assert beside one). The dump names it, or no one is named. */
-        if (cands == 1 && !srv_coredump_path[0]) {
+        /* With dumps on, only when no other client's launches were seen to end lately (nor said to by its
+         * marks): the driver may have answered the culprit's synchronize with success before the fault
+         * showed (fault.c), which ended its launches here, leaving a busy bystander the only candidate
+         * (12-03, a runtime assert beside one). The dump names a culprit when it can; a trap's dump on the
+         * H200 once named no one (12-04), its program the only one with kernels in flight. */
+        if (cands == 1 && (!srv_coredump_path[0] || !unsure)) {
             culprit = only; /* 0 when the one candidate has gone: named by its description */
             if (!only)
                 snprintf(gone, sizeof gone, "%.150s (gone)", went[0]);

@@ -281,6 +281,8 @@ struct srv_client {
     _Atomic uint64_t launches;
     _Atomic uint64_t work_units; /* kernel and graph launches (usage.c) */
     _Atomic uint64_t done_units; /* of those, how many are known to have ended (usage.c) */
+    _Atomic uint64_t ended_ns;   /* when some of them were last seen to end (usage.c; a culprit's seem to
+                                  * while a GPU coredump is written: main.c on_gpu_fault) */
     _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
     struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
     struct srv_kprof *kprof;     /* kernel_profile.c's timings (CUMUX_PROFILE=kernels): the worker's alone */

@@ -59,8 +59,10 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
             atomic_store_explicit(&c->kernel_ns_recent, was ? (was * 3 + ns) / 4 : ns, memory_order_relaxed);
             if (p->unit > u->done_units) {
                 u->done_units = p->unit;
-                if (p->unit > atomic_load(&c->done_units))
+                if (p->unit > atomic_load(&c->done_units)) {
                     atomic_store(&c->done_units, p->unit);
+                    atomic_store(&c->ended_ns, cumux_now_ns());
+                }
             }
         }
         u->first = (u->first + 1) % USAGE_PAIRS;
@@ -72,7 +74,10 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
 
 void srv_usage_synced(struct srv_client *c)
 {
-    atomic_store(&c->done_units, atomic_load(&c->work_units)); /* sampling or not */
+    uint64_t work = atomic_load(&c->work_units);
+    if (atomic_load(&c->done_units) < work)
+        atomic_store(&c->ended_ns, cumux_now_ns());
+    atomic_store(&c->done_units, work); /* sampling or not */
     c->nlaunched_on = 0;
     pthread_mutex_lock(&usage_lock);
     struct srv_usage *u = c->usage;

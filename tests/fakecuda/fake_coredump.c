@@ -107,7 +107,7 @@ bool fc_coredump_fault(const struct fc_launch *l, uint32_t exception)
     size_t names_at = dump_put(&d, names, sizeof names);
     /* CudbgSmTableEntry: smId, padding, exception, errorPCValid, errorPC, cluster fields. */
     uint8_t sm[48] = {0};
-    uint32_t exc = by_warp ? 0 : exception, valid = by_warp ? 0 : 1;
+    uint32_t exc = by_warp ? 0 : exception, valid = by_warp || !exception ? 0 : 1; /* 0: names no one */
     uint64_t pc = code + PC_OFFSET;
     memcpy(sm + 8, &exc, 4);
     memcpy(sm + 12, &valid, 4);

@@ -3,6 +3,7 @@
  * oracle, every range it touches before touching it. A launch runs the whole grid at once; only the
  * threads the real kernel would have (grid x block in x) do work. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -167,9 +168,16 @@ KERNEL k_fault_assert(const struct fc_launch *l)
 }
 
 /* A trap: CUDA_ERROR_LAUNCH_FAILED; with dumps on, the dump shows the SM's exception (taken here to be
- * "warp illegal instruction", which cumuxd does not let change the error: the driver's stands). */
+ * "warp illegal instruction", which cumuxd does not let change the error: the driver's stands).
+ * CUMUX_FAKE_TRAP_DUMP_UNNAMED=1: as a trap once was on the H200 (12-04), a dump that names no one, the
+ * error showing at the program's synchronize (no success meanwhile). */
 KERNEL k_fault_trap(const struct fc_launch *l)
 {
+    const char *unnamed = getenv("CUMUX_FAKE_TRAP_DUMP_UNNAMED");
+    if (unnamed && !strcmp(unnamed, "1") && fc_coredump_fault(l, 0 /* no exception recorded */)) {
+        fc_fault_sticky(CUDA_ERROR_LAUNCH_FAILED);
+        return;
+    }
     if (fc_coredump_fault(l, 4 /* warp illegal instruction */)) {
         fc_fault_sticky_later(CUDA_ERROR_LAUNCH_FAILED, 30);
         return;
