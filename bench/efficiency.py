@@ -46,18 +46,37 @@ def attrs():
     print("EFF meminfo free=%d total=%d" % (free.value, total.value))
 
 
-def timed(fn, secs):
-    """Calls fn until secs have passed (synchronizing every 5 calls, as bench/startup_train.py); calls/s."""
+def timed(fn, secs, name=None):
+    """Calls fn until secs have passed (synchronizing every EFF_SYNC_EVERY calls, default 5, as
+    bench/startup_train.py); calls/s. With a name, also the GPU's idle time across each synchronize: an
+    event after the last call before it to one before the first call after it (what the synchronize's
+    return and the next call's arrival cost on the GPU's clock)."""
+    every = int(os.environ.get("EFF_SYNC_EVERY", "5"))
     torch.cuda.synchronize()
+    gaps = []
+    last = None
     t0 = time.time()
     n = 0
     while time.time() - t0 < secs:
+        if name and n % every == 0:
+            first = torch.cuda.Event(enable_timing=True)
+            first.record()
+            if last is not None:
+                gaps.append((last, first))
         fn()
         n += 1
-        if n % 5 == 0:
+        if n % every == 0:
+            if name:
+                last = torch.cuda.Event(enable_timing=True)
+                last.record()
             torch.cuda.synchronize()
     torch.cuda.synchronize()
-    return n / (time.time() - t0)
+    rate = n / (time.time() - t0)
+    if name and gaps:
+        us = sorted(a.elapsed_time(b) * 1e3 for a, b in gaps)
+        print("EFF gaps part=%s syncs=%d every=%d us_median=%.1f us_mean=%.1f us_max=%.1f" %
+              (name, len(us), every, us[len(us) // 2], sum(us) / len(us), us[-1]))
+    return rate
 
 
 def mm():
@@ -125,7 +144,7 @@ def eager():
     m = model_parts()
     for _ in range(15):
         loss = eager_step(*m)
-    rate = timed(lambda: eager_step(*m), seconds)
+    rate = timed(lambda: eager_step(*m), seconds, "eager")
     if not torch.isfinite(loss).item():
         print("FAIL efficiency eager: loss not finite")
         sys.exit(1)
@@ -146,7 +165,7 @@ def graph():
         loss = lossf(model(x), y)
         loss.backward()
         opt.step()
-    rate = timed(g.replay, seconds)
+    rate = timed(g.replay, seconds, "graph")
     if not torch.isfinite(loss).item():
         print("FAIL efficiency graph: loss not finite")
         sys.exit(1)

@@ -9,7 +9,8 @@
 # "kprof", the profile part with cuDNN's heuristics (no timed search), natively with torch.profiler and
 # under cumux with CUMUX_PROFILE=kernels, both kernel tables printed (GPU time per launch by kernel, side by
 # side). Parts of variants: EFF_VARIANT_PARTS (default "tiny eager graph"); EFF_MAIN=0: the variants alone.
-# Prints a table last.
+# Prints a table last; sync_us is the GPU's median idle time across a synchronize of the last timed part
+# (eager or graph: bench/efficiency.py); EFF_SYNC_EVERY (default 5) sets how many steps between them.
 #   bench/efficiency.sh [--build DIR]      logs: ${OUT:-/tmp/cumux-efficiency}
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,7 +43,7 @@ run_one() { # NAME CMD...
     log "$name: rc $rc $(grep -c '^EFF' "$out/$name.log") lines, busy SM clock/power/temp ${R[$name,clocks]}"
     local l
     for k in mm:tflops bw:tbps tiny:us_per_kernel eager:images_per_s graph:images_per_s profile:step_ms profile:kernels_ms \
-        profile:kernels_per_step; do
+        profile:kernels_per_step gaps:us_median; do
         l=$(grep "^EFF ${k%%:*} " "$out/$name.log" | sed -n "s/.* ${k#*:}=\([^ ]*\).*/\1/p" | tail -1)
         R[$name,$k]=${l:--}
     done
@@ -107,11 +108,12 @@ if [ "${EFF_MAIN:-1}" != 0 ]; then
     done
 fi
 {
-    printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' run mm_TF/s bw_TB/s tiny_us eager_img/s graph_img/s step_ms kernels_ms kernels clock/power/temp
+    printf '%-10s %8s %7s %8s %10s %10s %8s %9s %11s %8s %s\n' run mm_TF/s bw_TB/s tiny_us eager_img/s graph_img/s \
+        sync_us step_ms kernels_ms kernels clock/power/temp
     for n in $names; do
-        printf '%-10s %8s %7s %8s %10s %10s %9s %11s %8s %s\n' "$n" "${R[$n,mm:tflops]}" "${R[$n,bw:tbps]}" \
+        printf '%-10s %8s %7s %8s %10s %10s %8s %9s %11s %8s %s\n' "$n" "${R[$n,mm:tflops]}" "${R[$n,bw:tbps]}" \
             "${R[$n,tiny:us_per_kernel]}" "${R[$n,eager:images_per_s]}" \
-            "${R[$n,graph:images_per_s]}" "${R[$n,profile:step_ms]}" "${R[$n,profile:kernels_ms]}" \
-            "${R[$n,profile:kernels_per_step]}" "${R[$n,clocks]}"
+            "${R[$n,graph:images_per_s]}" "${R[$n,gaps:us_median]}" "${R[$n,profile:step_ms]}" \
+            "${R[$n,profile:kernels_ms]}" "${R[$n,profile:kernels_per_step]}" "${R[$n,clocks]}"
     done
 } | tee "$out/summary.txt"
