@@ -3,7 +3,7 @@
 # the CUDA runtime suite (tests/runtime, native and under cumux, at most 90 s), the benchmarks (native,
 # MPS, cumux), print a summary last. Budget: well under 9 minutes.
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
-#                           [--usage-cost] [--efficiency] [--latency] [--many] [--sms] [--seed] [--latency-torch]
+#                           [--usage-cost] [--efficiency] [--kernel-times] [--latency] [--many] [--sms] [--seed] [--latency-torch]
 #                           [--fuzz S] [--faults] [--no-suites]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
@@ -18,6 +18,8 @@
 # --efficiency: also bench/efficiency.sh (one GPU-bound PyTorch program alone, natively and under cumux, part
 # by part: a matrix product, a streaming add, ResNet-50 training eager and as a CUDA graph; EFF_VARIANTS as
 # that script says, e.g. "kprof" for each kernel's GPU time both ways; ~5 minutes: a call of its own).
+# --kernel-times: also bench/kernel_times.sh (each kernel of ResNet-50's eager steps timed by Nsight Compute
+# natively and around the cumux server, the same way both times; ~4 minutes: a call of its own).
 # --usage-cost: also bench/usage_cost.sh (spin and SGEMM with and without sampling each client's GPU time,
 # about 2 minutes).
 # --frameworks: also the framework suite (tests/frameworks: PyTorch, JAX, CuPy, Triton), at most
@@ -48,7 +50,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-510}" # hard stop for everything, build included
-do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_faults=0 fuzz_s=0 bench_opts=()
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -60,6 +62,7 @@ while [ $# -gt 0 ]; do
         --startup) do_startup=1 ;;
         --usage-cost) do_usage=1 ;;
         --efficiency) do_eff=1 ;;
+        --kernel-times) do_ktimes=1 ;;
         --latency) do_latency=1 ;;
         --many) do_many=1 ;;
         --sms) do_sms=1 ;;
@@ -334,7 +337,7 @@ fi
 # extra_bench FLAG NAME LABEL SCRIPT [ARGS...]: within what is left of the budget; its exit status in
 # extra_rc[NAME], its output in $logs/NAME.txt and its logs (summary.txt last) in $logs/NAME/.
 declare -A extra_rc
-extra_names=(usage-cost efficiency latency many sms seed latency-torch)
+extra_names=(usage-cost efficiency kernel-times latency many sms seed latency-torch)
 extra_bench() {
     local flag=$1 name=$2 label=$3
     shift 3
@@ -346,6 +349,7 @@ extra_bench() {
 }
 extra_bench $do_usage usage-cost "usage sampling cost" bench/usage_cost.sh
 extra_bench $do_eff efficiency "one program's own GPU work, natively and under cumux" bench/efficiency.sh
+extra_bench $do_ktimes kernel-times "each kernel's GPU time by Nsight Compute, natively and under cumux" bench/kernel_times.sh
 extra_bench $do_latency latency "latency benchmark" bench/latency.sh "${bench_opts[@]}"
 extra_bench $do_many many "many-clients benchmark" bench/many.sh --unpaced "${bench_opts[@]}"
 extra_bench $do_sms sms "reserved-SMs benchmark" bench/sms.sh "${bench_opts[@]}"
