@@ -170,12 +170,17 @@ KERNEL k_fault_assert(const struct fc_launch *l)
 /* A trap: CUDA_ERROR_LAUNCH_FAILED; with dumps on, the dump shows the SM's exception (taken here to be
  * "warp illegal instruction", which cumuxd does not let change the error: the driver's stands).
  * CUMUX_FAKE_TRAP_DUMP_UNNAMED=1: as a trap once was on the H200 (12-04), a dump that names no one, the
- * error showing at the program's synchronize (no success meanwhile). */
+ * error showing at the program's synchronize (no success meanwhile); =late: the same dump, the stream
+ * going on (a synchronize passes) and the error showing 30 ms later, as an illegal address's does. */
 KERNEL k_fault_trap(const struct fc_launch *l)
 {
     const char *unnamed = getenv("CUMUX_FAKE_TRAP_DUMP_UNNAMED");
-    if (unnamed && !strcmp(unnamed, "1") && fc_coredump_fault(l, 0 /* no exception recorded */)) {
-        fc_fault_sticky(CUDA_ERROR_LAUNCH_FAILED);
+    bool late = unnamed && !strcmp(unnamed, "late");
+    if (unnamed && (late || !strcmp(unnamed, "1")) && fc_coredump_fault(l, 0 /* no exception recorded */)) {
+        if (late)
+            fc_fault_sticky_later(CUDA_ERROR_LAUNCH_FAILED, 30);
+        else
+            fc_fault_sticky(CUDA_ERROR_LAUNCH_FAILED);
         return;
     }
     if (fc_coredump_fault(l, 4 /* warp illegal instruction */)) {
