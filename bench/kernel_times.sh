@@ -10,7 +10,8 @@
 # the kernels whose time differs the most, and the sums.
 #   bench/kernel_times.sh [--build DIR]     logs: ${OUT:-/tmp/cumux-kernel-times}
 # NCU_SKIP (default 12000: past model set-up and the 15 warm-up steps of ~755 kernels each), NCU_COUNT
-# (default 2300: three steps).
+# (default 2300: three steps). KT_NATIVE_ENV="VAR=V ...": the second column natively with those variables
+# (say PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) instead of under cumux.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -35,22 +36,30 @@ timeout -k 5 240 "$ncu" "${ncu_opts[@]}" --log-file "$out/native.csv" "$py" "$he
     >"$out/native.log" 2>&1
 echo "[$(date +%T)] native: rc $?"
 
-pipe=$(mktemp -d)
-export CUMUX_PIPE_DIRECTORY="$pipe" CUMUX_LOG_DIRECTORY="$out/cumux-server" CUMUX_STANDBY=0
-mkdir -p "$CUMUX_LOG_DIRECTORY"
-timeout -k 5 300 "$ncu" "${ncu_opts[@]}" --target-processes all --log-file "$out/cumux.csv" \
-    "$cli" start --foreground >"$out/ncu-server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 120); do
-    "$cli" status >/dev/null 2>&1 && break
-    sleep 0.5
-done
-echo "[$(date +%T)] cumux (server up: $("$cli" status >/dev/null 2>&1 && echo yes || echo no))"
-timeout -k 5 240 "$cli" run -- "$py" "$here/efficiency.py" >"$out/cumux.log" 2>&1
-echo "[$(date +%T)] cumux: rc $?"
-"$cli" stop >/dev/null 2>&1
-wait $server
-rm -rf "$pipe"
+if [ -n "${KT_NATIVE_ENV:-}" ]; then # the second side natively too, with these variables (VAR=V ...)
+    read -r -a kt_env <<<"$KT_NATIVE_ENV"
+    echo "[$(date +%T)] native with ${KT_NATIVE_ENV} (in the cumux column)"
+    timeout -k 5 240 env "${kt_env[@]}" "$ncu" "${ncu_opts[@]}" --log-file "$out/cumux.csv" "$py" \
+        "$here/efficiency.py" >"$out/cumux.log" 2>&1
+    echo "[$(date +%T)] native with ${KT_NATIVE_ENV}: rc $?"
+else
+    pipe=$(mktemp -d)
+    export CUMUX_PIPE_DIRECTORY="$pipe" CUMUX_LOG_DIRECTORY="$out/cumux-server" CUMUX_STANDBY=0
+    mkdir -p "$CUMUX_LOG_DIRECTORY"
+    timeout -k 5 300 "$ncu" "${ncu_opts[@]}" --target-processes all --log-file "$out/cumux.csv" \
+        "$cli" start --foreground >"$out/ncu-server.log" 2>&1 &
+    server=$!
+    for _ in $(seq 1 120); do
+        "$cli" status >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    echo "[$(date +%T)] cumux (server up: $("$cli" status >/dev/null 2>&1 && echo yes || echo no))"
+    timeout -k 5 240 "$cli" run -- "$py" "$here/efficiency.py" >"$out/cumux.log" 2>&1
+    echo "[$(date +%T)] cumux: rc $?"
+    "$cli" stop >/dev/null 2>&1
+    wait $server
+    rm -rf "$pipe"
+fi
 
 "$py" - "$out/native.csv" "$out/cumux.csv" <<'EOF' | tee "$out/summary.txt"
 import collections, csv, sys
@@ -105,4 +114,10 @@ print("%9s %9s %7s %7s  kernel (the 25 whose summed time differs most)" % ("nati
 for d, n, na, a, nb, b in sorted(rows, key=lambda r: -abs(r[0] * r[2]))[:25]:
     print("%9.2f %9.2f %7d %7d  %s" % (a / 1e3, b / 1e3, na, nb, n[:110]))
 EOF
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+if [ "$rc" != 0 ]; then # the device returns few files: what went wrong goes to the output
+    for f in native.log cumux.log ncu-server.log; do
+        [ -s "$out/$f" ] && { echo "-- $f (last lines)"; tail -15 "$out/$f"; }
+    done
+fi
+exit "$rc"
