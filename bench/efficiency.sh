@@ -9,6 +9,12 @@
 # "kprof", the profile part with cuDNN's heuristics (no timed search), natively with torch.profiler and
 # under cumux with CUMUX_PROFILE=kernels, both kernel tables printed (GPU time per launch by kernel, side by
 # side). Parts of variants: EFF_VARIANT_PARTS (default "tiny eager graph"); EFF_MAIN=0: the variants alone.
+# "ktrace": every kernel's GPU start and end, stream, channel and launch configuration from CUPTI
+# (bench/kernel_trace.c, injected with CUDA_INJECTION64_PATH into the program natively and into the
+# server, whose worker runs the kernels), then bench/kernel_trace.py side by side: kernel time against time
+# between kernels, kernels run differently (parts EFF_VARIANT_PARTS, default graph here; KTRACE_LAST
+# kernels, default 20,000; KTRACE_NATIVE_ENV="VAR=V ...": the other side natively with those variables).
+# A NAME not starting "native" (nor one of these) runs under cumux: its variables go to the server.
 # Prints a table last; sync_us is the GPU's median idle time across a synchronize of the last timed part
 # (eager or graph: bench/efficiency.py); EFF_SYNC_EVERY (default 5) sets how many steps between them.
 #   bench/efficiency.sh [--build DIR]      logs: ${OUT:-/tmp/cumux-efficiency}
@@ -27,6 +33,9 @@ declare -A R
 run_one() { # NAME CMD...
     local name=$1
     shift
+    R[$name,mode]=native # which way it ran, in the table: a variant's name does not say
+    local a
+    for a in "$@"; do [ "$a" = "$cli" ] && R[$name,mode]=cumux; done
     # The GPU's clocks and power meanwhile (a slower GPU, not cumux, would explain a slower run).
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits \
         -lms 250 >"$out/$name.clocks" 2>/dev/null &
@@ -74,6 +83,29 @@ for v in ${EFF_VARIANTS:-}; do
         grep -h 'kernels: .*launches timed\|: kernel .* us each' "$CUMUX_LOG_DIRECTORY/cumuxd.log" | tail -41 |
             sed 's/^.*client [0-9]*: //'
         continue ;;
+    ktrace) # every kernel's GPU start and end (CUPTI, bench/kernel_trace.c) natively and in the server's worker
+        lib="$build/bench/libkernel_trace.so"
+        [ -f "$lib" ] || { log "ktrace: $lib not built (the toolkit has no CUPTI)"; continue; }
+        rm -rf "$out/ktrace-native" "$out/ktrace-other" && mkdir -p "$out/ktrace-native" "$out/ktrace-other"
+        EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one ktrace-native env CUDA_INJECTION64_PATH="$lib" \
+            KERNEL_TRACE_DIR="$out/ktrace-native" "$py"
+        if [ -n "${KTRACE_NATIVE_ENV:-}" ]; then # the other side natively too, with these variables
+            read -r -a kenv <<<"$KTRACE_NATIVE_ENV"
+            EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one ktrace-other env "${kenv[@]}" \
+                CUDA_INJECTION64_PATH="$lib" KERNEL_TRACE_DIR="$out/ktrace-other" "$py"
+            labels="native,${KTRACE_NATIVE_ENV// /_}"
+        else
+            CUMUX_SERVER_ENV="CUDA_INJECTION64_PATH=$lib KERNEL_TRACE_DIR=$out/ktrace-other${CUMUX_SERVER_ENV:+ $CUMUX_SERVER_ENV}" \
+                cumux_start || continue
+            EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one ktrace-other "$cli" run -- "$py"
+            cumux_stop
+            labels="native,cumux"
+        fi
+        echo "-- kernel traces (bench/kernel_trace.py, the last ${KTRACE_LAST:-20000} kernels of each)"
+        "$py" "$here/kernel_trace.py" "$out/ktrace-native" "$out/ktrace-other" --last "${KTRACE_LAST:-20000}" \
+            --labels "$labels" 2>&1 | tee "$out/ktrace.txt"
+        names+=" ktrace-native ktrace-other"
+        continue ;;
     idlesrv) # natively while a cumux server runs with one client that holds a context and does nothing
         cumux_start || continue
         "$cli" run -- "$py" -c 'import torch, time; torch.zeros(1, device="cuda"); torch.cuda.synchronize(); time.sleep(300)' &
@@ -108,10 +140,10 @@ if [ "${EFF_MAIN:-1}" != 0 ]; then
     done
 fi
 {
-    printf '%-10s %8s %7s %8s %10s %10s %8s %9s %11s %8s %s\n' run mm_TF/s bw_TB/s tiny_us eager_img/s graph_img/s \
-        sync_us step_ms kernels_ms kernels clock/power/temp
+    printf '%-13s %-6s %8s %7s %8s %10s %10s %8s %9s %11s %8s %s\n' run mode mm_TF/s bw_TB/s tiny_us eager_img/s \
+        graph_img/s sync_us step_ms kernels_ms kernels clock/power/temp
     for n in $names; do
-        printf '%-10s %8s %7s %8s %10s %10s %8s %9s %11s %8s %s\n' "$n" "${R[$n,mm:tflops]}" "${R[$n,bw:tbps]}" \
+        printf '%-13s %-6s %8s %7s %8s %10s %10s %8s %9s %11s %8s %s\n' "$n" "${R[$n,mode]}" "${R[$n,mm:tflops]}" "${R[$n,bw:tbps]}" \
             "${R[$n,tiny:us_per_kernel]}" "${R[$n,eager:images_per_s]}" \
             "${R[$n,graph:images_per_s]}" "${R[$n,gaps:us_median]}" "${R[$n,profile:step_ms]}" \
             "${R[$n,profile:kernels_ms]}" "${R[$n,profile:kernels_per_step]}" "${R[$n,clocks]}"
