@@ -2,8 +2,9 @@
 # One GPU-bound PyTorch program alone, natively and under cumux, part by part (bench/efficiency.py: device
 # attributes, a matrix product, ResNet-50 training eager and as a CUDA graph, the profiler's kernel time):
 # where a program's own GPU work is slower under cumux. Order native, cumux, cumux, native (the clocks
-# drift under load). EFF_VARIANTS="NAME:VAR=V,VAR=V ...": also cumux with those server variables, run
-# after the rest, once each; a NAME starting "native" runs natively with those variables for the program.
+# drift under load). EFF_VARIANTS="NAME:VAR=V,VAR=V ...": also cumux with those variables for the server
+# and the program (CUMUX_PRIORITY=low: the program's streams at the device's least priority, where a
+# normal client's run one above it), run after the rest, once each; a NAME starting "native" runs natively with those variables for the program.
 # Special NAMEs: "idlesrv", natively while a cumux server runs with one idle client in it; "idlectx",
 # natively beside another process that holds a CUDA context and does nothing (cumux's standby holds one);
 # "kprof", the profile part with cuDNN's heuristics (no timed search), natively with torch.profiler and
@@ -93,7 +94,8 @@ for v in ${EFF_VARIANTS:-}; do
             read -r -a kenv <<<"$KTRACE_NATIVE_ENV"
             EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one ktrace-other env "${kenv[@]}" \
                 CUDA_INJECTION64_PATH="$lib" KERNEL_TRACE_DIR="$out/ktrace-other" "$py"
-            labels="native,${KTRACE_NATIVE_ENV// /_}"
+            labels="native,variant"
+            echo "-- kernel traces: the variant is native with ${KTRACE_NATIVE_ENV}"
         else
             CUMUX_SERVER_ENV="CUDA_INJECTION64_PATH=$lib KERNEL_TRACE_DIR=$out/ktrace-other${CUMUX_SERVER_ENV:+ $CUMUX_SERVER_ENV}" \
                 cumux_start || continue
@@ -123,7 +125,7 @@ for v in ${EFF_VARIANTS:-}; do
     native*) EFF_PARTS="${EFF_VARIANT_PARTS:-tiny eager graph}" run_one "$name" env "${venv[@]}" "$py" ;;
     *)
         CUMUX_SERVER_ENV="${venv[*]}" cumux_start || continue
-        EFF_PARTS="${EFF_VARIANT_PARTS:-tiny eager graph}" run_one "$name" "$cli" run -- "$py"
+        EFF_PARTS="${EFF_VARIANT_PARTS:-tiny eager graph}" run_one "$name" env "${venv[@]}" "$cli" run -- "$py"
         cumux_stop ;;
     esac
     names+=" $name"
