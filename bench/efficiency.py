@@ -201,7 +201,7 @@ def profile():
 # EFF_STREAM=side: every part on a stream of its own (non-blocking, as a PyTorch stream is) instead of the
 # legacy default stream; under cumux a client's legacy stream is a non-blocking stream of the server's, so
 # run natively this tells whether the kind of stream alone changes the GPU's speed. EFF_STREAM=high: the
-# same at the greatest priority.
+# same at priority -1, where a normal-class cumux client's streams run (common/priority.c).
 side = os.environ.get("EFF_STREAM", "")
 stream = torch.cuda.Stream(priority=-1 if side == "high" else 0) if side else torch.cuda.current_stream()
 with torch.cuda.stream(stream):
