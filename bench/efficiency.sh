@@ -4,7 +4,8 @@
 # where a program's own GPU work is slower under cumux. Order native, cumux, cumux, native (the clocks
 # drift under load). EFF_VARIANTS="NAME:VAR=V,VAR=V ...": also cumux with those variables for the server
 # and the program (CUMUX_PRIORITY=low: the program's streams at the device's least priority, where a
-# normal client's run one above it), run after the rest, once each; a NAME starting "native" runs natively with those variables for the program.
+# normal client's run one above it), run after the rest, once each; a NAME starting "native" runs natively
+# with those variables for the program.
 # Special NAMEs: "idlesrv", natively while a cumux server runs with one idle client in it; "idlectx",
 # natively beside another process that holds a CUDA context and does nothing (cumux's standby holds one);
 # "kprof", the profile part with cuDNN's heuristics (no timed search), natively with torch.profiler and
@@ -15,7 +16,7 @@
 # server, whose worker runs the kernels), then bench/kernel_trace.py side by side: kernel time against time
 # between kernels, kernels run differently (parts EFF_VARIANT_PARTS, default graph here; KTRACE_LAST
 # kernels, default 20,000; KTRACE_NATIVE_ENV="VAR=V ...": the other side natively with those variables).
-# A NAME not starting "native" (nor one of these) runs under cumux: its variables go to the server.
+# Any other NAME runs under cumux, whatever it says (the table's mode column tells how each row ran).
 # Prints a table last; sync_us is the GPU's median idle time across a synchronize of the last timed part
 # (eager or graph: bench/efficiency.py); EFF_SYNC_EVERY (default 5) sets how many steps between them.
 #   bench/efficiency.sh [--build DIR]      logs: ${OUT:-/tmp/cumux-efficiency}
@@ -88,18 +89,19 @@ for v in ${EFF_VARIANTS:-}; do
         lib="$build/bench/libkernel_trace.so"
         [ -f "$lib" ] || { log "ktrace: $lib not built (the toolkit has no CUPTI)"; continue; }
         rm -rf "$out/ktrace-native" "$out/ktrace-other" && mkdir -p "$out/ktrace-native" "$out/ktrace-other"
-        EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one ktrace-native env CUDA_INJECTION64_PATH="$lib" \
+        kparts="${EFF_VARIANT_PARTS:-graph}"
+        EFF_PARTS=$kparts run_one ktrace-native env CUDA_INJECTION64_PATH="$lib" \
             KERNEL_TRACE_DIR="$out/ktrace-native" "$py"
         if [ -n "${KTRACE_NATIVE_ENV:-}" ]; then # the other side natively too, with these variables
             read -r -a kenv <<<"$KTRACE_NATIVE_ENV"
-            EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one ktrace-other env "${kenv[@]}" \
+            EFF_PARTS=$kparts run_one ktrace-other env "${kenv[@]}" \
                 CUDA_INJECTION64_PATH="$lib" KERNEL_TRACE_DIR="$out/ktrace-other" "$py"
             labels="native,variant"
             echo "-- kernel traces: the variant is native with ${KTRACE_NATIVE_ENV}"
         else
             CUMUX_SERVER_ENV="CUDA_INJECTION64_PATH=$lib KERNEL_TRACE_DIR=$out/ktrace-other${CUMUX_SERVER_ENV:+ $CUMUX_SERVER_ENV}" \
                 cumux_start || continue
-            EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one ktrace-other "$cli" run -- "$py"
+            EFF_PARTS=$kparts run_one ktrace-other "$cli" run -- "$py"
             cumux_stop
             labels="native,cumux"
         fi
