@@ -661,6 +661,16 @@ static void conns_sweep(void)
     size_t j = 0;
     for (size_t i = 0; i < nconns; i++) {
         struct conn *k = &conns[i];
+        /* The deadline is the peer's, not ours: while this thread welcomed others (a crowd of programs
+         * starting at once on a loaded machine), a hello may have arrived unread, or a reply's reader made
+         * room. Take it, or write, before judging. */
+        if (k->fd >= 0 && now >= k->deadline) {
+            if (k->reply)
+                conn_flush(k);
+            else
+                conn_read(k);
+            now = cumux_now_ns();
+        }
         if (k->fd >= 0 && now >= k->deadline) {
             cumux_debugf("connection of pid %d closed: %s within its deadline", (int)k->cred.pid,
                          k->reply ? "did not read its reply" : "no complete hello");

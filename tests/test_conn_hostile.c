@@ -6,6 +6,9 @@
  *   stall        (CUMUX_PIPE_DIRECTORY: a running server started with CUMUX_TEST_SNDBUF=1) silent
  *                and half-hello connections and a status requester that never reads do not delay
  *                anyone else
+ *   busy         (a running server started with CUMUX_TEST_WELCOME_DELAY_MS=500) a hello that arrives
+ *                while the server is busy welcoming others past that connection's deadline is still
+ *                answered: the deadline bounds the peer's silence, not the server's own work
  *   max-clients  (a running server started with CUMUX_MAX_CLIENTS=8) the 9th client is refused with
  *                CUDA_ERROR_MPS_MAX_CLIENTS_REACHED and a message; after one leaves, a new one gets in */
 #include <dirent.h>
@@ -597,6 +600,41 @@ static void kill_pids(void)
     close(mine);
 }
 
+/* ---------------------------------------------------------------- busy */
+
+#define CROWD 6 /* welcomes of 500 ms each: the server is busy 3 s, past a connection's 2 s deadline */
+
+static void busy(void)
+{
+    const char *dir = getenv("CUMUX_PIPE_DIRECTORY");
+    REQUIRE(dir, "CUMUX_PIPE_DIRECTORY");
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_CLIENT};
+    /* The late one connects first and says nothing yet; the crowd says hello at once. */
+    int late = raw_connect(dir), crowd[CROWD];
+    for (int i = 0; i < CROWD; i++) {
+        crowd[i] = raw_connect(dir);
+        raw_send(crowd[i], &h, sizeof h, -1);
+    }
+    /* Its hello comes while the server is welcoming the crowd, well within its own 2 s. */
+    test_sleep_ms(700);
+    raw_send(late, &h, sizeof h, -1);
+    struct cumux_welcome w;
+    for (int i = 0; i < CROWD; i++) {
+        int fd = -1;
+        CHECK(recv_within(crowd[i], &w, sizeof w, &fd, 20000) == 0 && w.magic == CUMUX_MAGIC && w.status == 0,
+              "client %d of the crowd got no welcome", i + 1);
+        if (fd >= 0)
+            close(fd);
+        close(crowd[i]);
+    }
+    int fd = -1;
+    CHECK(recv_within(late, &w, sizeof w, &fd, 20000) == 0 && w.magic == CUMUX_MAGIC && w.status == 0,
+          "a hello sent 0.7 s after connecting, while the server welcomed %d others, got no welcome", CROWD);
+    if (fd >= 0)
+        close(fd);
+    close(late);
+}
+
 /* ---------------------------------------------------------------- max-clients */
 
 #define LIMIT 8
@@ -640,7 +678,7 @@ static void max_clients(void)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s impostor|stall|max-clients|kill-pids CUMUX_CLI SHIM_LIB\n", argv[0]);
+        fprintf(stderr, "usage: %s impostor|stall|busy|max-clients|kill-pids CUMUX_CLI SHIM_LIB\n", argv[0]);
         return 2;
     }
     cli = argv[2];
@@ -650,6 +688,8 @@ int main(int argc, char **argv)
         impostor();
     else if (!strcmp(argv[1], "stall"))
         stall();
+    else if (!strcmp(argv[1], "busy"))
+        busy();
     else if (!strcmp(argv[1], "max-clients"))
         max_clients();
     else if (!strcmp(argv[1], "kill-pids"))
