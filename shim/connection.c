@@ -137,7 +137,7 @@ static __thread bool tls_resuming;
 static CUresult (*rebuild_after_resume)(const struct shim_lost_work *lw);
 static CUresult handshake(bool first);
 struct conn;
-static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn);
+static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn, bool *unanswered);
 static void use_connection(const struct conn *conn);
 
 static enum cumux_wait_mode (*wait_mode_lookup)(void);
@@ -511,7 +511,8 @@ static uint32_t requested_percent(void)
 }
 
 /* Connects and says hello (CLIENT, or RESUME with the token of the first welcome): the socket, the
- * channel and the client id into *conn. */
+ * channel and the client id into *conn. *unanswered: the server took the connection and closed it with no
+ * answer (a worker handing over to its standby does that; worth another try). */
 struct conn {
     int sock;
     struct cumux_shm *shm;
@@ -519,8 +520,9 @@ struct conn {
     uint64_t resume_token;
 };
 
-static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn)
+static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn, bool *unanswered)
 {
+    *unanswered = false;
     char path[256];
     if (cumux_socket_path(path, sizeof path) < 0) {
         cumux_logf("pipe directory %s: path too long", cumux_pipe_directory());
@@ -552,7 +554,7 @@ static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn)
     int fd = -1;
     if (cumux_sock_send(s, &h, sizeof h, out) < 0 || cumux_sock_recv(s, &w, sizeof w, &fd) < 0 ||
         w.magic != CUMUX_MAGIC) {
-        cumux_logf("cumuxd at %s did not answer", path);
+        *unanswered = true;
         close(s);
         if (fd >= 0)
             close(fd);
@@ -630,7 +632,8 @@ static CUresult resume(void)
         struct conn conn;
         r = CUDA_ERROR_MPS_CONNECTION_FAILED;
         for (int i = 0; i < 50 && r != CUDA_SUCCESS; i++) {
-            r = connect_server(CUMUX_HELLO_RESUME, shim.resume_token, &conn);
+            bool unanswered;
+            r = connect_server(CUMUX_HELLO_RESUME, shim.resume_token, &conn, &unanswered);
             if (r != CUDA_SUCCESS) /* soon at first: the failing worker may have taken the connection */
                 nanosleep(&(struct timespec){0, i < 10 ? 5000000 : 100000000}, NULL);
         }
@@ -745,7 +748,18 @@ CUresult cuInit(unsigned int flags)
             pthread_atfork(NULL, NULL, after_fork_child);
         }
         struct conn conn;
-        init_result = connect_server(CUMUX_HELLO_CLIENT, 0, &conn);
+        /* A connection closed unanswered is tried again a few times: the worker may have been handing
+         * over to its standby just then. */
+        bool unanswered = false;
+        for (int i = 0; i < 5; i++) {
+            if (i)
+                nanosleep(&(struct timespec){0, 20000000L * i}, NULL);
+            init_result = connect_server(CUMUX_HELLO_CLIENT, 0, &conn, &unanswered);
+            if (!unanswered)
+                break;
+        }
+        if (unanswered)
+            cumux_logf("cumuxd did not answer (5 tries)");
         if (init_result == CUDA_SUCCESS)
             use_connection(&conn);
         if (init_result == CUDA_SUCCESS) {
