@@ -758,8 +758,9 @@ CUresult cuInit(unsigned int flags)
             if (!unanswered)
                 break;
         }
-        if (unanswered)
-            cumux_logf("cumuxd did not answer (5 tries)");
+        char path[256];
+        if (unanswered && cumux_socket_path(path, sizeof path) == 0)
+            cumux_logf("cumuxd at %s did not answer (5 tries)", path);
         if (init_result == CUDA_SUCCESS)
             use_connection(&conn);
         if (init_result == CUDA_SUCCESS) {
