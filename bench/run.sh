@@ -35,7 +35,7 @@ mps_log=/tmp/mps_log
 mps_ctl=$(command -v nvidia-cuda-mps-control 2>/dev/null || true)
 [ -z "$mps_ctl" ] && [ -x /usr/local/nvidia/bin/nvidia-cuda-mps-control ] && mps_ctl=/usr/local/nvidia/bin/nvidia-cuda-mps-control
 
-for b in bench_spin bench_launch bench_copy; do
+for b in bench_spin bench_launch bench_copy bench_event_timing; do
     if [ ! -x "$bin/$b" ]; then
         echo "bench/run.sh: $bin/$b not built (cmake --build $build --target benchmarks)" >&2
         exit 2
@@ -102,6 +102,12 @@ micro() {
     else
         for k in h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do R[$k,$mode]=FAIL; done
     fi
+    local ev_keys="evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us evtime_k3_g80_p90_us evtime_k1_lib_med_us"
+    if timeout -k 5 60 "$@" "$bin/bench_event_timing" >"$out/evtime.$mode.log" 2>&1; then
+        for k in $ev_keys; do R[$k,$mode]=$(kv "$out/evtime.$mode.log" $k); done
+    else
+        for k in $ev_keys; do R[$k,$mode]=FAIL; done
+    fi
     if [ "$mode" = cumux ] && [ -x "$bin/bench_channel" ]; then
         # The transport alone, two threads and no driver: what of a round trip is the channel's.
         timeout -k 5 60 "$bin/bench_channel" >"$out/channel.log" 2>&1 && R[channel_rt_ns,cumux]=$(kv "$out/channel.log" channel_round_trip_ns)
@@ -115,7 +121,9 @@ phase() { # MODE DELAY PREFIX...
     micro "$mode" "$@"
 }
 mark() { local mode=$1 why=$2 n k; for n in $procs; do R[spin$n,$mode]=$why; done
-    for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns query_rt_ns ctx_sync_rt_ns launch_sync_ns h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do
+    for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns query_rt_ns ctx_sync_rt_ns launch_sync_ns h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs \
+        evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us evtime_k3_g80_p90_us \
+        evtime_k1_lib_med_us; do
         R[$k,$mode]=$why; done; }
 
 # --- table ---
@@ -146,8 +154,17 @@ report() {
         row "cuCtxSynchronize that must ask, rt ns (lower)" ctx_sync_rt_ns
         row "empty kernel + its sync, ns (lower)" launch_sync_ns
         row "channel round trip alone, ns (lower)" channel_rt_ns
+        row "event-timed 50 us kernel, us (lower)" evtime_k1_g0_med_us
+        row "  30 us of host work first, us" evtime_k1_g30_med_us
+        row "  80 us of host work first, us" evtime_k1_g80_med_us
+        row "  80 us of host work first, p90 us" evtime_k1_g80_p90_us
+        row "  300 us of host work first, p90 us" evtime_k1_g300_p90_us
+        row "3 kernels, 80 us host work before each, p90" evtime_k3_g80_p90_us
+        row "  1 kernel after a library's questions, us" evtime_k1_lib_med_us
         echo "spin: 16x128 threads x 2,000,000 cycles, 10 launches + sync, ${dur} s common window, aggregate over processes."
         echo "reference on this GPU: 1 process 985 launches/s; 4 processes: MPS 3,940, time-sliced 1,265."
+        echo "event-timed: start event, host busy work, a ~50 us kernel, stop event (bench_event_timing.c, as cuDNN times"
+        echo "each candidate); the host work is in the time natively too: only the excess over native is cumux's."
     } | tee "$out/summary.txt"
 }
 
