@@ -16,6 +16,9 @@
 # server, whose worker runs the kernels), then bench/kernel_trace.py side by side: kernel time against time
 # between kernels, kernels run differently (parts EFF_VARIANT_PARTS, default graph here; KTRACE_LAST
 # kernels, default 20,000; KTRACE_NATIVE_ENV="VAR=V ...": the other side natively with those variables).
+# "cudnnlog" (or "cudnnlog-x:VAR=V,..."): cuDNN's benchmark searches, logged by cudnn_frontend
+# (CUDNN_FRONTEND_LOG_INFO=1) natively and under cumux (with those variables), compared by bench/cudnn_find.py:
+# how each run timed the same candidate plans, and which searches picked another plan (parts default graph).
 # Any other NAME runs under cumux, whatever it says (the table's mode column tells how each row ran).
 # Prints a table last; sync_us is the GPU's median idle time across a synchronize of the last timed part
 # (eager or graph: bench/efficiency.py); EFF_SYNC_EVERY (default 5) sets how many steps between them.
@@ -109,6 +112,18 @@ for v in ${EFF_VARIANTS:-}; do
         "$py" "$here/kernel_trace.py" "$out/ktrace-native" "$out/ktrace-other" --last "${KTRACE_LAST:-20000}" \
             --labels "$labels" 2>&1 | tee "$out/ktrace.txt"
         names+=" ktrace-native ktrace-other"
+        continue ;;
+    cudnnlog*) # cuDNN's benchmark searches logged natively and under cumux (this variant's variables)
+        rm -f "$out/$name-native.cudnn" "$out/$name-cumux.cudnn"
+        EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one "$name-native" env CUDNN_FRONTEND_LOG_INFO=1 \
+            CUDNN_FRONTEND_LOG_FILE="$out/$name-native.cudnn" "$py"
+        CUMUX_SERVER_ENV="${venv[*]}" cumux_start || continue
+        EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one "$name-cumux" env "${venv[@]}" CUDNN_FRONTEND_LOG_INFO=1 \
+            CUDNN_FRONTEND_LOG_FILE="$out/$name-cumux.cudnn" "$cli" run -- "$py"
+        cumux_stop
+        echo "-- cuDNN's searches, $name (bench/cudnn_find.py)${venv[*]:+; cumux with ${venv[*]}}"
+        "$py" "$here/cudnn_find.py" "$out/$name-native.cudnn" "$out/$name-cumux.cudnn" 2>&1 | tee "$out/$name.txt"
+        names+=" $name-native $name-cumux"
         continue ;;
     idlesrv) # natively while a cumux server runs with one client that holds a context and does nothing
         cumux_start || continue
