@@ -157,6 +157,24 @@ sleep:;
     atomic_store(&shm->server_sleeping, 0);
 }
 
+bool cumux_ring_poll_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t poll_ns)
+{
+    uint64_t start = cumux_now_ns(), now;
+    unsigned n = 0;
+    while (atomic_load_explicit(&shm->head, memory_order_acquire) == tail) {
+        if (atomic_load(stop))
+            return true;
+        if ((++n & 63u) == 0 && (now = cumux_now_ns()) - start > 50000) {
+            if (now - start > poll_ns)
+                return false;
+            sched_yield(); /* past the first 50 us: a busy CPU goes to whoever else needs it */
+        } else {
+            cpu_relax();
+        }
+    }
+    return true;
+}
+
 void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void *data, uint32_t len)
 {
     if (len > CUMUX_REPLY_DATA)

@@ -40,6 +40,9 @@ void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t sp
 /* The same, empty meaning head == tail (the reader's own tail). */
 void cumux_ring_wait_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t spin_ns,
                         int64_t timeout_ns);
+/* Look for a message for up to poll_ns without sleeping: spinning for 50 us, then giving the CPU to any
+ * other runnable thread between looks. True when one came (or *stop became true). */
+bool cumux_ring_poll_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t poll_ns);
 
 /* Bytes a message of body_len needs, rounded up to 8. */
 static inline uint32_t cumux_msg_size(size_t body_len)

@@ -238,6 +238,10 @@ struct srv_client {
     pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
     struct hostfn_job *graph_hostfns; /* host functions that graphs hold */
     bool ever_captured;
+    /* A timing event was recorded and the worker has not gone idle since (stream.c op_event_record): work
+     * being timed may follow after some host work of the client's, and a worker woken from sleep would
+     * add its wake-up to the time (client.c keeps looking instead, CUMUX_TIMING_POLL_US). */
+    bool timing_window;
     /* Streams the client asked about lately (marks.c), by handle, and when */
 #define SRV_MARKS_ASKED 4
     uint32_t marks_asked[SRV_MARKS_ASKED];

@@ -282,6 +282,8 @@ CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *
     CHECK(before_op(stream));
     CUresult r = m->flags ? cuEventRecordWithFlags(event->cu, stream->cu, m->flags) : cuEventRecord(event->cu, stream->cu);
     after_op(stream);
+    if (!(event->flags & CU_EVENT_DISABLE_TIMING) && !stream->capturing)
+        c->timing_window = true;
     return r;
 }
 
