@@ -115,6 +115,14 @@ struct CUfunc_st {
     struct CUfunc_st *next;
     int attr_set[8][2]; /* attributes the program set (attribute, value), made again after a resume */
     unsigned nattr_set;
+    /* Attribute answers (module.c func_attr): libraries ask a function's attributes around its launches
+     * (cuDNN tens of thousands of times at start-up), each a round trip to the server, some inside spans
+     * they time. attr_known[a]: the generation it was asked in (high 32 bits, 0: never) and the answer;
+     * valid while attr_gen is unchanged, which a set that reached the server bumps. attr_set_ok[a]: bit 32
+     * and the value of a set that succeeded, which the same set again would (answered here). */
+    _Atomic uint64_t attr_known[CU_FUNC_ATTRIBUTE_MAX];
+    _Atomic uint64_t attr_set_ok[CU_FUNC_ATTRIBUTE_MAX];
+    _Atomic uint32_t attr_gen;
     /* Cache preferences (CUfunc_cache): the function's own (cuFuncSetCacheConfig), and the one in effect
      * that the server's copy was last given (own, else its context's): launch.c sends a change. */
     _Atomic int cache_own, cache_sent;

@@ -566,13 +566,28 @@ CUresult cuFuncGetModule(CUmodule *mod, CUfunction fn)
 }
 
 /* ---- attributes and parameters ---- */
+/* Attributes whose set, once it succeeded, succeeds again with no effect: each is independent of the
+ * others. A cluster's required dimensions (11-13) are not: they go to the server every time, and a change
+ * of them forgets every set remembered. */
+static bool attr_set_repeatable(int attr)
+{
+    return attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ||
+           attr == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT ||
+           attr == CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED ||
+           attr == CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+}
+
 static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, int *out)
 {
     if (!shim.initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
+    bool known_attr = attr >= 0 && attr < CU_FUNC_ATTRIBUTE_MAX;
     if (set) {
+        uint64_t ok = (1ull << 32) | (uint32_t)value;
+        if (known_attr && attr_set_repeatable(attr) && atomic_load(&f->attr_set_ok[attr]) == ok)
+            return CUDA_SUCCESS;
         CUresult r = shim_op_func_set_attribute(f->handle, attr, value);
         if (r == CUDA_SUCCESS) { /* remembered, to be set again after a resume */
             unsigned i = 0;
@@ -584,13 +599,38 @@ static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, in
                 if (i == f->nattr_set)
                     f->nattr_set++;
             }
+            /* After the server's change: an answer asked before it is of the old generation. */
+            uint32_t g = atomic_load(&f->attr_gen) + 1;
+            atomic_store(&f->attr_gen, g ? g : 1);
+            if (known_attr && attr_set_repeatable(attr)) {
+                atomic_store(&f->attr_set_ok[attr], ok);
+            } else {
+                for (int a = 0; a < CU_FUNC_ATTRIBUTE_MAX; a++)
+                    atomic_store(&f->attr_set_ok[a], 0);
+            }
         }
         return r;
+    }
+    uint32_t gen = atomic_load(&f->attr_gen);
+    if (!gen) { /* first use: generations start at 1, so that 0 means never asked */
+        uint32_t zero = 0;
+        atomic_compare_exchange_strong(&f->attr_gen, &zero, 1);
+        gen = atomic_load(&f->attr_gen);
+    }
+    if (known_attr) {
+        uint64_t k = atomic_load(&f->attr_known[attr]);
+        if ((uint32_t)(k >> 32) == gen) {
+            if (out)
+                *out = (int)(uint32_t)k;
+            return CUDA_SUCCESS;
+        }
     }
     uint64_t v = 0;
     CUresult r = shim_op_func_get_attribute(f->handle, attr, 0, &v);
     if (r == CUDA_SUCCESS && out)
         *out = (int)(int64_t)v;
+    if (r == CUDA_SUCCESS && known_attr)
+        atomic_store(&f->attr_known[attr], ((uint64_t)gen << 32) | (uint32_t)(int32_t)(int64_t)v);
     return r;
 }
 

@@ -202,6 +202,29 @@ static void check_functions_and_launch_ex(CUdevice dev)
     CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, vadd));
     if (v <= 0 || v > 255)
         gt_fail("NUM_REGS of vec_add is %d", v);
+    int regs = v;
+    CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, vadd)); /* asked again: the same answer */
+    if (v != regs)
+        gt_fail("NUM_REGS of vec_add: %d, then %d", regs, v);
+    /* A set is seen by the next get, a repeated set succeeds again, a refused one changes nothing (the shim
+     * answers repeated questions and sets itself: what it answers must be what the driver would). */
+    int sets[] = {2048, 2048, 4096, 0};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sets[i]));
+        CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, vadd));
+        if (v != sets[i])
+            gt_fail("MAX_DYNAMIC_SHARED_SIZE_BYTES set to %d reads %d", sets[i], v);
+    }
+    CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 4096));
+    EXPECT_RC(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1 << 30),
+              CUDA_ERROR_INVALID_VALUE);
+    CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, vadd));
+    if (v != 4096)
+        gt_fail("MAX_DYNAMIC_SHARED_SIZE_BYTES after a refused set reads %d, not 4096", v);
+    CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 4096)); /* still allowed */
+    CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0));
+    CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50));
+    CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50));
     CUfunction missing;
     EXPECT_RC(cuModuleGetFunction(&missing, mod, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
 
