@@ -8,6 +8,8 @@
  * the start record and between launches; REPS samples; prints the median, p90 and largest elapsed time.
  * Last, "lib": one kernel after the questions a library asks before it (attributes, a set, tensor maps).
  * usage: bench_event_timing [REPS=200] */
+#include <stdbool.h>
+
 #include "bench_util.h"
 
 static void busy_us(unsigned us)
@@ -17,6 +19,53 @@ static void busy_us(unsigned us)
     }
 }
 
+struct span_case {
+    const char *name;
+    unsigned kernels, gap_us;
+    bool library; /* before its kernel, the questions a library asks (the "lib" case) */
+};
+
+static CUfunction fn;
+static void *args[1];
+static CUdeviceptr buf;
+
+/* The questions as cuDNN asks them before a Hopper kernel, the same each time: attributes, the dynamic
+ * shared memory size set again, four tensor maps of its operands. */
+static void library_questions(void)
+{
+    cuuint64_t dim[2] = {256, 256}, strides[1] = {256 * sizeof(float)};
+    cuuint32_t box[2] = {32, 32}, es[2] = {1, 1};
+    int a;
+    BCK(cuFuncGetAttribute(&a, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn));
+    BCK(cuFuncGetAttribute(&a, CU_FUNC_ATTRIBUTE_NUM_REGS, fn));
+    BCK(cuFuncGetAttribute(&a, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
+    BCK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    for (int m = 0; m < 4; m++) {
+        CUtensorMap map;
+        BCK(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)(uintptr_t)(buf + 65536 * m), dim,
+                                   strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    }
+}
+
+/* One sample: synchronize, start event, the case's host work and kernels, stop event; microseconds. */
+static double sample(const struct span_case *c, CUevent start, CUevent stop)
+{
+    BCK(cuCtxSynchronize());
+    BCK(cuEventRecord(start, NULL));
+    for (unsigned k = 0; k < c->kernels; k++) {
+        busy_us(c->gap_us);
+        if (c->library)
+            library_questions();
+        BCK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+    }
+    BCK(cuEventRecord(stop, NULL));
+    BCK(cuEventSynchronize(stop));
+    float ms;
+    BCK(cuEventElapsedTime(&ms, start, stop));
+    return ms * 1000.0;
+}
+
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 200;
@@ -24,73 +73,34 @@ int main(int argc, char **argv)
         return 2;
     bench_init();
     CUmodule mod = bench_module();
-    CUfunction fn;
     BCK(cuModuleGetFunction(&fn, mod, "spin_cycles"));
     long long cycles = 100000;
-    void *args[] = {&cycles};
+    args[0] = &cycles;
     CUevent start, stop;
     BCK(cuEventCreate(&start, CU_EVENT_DEFAULT));
     BCK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+    BCK(cuMemAlloc(&buf, 1 << 20));
     BCK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL)); /* loaded before anything is timed */
     BCK(cuCtxSynchronize());
 
-    static const struct { unsigned kernels, gap_us; } cases[] = {{1, 0}, {1, 30}, {1, 80}, {1, 300}, {3, 0}, {3, 80}};
+    static const struct span_case cases[] = {
+        {"k1_g0", 1, 0, false},  {"k1_g30", 1, 30, false}, {"k1_g80", 1, 80, false},
+        {"k1_g300", 1, 300, false}, {"k3_g0", 3, 0, false}, {"k3_g80", 3, 80, false},
+        {"k1_lib", 1, 0, true},
+    };
     double *v = malloc((size_t)reps * sizeof *v);
     if (!v)
         return 1;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        for (int i = 0; i < reps; i++) {
-            BCK(cuCtxSynchronize());
-            BCK(cuEventRecord(start, NULL));
-            for (unsigned k = 0; k < cases[c].kernels; k++) {
-                busy_us(cases[c].gap_us);
-                BCK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
-            }
-            BCK(cuEventRecord(stop, NULL));
-            BCK(cuEventSynchronize(stop));
-            float ms;
-            BCK(cuEventElapsedTime(&ms, start, stop));
-            v[i] = ms * 1000.0;
-        }
+        for (int i = 0; i < reps; i++)
+            v[i] = sample(&cases[c], start, stop);
         double med = bench_median(v, reps); /* sorts v */
-        printf("evtime_k%u_g%u med_us=%.1f p90_us=%.1f max_us=%.1f\n", cases[c].kernels, cases[c].gap_us, med,
-               v[reps * 9 / 10], v[reps - 1]);
+        printf("evtime_%s med_us=%.1f p90_us=%.1f max_us=%.1f\n", cases[c].name, med, v[reps * 9 / 10], v[reps - 1]);
         /* The table's keys, one per line: NAME=VALUE. */
-        printf("evtime_k%u_g%u_med_us=%.1f\nevtime_k%u_g%u_p90_us=%.1f\n", cases[c].kernels, cases[c].gap_us, med,
-               cases[c].kernels, cases[c].gap_us, v[reps * 9 / 10]);
+        printf("evtime_%s_med_us=%.1f\nevtime_%s_p90_us=%.1f\n", cases[c].name, med, cases[c].name, v[reps * 9 / 10]);
     }
-    /* The library's questions as cuDNN asks them before a Hopper kernel (the same each time): attributes,
-     * the dynamic shared memory size set again, four tensor maps of its operands. */
-    CUdeviceptr buf;
-    BCK(cuMemAlloc(&buf, 1 << 20));
-    cuuint64_t dim[2] = {256, 256}, strides[1] = {256 * sizeof(float)};
-    cuuint32_t box[2] = {32, 32}, es[2] = {1, 1};
-    for (int i = 0; i < reps; i++) {
-        BCK(cuCtxSynchronize());
-        BCK(cuEventRecord(start, NULL));
-        int a;
-        BCK(cuFuncGetAttribute(&a, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn));
-        BCK(cuFuncGetAttribute(&a, CU_FUNC_ATTRIBUTE_NUM_REGS, fn));
-        BCK(cuFuncGetAttribute(&a, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
-        BCK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
-        for (int m = 0; m < 4; m++) {
-            CUtensorMap map;
-            BCK(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)(uintptr_t)(buf + 65536 * m),
-                                       dim, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-        }
-        BCK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
-        BCK(cuEventRecord(stop, NULL));
-        BCK(cuEventSynchronize(stop));
-        float ms;
-        BCK(cuEventElapsedTime(&ms, start, stop));
-        v[i] = ms * 1000.0;
-    }
-    double med = bench_median(v, reps);
-    printf("evtime_k1_lib med_us=%.1f p90_us=%.1f max_us=%.1f\n", med, v[reps * 9 / 10], v[reps - 1]);
-    printf("evtime_k1_lib_med_us=%.1f\nevtime_k1_lib_p90_us=%.1f\n", med, v[reps * 9 / 10]);
-    BCK(cuMemFree(buf));
     free(v);
+    BCK(cuMemFree(buf));
     BCK(cuEventDestroy(start));
     BCK(cuEventDestroy(stop));
     return 0;
