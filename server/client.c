@@ -159,8 +159,9 @@ static void *worker_main(void *arg)
         atomic_store(&c->dead, 1);
     else
         srv_worker_begin(c);
-    const char *poll_env = getenv("CUMUX_TIMING_POLL_US");
-    uint64_t timing_poll_ns = (poll_env && *poll_env ? strtoull(poll_env, NULL, 10) : 1000) * 1000;
+    const char *poll_env = getenv("CUMUX_TIMING_POLL_US"); /* microseconds, at most a second */
+    uint64_t poll_us = poll_env && *poll_env ? strtoull(poll_env, NULL, 10) : 1000;
+    uint64_t timing_poll_ns = (poll_us < 1000000 ? poll_us : 1000000) * 1000;
     uint64_t tail = 0; /* the server's own: the shared copy is the client's to scribble on */
     uint64_t watch_until = 0;
     bool first = true; /* a RESUME hello's claim is known by its first command (set before the welcome) */
@@ -200,7 +201,7 @@ static void *worker_main(void *arg)
              * preparing its next launch) can outlast the 50 us spin; natively the GPU then waits for the
              * launch, here it would also wait for the worker's wake-up, tens of microseconds that vary from
              * one sample to the next. cuDNN's benchmark mode times each candidate once and keeps the
-             * fastest for the program's life: with that noise it kept slower kernels (docs/performance.md).
+             * fastest for the program's life: noise there keeps slower kernels (docs/performance.md).
              * So while a timing window is open the worker keeps looking, yielding the CPU between looks. */
             if (c->timing_window) {
                 if (timing_poll_ns && cumux_ring_poll_at(c->shm, tail, &c->dead, timing_poll_ns))
