@@ -19,6 +19,9 @@
 # "cudnnlog" (or "cudnnlog-x:VAR=V,..."): cuDNN's benchmark searches, logged by cudnn_frontend
 # (CUDNN_FRONTEND_LOG_INFO=1) natively and under cumux (with those variables), compared by bench/cudnn_find.py:
 # how each run timed the same candidate plans, and which searches picked another plan (parts default graph).
+# "tracespans": the eager part (1 s) natively under `cumux trace --native`: which driver calls the program
+# makes inside the spans it times with events (bench/trace_spans.py: under cumux each that asks the server
+# is a round trip inside the span), and which export tables' slots it calls.
 # Any other NAME runs under cumux, whatever it says (the table's mode column tells how each row ran).
 # Prints a table last; sync_us is the GPU's median idle time across a synchronize of the last timed part
 # (eager or graph: bench/efficiency.py); EFF_SYNC_EVERY (default 5) sets how many steps between them.
@@ -41,6 +44,7 @@ run_one() { # NAME CMD...
     R[$name,mode]=native # which way it ran, in the table: a variant's name does not say
     local a
     for a in "$@"; do [ "$a" = "$cli" ] && R[$name,mode]=cumux; done
+    for a in "$@"; do [ "$a" = --native ] && R[$name,mode]=native; done # cumux trace --native
     # The GPU's clocks and power meanwhile (a slower GPU, not cumux, would explain a slower run).
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits \
         -lms 250 >"$out/$name.clocks" 2>/dev/null &
@@ -124,6 +128,15 @@ for v in ${EFF_VARIANTS:-}; do
         echo "-- cuDNN's searches, $name (bench/cudnn_find.py)${venv[*]:+; cumux with ${venv[*]}}"
         "$py" "$here/cudnn_find.py" "$out/$name-native.cudnn" "$out/$name-cumux.cudnn" 2>&1 | tee "$out/$name.txt"
         names+=" $name-native $name-cumux"
+        continue ;;
+    tracespans) # natively under `cumux trace`: the calls inside the spans cuDNN times, the export tables'
+        EFF_SECONDS=1 EFF_PARTS=eager run_one tracespans "$cli" trace --native -o "$out/tracespans.trace" -- "$py"
+        echo "-- driver calls inside timed spans, natively (bench/trace_spans.py)"
+        "$py" "$here/trace_spans.py" "$out/tracespans.trace" 2>&1 | tee "$out/tracespans.txt"
+        echo "-- export tables' slots called natively (the trace's summary)"
+        grep -E '^  [0-9a-f]{32} +slot|^  [A-Z_]+ +slot' "$out/tracespans.trace" | sort -u | tee -a "$out/tracespans.txt"
+        gzip -f "$out/tracespans.trace" # tens of MB: the logs carry it compressed
+        names+=" tracespans"
         continue ;;
     idlesrv) # natively while a cumux server runs with one client that holds a context and does nothing
         cumux_start || continue
