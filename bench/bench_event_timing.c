@@ -12,13 +12,6 @@
 
 #include "bench_util.h"
 
-static void busy_us(unsigned us)
-{
-    uint64_t until = bench_ns(CLOCK_MONOTONIC) + (uint64_t)us * 1000;
-    while (bench_ns(CLOCK_MONOTONIC) < until) {
-    }
-}
-
 struct span_case {
     const char *name;
     unsigned kernels, gap_us;
@@ -54,7 +47,7 @@ static double sample(const struct span_case *c, CUevent start, CUevent stop)
     BCK(cuCtxSynchronize());
     BCK(cuEventRecord(start, NULL));
     for (unsigned k = 0; k < c->kernels; k++) {
-        busy_us(c->gap_us);
+        bench_busy_us(c->gap_us);
         if (c->library)
             library_questions();
         BCK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));

@@ -16,9 +16,7 @@ static double question_after_record(CUevent ev, CUstream other, CUstream own, do
 {
     for (int i = 0; i < calls; i++) {
         BCK(cuEventRecord(ev, other));
-        uint64_t w = bench_ns(CLOCK_MONOTONIC) + 30000;
-        while (bench_ns(CLOCK_MONOTONIC) < w) {
-        }
+        bench_busy_us(30);
         uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
         BCK(own ? cuStreamQuery(own) : cuCtxSynchronize());
         lat[i] = (double)(bench_ns(CLOCK_MONOTONIC) - t0);

@@ -29,6 +29,14 @@ static inline uint64_t bench_ns(clockid_t clk)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Host work of `us` microseconds: the CPU busy, as a library preparing its next call keeps it. */
+static inline void bench_busy_us(unsigned us)
+{
+    uint64_t until = bench_ns(CLOCK_MONOTONIC) + (uint64_t)us * 1000;
+    while (bench_ns(CLOCK_MONOTONIC) < until) {
+    }
+}
+
 static inline CUcontext bench_init(void)
 {
     CUdevice dev;

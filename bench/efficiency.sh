@@ -43,8 +43,9 @@ run_one() { # NAME CMD...
     shift
     R[$name,mode]=native # which way it ran, in the table: a variant's name does not say
     local a
-    for a in "$@"; do [ "$a" = "$cli" ] && R[$name,mode]=cumux; done
-    for a in "$@"; do [ "$a" = --native ] && R[$name,mode]=native; done # cumux trace --native
+    for a in "$@"; do # the last word of these that the command has says (cumux trace --native: native)
+        case "$a" in "$cli") R[$name,mode]=cumux ;; --native) R[$name,mode]=native ;; esac
+    done
     # The GPU's clocks and power meanwhile (a slower GPU, not cumux, would explain a slower run).
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits \
         -lms 250 >"$out/$name.clocks" 2>/dev/null &
@@ -119,10 +120,11 @@ for v in ${EFF_VARIANTS:-}; do
         continue ;;
     cudnnlog*) # cuDNN's benchmark searches logged natively and under cumux (this variant's variables)
         rm -f "$out/$name-native.cudnn" "$out/$name-cumux.cudnn"
-        EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one "$name-native" env CUDNN_FRONTEND_LOG_INFO=1 \
+        cparts="${EFF_VARIANT_PARTS:-graph}"
+        EFF_PARTS=$cparts run_one "$name-native" env CUDNN_FRONTEND_LOG_INFO=1 \
             CUDNN_FRONTEND_LOG_FILE="$out/$name-native.cudnn" "$py"
         CUMUX_SERVER_ENV="${venv[*]}" cumux_start || continue
-        EFF_PARTS="${EFF_VARIANT_PARTS:-graph}" run_one "$name-cumux" env "${venv[@]}" CUDNN_FRONTEND_LOG_INFO=1 \
+        EFF_PARTS=$cparts run_one "$name-cumux" env "${venv[@]}" CUDNN_FRONTEND_LOG_INFO=1 \
             CUDNN_FRONTEND_LOG_FILE="$out/$name-cumux.cudnn" "$cli" run -- "$py"
         cumux_stop
         echo "-- cuDNN's searches, $name (bench/cudnn_find.py)${venv[*]:+; cumux with ${venv[*]}}"

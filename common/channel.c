@@ -136,20 +136,35 @@ void cumux_ring_wait(struct cumux_shm *shm, const _Atomic int *stop, uint64_t sp
     cumux_ring_wait_at(shm, atomic_load_explicit(&shm->tail, memory_order_relaxed), stop, spin_ns, timeout_ns);
 }
 
-void cumux_ring_wait_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t spin_ns,
-                        int64_t timeout_ns)
+/* Look at the ring until a message comes or *stop is set (true), or limit_ns passes (false): spinning for
+ * spin_ns, then giving a busy CPU to whoever else needs it between looks. */
+static bool ring_look(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t spin_ns,
+                      uint64_t limit_ns)
 {
     uint64_t start = cumux_now_ns();
     unsigned n = 0;
     while (atomic_load_explicit(&shm->head, memory_order_acquire) == tail) {
         if (atomic_load(stop))
-            return;
-        if ((++n & 63u) == 0 && cumux_now_ns() - start > spin_ns)
-            goto sleep;
+            return true;
+        if ((++n & 63u) == 0) {
+            uint64_t t = cumux_now_ns() - start;
+            if (t > limit_ns)
+                return false;
+            if (t > spin_ns) {
+                sched_yield();
+                continue;
+            }
+        }
         cpu_relax();
     }
-    return; /* work came while spinning: no need to announce a sleep */
-sleep:;
+    return true;
+}
+
+void cumux_ring_wait_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t spin_ns,
+                        int64_t timeout_ns)
+{
+    if (ring_look(shm, tail, stop, spin_ns, spin_ns))
+        return; /* work came while spinning: no need to announce a sleep */
     uint32_t bell = atomic_load(&shm->doorbell);
     atomic_store(&shm->server_sleeping, 1);
     if (atomic_load(&shm->head) == tail && !atomic_load(stop))
@@ -159,20 +174,7 @@ sleep:;
 
 bool cumux_ring_poll_at(struct cumux_shm *shm, uint64_t tail, const _Atomic int *stop, uint64_t poll_ns)
 {
-    uint64_t start = cumux_now_ns(), now;
-    unsigned n = 0;
-    while (atomic_load_explicit(&shm->head, memory_order_acquire) == tail) {
-        if (atomic_load(stop))
-            return true;
-        if ((++n & 63u) == 0 && (now = cumux_now_ns()) - start > 50000) {
-            if (now - start > poll_ns)
-                return false;
-            sched_yield(); /* past the first 50 us: a busy CPU goes to whoever else needs it */
-        } else {
-            cpu_relax();
-        }
-    }
-    return true;
+    return ring_look(shm, tail, stop, 50000, poll_ns);
 }
 
 void cumux_reply_post(struct cumux_reply_slot *slot, int32_t result, const void *data, uint32_t len)

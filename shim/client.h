@@ -117,8 +117,8 @@ struct CUfunc_st {
     unsigned nattr_set;
     /* Attribute answers (module.c func_attr): libraries ask a function's attributes around its launches
      * (76,032 calls while a ResNet-50 training starts), each a round trip to the server, some inside spans
-     * they time. attr_known[a]: the generation it was asked in (high 32 bits, 0: never) and the answer;
-     * valid while attr_gen is unchanged, which a set that reached the server bumps. attr_set_ok[a]: bit 32
+     * they time. attr_known[a]: the generation it was asked in plus one (high 32 bits, 0: never) and
+     * the answer; valid while attr_gen is unchanged, which a set that reached the server bumps. attr_set_ok[a]: bit 32
      * and the value of a set that succeeded, which the same set again would (answered here). */
     _Atomic uint64_t attr_known[CU_FUNC_ATTRIBUTE_MAX];
     _Atomic uint64_t attr_set_ok[CU_FUNC_ATTRIBUTE_MAX];

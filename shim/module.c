@@ -600,8 +600,7 @@ static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, in
                     f->nattr_set++;
             }
             /* After the server's change: an answer asked before it is of the old generation. */
-            uint32_t g = atomic_load(&f->attr_gen) + 1;
-            atomic_store(&f->attr_gen, g ? g : 1);
+            atomic_fetch_add(&f->attr_gen, 1);
             if (known_attr && attr_set_repeatable(attr)) {
                 atomic_store(&f->attr_set_ok[attr], ok);
             } else {
@@ -611,15 +610,12 @@ static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, in
         }
         return r;
     }
-    uint32_t gen = atomic_load(&f->attr_gen);
-    if (!gen) { /* first use: generations start at 1, so that 0 means never asked */
-        uint32_t zero = 0;
-        atomic_compare_exchange_strong(&f->attr_gen, &zero, 1);
-        gen = atomic_load(&f->attr_gen);
-    }
+    uint32_t tag = atomic_load(&f->attr_gen) + 1; /* an answer's tag: never 0, which means never asked */
+    if (!tag)
+        tag = 1; /* (2^32 sets later: a stale answer would need exactly that many) */
     if (known_attr) {
         uint64_t k = atomic_load(&f->attr_known[attr]);
-        if ((uint32_t)(k >> 32) == gen) {
+        if ((uint32_t)(k >> 32) == tag) {
             if (out)
                 *out = (int)(uint32_t)k;
             return CUDA_SUCCESS;
@@ -630,7 +626,7 @@ static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, in
     if (r == CUDA_SUCCESS && out)
         *out = (int)(int64_t)v;
     if (r == CUDA_SUCCESS && known_attr)
-        atomic_store(&f->attr_known[attr], ((uint64_t)gen << 32) | (uint32_t)(int32_t)(int64_t)v);
+        atomic_store(&f->attr_known[attr], ((uint64_t)tag << 32) | (uint32_t)(int32_t)(int64_t)v);
     return r;
 }
 
