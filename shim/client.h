@@ -318,8 +318,12 @@ struct CUfunc_st *shim_function_of(uint32_t handle);
 void shim_event_remember(struct CUevent_st *e);
 struct CUevent_st *shim_event_of(uint32_t handle);
 
-/* stream.c: set by graph.c once a stream capture has begun; until then no stream can be capturing */
-extern _Atomic bool shim_ever_captured;
+/* stream.c: the captures open in this process, counted by graph.c (a begin +1 before it is sent and -1 if
+ * refused, an end that succeeded -1; an end that failed makes every later query ask the server). While none
+ * can be open, capture queries are answered here. */
+void shim_capture_counted(int delta);
+void shim_capture_unsure(void);
+bool shim_capture_possible(void);
 CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id);
 
 /* memory.c */

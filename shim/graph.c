@@ -67,8 +67,11 @@ CUresult cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
     CUresult r = shim_resolve_stream(h, &s, NULL);
     if (r != CUDA_SUCCESS)
         return r;
-    atomic_store(&shim_ever_captured, true);
-    return shim_op_capture_begin(s, (uint32_t)mode);
+    shim_capture_counted(1);
+    r = shim_op_capture_begin(s, (uint32_t)mode);
+    if (r != CUDA_SUCCESS)
+        shim_capture_counted(-1);
+    return r;
 }
 
 #undef cuStreamBeginCapture
@@ -88,8 +91,11 @@ CUresult cuStreamEndCapture(CUstream h, CUgraph *graph)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t handle;
     r = shim_op_capture_end(s, &handle);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        shim_capture_unsure(); /* ended or not, with its joined streams or not: the server knows */
         return r;
+    }
+    shim_capture_counted(-1);
     return new_graph((uint32_t)handle, graph);
 }
 
@@ -112,7 +118,7 @@ CUresult cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus *status, cuuin
         *edges = NULL; /* every edge is a default one */
     if (ndeps)
         *ndeps = 0;
-    if ((!graph && !deps && !ndeps) || !atomic_load(&shim_ever_captured))
+    if ((!graph && !deps && !ndeps) || !shim_capture_possible())
         return shim_capture_status(s, status, id);
     struct cumux_capture_query q = {.stream = s};
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
@@ -881,13 +887,15 @@ CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode *d
     if (edges)
         return cumux_unsupported("cuStreamBeginCaptureToGraph with edge data");
     shim_graph_changed(NULL, g);
-    atomic_store(&shim_ever_captured, true);
     struct node_msg m = {0};
     struct cumux_capture_begin_to_graph body = {.stream = s, .graph = g->handle, .mode = (uint32_t)mode,
                                                 .ndeps = (uint32_t)n};
+    shim_capture_counted(1);
     r = msg_begin(&m, &body, sizeof body, deps, n, g);
     if (r == CUDA_SUCCESS)
         r = shim_call(CUMUX_OP_CAPTURE_BEGIN_TO_GRAPH, m.buf, m.len, NULL, 0, NULL);
+    if (r != CUDA_SUCCESS)
+        shim_capture_counted(-1);
     free(m.buf);
     return r;
 }

@@ -5,13 +5,22 @@
 
 #include "shim/client.h"
 
-/* Set once a stream capture has begun (graph.c): until then no stream can be capturing. */
-_Atomic bool shim_ever_captured;
+/* Captures of this process begun and not yet ended (graph.c). A begin counts before it is sent, so that a
+ * query made after the begin returned cannot miss it; an end that succeeded uncounts it. After an end that
+ * failed, which streams left the capture is the server's to say, and every query asks it from then on.
+ * While no capture is open no stream can be capturing: a stream joins a capture only by waiting for an
+ * event recorded inside one. PyTorch asks at many of its operations; natively the answer is a lookup. */
+static _Atomic int captures_open;
+static _Atomic bool captures_unsure;
+
+void shim_capture_counted(int delta) { atomic_fetch_add(&captures_open, delta); }
+void shim_capture_unsure(void) { atomic_store(&captures_unsure, true); }
+bool shim_capture_possible(void) { return atomic_load(&captures_open) > 0 || atomic_load(&captures_unsure); }
 
 CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id)
 {
-    if (!atomic_load(&shim_ever_captured)) {
-        /* Nothing was ever captured by this process: no stream can be capturing (no round trip). */
+    if (!shim_capture_possible()) {
+        /* No capture open in this process: no stream can be capturing (no round trip). */
         *status = CU_STREAM_CAPTURE_STATUS_NONE;
         if (id)
             *id = 0;

@@ -480,6 +480,9 @@ int main(void)
     /* fork to s2 and back */
     CK(cuEventRecord(fork, s));
     CK(cuStreamWaitEvent(s2, fork, 0));
+    CK(cuStreamIsCapturing(s2, &st)); /* joined by the wait */
+    if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        gt_fail("a stream that waited for a captured event: capture status %d, not active", (int)st);
     void *args2[] = {&mid, &out, &a2, &b2, &n};
     CK(cuLaunchKernel(scale, 16, 1, 1, 256, 1, 1, 0, s2, args2, NULL));
     CK(cuEventRecord(join, s2));
@@ -488,6 +491,25 @@ int main(void)
     CK(cuLaunchHostFunc(s, count_call, NULL));
     CUgraph g;
     CK(cuStreamEndCapture(s, &g));
+    CUstream pair[2] = {s, s2};
+    for (int k = 0; k < 2; k++) {
+        CK(cuStreamIsCapturing(pair[k], &st));
+        if (st != CU_STREAM_CAPTURE_STATUS_NONE)
+            gt_fail("stream %d still capturing (status %d) after the capture ended", k, (int)st);
+    }
+    /* An end that fails (s2 is not capturing) leaves the capture on s open, and the queries right. */
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CUgraph nog = NULL;
+    if (cuStreamEndCapture(s2, &nog) == CUDA_SUCCESS)
+        gt_fail("cuStreamEndCapture of a stream not capturing succeeded");
+    CK(cuStreamIsCapturing(s, &st));
+    if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        gt_fail("after another stream's end failed: capture status %d, not active", (int)st);
+    CK(cuStreamEndCapture(s, &nog));
+    CK(cuStreamIsCapturing(s, &st));
+    if (st != CU_STREAM_CAPTURE_STATUS_NONE)
+        gt_fail("capture status %d after the second capture ended", (int)st);
+    CK(cuGraphDestroy(nog));
     CUgraphExec ge;
     CK(cuGraphInstantiate(&ge, g, 0));
     int launches = 20;
