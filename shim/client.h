@@ -267,6 +267,9 @@ CUresult shim_resolve_stream(CUstream h, uint32_t *out, struct CUctx_st **ctx_ou
 /* Before a launch of f in ctx: the server's copy of f is given the cache preference in effect, if that
  * changed (module.c). */
 CUresult shim_cache_config_sync(struct CUfunc_st *f, const struct CUctx_st *ctx);
+/* module.c: a question about f (op, message, a u64 answer) answered by the shim when asked before with f's
+ * attributes and cache preference as they are now (occupancy) */
+CUresult shim_function_question(struct CUfunc_st *f, uint16_t op, const void *m, size_t len, uint64_t *answer);
 CUresult shim_need_ctx(struct CUctx_st **out);
 /* copy.c: a 2-D copy between host and device memory (array.c's cuMemcpy2D hands it those) */
 CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync);
@@ -325,6 +328,13 @@ void shim_capture_counted(int delta);
 void shim_capture_unsure(void);
 bool shim_capture_possible(void);
 CUresult shim_capture_status(uint32_t stream, CUstreamCaptureStatus *status, cuuint64_t *id);
+
+/* answers.c: answers the server gave to questions whose answer is a pure function of the question, given
+ * again by the shim (tensor maps, occupancy). kind: the question's op; key: every byte the answer depends
+ * on, padding zeroed. Only successes are stored. */
+enum { SHIM_ANSWER_KEY_MAX = 304, SHIM_ANSWER_VALUE_MAX = 128 };
+bool shim_answer_lookup(uint16_t kind, const void *key, size_t key_len, void *value, size_t value_len);
+void shim_answer_store(uint16_t kind, const void *key, size_t key_len, const void *value, size_t value_len);
 
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);

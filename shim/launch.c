@@ -152,11 +152,11 @@ static CUresult cluster_query(uint32_t query, int *out, CUfunction f, const CUla
         m.a[i].id = (uint32_t)cfg->attrs[i].id;
         memcpy(m.a[i].value, &cfg->attrs[i].value, sizeof m.a[i].value);
     }
-    struct cumux_u64_reply rep;
-    CUresult r = shim_call(CUMUX_OP_FUNC_CLUSTER_OCCUPANCY, &m, sizeof m.l + cfg->numAttrs * sizeof m.a[0], &rep,
-                           sizeof rep, NULL);
+    uint64_t v = 0;
+    CUresult r = shim_function_question(f, CUMUX_OP_FUNC_CLUSTER_OCCUPANCY, &m, sizeof m.l + cfg->numAttrs * sizeof m.a[0],
+                                        &v);
     if (r == CUDA_SUCCESS)
-        *out = (int)rep.value;
+        *out = (int)v;
     return r;
 }
 

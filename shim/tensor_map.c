@@ -1,88 +1,24 @@
 /* Tensor maps (cuTensorMap*): the server encodes them with the driver (server/tensor_map.c). The shim
  * copies rank entries of each array into the message; the map comes back as the driver wrote it. */
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "shim/client.h"
 
-/* Maps encoded before, by the message that asked for them. Encoding is a pure function of its arguments,
- * which the message holds whole (the server checks nothing else, server/tensor_map.c), and libraries encode
- * the same maps again and again: cuDNN's Hopper kernels take maps of their operands, encoded at every
- * execution, also inside the spans its benchmark mode times, where a round trip each would count against
- * those kernels. A set-associative table, filled on success only (a refusal goes to the server each time). */
-union tmap_key_space {
-    struct cumux_tensor_map_tiled tiled;
-    struct cumux_tensor_map_im2col im2col;
-    struct cumux_tensor_map_replace replace;
-};
-enum { TMAP_SETS = 256, TMAP_WAYS = 4 };
-struct tmap_entry {
-    uint64_t hash; /* 0: empty */
-    uint16_t op;
-    uint16_t len;
-    uint8_t key[sizeof(union tmap_key_space)];
-    uint64_t map[16];
-};
-static struct tmap_entry *tmap_table; /* TMAP_SETS * TMAP_WAYS, made at the first encode */
-static unsigned tmap_next_way[TMAP_SETS];
-static pthread_mutex_t tmap_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t tmap_hash(uint16_t op, const void *key, size_t len)
-{
-    uint64_t h = 1469598103934665603ull ^ op; /* FNV-1a */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ ((const uint8_t *)key)[i]) * 1099511628211ull;
-    return h ? h : 1;
-}
-
-static bool tmap_lookup(uint16_t op, const void *key, size_t len, uint64_t hash, CUtensorMap *map)
-{
-    bool hit = false;
-    pthread_mutex_lock(&tmap_lock);
-    if (tmap_table) {
-        struct tmap_entry *set = &tmap_table[(hash % TMAP_SETS) * TMAP_WAYS];
-        for (int w = 0; w < TMAP_WAYS && !hit; w++) {
-            if (set[w].hash == hash && set[w].op == op && set[w].len == len && !memcmp(set[w].key, key, len)) {
-                memcpy(map->opaque, set[w].map, sizeof map->opaque);
-                hit = true;
-            }
-        }
-    }
-    pthread_mutex_unlock(&tmap_lock);
-    return hit;
-}
-
-static void tmap_store(uint16_t op, const void *key, size_t len, uint64_t hash, const CUtensorMap *map)
-{
-    pthread_mutex_lock(&tmap_lock);
-    if (!tmap_table)
-        tmap_table = calloc((size_t)TMAP_SETS * TMAP_WAYS, sizeof *tmap_table);
-    if (tmap_table) {
-        unsigned s = (unsigned)(hash % TMAP_SETS);
-        struct tmap_entry *e = &tmap_table[s * TMAP_WAYS + tmap_next_way[s]];
-        tmap_next_way[s] = (tmap_next_way[s] + 1) % TMAP_WAYS;
-        e->hash = hash;
-        e->op = op;
-        e->len = (uint16_t)len;
-        memcpy(e->key, key, len);
-        memcpy(e->map, map->opaque, sizeof e->map);
-    }
-    pthread_mutex_unlock(&tmap_lock);
-}
-
-/* The map for message m of op: from the table, else from the server (and then kept). */
+/* Maps encoded before come from the shim's table of answers (answers.c): encoding is a pure function of its
+ * arguments, which the message holds whole (the server checks nothing else, server/tensor_map.c), and
+ * cuDNN encodes the maps of its Hopper kernels' operands at every execution, also inside the spans its
+ * benchmark mode times, where a round trip each would count against those kernels. The map for message m
+ * of op: from the table, else from the server (and then kept). */
 static CUresult encode(uint16_t op, const void *m, size_t len, CUtensorMap *map)
 {
     _Static_assert(sizeof(((struct cumux_tensor_map *)0)->opaque) == sizeof map->opaque, "a tensor map is 16 u64");
-    uint64_t hash = tmap_hash(op, m, len);
-    if (tmap_lookup(op, m, len, hash, map))
+    if (shim_answer_lookup(op, m, len, map->opaque, sizeof map->opaque))
         return CUDA_SUCCESS;
     struct cumux_tensor_map rep;
     CUresult r = shim_call(op, m, (uint32_t)len, &rep, sizeof rep, NULL);
     if (r == CUDA_SUCCESS) {
         memcpy(map->opaque, rep.opaque, sizeof map->opaque);
-        tmap_store(op, m, len, hash, map);
+        shim_answer_store(op, m, len, map->opaque, sizeof map->opaque);
     }
     return r;
 }

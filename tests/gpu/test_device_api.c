@@ -225,6 +225,37 @@ static void check_functions_and_launch_ex(CUdevice dev)
     CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0));
     CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50));
     CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50));
+    /* Occupancy, which the shim also answers itself when asked again: an answer that depends on an
+     * attribute changes with it, a repeated question gets the same answer. */
+    const size_t big = 100 << 10;
+    for (int round = 0; round < 2; round++) {
+        int none = -1;
+        CUresult rn = cuOccupancyMaxActiveBlocksPerMultiprocessor(&none, vadd, 256, big);
+        if (rn == CUDA_SUCCESS && none != 0)
+            gt_fail("%d blocks per SM with 100 KiB of dynamic shared memory while none is allowed (round %d)",
+                    none, round);
+        CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)big));
+        int with = 0, again = 0, without = 0;
+        CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&with, vadd, 256, big));
+        CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&again, vadd, 256, big));
+        CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&without, vadd, 256, 0));
+        if (with < 1 || with > 2 || again != with || without < with)
+            gt_fail("blocks per SM with 100 KiB allowed: %d, again %d, with none asked %d", with, again, without);
+        CUlaunchAttribute cl;
+        memset(&cl, 0, sizeof cl);
+        cl.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        cl.value.clusterDim.x = 2, cl.value.clusterDim.y = 1, cl.value.clusterDim.z = 1;
+        CUlaunchConfig q = {.gridDimX = 2, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 256, .blockDimY = 1,
+                            .blockDimZ = 1, .sharedMemBytes = (unsigned)big, .attrs = &cl, .numAttrs = 1};
+        int clusters = 0, clusters_again = 0;
+        CK(cuOccupancyMaxActiveClusters(&clusters, vadd, &q));
+        CK(cuOccupancyMaxActiveClusters(&clusters_again, vadd, &q));
+        int sms = attr(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+        if (clusters < 1 || clusters > sms * with / 2 || clusters_again != clusters)
+            gt_fail("clusters of 2 with 100 KiB each: %d, then %d (%d SMs, %d blocks each)", clusters,
+                    clusters_again, sms, with);
+        CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0));
+    }
     CUfunction missing;
     EXPECT_RC(cuModuleGetFunction(&missing, mod, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
 
