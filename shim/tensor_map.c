@@ -12,6 +12,10 @@
 static CUresult encode(uint16_t op, const void *m, size_t len, CUtensorMap *map)
 {
     _Static_assert(sizeof(((struct cumux_tensor_map *)0)->opaque) == sizeof map->opaque, "a tensor map is 16 u64");
+    _Static_assert(sizeof(struct cumux_tensor_map_tiled) <= SHIM_ANSWER_KEY_MAX &&
+                       sizeof(struct cumux_tensor_map_im2col) <= SHIM_ANSWER_KEY_MAX &&
+                       sizeof(struct cumux_tensor_map_replace) <= SHIM_ANSWER_KEY_MAX,
+                   "every encode's message fits the table of answers");
     if (shim_answer_lookup(op, m, len, map->opaque, sizeof map->opaque))
         return CUDA_SUCCESS;
     struct cumux_tensor_map rep;
