@@ -137,12 +137,14 @@ for v in ${EFF_VARIANTS:-}; do
         "$py" "$here/trace_spans.py" "$out/tracespans.trace" 2>&1 | tee "$out/tracespans.txt"
         echo "-- export tables' slots called natively (the trace's summary)"
         grep -E '^  [0-9a-f]{32} +slot|^  [A-Z_]+ +slot' "$out/tracespans.trace" | sort -u | tee -a "$out/tracespans.txt"
-        # Table 69a28e9f (issue 9, item 4): each slot's first three calls and returns, with the words they
-        # wrote, are what implementing it needs; into the file (the console keeps only a count).
-        awk '/export table 69a28e9f/ { match($0, /slot [0-9]+/); k = substr($0, RSTART, RLENGTH);
+        # Table 69a28e9f and the hooks' slots cumux leaves unsupported (issue 9, item 4): each slot's first
+        # three calls and returns, with the words they wrote, are what implementing them needs; into the
+        # file (the console keeps only a count).
+        awk '/export table (69a28e9f|TOOLS_RUNTIME_CALLBACK_HOOKS slot [1345] )/ {
+                match($0, /table [^ ]+ slot [0-9]+/); k = substr($0, RSTART, RLENGTH);
                 r = index($0, " returned ") > 0; if (++c[k, r] <= 3) print substr($0, 1, 600) }' \
             "$out/tracespans.trace" > "$out/table69.txt"
-        echo "-- table 69a28e9f: $(wc -l < "$out/table69.txt") lines of its slots' first calls in table69.txt"
+        echo "-- table 69a28e9f and hooks [1,3-5]: $(wc -l < "$out/table69.txt") lines of first calls in table69.txt"
         cat "$out/table69.txt" >> "$out/tracespans.txt"
         gzip -f "$out/tracespans.trace" # tens of MB: the logs carry it compressed
         names+=" tracespans"
