@@ -129,6 +129,7 @@ for v in ${EFF_VARIANTS:-}; do
         cumux_stop
         echo "-- cuDNN's searches, $name (bench/cudnn_find.py)${venv[*]:+; cumux with ${venv[*]}}"
         "$py" "$here/cudnn_find.py" "$out/$name-native.cudnn" "$out/$name-cumux.cudnn" 2>&1 | tee "$out/$name.txt"
+        gzip -f "$out/$name-native.cudnn" "$out/$name-cumux.cudnn" 2>/dev/null # the logs travel back whole
         names+=" $name-native $name-cumux"
         continue ;;
     tracespans) # natively under `cumux trace`: the calls inside the spans cuDNN times, the export tables'
