@@ -11,7 +11,7 @@
 # "kprof", the profile part with cuDNN's heuristics (no timed search), natively with torch.profiler and
 # under cumux with CUMUX_PROFILE=kernels, both kernel tables printed (GPU time per launch by kernel, side by
 # side). Parts of variants: EFF_VARIANT_PARTS (default "tiny eager graph"); EFF_MAIN=0: the variants alone.
-# "ktrace": every kernel's GPU start and end, stream, channel and launch configuration from CUPTI
+# "ktrace" (or "ktrace-x:VAR=V,...", both runs with those): every kernel's GPU start and end, stream, channel and launch configuration from CUPTI
 # (bench/kernel_trace.c, injected with CUDA_INJECTION64_PATH into the program natively and into the
 # server, whose worker runs the kernels), then bench/kernel_trace.py side by side: kernel time against time
 # between kernels, kernels run differently (parts EFF_VARIANT_PARTS, default graph here; KTRACE_LAST
@@ -93,30 +93,31 @@ for v in ${EFF_VARIANTS:-}; do
         grep -h 'kernels: .*launches timed\|: kernel .* us each' "$CUMUX_LOG_DIRECTORY/cumuxd.log" | tail -41 |
             sed 's/^.*client [0-9]*: //'
         continue ;;
-    ktrace) # every kernel's GPU start and end (CUPTI, bench/kernel_trace.c) natively and in the server's worker
+    ktrace*) # every kernel's GPU start and end (CUPTI, bench/kernel_trace.c) natively and in the server's worker;
+        # "ktrace-x:VARS" gives both runs those variables (EFF_CUDNN_BENCHMARK=0: the same kernels both ways)
         lib="$build/bench/libkernel_trace.so"
         [ -f "$lib" ] || { log "ktrace: $lib not built (the toolkit has no CUPTI)"; continue; }
-        rm -rf "$out/ktrace-native" "$out/ktrace-other" && mkdir -p "$out/ktrace-native" "$out/ktrace-other"
+        rm -rf "$out/$name-native" "$out/$name-other" && mkdir -p "$out/$name-native" "$out/$name-other"
         kparts="${EFF_VARIANT_PARTS:-graph}"
-        EFF_PARTS=$kparts run_one ktrace-native env CUDA_INJECTION64_PATH="$lib" \
-            KERNEL_TRACE_DIR="$out/ktrace-native" "$py"
+        EFF_PARTS=$kparts run_one $name-native env "${venv[@]}" CUDA_INJECTION64_PATH="$lib" \
+            KERNEL_TRACE_DIR="$out/$name-native" "$py"
         if [ -n "${KTRACE_NATIVE_ENV:-}" ]; then # the other side natively too, with these variables
             read -r -a kenv <<<"$KTRACE_NATIVE_ENV"
-            EFF_PARTS=$kparts run_one ktrace-other env "${kenv[@]}" \
-                CUDA_INJECTION64_PATH="$lib" KERNEL_TRACE_DIR="$out/ktrace-other" "$py"
+            EFF_PARTS=$kparts run_one $name-other env "${venv[@]}" "${kenv[@]}" \
+                CUDA_INJECTION64_PATH="$lib" KERNEL_TRACE_DIR="$out/$name-other" "$py"
             labels="native,variant"
             echo "-- kernel traces: the variant is native with ${KTRACE_NATIVE_ENV}"
         else
-            CUMUX_SERVER_ENV="CUDA_INJECTION64_PATH=$lib KERNEL_TRACE_DIR=$out/ktrace-other${CUMUX_SERVER_ENV:+ $CUMUX_SERVER_ENV}" \
+            CUMUX_SERVER_ENV="CUDA_INJECTION64_PATH=$lib KERNEL_TRACE_DIR=$out/$name-other${CUMUX_SERVER_ENV:+ $CUMUX_SERVER_ENV}" \
                 cumux_start || continue
-            EFF_PARTS=$kparts run_one ktrace-other "$cli" run -- "$py"
+            EFF_PARTS=$kparts run_one $name-other env "${venv[@]}" "$cli" run -- "$py"
             cumux_stop
             labels="native,cumux"
         fi
         echo "-- kernel traces (bench/kernel_trace.py, the last ${KTRACE_LAST:-20000} kernels of each)"
-        "$py" "$here/kernel_trace.py" "$out/ktrace-native" "$out/ktrace-other" --last "${KTRACE_LAST:-20000}" \
-            --labels "$labels" 2>&1 | tee "$out/ktrace.txt"
-        names+=" ktrace-native ktrace-other"
+        "$py" "$here/kernel_trace.py" "$out/$name-native" "$out/$name-other" --last "${KTRACE_LAST:-20000}" \
+            --labels "$labels" 2>&1 | tee "$out/$name.txt"
+        names+=" $name-native $name-other"
         continue ;;
     cudnnlog*) # cuDNN's benchmark searches logged natively and under cumux (this variant's variables)
         rm -f "$out/$name-native.cudnn" "$out/$name-cumux.cudnn"
