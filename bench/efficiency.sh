@@ -11,7 +11,8 @@
 # "kprof", the profile part with cuDNN's heuristics (no timed search), natively with torch.profiler and
 # under cumux with CUMUX_PROFILE=kernels, both kernel tables printed (GPU time per launch by kernel, side by
 # side). Parts of variants: EFF_VARIANT_PARTS (default "tiny eager graph"); EFF_MAIN=0: the variants alone.
-# "ktrace" (or "ktrace-x:VAR=V,...", both runs with those): every kernel's GPU start and end, stream, channel and launch configuration from CUPTI
+# "ktrace" (or "ktrace-x:VAR=V,...", both runs with those): every kernel's GPU start and end, stream, channel
+# and launch configuration from CUPTI
 # (bench/kernel_trace.c, injected with CUDA_INJECTION64_PATH into the program natively and into the
 # server, whose worker runs the kernels), then bench/kernel_trace.py side by side: kernel time against time
 # between kernels, kernels run differently (parts EFF_VARIANT_PARTS, default graph here; KTRACE_LAST
