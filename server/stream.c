@@ -282,8 +282,10 @@ CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *
     CHECK(before_op(stream));
     CUresult r = m->flags ? cuEventRecordWithFlags(event->cu, stream->cu, m->flags) : cuEventRecord(event->cu, stream->cu);
     after_op(stream);
-    if (!(event->flags & CU_EVENT_DISABLE_TIMING) && !stream->capturing)
+    if (!(event->flags & CU_EVENT_DISABLE_TIMING) && !stream->capturing) {
         c->timing_window = true;
+        c->timing_quiet = SRV_TIMING_QUIET_LAUNCHES;
+    }
     return r;
 }
 

@@ -7,7 +7,8 @@
  * other clients hold counts that wait. Pending samples are looked at when the next one is due and when
  * the status is asked for (srv_usage_refresh), never waited for; a synchronization that returns tells that
  * every launch before it has ended (srv_usage_synced); captures are never sampled (the events
- * would become graph nodes). One lock for all clients: taken at one launch in USAGE_MEAN_GAP and by status
+ * would become graph nodes), nor the launches just after a timing event's record (c->timing_quiet: the
+ * program may be timing them, and the sample's events would lengthen its span). One lock for all clients: taken at one launch in USAGE_MEAN_GAP and by status
  * requests, so it costs nothing measurable (docs/performance.md). */
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@ struct srv_usage {
     uint32_t countdown; /* launches to the next sample */
     double sampled_ns;
     uint64_t sampled, done_units; /* samples that ended; launches up to the last of them */
+    uint64_t taken, quieted;      /* samples begun; samples due inside a timed span, moved later */
+    bool moving;                  /* the sample due now was moved */
 };
 
 static pthread_mutex_t usage_lock = PTHREAD_MUTEX_INITIALIZER; /* the samples of every client */
@@ -200,13 +203,32 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
         c->usage = u;
         pthread_mutex_unlock(&usage_lock);
     }
+    if (c->timing_quiet) {
+        /* Just after a timing event's record: the program may be timing this launch. The sample that is
+         * due waits for a launch after these (the countdown stays), so the launches picked stay random. */
+        c->timing_quiet--;
+        if (u->countdown == 1 && !u->moving) {
+            u->moving = true;
+            u->quieted++;
+        }
+        return -1;
+    }
     if (--u->countdown)
         return -1;
+    u->moving = false;
     u->countdown = next_gap(u);
     pthread_mutex_lock(&usage_lock);
     int slot = begin_locked(c, u, s, unit);
+    if (slot >= 0)
+        u->taken++;
     pthread_mutex_unlock(&usage_lock);
     return slot;
+}
+
+void srv_usage_counts(const struct srv_client *c, uint64_t *taken, uint64_t *quieted)
+{
+    *taken = c->usage ? c->usage->taken : 0;
+    *quieted = c->usage ? c->usage->quieted : 0;
 }
 
 void srv_usage_end(struct srv_client *c, struct srv_stream *s, int slot, CUresult launched)

@@ -3,10 +3,14 @@
  * every one ran (each wrote its index), prints "busy: done N ms", and waits for a line on stdin before it
  * exits, so that the server can be asked meanwhile. Alone it proves nothing, so it is no test of the suite.
  * With PRIORITY its stream is made with that priority, which cuStreamGetPriority must give back as asked
- * (the server may run it at another: tests/test_priority.sh).
+ * (the server may run it at another: tests/test_priority.sh). With GPU_BUSY_TIMED=1 each kernel is timed
+ * between two timing events, as a library's benchmark times a candidate (tests/test_usage_timed.sh), and
+ * the last one's time is checked.
  *   gpu_busy MS COUNT [PRIORITY] */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpu_test.h"
 
@@ -34,14 +38,31 @@ int main(int argc, char **argv)
     } else {
         CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     }
+    const char *timed_env = getenv("GPU_BUSY_TIMED");
+    bool timed = timed_env && !strcmp(timed_env, "1");
+    CUevent start = NULL, stop = NULL;
+    if (timed) {
+        CK(cuEventCreate(&start, CU_EVENT_DEFAULT));
+        CK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+    }
     long long cycles = gt_cycles_for_ms(dev, ms);
     for (int i = 0; i < count; i++) {
         CUdeviceptr flag = flags + (CUdeviceptr)i * 4;
         int value = i + 1;
         void *args[] = {&cycles, &flag, &value};
+        if (timed)
+            CK(cuEventRecord(start, s));
         CK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+        if (timed)
+            CK(cuEventRecord(stop, s));
     }
     CK(cuStreamSynchronize(s));
+    if (timed) {
+        float span = 0;
+        CK(cuEventElapsedTime(&span, start, stop));
+        if (span < ms * 0.5)
+            gt_fail("the last kernel, timed by events: %.3f ms, not about %.3f", span, ms);
+    }
     int *h = malloc((size_t)count * 4);
     if (!h)
         gt_fail("malloc");
