@@ -32,8 +32,12 @@ struct srv_usage {
     double sampled_ns;
     uint64_t sampled, done_units; /* samples that ended; launches up to the last of them */
     uint64_t taken, quieted;      /* samples begun; samples due inside a timed span, moved later */
-    bool moving;                  /* the sample due now was moved */
+    uint32_t moving;              /* launches the sample due now was moved past (0: not moved) */
 };
+
+/* A program that records timing events every few launches would otherwise never be sampled: a sample moved
+ * past this many launches is taken all the same. */
+#define USAGE_MOVE_MAX 256
 
 static pthread_mutex_t usage_lock = PTHREAD_MUTEX_INITIALIZER; /* the samples of every client */
 
@@ -207,15 +211,15 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
         /* Just after a timing event's record: the program may be timing this launch. The sample that is
          * due waits for a launch after these (the countdown stays), so the launches picked stay random. */
         c->timing_quiet--;
-        if (u->countdown == 1 && !u->moving) {
-            u->moving = true;
-            u->quieted++;
+        if (u->countdown == 1 && u->moving < USAGE_MOVE_MAX) {
+            if (!u->moving++)
+                u->quieted++;
+            return -1;
         }
-        return -1;
     }
     if (--u->countdown)
         return -1;
-    u->moving = false;
+    u->moving = 0;
     u->countdown = next_gap(u);
     pthread_mutex_lock(&usage_lock);
     int slot = begin_locked(c, u, s, unit);
