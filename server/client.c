@@ -237,6 +237,9 @@ static void *worker_main(void *arg)
     if (c->marks_answered)
         cumux_debugf("client %u: %llu questions answered from completion marks", c->id,
                      (unsigned long long)c->marks_answered);
+    if (c->marks_queued || c->marks_withheld)
+        cumux_debugf("client %u: %llu completion marks queued, none at %llu idle moments while it timed work",
+                     c->id, (unsigned long long)c->marks_queued, (unsigned long long)c->marks_withheld);
     if (atomic_load(&c->paced))
         cumux_logf("client %u: %llu of its %llu launches waited for their stream (pacing)", c->id,
                    (unsigned long long)atomic_load(&c->paced), (unsigned long long)atomic_load(&c->launches));

@@ -179,6 +179,15 @@ void srv_marks_write(struct srv_client *c, uint64_t handled)
 {
     if (c->ever_captured || marks_state < 0)
         return;
+    if (c->timing_window) {
+        /* The program may be timing work between two events (a library's benchmark: synchronize, which
+         * asks about the stream, record, launch, record): a mark queued while it prepares the next launch
+         * would add its event and writes to the span, once for each such pause, so a candidate of more
+         * launches would pay more. Its questions go to the driver meanwhile. */
+        c->marks_withheld++;
+        tell(c, handled);
+        return;
+    }
     uint64_t t = 0;
     for (unsigned i = 0; i < SRV_MARKS_ASKED; i++) {
         if (!c->marks_asked[i])
@@ -232,6 +241,7 @@ void srv_marks_write(struct srv_client *c, uint64_t handled)
         s->mark_seq = v;
         s->mark_behind = true;
         s->mark_cu = s->cu;
+        c->marks_queued++;
     }
     tell(c, handled);
 }

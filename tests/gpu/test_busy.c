@@ -4,8 +4,8 @@
  * exits, so that the server can be asked meanwhile. Alone it proves nothing, so it is no test of the suite.
  * With PRIORITY its stream is made with that priority, which cuStreamGetPriority must give back as asked
  * (the server may run it at another: tests/test_priority.sh). With GPU_BUSY_TIMED=1 each kernel is timed
- * between two timing events, as a library's benchmark times a candidate (tests/test_usage_timed.sh), and
- * the last one's time is checked.
+ * as a library's benchmark times a candidate: the stream synchronized, a timing event recorded, the kernel,
+ * another event (tests/test_timed_spans.sh); each time is checked.
  *   gpu_busy MS COUNT [PRIORITY] */
 #include <stdbool.h>
 #include <stdio.h>
@@ -50,19 +50,21 @@ int main(int argc, char **argv)
         CUdeviceptr flag = flags + (CUdeviceptr)i * 4;
         int value = i + 1;
         void *args[] = {&cycles, &flag, &value};
-        if (timed)
+        if (timed) {
+            CK(cuStreamSynchronize(s));
             CK(cuEventRecord(start, s));
+        }
         CK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
-        if (timed)
+        if (timed) {
             CK(cuEventRecord(stop, s));
+            CK(cuEventSynchronize(stop));
+            float span = 0;
+            CK(cuEventElapsedTime(&span, start, stop));
+            if (span < ms * 0.5)
+                gt_fail("kernel %d, timed by events: %.3f ms, not about %.3f", i, span, ms);
+        }
     }
     CK(cuStreamSynchronize(s));
-    if (timed) {
-        float span = 0;
-        CK(cuEventElapsedTime(&span, start, stop));
-        if (span < ms * 0.5)
-            gt_fail("the last kernel, timed by events: %.3f ms, not about %.3f", span, ms);
-    }
     int *h = malloc((size_t)count * 4);
     if (!h)
         gt_fail("malloc");
