@@ -179,11 +179,12 @@ void srv_marks_write(struct srv_client *c, uint64_t handled)
 {
     if (c->ever_captured || marks_state < 0)
         return;
-    if (c->timing_window) {
+    if (c->timing_quiet) {
         /* The program may be timing work between two events (a library's benchmark: synchronize, which
          * asks about the stream, record, launch, record): a mark queued while it prepares the next launch
          * would add its event and writes to the span, once for each such pause, so a candidate of more
-         * launches would pay more. Its questions go to the driver meanwhile. */
+         * launches would pay more. Until SRV_TIMING_QUIET_LAUNCHES launches after the record, its questions
+         * go to the driver. */
         c->marks_withheld++;
         tell(c, handled);
         return;

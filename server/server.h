@@ -242,8 +242,9 @@ struct srv_client {
      * being timed may follow after some host work of the client's, and a worker woken from sleep would
      * add its wake-up to the time (client.c keeps looking instead, CUMUX_TIMING_POLL_US). */
     bool timing_window;
-    /* Launches after that record that usage.c leaves unsampled: a library times one candidate kernel
-     * between two events, and a sample's own two events would lengthen that span (about 3 us on the H200). */
+    /* Launches after the last record of a timing event that usage.c leaves unsampled and before which
+     * marks.c queues no mark: a library times a candidate kernel between two events, and a sample's or a
+     * mark's own GPU work would lengthen that span (a sample's two events: about 3 us on the H200). */
     uint8_t timing_quiet;
     /* Streams the client asked about lately (marks.c), by handle, and when */
 #define SRV_MARKS_ASKED 4

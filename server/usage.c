@@ -193,6 +193,10 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
             c->launched_on[k] = s->handle;
         c->nlaunched_on = k < 8 ? k + 1 : 9;
     }
+    /* Just after a timing event's record the program may be timing this launch (marks.c waits too). */
+    bool timed = c->timing_quiet > 0;
+    if (timed)
+        c->timing_quiet--;
     struct srv_usage *u = c->usage;
     if (!u) {
         if (sampling_off())
@@ -207,15 +211,12 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
         c->usage = u;
         pthread_mutex_unlock(&usage_lock);
     }
-    if (c->timing_quiet) {
-        /* Just after a timing event's record: the program may be timing this launch. The sample that is
-         * due waits for a launch after these (the countdown stays), so the launches picked stay random. */
-        c->timing_quiet--;
-        if (u->countdown == 1 && u->moving < USAGE_MOVE_MAX) {
-            if (!u->moving++)
-                u->quieted++;
-            return -1;
-        }
+    if (timed && u->countdown == 1 && u->moving < USAGE_MOVE_MAX) {
+        /* The sample due waits for the first launch after the timed ones, so the launches picked stay
+         * as random as the gaps. */
+        if (!u->moving++)
+            u->quieted++;
+        return -1;
     }
     if (--u->countdown)
         return -1;
