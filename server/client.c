@@ -52,10 +52,6 @@ static void profile_log(const struct srv_client *c, const struct op_profile *p)
                        "%llu of 100 us or more (%.1f ms in all)",
                        c->id, op_name(op), (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op],
                        (double)p->max_ns[op] / 1e3, (unsigned long long)p->slow[op], (double)p->slow_ns[op] / 1e6);
-    uint64_t taken, quieted;
-    srv_usage_counts(c, &taken, &quieted);
-    cumux_logf("client %u: profile: usage samples: %llu taken, %llu due inside timed spans and moved later", c->id,
-               (unsigned long long)taken, (unsigned long long)quieted);
 }
 
 /* A client back after a fault (RESUME hello) makes again what it held; on the H200 that took 220-400 ms

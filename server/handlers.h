@@ -37,8 +37,8 @@ void host_release(struct srv_client *c, uint64_t base);
  * timed), srv_usage_end after it with its result. srv_usage_release at the client's end. */
 int srv_usage_begin(struct srv_client *c, struct srv_stream *s);
 void srv_usage_end(struct srv_client *c, struct srv_stream *s, int slot, CUresult launched);
-/* The launches after a timing event's record that are not sampled and get no completion mark before them
- * (stream.c sets c->timing_quiet; usage.c counts it down). */
+/* The launches after a timing event's record that get no completion mark before them (stream.c sets
+ * c->timing_quiet, usage.c counts it down, marks.c obeys it). */
 #define SRV_TIMING_QUIET_LAUNCHES 8
 void srv_usage_release(struct srv_client *c);
 /* kernel_profile.c (CUMUX_PROFILE=kernels): a launch on s is bracketed by srv_kprof_before (an event

@@ -242,9 +242,9 @@ struct srv_client {
      * being timed may follow after some host work of the client's, and a worker woken from sleep would
      * add its wake-up to the time (client.c keeps looking instead, CUMUX_TIMING_POLL_US). */
     bool timing_window;
-    /* Launches after the last record of a timing event that usage.c leaves unsampled and before which
-     * marks.c queues no mark: a library times a candidate kernel between two events, and a sample's or a
-     * mark's own GPU work would lengthen that span (a sample's two events: about 3 us on the H200). */
+    /* Launches after the last record of a timing event before which marks.c queues no mark (usage.c
+     * counts them down): a library times a candidate kernel between two events, and a mark's own GPU work
+     * would lengthen that span. */
     uint8_t timing_quiet;
     /* Streams the client asked about lately (marks.c), by handle, and when */
 #define SRV_MARKS_ASKED 4
@@ -345,8 +345,6 @@ char *srv_metrics_response(const char *request, size_t len, const struct srv_cli
 
 /* usage.c: the client's samples that ended since, into c->gpu_ns; for status requests, from any thread. */
 void srv_usage_refresh(struct srv_client *c);
-/* For CUMUX_PROFILE: samples begun, and launches due for one but left alone after a timing record. */
-void srv_usage_counts(const struct srv_client *c, uint64_t *taken, uint64_t *quieted);
 /* Has the client launched work not known to have ended (the candidates for a fault's culprit)? */
 bool srv_usage_in_flight(struct srv_client *c);
 /* A client goes: remembered a while if it had kernels in flight (srv_usage_departed_lately: those that

@@ -7,12 +7,12 @@
  * other clients hold counts that wait. Pending samples are looked at when the next one is due and when
  * the status is asked for (srv_usage_refresh), never waited for; a synchronization that returns tells that
  * every launch before it has ended (srv_usage_synced); captures are never sampled (the events
- * would become graph nodes), nor the launches just after a timing event's record (c->timing_quiet: the
- * program may be timing them, and the sample's events would lengthen its span). One lock for all clients: taken at one launch in USAGE_MEAN_GAP and by status
+ * would become graph nodes). One lock for all clients: taken at one launch in USAGE_MEAN_GAP and by status
  * requests, so it costs nothing measurable (docs/performance.md). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "common/channel.h"
 #include "server/handlers.h"
@@ -31,13 +31,7 @@ struct srv_usage {
     uint32_t countdown; /* launches to the next sample */
     double sampled_ns;
     uint64_t sampled, done_units; /* samples that ended; launches up to the last of them */
-    uint64_t taken, quieted;      /* samples begun; samples due inside a timed span, moved later */
-    uint32_t moving;              /* launches the sample due now was moved past (0: not moved) */
 };
-
-/* A program that records timing events every few launches would otherwise never be sampled: a sample moved
- * past this many launches is taken all the same. */
-#define USAGE_MOVE_MAX 256
 
 static pthread_mutex_t usage_lock = PTHREAD_MUTEX_INITIALIZER; /* the samples of every client */
 
@@ -193,9 +187,9 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
             c->launched_on[k] = s->handle;
         c->nlaunched_on = k < 8 ? k + 1 : 9;
     }
-    /* Just after a timing event's record the program may be timing this launch (marks.c waits too). */
-    bool timed = c->timing_quiet > 0;
-    if (timed)
+    /* marks.c's count of the launches after a timing event's record (sampling takes no notice of it: which
+     * launches are sampled must not be the client's to steer, or it could keep its long kernels out). */
+    if (c->timing_quiet)
         c->timing_quiet--;
     struct srv_usage *u = c->usage;
     if (!u) {
@@ -205,35 +199,25 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
             return -1;
         for (int i = 0; i < USAGE_PAIRS; i++)
             u->pair[i].gpu = -1;
-        u->rng = (uint64_t)c->id * 0x9E3779B97F4A7C15ull | 1;
+        /* Seeded from the kernel, not from anything the client knows (its id is in its welcome): a client
+         * that could tell which of its launches get sampled could give those short kernels and its real
+         * work none. */
+        uint64_t seed = 0;
+        if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+            seed = cumux_now_ns() ^ ((uint64_t)c->id * 0x9E3779B97F4A7C15ull);
+        u->rng = seed | 1;
         u->countdown = 1; /* the first launch: a program of a few kernels gets a figure too */
         pthread_mutex_lock(&usage_lock);
         c->usage = u;
         pthread_mutex_unlock(&usage_lock);
     }
-    if (timed && u->countdown == 1 && u->moving < USAGE_MOVE_MAX) {
-        /* The sample due waits for the first launch after the timed ones, so the launches picked stay
-         * as random as the gaps. */
-        if (!u->moving++)
-            u->quieted++;
-        return -1;
-    }
     if (--u->countdown)
         return -1;
-    u->moving = 0;
     u->countdown = next_gap(u);
     pthread_mutex_lock(&usage_lock);
     int slot = begin_locked(c, u, s, unit);
-    if (slot >= 0)
-        u->taken++;
     pthread_mutex_unlock(&usage_lock);
     return slot;
-}
-
-void srv_usage_counts(const struct srv_client *c, uint64_t *taken, uint64_t *quieted)
-{
-    *taken = c->usage ? c->usage->taken : 0;
-    *quieted = c->usage ? c->usage->quieted : 0;
 }
 
 void srv_usage_end(struct srv_client *c, struct srv_stream *s, int slot, CUresult launched)
