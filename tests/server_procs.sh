@@ -39,6 +39,12 @@ serve_one() {
     return 1
 }
 
+# Starts the server with the driver of $drv first on the library path and the variables given (VAR=V ...),
+# or fails the test.
+start_ours() {
+    env "$@" LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start $*"
+}
+
 # The start of a test that runs a server of its own (then source this file): a temporary directory $tmp
 # with the pipe and log directories in it; at exit the process $client (when set) is killed, the server
 # stopped and $tmp removed. fail MSG prints MSG, the files that $fail_show names (a glob) and the server's

@@ -10,7 +10,7 @@ cli=$1 drv=$2 gdir=$3
 own_server_test
 export CUMUX_STANDBY=0
 fail_show="$tmp/cache.out"
-CUMUX_PROFILE=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours CUMUX_PROFILE=1
 ASAN_OPTIONS=detect_leaks=0 "$cli" run -- "$gdir/gpu_cache_config" >"$tmp/cache.out" 2>&1 || fail "gpu_cache_config failed"
 grep -q '^PASS' "$tmp/cache.out" || fail "gpu_cache_config did not pass"
 log="$tmp/log/cumuxd.log"

@@ -18,7 +18,7 @@ export CUMUX_STANDBY=0 CUMUX_DEBUG=1 CUMUX_FAKE_MEMORY_MB=4096
 [ "${CUMUX_FAULT_COREDUMP:-1}" = 1 ] && export GT_FAULT_SYNC_MAY_PASS=1
 log="$tmp/log/cumuxd.log"
 fail_show="$tmp/run.out"
-CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours CUMUX_CONTAIN=1
 grep -q "clients' device memory in VMM chunks of an arena" "$log" || fail "no arena said: $(grep -i arena "$log")"
 used() { "$cli" status | sed -n 's/^GPU 0: .*memory \([0-9]*\) MiB used.*/\1/p'; }
 # The suite runs twice and the memory in use is compared around the second pass: the first grows what the

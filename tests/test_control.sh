@@ -16,7 +16,7 @@ refused() { # WORDS...: the command fails and says why
     [ -s "$tmp/ctl.err" ] || fail "cumux control $* failed without a word"
 }
 
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 server=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid") worker=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
 [ "$(ctl get_server_list)" = "$server" ] || fail "get_server_list: $(ctl get_server_list)"
 "$cli" run -- "$gdir/gpu_hang" idle >"$tmp/hang.out" 2>&1 &

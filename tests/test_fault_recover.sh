@@ -25,7 +25,7 @@ fail() {
 }
 now_ms() { date +%s%3N; }
 
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 spid=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid")
 "$cli" run -- "$gdir/gpu_vecadd" >/dev/null 2>&1 || fail "gpu_vecadd before any fault"
 stack_limit() { "$cli" run -- "$gdir/gpu_probe" --stack 2>&1 | sed -n 's/^stack limit: \([0-9]*\) bytes$/\1/p'; }

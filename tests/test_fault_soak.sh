@@ -36,7 +36,7 @@ fail() {
 now_ms() { date +%s%3N; }
 mem_used() { "$cli" status | sed -n 's/^GPU 0: .* memory \([0-9]*\) MiB used.*/\1/p'; }
 
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 "$cli" run -- "$gdir/gpu_vecadd" >/dev/null 2>&1 || fail "gpu_vecadd before any fault"
 standby=on
 [ "${CUMUX_STANDBY:-1}" = 0 ] && standby=off

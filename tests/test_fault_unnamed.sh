@@ -28,7 +28,7 @@ fail() {
     exit 1
 }
 
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 wait_standby_ready 1 || true # without a standby (CUMUX_STANDBY=0) the test is the same
 mkfifo "$tmp/by.in" || fail "mkfifo"
 "$cli" run -- "$gdir/gpu_busy" 300 60 <"$tmp/by.in" >"$tmp/by.out" 2>&1 & # 18 s of kernels, queued at once

@@ -10,8 +10,7 @@ cli=$1 drv=$2 gdir=$3
 own_server_test
 export CUMUX_STANDBY=0
 fail_show="$tmp/busy.out"
-CUMUX_PROFILE=kernels LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
-    fail "cumux start"
+start_ours CUMUX_PROFILE=kernels
 echo | "$cli" run -- "$gdir/gpu_busy" 2 40 >"$tmp/busy.out" 2>&1 || fail "gpu_busy failed"
 grep -q '^busy: done' "$tmp/busy.out" || fail "gpu_busy did not finish"
 log="$tmp/log/cumuxd.log"

@@ -25,7 +25,7 @@ start_hang() {
     fail "gpu_hang $1 did not start waiting in 30 s"
 }
 
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 serve_one "$tmp/vecadd.out" || fail "gpu_vecadd before any kill: $(cat "$tmp/vecadd.out")"
 
 # An unknown pid.

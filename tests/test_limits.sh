@@ -17,7 +17,7 @@ idle() {
     for ((i = 0; i < 100; i++)); do "$cli" status | grep -q '^clients: 0$' && return; sleep 0.05; done
     fail "clients left: $("$cli" status)"
 }
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 base=$(stack)
 [ -n "$base" ] && [ "$base" -gt 0 ] || fail "no stack limit read: $(cat "$tmp/run.out")"
 idle

@@ -8,7 +8,7 @@ cli=$1 drv=$2 gdir=$3 n=${4:-128}
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
 own_server_test
 export CUMUX_STANDBY=0
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 t0=$(date +%s%3N)
 pids=()
 for ((i = 1; i <= n; i++)); do

@@ -13,7 +13,7 @@ cli=$1 drv=$2 gdir=$3
 own_server_test
 export CUMUX_STANDBY=0 CUMUX_DEBUG=1
 fail_show="$tmp/a.out $tmp/b.out $tmp/c.out $tmp/set.out"
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 nsm=$("$cli" status | sed -n 's/^GPU 0: .*, \([0-9]*\) SMs.*/\1/p')
 [ -n "$nsm" ] || nsm=$("$cli" status | grep -o '[0-9]* SMs' | head -1 | cut -d' ' -f1)
 [ -n "$nsm" ] && [ "$nsm" -gt 16 ] || fail "no SM count in cumux status: $("$cli" status)"

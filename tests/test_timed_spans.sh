@@ -13,7 +13,7 @@ cli=$1 drv=$2 gdir=$3
 own_server_test
 export CUMUX_STANDBY=0
 fail_show="$tmp/busy.out"
-CUMUX_DEBUG=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours CUMUX_DEBUG=1
 log="$tmp/log/cumuxd.log"
 echo | GPU_BUSY_TIMED=1 "$cli" run -- "$gdir/gpu_busy" 0.02 640 >"$tmp/busy.out" 2>&1 || fail "gpu_busy (timed) failed"
 for ((i = 0; i < 50; i++)); do grep -q 'client 1: .* completion marks queued' "$log" && break; sleep 0.1; done

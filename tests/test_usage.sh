@@ -14,7 +14,7 @@ fail_show="$tmp/*.out"
 heavy="" light=""
 own_server_cleanup_more() { for p in $heavy $light; do kill -KILL "$p" 2>/dev/null; done; own_server_cleanup; }
 trap own_server_cleanup_more EXIT
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start"
+start_ours
 mkfifo "$tmp/heavy.in" "$tmp/light.in" || fail "mkfifo"
 # heavy: 1500 kernels of 0.4 ms (0.6 s of GPU time: a sample ends every ~25 ms, so top's window of 0.3 s
 # is measured to ~10%); light: 150 of 0.05 ms (7.5 ms).
