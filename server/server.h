@@ -251,7 +251,7 @@ struct srv_client {
     uint32_t marks_asked[SRV_MARKS_ASKED];
     uint64_t marks_asked_ns[SRV_MARKS_ASKED];
     uint64_t marks_answered; /* questions answered from a mark */
-    uint64_t marks_queued, marks_withheld; /* marks queued; idle moments with none queued in a timing window */
+    uint64_t marks_queued, marks_withheld; /* marks queued; idle moments with none queued (timing_quiet) */
     struct cumux_marks_told told; /* what the channel says of marks now (the worker's copy: never read back) */
     uint32_t told_gen;
     /* The same for the fault watch (marks.c srv_marks_client_done), which runs beside the worker: whether
