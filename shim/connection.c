@@ -511,8 +511,8 @@ static uint32_t requested_percent(void)
 }
 
 /* Connects and says hello (CLIENT, or RESUME with the token of the first welcome): the socket, the
- * channel and the client id into *conn. *unanswered: the server took the connection and closed it with no
- * answer (a worker handing over to its standby does that; worth another try). */
+ * channel and the client id into *conn. *unanswered (when not NULL): the server took the connection and
+ * closed it with no answer (a worker handing over to its standby does that; worth another try). */
 struct conn {
     int sock;
     struct cumux_shm *shm;
@@ -522,6 +522,9 @@ struct conn {
 
 static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn, bool *unanswered)
 {
+    bool unanswered_here;
+    if (!unanswered)
+        unanswered = &unanswered_here;
     *unanswered = false;
     char path[256];
     if (cumux_socket_path(path, sizeof path) < 0) {
@@ -632,8 +635,7 @@ static CUresult resume(void)
         struct conn conn;
         r = CUDA_ERROR_MPS_CONNECTION_FAILED;
         for (int i = 0; i < 50 && r != CUDA_SUCCESS; i++) {
-            bool unanswered;
-            r = connect_server(CUMUX_HELLO_RESUME, shim.resume_token, &conn, &unanswered);
+            r = connect_server(CUMUX_HELLO_RESUME, shim.resume_token, &conn, NULL); /* any failure: again */
             if (r != CUDA_SUCCESS) /* soon at first: the failing worker may have taken the connection */
                 nanosleep(&(struct timespec){0, i < 10 ? 5000000 : 100000000}, NULL);
         }
