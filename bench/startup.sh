@@ -18,7 +18,8 @@
 #          STARTUP_PAIR_VARIANT="VAR=V ...": also cumux with those variables for the server and the programs
 #          (say CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1), inside the cumux runs: MPS, cumux, variant, variant,
 #          cumux, MPS; with the solo phase, also one warm start-up alone in the variant.
-#          STARTUP_PAIR_NATIVE=0: no native (time-sliced) pair
+#          STARTUP_PAIR_NATIVE=0: no native (time-sliced) pair; STARTUP_PAIR_STAGGER=1: the second starts once
+#          the first is warm
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
 # Logs: ${OUT:-/tmp/cumux-startup}. Each program at most STARTUP_TIMEOUT seconds (default 150).
 set -u
@@ -116,6 +117,9 @@ phase_pair() { # MODE CMD...: one run of the pair; its aggregate appended to R[p
     d=$(mktemp -d)
     prog "pair-a.$mode.$n" STARTUP_READY="$d/a" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
     local a=$!
+    # STARTUP_PAIR_STAGGER=1: b starts once a is warm, so that neither's start-up (cuDNN timing its
+    # candidates, code loading) runs beside the other's
+    [ "${STARTUP_PAIR_STAGGER:-0}" = 1 ] && wait_file "$d/a" "$tmo"
     prog "pair-b.$mode.$n" STARTUP_READY="$d/b" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
     local b=$!
     local st="" ia ib sum=""
