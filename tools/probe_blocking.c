@@ -6,46 +6,21 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-#define CK(x)                                                                                          \
-    do {                                                                                               \
-        CUresult r_ = (x);                                                                             \
-        if (r_) {                                                                                      \
-            printf("%s -> %d\n", #x, r_);                                                              \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-
-static char *slurp(const char *p)
-{
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        exit(1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(n + 1);
-    if (fread(b, 1, n, f) != (size_t)n)
-        exit(1);
-    fclose(f);
-    return b;
-}
+#include "probe_util.h"
 
 int main(int argc, char **argv)
 {
+    if (argc < 2) {
+        fprintf(stderr, "usage: probe_blocking FATBIN (with spin_flag)\n");
+        return 2;
+    }
     CUdevice dev;
     CUcontext ctx;
     CK(cuInit(0));
     CK(cuDeviceGet(&dev, 0));
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CK(cuCtxSetCurrent(ctx));
-    char *img = slurp(argv[1]);
+    char *img = probe_read_file(argv[1]);
     CUmodule mod;
     CK(cuModuleLoadData(&mod, img));
     CUfunction spin;

@@ -6,32 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-#define CK(x)                                                                                          \
-    do {                                                                                               \
-        CUresult r_ = (x);                                                                             \
-        if (r_) {                                                                                      \
-            printf("line %d: %s -> %d\n", __LINE__, #x, r_);                                           \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-static char *slurp(const char *p)
-{
-    FILE *f = fopen(p, "rb");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(n + 1);
-    if (fread(b, 1, n, f) != (size_t)n)
-        exit(1);
-    fclose(f);
-    return b;
-}
+#include "probe_util.h"
 
 int main(int argc, char **argv)
 {
@@ -42,7 +17,7 @@ int main(int argc, char **argv)
     CK(cuDeviceGet(&dev, 0));
     CK(cuDevicePrimaryCtxRetain(&prim, dev));
     CK(cuCtxSetCurrent(prim));
-    char *img = slurp(argv[1]);
+    char *img = probe_read_file(argv[1]);
     CUdevResource sm;
     CK(cuDeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM));
     printf("SMs: %u\n", sm.sm.smCount);

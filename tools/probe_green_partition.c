@@ -32,23 +32,6 @@
 
 #include "probe_util.h"
 
-static void *slurp(const char *p)
-{
-    FILE *f = fopen(p, "rb");
-    if (!f) {
-        printf("FAIL cannot open %s\n", p);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n)
-        exit(1);
-    fclose(f);
-    return b;
-}
-
 static unsigned smem_all; /* shared memory a block asks for: an SM's all, so one block an SM */
 
 /* Time of one grid of `blocks` 1-warp blocks spinning `cycles` on stream s (ms), one block an SM. */
@@ -77,7 +60,7 @@ int main(int argc, char **argv)
     CK(cuDeviceGet(&dev, 0));
     CK(cuDevicePrimaryCtxRetain(&prim, dev));
     CK(cuCtxSetCurrent(prim));
-    void *img = slurp(argv[1]);
+    void *img = probe_read_file(argv[1]);
     CUmodule mod;
     CUfunction f;
     CK(cuModuleLoadData(&mod, img));

@@ -22,23 +22,6 @@ static int kind;
 static double t_load_begin, t_load_end;
 static CUresult load_result;
 
-static char *slurp(const char *p)
-{
-    FILE *f = fopen(p, "rb");
-    if (!f) {
-        perror(p);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n)
-        exit(1);
-    fclose(f);
-    return b;
-}
-
 static void *loader(void *arg)
 {
     (void)arg;
@@ -79,7 +62,7 @@ int main(int argc, char **argv)
     CK(cuDeviceGet(&dev, 0));
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CK(cuCtxSetCurrent(ctx));
-    image = slurp(argv[1]);
+    image = probe_read_file(argv[1]);
     CUmodule mod;
     CK(cuModuleLoadData(&mod, image));
     CUfunction spin;

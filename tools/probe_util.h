@@ -31,6 +31,27 @@ static inline const char *ename(CUresult r)
         }                                                                                              \
     } while (0)
 
+/* A whole file (a fatbin, say) in memory, NUL-terminated; the probe ends if it cannot be read. */
+static inline char *probe_read_file(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f) {
+        printf("FAIL cannot open %s\n", p);
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
+        printf("FAIL cannot read %s\n", p);
+        exit(1);
+    }
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
 /* Descriptor passing between a probe's processes (those that include <sys/socket.h> first, with
  * _GNU_SOURCE): a message with a descriptor (fd >= 0) or without. */
 #ifdef SCM_RIGHTS
