@@ -251,9 +251,9 @@ static void check_functions_and_launch_ex(CUdevice dev)
         CK(cuOccupancyMaxActiveClusters(&clusters, vadd, &q));
         CK(cuOccupancyMaxActiveClusters(&clusters_again, vadd, &q));
         int sms = attr(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-        if (clusters < 1 || clusters > sms * with / 2 || clusters_again != clusters)
-            gt_fail("clusters of 2 with 100 KiB each: %d, then %d (%d SMs, %d blocks each)", clusters,
-                    clusters_again, sms, with);
+        /* At most two blocks of 100 KiB fit an SM (228 KiB on Hopper), whatever carveout the driver picks. */
+        if (clusters < 1 || clusters > sms || clusters_again != clusters)
+            gt_fail("clusters of 2 blocks of 100 KiB: %d, then %d (%d SMs)", clusters, clusters_again, sms);
         CK(cuFuncSetAttribute(vadd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0));
     }
     CUfunction missing;
