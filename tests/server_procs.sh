@@ -48,11 +48,19 @@ start_ours() {
 # The start of a test that runs a server of its own (then source this file): a temporary directory $tmp
 # with the pipe and log directories in it; at exit the process $client (when set) is killed, the server
 # stopped and $tmp removed. fail MSG prints MSG, the files that $fail_show names (a glob) and the server's
-# log, and exits 1.
+# log, and exits 1. own_server_test [--no-standby] [FILE...]: --no-standby runs the server without its
+# standby worker (CUMUX_STANDBY=0); each FILE, a name in $tmp, goes into $fail_show.
 own_server_test() {
     tmp=$(mktemp -d) || exit 2
     export CUMUX_PIPE_DIRECTORY="$tmp/pipe" CUMUX_LOG_DIRECTORY="$tmp/log" ASAN_OPTIONS=detect_leaks=0
     client="" fail_show=""
+    local a
+    for a in "$@"; do
+        case "$a" in
+        --no-standby) export CUMUX_STANDBY=0 ;;
+        *) fail_show="${fail_show:+$fail_show }$tmp/$a" ;;
+        esac
+    done
     trap own_server_cleanup EXIT
 }
 own_server_cleanup() {

@@ -7,9 +7,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-own_server_test
-export CUMUX_STANDBY=0
-fail_show="$tmp/cache.out"
+own_server_test --no-standby cache.out
 start_ours CUMUX_PROFILE=1
 ASAN_OPTIONS=detect_leaks=0 "$cli" run -- "$gdir/gpu_cache_config" >"$tmp/cache.out" 2>&1 || fail "gpu_cache_config failed"
 grep -q '^PASS' "$tmp/cache.out" || fail "gpu_cache_config did not pass"

@@ -7,9 +7,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-own_server_test
-export CUMUX_STANDBY=0
-fail_show="$tmp/hang.out"
+own_server_test --no-standby hang.out
 ctl() { "$cli" control "$@" 2>"$tmp/ctl.err"; }
 refused() { # WORDS...: the command fails and says why
     ctl "$@" >/dev/null && fail "cumux control $* succeeded"

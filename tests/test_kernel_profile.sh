@@ -7,9 +7,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-own_server_test
-export CUMUX_STANDBY=0
-fail_show="$tmp/busy.out"
+own_server_test --no-standby busy.out
 start_ours CUMUX_PROFILE=kernels
 echo | "$cli" run -- "$gdir/gpu_busy" 2 40 >"$tmp/busy.out" 2>&1 || fail "gpu_busy failed"
 grep -q '^busy: done' "$tmp/busy.out" || fail "gpu_busy did not finish"

@@ -8,9 +8,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-own_server_test
-export CUMUX_STANDBY=0
-fail_show="$tmp/run.out $tmp/hold.out"
+own_server_test --no-standby run.out hold.out
 used() { "$cli" status | sed -n 's/^GPU 0: .* memory \([0-9]*\) MiB used.*/\1/p'; }
 stack() { "$cli" run -- "$gdir/gpu_limits" read >"$tmp/run.out" 2>&1 || fail "gpu_limits read"; sed -n 's/^stack //p' "$tmp/run.out"; }
 idle() {

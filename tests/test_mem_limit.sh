@@ -8,9 +8,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-own_server_test
-export CUMUX_STANDBY=0
-fail_show="$tmp/hold.out"
+own_server_test --no-standby hold.out
 M=$((1 << 20))
 start_server() {
     LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null

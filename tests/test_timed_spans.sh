@@ -10,9 +10,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-own_server_test
-export CUMUX_STANDBY=0
-fail_show="$tmp/busy.out"
+own_server_test --no-standby busy.out
 start_ours CUMUX_DEBUG=1
 log="$tmp/log/cumuxd.log"
 echo | GPU_BUSY_TIMED=1 "$cli" run -- "$gdir/gpu_busy" 0.02 640 >"$tmp/busy.out" 2>&1 || fail "gpu_busy (timed) failed"

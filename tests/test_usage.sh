@@ -8,9 +8,7 @@
 set -u
 cli=$1 drv=$2 gdir=$3
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
-own_server_test
-export CUMUX_STANDBY=0
-fail_show="$tmp/*.out"
+own_server_test --no-standby '*.out'
 heavy="" light=""
 own_server_cleanup_more() { for p in $heavy $light; do kill -KILL "$p" 2>/dev/null; done; own_server_cleanup; }
 trap own_server_cleanup_more EXIT
