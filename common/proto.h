@@ -178,7 +178,9 @@ struct cumux_msg_hdr {
 #define CUMUX_MAX_DEVICES 16
 #define CUMUX_MAX_ATTRS 256
 #define CUMUX_ATTR_MISSING INT32_MIN
-#define CUMUX_NAME_MAX 1024
+/* A symbol's name, its NUL included, is shorter than this: natively names have no limit, and C++ names
+ * run past a kilobyte (cuDNN's CUTLASS kernels); one name must fit a message and a reply's data. */
+#define CUMUX_NAME_MAX (16u << 10)
 #define CUMUX_MAX_PARAMS 1024
 
 /* CTX_DESTROY flags: a reset of a primary context (its libraries are loaded afresh). */

@@ -212,17 +212,21 @@ CUresult op_module_unload(struct srv_client *c, struct srv_module *module)
     return CUDA_SUCCESS;
 }
 
-static bool name_ok(const struct cumux_module_symbol *m)
+/* The symbol name a MODULE_GET_* payload holds: non-empty, NUL-terminated within it and shorter than
+ * CUMUX_NAME_MAX (the message is the worker's own copy: nothing rewrites it meanwhile). NULL if not. */
+static const char *payload_name(const uint8_t *payload, uint32_t payload_len)
 {
-    return memchr(m->name, 0, sizeof m->name) != NULL && m->name[0] != 0;
+    const uint8_t *end = payload_len ? memchr(payload, 0, payload_len) : NULL;
+    if (!end || end == payload || (size_t)(end - payload) >= CUMUX_NAME_MAX)
+        return NULL;
+    return (const char *)payload;
 }
 
-
-
-CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m,
-                                struct srv_module *mod, uint8_t *out, uint32_t *out_len)
+CUresult op_module_get_function(struct srv_client *c, struct srv_module *mod, const uint8_t *payload,
+                                uint32_t payload_len, uint8_t *out, uint32_t *out_len)
 {
-    if (!name_ok(m))
+    const char *name = payload_name(payload, payload_len);
+    if (!name)
         return CUDA_ERROR_INVALID_VALUE;
     use_gpu(c, mod->gpu);
     struct srv_function *f = calloc(1, sizeof *f);
@@ -231,13 +235,13 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
     CUresult r;
     if (mod->kind == CUMUX_IMAGE_LIBRARY) {
         CUkernel k;
-        r = cuLibraryGetKernel(&k, mod->lib, m->name);
+        r = cuLibraryGetKernel(&k, mod->lib, name);
         f->fn = (CUfunction)k;
         f->is_kernel = true;
         if (r == CUDA_SUCCESS)
             srv_library_note_module(mod, k);
     } else {
-        r = cuModuleGetFunction(&f->fn, mod->mod, m->name);
+        r = cuModuleGetFunction(&f->fn, mod->mod, name);
     }
     if (r != CUDA_SUCCESS) {
         free(f);
@@ -271,10 +275,10 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
         if (end > bytes)
             bytes = (uint32_t)end;
     }
-    f->module = m->module;
+    f->module = mod->handle;
     f->param_bytes = bytes;
     f->nparams = n;
-    f->name = f->is_kernel ? strdup(m->name) : NULL;
+    f->name = f->is_kernel ? strdup(name) : NULL;
     uint32_t h = layout && f->param_offsets && f->param_sizes && (!f->is_kernel || f->name)
                      ? handle_new(c, OBJ_FUNCTION, f)
                      : 0;
@@ -294,18 +298,19 @@ CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_
     return CUDA_SUCCESS;
 }
 
-CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_symbol *m,
-                              struct srv_module *mod, uint8_t *out, uint32_t *out_len)
+CUresult op_module_get_global(struct srv_client *c, struct srv_module *mod, const uint8_t *payload,
+                              uint32_t payload_len, uint8_t *out, uint32_t *out_len)
 {
-    if (!name_ok(m))
+    const char *name = payload_name(payload, payload_len);
+    if (!name)
         return CUDA_ERROR_INVALID_VALUE;
     use_gpu(c, mod->gpu);
     CUdeviceptr p;
     size_t sz;
     if (mod->kind == CUMUX_IMAGE_LIBRARY)
-        CHECK(cuLibraryGetGlobal(&p, &sz, mod->lib, m->name));
+        CHECK(cuLibraryGetGlobal(&p, &sz, mod->lib, name));
     else
-        CHECK(cuModuleGetGlobal(&p, &sz, mod->mod, m->name));
+        CHECK(cuModuleGetGlobal(&p, &sz, mod->mod, name));
     /* The client may now copy to and from it. */
     if (sz && !cumux_ranges_find(&c->dev_ranges, p)) {
         uint64_t *g = realloc(mod->globals, (mod->nglobals + 1) * sizeof *g);

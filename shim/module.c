@@ -265,13 +265,29 @@ struct CUfunc_st *shim_function_of(uint32_t handle)
     return f && f->magic == SHIM_MAGIC_FUNCTION && f->handle == handle ? f : NULL;
 }
 
+/* MODULE_GET_FUNCTION or _GLOBAL of `name` in the server's module `module`: the name goes as the payload. */
+static CUresult symbol_call(uint16_t op, uint32_t module, const char *name, void *reply, uint32_t cap,
+                            uint32_t *reply_len)
+{
+    size_t nl = strlen(name);
+    if (!nl)
+        return CUDA_ERROR_INVALID_VALUE; /* what the server answers an empty name */
+    if (nl >= CUMUX_NAME_MAX) /* natively any length: say which call, once, rather than "not found" */
+        return cumux_unsupported("a module or library symbol name of 16 KiB or more");
+    struct cumux_module_symbol *req = malloc(sizeof *req + nl + 1);
+    if (!req)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *req = (struct cumux_module_symbol){.module = module};
+    memcpy(req + 1, name, nl + 1);
+    CUresult r = shim_call(op, req, sizeof *req + nl + 1, reply, cap, reply_len);
+    free(req);
+    return r;
+}
+
 static CUresult get_function(struct CUmod_st *m, const char *name, struct CUfunc_st **out)
 {
     if (!name || !out)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t nl = strlen(name);
-    if (nl >= CUMUX_NAME_MAX)
-        return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&m->lock);
     for (struct CUfunc_st *f = m->functions; f; f = f->next) {
         if (!strcmp(f->name, name)) {
@@ -280,11 +296,9 @@ static CUresult get_function(struct CUmod_st *m, const char *name, struct CUfunc
             return CUDA_SUCCESS;
         }
     }
-    struct cumux_module_symbol req = {.module = m->handle};
-    memcpy(req.name, name, nl + 1);
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
     uint32_t len = 0;
-    CUresult r = shim_call(CUMUX_OP_MODULE_GET_FUNCTION, &req, sizeof req, buf, sizeof buf, &len);
+    CUresult r = symbol_call(CUMUX_OP_MODULE_GET_FUNCTION, m->handle, name, buf, sizeof buf, &len);
     struct cumux_function_info info;
     if (r == CUDA_SUCCESS) {
         memcpy(&info, buf, sizeof info);
@@ -410,13 +424,8 @@ static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes,
 {
     if (!name)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t nl = strlen(name);
-    if (nl >= CUMUX_NAME_MAX)
-        return CUDA_ERROR_NOT_FOUND;
-    struct cumux_module_symbol req = {.module = m->handle};
-    memcpy(req.name, name, nl + 1);
     struct cumux_global_info rep;
-    CUresult r = shim_call(CUMUX_OP_MODULE_GET_GLOBAL, &req, sizeof req, &rep, sizeof rep, NULL);
+    CUresult r = symbol_call(CUMUX_OP_MODULE_GET_GLOBAL, m->handle, name, &rep, sizeof rep, NULL);
     if (r != CUDA_SUCCESS)
         return r;
     if (rep.size)
@@ -945,11 +954,9 @@ CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
         for (struct CUfunc_st *f = m->functions; f && r == CUDA_SUCCESS; f = f->next) {
             if (f->magic != SHIM_MAGIC_FUNCTION)
                 continue;
-            struct cumux_module_symbol sym = {.module = m->handle};
-            snprintf(sym.name, sizeof sym.name, "%s", f->name);
             static __thread uint8_t buf[CUMUX_REPLY_DATA];
             uint32_t len = 0;
-            r = shim_call(CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, buf, sizeof buf, &len);
+            r = symbol_call(CUMUX_OP_MODULE_GET_FUNCTION, m->handle, f->name, buf, sizeof buf, &len);
             struct cumux_function_info info;
             if (r == CUDA_SUCCESS && len >= sizeof info) {
                 memcpy(&info, buf, sizeof info);

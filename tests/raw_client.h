@@ -27,6 +27,13 @@ _Static_assert(sizeof(struct handle_body) == sizeof(struct cumux_stream_sync) &&
                    sizeof(struct handle_body) == sizeof(struct cumux_arch_data_query),
                "the one-handle bodies");
 
+/* MODULE_GET_FUNCTION / _GLOBAL of a short name: the body, then the name as its payload. */
+struct symbol_msg {
+    struct cumux_module_symbol m;
+    char name[16];
+};
+#define SYMBOL_MSG(mod, str) ((struct symbol_msg){.m = {.module = (mod)}, .name = str})
+
 struct conn {
     int sock;
     struct cumux_shm *shm;

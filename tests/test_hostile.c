@@ -19,7 +19,8 @@
  *   counts          counts and sizes of the newer commands that say more than their message holds: JIT
  *                   options, link inputs, capture dependencies, tensor map ranks, graph event nodes, edges
  *                   removed, captures into a graph, stream memory operations of no known kind, a free node
- *                   of memory not a graph's, a conditional node with a foreign handle or 2^20 bodies
+ *                   of memory not a graph's, a conditional node with a foreign handle or 2^20 bodies;
+ *                   symbol names that are missing, empty, unterminated or as long as the limit
  *   wait-orphan     a client goes while its streams wait on words of its memory nobody will write (its
  *                   worker waited forever in the final synchronization); waits no value can satisfy
  *   hostfn-never    a client whose streams wait for host functions it never runs goes while its worker
@@ -145,7 +146,7 @@ static void check_server_ok(const char *when)
     CHECK(test_cumux_status(cli, &n) == 0 && n >= 0, "%s: cumux status fails", when);
     struct session s;
     session_open(&s);
-    struct cumux_module_symbol sym = {.module = s.module, .name = "vec_add"};
+    struct symbol_msg sym = SYMBOL_MSG(s.module, "vec_add");
     uint8_t rep[sizeof(struct cumux_function_info)];
     CHECK(call_reply(&s.c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS,
           "%s: a new client cannot look up vec_add", when);
@@ -189,7 +190,7 @@ static void case_param_scribble(void)
                            .nwords = 8, .seed = 0x9e3779b97f4a7c15ull};
     pthread_t t;
     REQUIRE(pthread_create(&t, NULL, scribble, &sc) == 0, "scribbler thread");
-    struct cumux_module_symbol sym = {.module = s.module, .name = "vec_add"};
+    struct symbol_msg sym = SYMBOL_MSG(s.module, "vec_add");
     int ok = 0;
     for (int i = 0; i < 2000 && sock_open(s.c.sock); i++) {
         uint8_t rep[sizeof(struct cumux_function_info)];
@@ -431,7 +432,7 @@ static void case_capture_free(void)
 /* ---- capture-global ---- */
 static uint32_t vec_add_function(struct session *s)
 {
-    struct cumux_module_symbol sym = {.module = s->module, .name = "vec_add"};
+    struct symbol_msg sym = SYMBOL_MSG(s->module, "vec_add");
     uint8_t rep[sizeof(struct cumux_function_info)];
     REQUIRE(call_reply(&s->c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS,
             "MODULE_GET_FUNCTION vec_add");
@@ -537,6 +538,35 @@ static void case_capture_left(void)
 }
 
 /* ---- counts ---- */
+/* Symbol names, the payload of MODULE_GET_FUNCTION and _GLOBAL: none, empty, without their NUL, as long as
+ * the limit; then a long one (2 KiB, as cuDNN's CUTLASS kernels have) that the module lacks: the driver's
+ * "not found". */
+static void counts_symbol_names(struct session *s)
+{
+    static struct {
+        struct cumux_module_symbol m;
+        char name[CUMUX_NAME_MAX + 64];
+    } sym;
+    sym.m.module = s->module;
+    static const uint16_t ops[2] = {CUMUX_OP_MODULE_GET_FUNCTION, CUMUX_OP_MODULE_GET_GLOBAL};
+    static const size_t bad[4][2] = {{0, 0}, {8, 0}, {200, 200}, {CUMUX_NAME_MAX + 8, CUMUX_NAME_MAX}};
+    uint8_t rep[sizeof(struct cumux_function_info) + 64];
+    for (int o = 0; o < 2; o++) {
+        for (int b = 0; b < 4; b++) { /* {payload bytes, of which 'x' before the NULs} */
+            memset(sym.name, 0, sizeof sym.name);
+            memset(sym.name, 'x', bad[b][1]);
+            int r = call_reply(&s->c, ops[o], &sym, sizeof sym.m + bad[b][0], rep, sizeof rep);
+            CHECK(r == CUDA_ERROR_INVALID_VALUE, "%s with a name of %zu bytes in %zu: %d",
+                  o ? "MODULE_GET_GLOBAL" : "MODULE_GET_FUNCTION", bad[b][1], bad[b][0], r);
+        }
+        memset(sym.name, 0, sizeof sym.name);
+        memset(sym.name, 'y', 2048);
+        int r = call_reply(&s->c, ops[o], &sym, sizeof sym.m + 2056, rep, sizeof rep);
+        CHECK(r == CUDA_ERROR_NOT_FOUND, "%s of a 2 KiB name the module lacks: %d",
+              o ? "MODULE_GET_GLOBAL" : "MODULE_GET_FUNCTION", r);
+    }
+}
+
 static void case_counts(void)
 {
     struct session s;
@@ -639,6 +669,7 @@ static void case_counts(void)
     ud.flags = 7;
     r = call(&s.c, CUMUX_OP_CAPTURE_UPDATE_DEPS, &ud, sizeof ud);
     CHECK(r == CUDA_ERROR_INVALID_VALUE, "CAPTURE_UPDATE_DEPS with flags 7: %d", r);
+    counts_symbol_names(&s);
     session_close(&s); /* the capture still running */
     check_server_ok("after counts");
 }
@@ -949,7 +980,7 @@ static void case_scribble_all(void)
                                .seed = cumux_now_ns()};
         pthread_t t;
         REQUIRE(pthread_create(&t, NULL, scribble, &sc) == 0, "scribbler thread");
-        struct cumux_module_symbol sym = {.module = s.module, .name = "vec_add"};
+        struct symbol_msg sym = SYMBOL_MSG(s.module, "vec_add");
         for (int i = 0; i < 200 && sock_open(s.c.sock) && cumux_now_ns() < end; i++) {
             uint8_t rep[sizeof(struct cumux_function_info)];
             if (call_reply(&s.c, CUMUX_OP_MODULE_GET_FUNCTION, &sym, sizeof sym, rep, sizeof rep) == CUDA_SUCCESS) {

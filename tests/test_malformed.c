@@ -134,7 +134,7 @@ static void cases_dropped(void)
     drop_header(CUMUX_OP_INIT, 0, 8, 8, "INIT without a body");
     drop_header(CUMUX_OP_CTX_CREATE, 0, 8, 8, "CTX_CREATE without a body");
     drop_header(CUMUX_OP_MEM_ALLOC, 0, 16, 16, "MEM_ALLOC with half a body");
-    drop_header(CUMUX_OP_MODULE_GET_FUNCTION, 0, 1024, 1024, "MODULE_GET_FUNCTION with a short body");
+    drop_header(CUMUX_OP_MODULE_GET_FUNCTION, 0, 8, 8, "MODULE_GET_FUNCTION without a body");
     drop_header(CUMUX_OP_LAUNCH, CUMUX_NO_REPLY, 16, 16, "LAUNCH with a short body");
     drop_header(CUMUX_OP_COPY, CUMUX_NO_REPLY, 16, 16, "COPY with a short body");
     /* One-way ops sent with a reply slot, answered ops sent without one. */
@@ -217,7 +217,7 @@ static void cases_generated(void)
     check_init(&c, "before the generated handle cases");
     for (size_t i = 0; i < sizeof malformed_handles / sizeof malformed_handles[0]; i++) {
         const struct malformed_handle *h = &malformed_handles[i];
-        uint8_t body[sizeof(struct cumux_module_symbol) + 64] = {0};
+        uint8_t body[1024] = {0}; /* more than any op's body */
         REQUIRE(h->body_len <= sizeof body, "%s: body of %u bytes", h->what, h->body_len);
         uint32_t never = 0x7fffffffu;
         memcpy(body + h->offset, &never, sizeof never);
@@ -270,16 +270,12 @@ static void cases_bad_handles(void)
     struct cumux_event_elapsed ee = {.start = 1, .end = 2};
     expect_error(&c, CUMUX_OP_EVENT_ELAPSED, &ee, sizeof ee, CUDA_ERROR_INVALID_HANDLE, "EVENT_ELAPSED 1 2");
     expect_error(&c, CUMUX_OP_MODULE_UNLOAD, &h, sizeof h, CUDA_ERROR_INVALID_HANDLE, "MODULE_UNLOAD 3");
-    struct cumux_module_symbol *ms = calloc(1, sizeof *ms);
-    REQUIRE(ms != NULL, "calloc");
-    ms->module = 9;
-    strcpy(ms->name, "kernel");
-    expect_error(&c, CUMUX_OP_MODULE_GET_FUNCTION, ms, sizeof *ms, CUDA_ERROR_INVALID_HANDLE, "GET_FUNCTION in module 9");
-    expect_error(&c, CUMUX_OP_MODULE_GET_GLOBAL, ms, sizeof *ms, CUDA_ERROR_INVALID_HANDLE, "GET_GLOBAL in module 9");
-    memset(ms->name, 'x', sizeof ms->name); /* no terminating NUL */
-    expect_error(&c, CUMUX_OP_MODULE_GET_FUNCTION, ms, sizeof *ms, 0, "GET_FUNCTION with an unterminated name");
-    expect_error(&c, CUMUX_OP_LIBRARY_GET_MODULE, ms, sizeof *ms, 0, "LIBRARY_GET_MODULE");
-    free(ms);
+    struct symbol_msg ms = SYMBOL_MSG(9, "kernel");
+    expect_error(&c, CUMUX_OP_MODULE_GET_FUNCTION, &ms, sizeof ms, CUDA_ERROR_INVALID_HANDLE, "GET_FUNCTION in module 9");
+    expect_error(&c, CUMUX_OP_MODULE_GET_GLOBAL, &ms, sizeof ms, CUDA_ERROR_INVALID_HANDLE, "GET_GLOBAL in module 9");
+    memset(ms.name, 'x', sizeof ms.name); /* no terminating NUL */
+    expect_error(&c, CUMUX_OP_MODULE_GET_FUNCTION, &ms, sizeof ms, 0, "GET_FUNCTION with an unterminated name");
+    expect_error(&c, CUMUX_OP_LIBRARY_GET_MODULE, &ms, sizeof ms, 0, "LIBRARY_GET_MODULE");
     struct handle_body fnames = {.handle = 9};
     expect_error(&c, CUMUX_OP_MODULE_FUNCTION_NAMES, &fnames, sizeof fnames, CUDA_ERROR_INVALID_HANDLE,
                  "MODULE_FUNCTION_NAMES of module 9");

@@ -452,10 +452,11 @@ struct cumux_module_unload {
     uint32_t pad;
 };
 
+/* The symbol's name follows as the payload, NUL-terminated (shorter than CUMUX_NAME_MAX): C++ names run
+ * past a kilobyte (cuDNN's CUTLASS kernels), so it has no fixed size. */
 struct cumux_module_symbol {
-    uint32_t module;           /* handle of a module; a module or a library */
+    uint32_t module; /* handle of a module; a module or a library */
     uint32_t pad;
-    char name[CUMUX_NAME_MAX]; /* NUL-terminated */
 };
 
 /* Reply to MODULE_GET_FUNCTION: the kernel's handle and its parameter layout, so launches need no

@@ -193,10 +193,10 @@ CUresult op_mem_range_handle(struct srv_client *c, const struct cumux_mem_range_
 CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m, const uint8_t *payload,
                         uint32_t payload_len, uint8_t *out, uint32_t *out_len);
 CUresult op_module_unload(struct srv_client *c, struct srv_module *module);
-CUresult op_module_get_function(struct srv_client *c, const struct cumux_module_symbol *m,
-                                struct srv_module *module, uint8_t *out, uint32_t *out_len);
-CUresult op_module_get_global(struct srv_client *c, const struct cumux_module_symbol *m,
-                              struct srv_module *module, uint8_t *out, uint32_t *out_len);
+CUresult op_module_get_function(struct srv_client *c, struct srv_module *module, const uint8_t *payload,
+                                uint32_t payload_len, uint8_t *out, uint32_t *out_len);
+CUresult op_module_get_global(struct srv_client *c, struct srv_module *module, const uint8_t *payload,
+                              uint32_t payload_len, uint8_t *out, uint32_t *out_len);
 CUresult op_library_get_module(struct srv_client *c, struct srv_module *library, uint8_t *out,
                                uint32_t *out_len);
 CUresult op_module_function_names(struct srv_client *c, const struct cumux_function_names_query *m,
@@ -513,7 +513,7 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             *result = CUDA_ERROR_INVALID_HANDLE;
             return 0;
         }
-        *result = op_module_get_function(c, m, module, out, out_len);
+        *result = op_module_get_function(c, module, payload, payload_len, out, out_len);
         return 0;
     }
     case CUMUX_OP_MODULE_GET_GLOBAL: {
@@ -523,7 +523,7 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             *result = CUDA_ERROR_INVALID_HANDLE;
             return 0;
         }
-        *result = op_module_get_global(c, m, module, out, out_len);
+        *result = op_module_get_global(c, module, payload, payload_len, out, out_len);
         return 0;
     }
     case CUMUX_OP_LIBRARY_GET_MODULE: {

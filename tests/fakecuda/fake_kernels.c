@@ -376,6 +376,7 @@ const struct fc_kernel_def fc_kernels[] = {
     {"xform", "kernel xform", 3, {0, 8, 16}, {8, 8, 4}, 1024, 14, 0, k_xform},
     {"scale_add", "kernel scale_add", 5, {0, 8, 16, 20, 24}, {8, 8, 4, 4, 4}, 1024, 14, 0, k_scale_add},
     {"add_u32", "kernel add_u32", 3, {0, 8, 16}, {8, 8, 4}, 1024, 14, 0, k_add_u32},
+    {GT_STR(GT_LONG_KERNEL), "kernel long_add_u32...", 3, {0, 8, 16}, {8, 8, 4}, 1024, 14, 0, k_add_u32},
     {"bounded256", "kernel bounded256", 2, {0, 8}, {8, 4}, 256, 12, 0, k_bounded256},
     {"empty_kernel", "kernel empty_kernel", 1, {0}, {4}, 1024, 4, 0, k_empty_kernel},
     {"tex_fetch_2d", "kernel tex_fetch_2d", 4, {0, 8, 16, 20}, {8, 8, 4, 4}, 1024, 16, 0, k_tex_fetch_2d},
@@ -386,5 +387,6 @@ const size_t fc_nkernels = sizeof fc_kernels / sizeof fc_kernels[0];
 const struct fc_global_def fc_globals[] = {
     {"g_table", GT_TABLE_LEN * sizeof(unsigned)},
     {"g_bias", sizeof(unsigned)},
+    {GT_STR(GT_LONG_GLOBAL), GT_LONG_GLOBAL_WORDS * sizeof(unsigned)},
 };
 const size_t fc_nglobals = sizeof fc_globals / sizeof fc_globals[0];

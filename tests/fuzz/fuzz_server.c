@@ -264,7 +264,10 @@ static void setup(struct fclient *f)
     send_fd(f, 0, 0);
     struct cumux_module_load ml = {.ctx = cr.ctx, .kind = CUMUX_IMAGE_MODULE, .size = fatbin_size};
     uint64_t mod = answer_u64(f, CUMUX_OP_MODULE_LOAD, &ml, sizeof ml);
-    struct cumux_module_symbol sym = {.module = (uint32_t)mod, .name = "vec_add"};
+    struct {
+        struct cumux_module_symbol m;
+        char name[8];
+    } sym = {.m = {.module = (uint32_t)mod}, .name = "vec_add"};
     uint8_t info[sizeof(struct cumux_function_info)];
     if (send_msg(f, CUMUX_OP_MODULE_GET_FUNCTION, true, &sym, sizeof sym, info, sizeof info) != CUDA_SUCCESS)
         finding("vec_add not found");

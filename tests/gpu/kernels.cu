@@ -116,6 +116,15 @@ __global__ void add_u32(unsigned *buf, unsigned long long n, unsigned add)
         buf[i] += add;
 }
 
+// add_u32 under a name of 2.5 KiB (gpu_shared.h), and a global of such a name: test_globals.
+__global__ void GT_LONG_KERNEL(unsigned *buf, unsigned long long n, unsigned add)
+{
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        buf[i] += add;
+}
+__device__ unsigned GT_LONG_GLOBAL[GT_LONG_GLOBAL_WORDS];
+
 // Launch bounds let the test check cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) == 256.
 __global__ void __launch_bounds__(256) bounded256(float *p, int n)
 {

@@ -6,6 +6,46 @@
 
 #include "gpu_test.h"
 
+/* The kernel and the global of 2.4 KiB names (gpu_shared.h), in mod or else in lib: found, named back in
+ * full, and the kernel adds to the global's words. */
+static void long_names(CUmodule mod, CUlibrary lib)
+{
+    const char *kname = GT_STR(GT_LONG_KERNEL), *gname = GT_STR(GT_LONG_GLOBAL);
+    CUfunction fn;
+    CUdeviceptr words;
+    size_t size = 0;
+    const char *back = NULL;
+    if (mod) {
+        CK(cuModuleGetFunction(&fn, mod, kname));
+        CK(cuModuleGetGlobal(&words, &size, mod, gname));
+        CK(cuFuncGetName(&back, fn));
+    } else {
+        CUkernel k;
+        CK(cuLibraryGetKernel(&k, lib, kname));
+        CK(cuLibraryGetGlobal(&words, &size, lib, gname));
+        CK(cuKernelGetName(&back, k));
+        CK(cuKernelGetFunction(&fn, k));
+    }
+    if (!back || strcmp(back, kname))
+        gt_fail("the %zu-character kernel's name reads back as %.40s... (%zu characters)", strlen(kname),
+                back ? back : "(null)", back ? strlen(back) : 0);
+    if (size != GT_LONG_GLOBAL_WORDS * sizeof(unsigned))
+        gt_fail("the %zu-character global's size is %zu, expected %zu", strlen(gname), size,
+                GT_LONG_GLOBAL_WORDS * sizeof(unsigned));
+    unsigned host[GT_LONG_GLOBAL_WORDS], got[GT_LONG_GLOBAL_WORDS];
+    gt_fill_random(host, sizeof host, mod ? 7 : 8);
+    CK(cuMemcpyHtoD(words, host, sizeof host));
+    unsigned long long n = GT_LONG_GLOBAL_WORDS;
+    unsigned add = 0x10001u;
+    void *args[] = {&words, &n, &add};
+    CK(cuLaunchKernel(fn, 1, 1, 1, 64, 1, 1, 0, NULL, args, NULL));
+    CK(cuMemcpyDtoH(got, words, sizeof got));
+    for (int i = 0; i < GT_LONG_GLOBAL_WORDS; i++)
+        if (got[i] != host[i] + add)
+            gt_fail("%s: word %d of the long-named global is 0x%08x after the long-named kernel, expected 0x%08x",
+                    mod ? "module" : "library", i, got[i], host[i] + add);
+}
+
 int main(void)
 {
     gt_begin("module_globals");
@@ -68,12 +108,13 @@ int main(void)
     if (table2 == table || size2 != table_size)
         gt_fail("second module shares g_table (0x%llx) or has size %zu", (unsigned long long)table2, size2);
     CK(cuModuleUnload(mod2));
+    long_names(mod, NULL);
 
     static const char *const kernels[] = {"vec_add",  "matmul_tiled", "spin_flag", "copy_flag",
                                           "write_value", "cond_count", "table_modify", "fill_pattern", "xform",
                                           "scale_add", "add_u32", "bounded256", "empty_kernel",
                                           "tex_fetch_2d", "surf_write_2d", "fault_store", "fault_assert", "fault_trap",
-                                          "sm_ids"};
+                                          "sm_ids", GT_STR(GT_LONG_KERNEL)};
     const unsigned nk = sizeof kernels / sizeof kernels[0];
     unsigned count = 0;
     CK(cuModuleGetFunctionCount(&count, mod));
@@ -129,6 +170,7 @@ int main(void)
         if (k == nk)
             gt_fail("enumerated kernel %u is %s", i, name);
     }
+    long_names(NULL, lib);
     CK(cuLibraryUnload(lib));
     gt_pass();
 }
