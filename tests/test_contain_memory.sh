@@ -51,11 +51,16 @@ CUMUX_RESUME_WAIT_MS=1500 CUMUX_STANDBY=1 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv$
 start_bystander() { # MODE WHO
     local want='^bystander: ready'
     [ "$1" = busy ] && want='^bystander: busy'
+    # hold.out still holds the previous bystander's lines ("bystander: ready" among them), and the job's
+    # own >hold.out truncates it only in the child, after its fifo open has met ours: a look in between
+    # took the old line for this one's, and the look after the loop then found the file just emptied
+    # ("did not start", with no output and the process still `cumux run`). Emptied here, before the job.
+    : >"$tmp/hold.out"
     "$cli" run -- "$gdir/gpu_contain_bystander" "$1" <"$tmp/hold.in" >"$tmp/hold.out" 2>&1 &
     client=$!
     exec 3>"$tmp/hold.in"
     for ((i = 0; i < 200; i++)); do grep -q "$want" "$tmp/hold.out" && break; sleep 0.1; done
-    # Where it waits, should it not start (seen once in ~20 runs under ASan: no output at all).
+    # Where it waits, should it not start.
     grep -q "$want" "$tmp/hold.out" ||
         fail "$2 did not start: $(tail -3 "$tmp/hold.out"); its process: $(tr '\0' ' ' </proc/$client/cmdline 2>&1)," \
             "waiting in $(cat /proc/$client/wchan 2>&1), state $(awk '/^State/ {print $2}' /proc/$client/status 2>&1);" \
