@@ -272,6 +272,7 @@ static CUresult symbol_call(uint16_t op, uint32_t module, const char *name, void
     size_t nl = strlen(name);
     if (!nl)
         return CUDA_ERROR_INVALID_VALUE; /* what the server answers an empty name */
+    _Static_assert(CUMUX_NAME_MAX == 16u << 10, "the line logged below says 16 KiB");
     if (nl >= CUMUX_NAME_MAX) /* natively any length: say which call, once, rather than "not found" */
         return cumux_unsupported("a module or library symbol name of 16 KiB or more");
     struct cumux_module_symbol *req = malloc(sizeof *req + nl + 1);

@@ -45,8 +45,7 @@ after=$(used)
 # A fault while a program holds memory: the standby takes its chunks over at the same addresses, and the
 # program, idle at the fault, comes back to it: its memory intact, and it computes again.
 rm -f "$log"
-CUMUX_RESUME_WAIT_MS=1500 CUMUX_STANDBY=1 CUMUX_CONTAIN=1 LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null ||
-    fail "cumux start with a standby"
+start_ours CUMUX_RESUME_WAIT_MS=1500 CUMUX_STANDBY=1 CUMUX_CONTAIN=1
 # Starts gpu_contain_bystander MODE (told to go on by a line on descriptor 3) and waits for its first line.
 start_bystander() { # MODE WHO
     local want='^bystander: ready'

@@ -22,7 +22,7 @@ each=$(sed -n 's/.*launches, \([0-9.]*\) us each.*/\1/p' <<<"$line")
 awk -v e="$each" 'BEGIN { exit !(e >= 1500 && e <= 20000) }' || fail "spin_flag: $each us each, want about 2000: $line"
 # Without CUMUX_PROFILE=kernels nothing is timed.
 "$cli" stop >/dev/null
-LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$cli" start >/dev/null || fail "cumux start (2)"
+start_ours
 echo | "$cli" run -- "$gdir/gpu_busy" 2 5 >"$tmp/busy.out" 2>&1 || fail "gpu_busy failed (2)"
 sleep 0.3
 [ "$(grep -c 'launches timed' "$log")" = 1 ] || fail "kernels timed without CUMUX_PROFILE=kernels"
