@@ -6,7 +6,11 @@ worker's; the standby's holds almost nothing). The window is the last --last ker
 some kernel (the union), and the time between kernels by size of the gap; the kernels whose summed time
 differs most; kernels whose launch configuration or execution (registers, shared memory executed, cache
 configuration executed, local memory, grid, block, cluster, channel type) differs between the two sides.
-  python3 bench/kernel_trace.py NATIVE CUMUX [--last N] [--names A,B]"""
+With --window FROM,TO (seconds) each side is instead every trace in its directory (a pair of programs under
+MPS writes one per program; cumux's worker one for all its clients), each cut to the kernels that ran
+between FROM and TO seconds before that trace's last kernel ended (traces of under 1,000 kernels left
+out: cumux's standby), merged: two programs' steady state, by the same rule both ways.
+  python3 bench/kernel_trace.py NATIVE CUMUX [--last N | --window FROM,TO] [--labels A,B]"""
 import argparse
 import collections
 import glob
@@ -30,9 +34,9 @@ def trace_file(path):
     return path
 
 
-def load(path, last):
+def read_rows(path):
     rows = []
-    with open(trace_file(path), errors="replace") as f:
+    with open(path, errors="replace") as f:
         for line in f:
             v = line.rstrip("\n").split("\t")
             if len(v) != len(FIELDS) or v[0] == "start":
@@ -40,8 +44,27 @@ def load(path, last):
             r = dict(zip(FIELDS, v))
             r["start"], r["end"] = int(r["start"]), int(r["end"])
             rows.append(r)
+    return rows
+
+
+def load(path, last):
+    rows = read_rows(trace_file(path))
     rows.sort(key=lambda r: r["start"])
     return rows[-last:] if last else rows
+
+
+def load_window(path, first_s, last_s):
+    files = glob.glob(os.path.join(path, "kernels.*.tsv")) if os.path.isdir(path) else [path]
+    rows = []
+    for name in files:
+        got = read_rows(name)
+        if len(got) < 1000:
+            continue
+        end = max(r["end"] for r in got)
+        lo, hi = end - first_s * 1e9, end - last_s * 1e9
+        rows += [r for r in got if r["start"] >= lo and r["end"] <= hi]
+    rows.sort(key=lambda r: r["start"])
+    return rows
 
 
 def summary(rows):
@@ -71,14 +94,22 @@ def main():
     ap.add_argument("cumux")
     ap.add_argument("--last", type=int, default=20000)
     ap.add_argument("--labels", default="native,cumux")
+    ap.add_argument("--window", help="FROM,TO: seconds before each trace's end (every trace of a directory)")
     a = ap.parse_args()
     la, lb = a.labels.split(",")
-    A, B = load(a.native, a.last), load(a.cumux, a.last)
+    if a.window:
+        w0, w1 = (float(x) for x in a.window.split(","))
+        A, B = load_window(a.native, w0, w1), load_window(a.cumux, w0, w1)
+        window = "%g-%g s before the end" % (w0, w1)
+    else:
+        A, B = load(a.native, a.last), load(a.cumux, a.last)
+        window = "last %d kernels" % a.last
     sa, sb = summary(A), summary(B)
     if not sa or not sb:
         print("FAIL kernel_trace: an empty trace (%s %d kernels, %s %d)" % (la, len(A), lb, len(B)))
         return 1
-    print("%-34s %14s %14s %8s" % ("last %d kernels" % a.last, la, lb, "ratio"))
+    print("%-34s %14s %14s %8s" % (window, la, lb, "ratio"))
+    print("%-34s %14d %14d" % ("kernels", len(A), len(B)))
 
     def row(label, x, y, unit=1e6, fmt="%14.3f"):
         print(("%-34s " + fmt + " " + fmt + " %8s") % (label, x / unit, y / unit, "%.4f" % (y / x) if x else "-"))
@@ -106,6 +137,10 @@ def main():
         diffs.append(((mb - ma) * len(by[0][n]), n, len(by[0][n]), ma, len(by[1][n]), mb))
     print("kernels only on one side: %s %d, %s %d" % (la, len([n for n in by[0] if n not in by[1]]), lb,
                                                    len([n for n in by[1] if n not in by[0]])))
+    for side, lab, other in ((0, la, 1), (1, lb, 0)):
+        only = sorted(((sum(v), len(v), n) for n, v in by[side].items() if n not in by[other]), reverse=True)
+        for t, k, n in only[:8]:
+            print("  only %-6s %9.3f ms in %6d  %s" % (lab, t / 1e6, k, n[:100]))
     print("%10s %10s %7s %7s %10s  kernel (the 20 whose summed time differs most)" % (
         la + "_us", lb + "_us", "n_" + la[:3], "n_" + lb[:3], "diff_ms"))
     for d, n, na, ma, nb, mb in sorted(diffs, key=lambda x: -abs(x[0]))[:20]:

@@ -19,7 +19,11 @@
 #          (say CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1), inside the cumux runs: MPS, cumux, variant, variant,
 #          cumux, MPS; with the solo phase, also one warm start-up alone in the variant.
 #          STARTUP_PAIR_NATIVE=0: no native (time-sliced) pair; STARTUP_PAIR_STAGGER=1: the second starts once
-#          the first is warm
+#          the first is warm. STARTUP_PAIR_KTRACE=1 (with --phases pair alone: cumux's server is traced for
+#          its whole life): every kernel of the pairs recorded by CUPTI (bench/kernel_trace.c, in each program
+#          under MPS, in the server's worker under cumux), then bench/kernel_trace.py compares MPS's first
+#          pair with cumux's last over the same window of each program's steady state: whether cumux's pair
+#          runs other kernels (cuDNN's picks) or the same kernels slower
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
 # Logs: ${OUT:-/tmp/cumux-startup}. Each program at most STARTUP_TIMEOUT seconds (default 150).
 set -u
@@ -58,6 +62,18 @@ want() { [[ " $phases " == *" $1 "* ]]; }
 CUDA_CACHE_PATH=$(mktemp -d /tmp/cumux-startup-cache.XXXXXX) || exit 2
 export CUDA_CACHE_PATH
 trap 'mps_stop; cumux_stop; rm -rf "$CUDA_CACHE_PATH"' EXIT
+ktrace_lib=""
+if [ "${STARTUP_PAIR_KTRACE:-0}" = 1 ]; then
+    ktrace_lib="$build/bench/libkernel_trace.so"
+    if [ -f "$ktrace_lib" ]; then
+        rm -rf "$out"/ktrace.* && mkdir -p "$out/ktrace.cumux"
+        # the server's worker runs every client's kernels: it is the process to trace under cumux
+        CUMUX_SERVER_ENV="CUDA_INJECTION64_PATH=$ktrace_lib KERNEL_TRACE_DIR=$out/ktrace.cumux${CUMUX_SERVER_ENV:+ $CUMUX_SERVER_ENV}"
+    else
+        log "STARTUP_PAIR_KTRACE: $ktrace_lib not built (the toolkit has no CUPTI); no kernel traces"
+        ktrace_lib=""
+    fi
+fi
 declare -A R
 line_of() { grep '^STARTUP' "$1" 2>/dev/null | tail -1; }
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
@@ -115,12 +131,15 @@ phase_pair() { # MODE CMD...: one run of the pair; its aggregate appended to R[p
     n=$((${PAIR_N[$mode]:-0} + 1))
     PAIR_N[$mode]=$n
     d=$(mktemp -d)
-    prog "pair-a.$mode.$n" STARTUP_READY="$d/a" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
+    local kt=()
+    [ -n "$ktrace_lib" ] && [ "$mode" != cumux ] && [ "$mode" != cumux_variant ] &&
+        mkdir -p "$out/ktrace.$mode.$n" && kt=(CUDA_INJECTION64_PATH="$ktrace_lib" KERNEL_TRACE_DIR="$out/ktrace.$mode.$n")
+    prog "pair-a.$mode.$n" STARTUP_READY="$d/a" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" "${kt[@]}" -- "$@"
     local a=$!
     # STARTUP_PAIR_STAGGER=1: b starts once a is warm, so that neither's start-up (cuDNN timing its
     # candidates, code loading) runs beside the other's
     [ "${STARTUP_PAIR_STAGGER:-0}" = 1 ] && wait_file "$d/a" "$tmo"
-    prog "pair-b.$mode.$n" STARTUP_READY="$d/b" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" -- "$@"
+    prog "pair-b.$mode.$n" STARTUP_READY="$d/b" STARTUP_GO="$d/go" STARTUP_DURATION="$pair_s" "${kt[@]}" -- "$@"
     local b=$!
     local st="" ia ib sum=""
     # The GPU's state 2 s before the timed window ends.
@@ -210,6 +229,12 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     pv=${R[pair,cumux_variant]:-}
     [ -n "${STARTUP_PAIR_VARIANT:-}" ] && want pair &&
         echo "  cumux with ${STARTUP_PAIR_VARIANT}: ${pv:--} (runs ${R[pairs,cumux_variant]:--})${pv:+${pc:+: against cumux $(ratio "$pv" "$pc")}}${pv:+${pm:+, against MPS $(ratio "$pv" "$pm")}}"
+    if [ -n "$ktrace_lib" ] && [ -d "$out/ktrace.mps.1" ]; then
+        # the window: from 2 s into the timed window to 1 s before its end, by each trace's last kernel
+        echo "kernels of the pairs, MPS's first run against cumux's last (bench/kernel_trace.py):"
+        "$py" "$here/kernel_trace.py" "$out/ktrace.mps.1" "$out/ktrace.cumux" --labels MPS,cumux \
+            --window "$((pair_s > 4 ? pair_s - 2 : pair_s)),1" 2>&1 | head -45 | sed 's/^/  /'
+    fi
     if [ -f "$out/trace.txt" ]; then
         echo "driver calls by total seconds in them, traced start-ups (top 15 under cumux):"
         sum_calls() { # FILE: "function calls seconds" per function, over every process in the trace
