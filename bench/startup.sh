@@ -21,7 +21,7 @@
 #          STARTUP_PAIR_NATIVE=0: no native (time-sliced) pair; STARTUP_PAIR_STAGGER=1: the second starts once
 #          the first is warm. STARTUP_PAIR_KTRACE=1 (with --phases pair alone: cumux's server is traced for
 #          its whole life): every kernel of the pairs recorded by CUPTI (bench/kernel_trace.c, in each program
-#          under MPS, in the server's worker under cumux), then bench/kernel_trace.py compares MPS's first
+#          under MPS, in the server's worker under cumux), then bench/kernel_trace.py compares MPS's last
 #          pair with cumux's last over the same window of each program's steady state: whether cumux's pair
 #          runs other kernels (cuDNN's picks) or the same kernels slower
 # Prints a table last.  bench/startup.sh [--build DIR] [--no-mps] [--phases "solo trace join pair"]
@@ -229,10 +229,11 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     pv=${R[pair,cumux_variant]:-}
     [ -n "${STARTUP_PAIR_VARIANT:-}" ] && want pair &&
         echo "  cumux with ${STARTUP_PAIR_VARIANT}: ${pv:--} (runs ${R[pairs,cumux_variant]:--})${pv:+${pc:+: against cumux $(ratio "$pv" "$pc")}}${pv:+${pm:+, against MPS $(ratio "$pv" "$pm")}}"
-    if [ -n "$ktrace_lib" ] && [ -d "$out/ktrace.mps.1" ]; then
+    kt_mps="$out/ktrace.mps.${PAIR_N[mps]:-0}" # MPS's last pair: in ABBA order the one beside cumux's last
+    if [ -n "$ktrace_lib" ] && [ -d "$kt_mps" ]; then
         # the window: from 2 s into the timed window to 1 s before its end, by each trace's last kernel
-        echo "kernels of the pairs, MPS's first run against cumux's last (bench/kernel_trace.py):"
-        "$py" "$here/kernel_trace.py" "$out/ktrace.mps.1" "$out/ktrace.cumux" --labels MPS,cumux \
+        echo "kernels of the pairs, MPS's run ${PAIR_N[mps]} against cumux's last (bench/kernel_trace.py):"
+        "$py" "$here/kernel_trace.py" "$kt_mps" "$out/ktrace.cumux" --labels MPS,cumux \
             --window "$((pair_s > 4 ? pair_s - 2 : pair_s)),1" 2>&1 | head -45 | sed 's/^/  /'
     fi
     if [ -f "$out/trace.txt" ]; then
