@@ -215,8 +215,8 @@ if [ -n "$build" ] && [ $do_tests = 1 ] && [ $native_only = 0 ] && [ -x "$build/
         tests/test_kill_client.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu"
     kill_note=$note
     # Issue 10's acceptance: at the defaults (containment and GPU coredumps), 4 programs computing through
-    # the 50 faults, the culprit named at each. (The same soak with both off is --faults': it takes 75 s
-    # that the benchmark table needs.)
+    # the 50 faults, the culprit named at each. (The same soak with both off runs with --faults: its 75 s
+    # went to the benchmark table.)
     server_test "fault soak at the defaults (50 faults, 4 busy bystanders)" fault-soak-contain.txt '^fault soak:\|^FAIL' 240 \
         env REQUIRE_BYSTANDERS=1 SOAK_LOGS="$logs/fault-soak-contain" \
         tests/test_fault_soak.sh "$build/cli/cumux" "$logs/no-driver-dir" "$build/tests/gpu" 50 4
