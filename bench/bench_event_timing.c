@@ -6,7 +6,10 @@
  * which kernels a program then runs for its whole life.
  * Each case: K kernels of about 50 us (spin_cycles, 100,000 SM clocks), HOST_GAP us of host busy work after
  * the start record and between launches; REPS samples; prints the median, p90 and largest elapsed time.
- * Last, "lib": one kernel after the questions a library asks before it (attributes, a set, tensor maps).
+ * Then "lib": one kernel after the questions a library asks before it (attributes, a set, tensor maps).
+ * Last, "plan": the shape of a cuDNN candidate as `cumux trace` shows them in a ResNet-50's search (a small
+ * memset, then three kernels over the whole GPU, 2 blocks per SM of ~10 us each, the second launched with
+ * cuLaunchKernelEx in clusters of 2), no host work between: where the GPU waits on each launch's arrival.
  * usage: bench_event_timing [REPS=200] */
 #include <stdbool.h>
 
@@ -16,11 +19,28 @@ struct span_case {
     const char *name;
     unsigned kernels, gap_us;
     bool library; /* before its kernel, the questions a library asks (the "lib" case) */
+    bool plan;    /* a memset and three short whole-GPU kernels instead (the "plan" case) */
 };
 
 static CUfunction fn;
-static void *args[1];
+static void *args[1], *short_args[1];
 static CUdeviceptr buf;
+static unsigned sms;
+
+/* The "plan" case's work, on the legacy stream as PyTorch's current stream is. */
+static void plan_work(void)
+{
+    BCK(cuMemsetD8Async(buf, 0, 4, NULL));
+    BCK(cuLaunchKernel(fn, 2 * sms, 1, 1, 128, 1, 1, 0, NULL, short_args, NULL));
+    CUlaunchAttribute cluster = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+    cluster.value.clusterDim.x = 2;
+    cluster.value.clusterDim.y = 1;
+    cluster.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = {.gridDimX = 2 * sms, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
+                          .blockDimZ = 1, .hStream = NULL, .attrs = &cluster, .numAttrs = 1};
+    BCK(cuLaunchKernelEx(&cfg, fn, short_args, NULL));
+    BCK(cuLaunchKernel(fn, 2 * sms, 1, 1, 128, 1, 1, 0, NULL, short_args, NULL));
+}
 
 /* The questions as cuDNN asks them before a Hopper kernel, the same each time: attributes, the dynamic
  * shared memory size set again, four tensor maps of its operands. */
@@ -46,6 +66,8 @@ static double sample(const struct span_case *c, CUevent start, CUevent stop)
 {
     BCK(cuCtxSynchronize());
     BCK(cuEventRecord(start, NULL));
+    if (c->plan)
+        plan_work();
     for (unsigned k = 0; k < c->kernels; k++) {
         bench_busy_us(c->gap_us);
         if (c->library)
@@ -67,8 +89,14 @@ int main(int argc, char **argv)
     bench_init();
     CUmodule mod = bench_module();
     BCK(cuModuleGetFunction(&fn, mod, "spin_cycles"));
-    long long cycles = 100000;
+    long long cycles = 100000, short_cycles = 20000;
     args[0] = &cycles;
+    short_args[0] = &short_cycles;
+    CUdevice dev;
+    int n_sm = 0;
+    BCK(cuCtxGetDevice(&dev));
+    BCK(cuDeviceGetAttribute(&n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    sms = n_sm > 0 ? (unsigned)n_sm : 1;
     CUevent start, stop;
     BCK(cuEventCreate(&start, CU_EVENT_DEFAULT));
     BCK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
@@ -77,9 +105,9 @@ int main(int argc, char **argv)
     BCK(cuCtxSynchronize());
 
     static const struct span_case cases[] = {
-        {"k1_g0", 1, 0, false},  {"k1_g30", 1, 30, false}, {"k1_g80", 1, 80, false},
-        {"k1_g300", 1, 300, false}, {"k3_g0", 3, 0, false}, {"k3_g80", 3, 80, false},
-        {"k1_lib", 1, 0, true},
+        {"k1_g0", 1, 0, false, false},   {"k1_g30", 1, 30, false, false}, {"k1_g80", 1, 80, false, false},
+        {"k1_g300", 1, 300, false, false}, {"k3_g0", 3, 0, false, false},  {"k3_g80", 3, 80, false, false},
+        {"k1_lib", 1, 0, true, false}, {"plan", 0, 0, false, true},
     };
     double *v = malloc((size_t)reps * sizeof *v);
     if (!v)

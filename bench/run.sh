@@ -102,7 +102,7 @@ micro() {
     else
         for k in h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do R[$k,$mode]=FAIL; done
     fi
-    local ev_keys="evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us evtime_k3_g80_p90_us evtime_k1_lib_med_us"
+    local ev_keys="evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us evtime_k3_g80_p90_us evtime_k1_lib_med_us evtime_plan_med_us evtime_plan_p90_us"
     if timeout -k 5 60 "$@" "$bin/bench_event_timing" >"$out/evtime.$mode.log" 2>&1; then
         for k in $ev_keys; do R[$k,$mode]=$(kv "$out/evtime.$mode.log" $k); done
     else
@@ -123,7 +123,7 @@ phase() { # MODE DELAY PREFIX...
 mark() { local mode=$1 why=$2 n k; for n in $procs; do R[spin$n,$mode]=$why; done
     for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns query_rt_ns ctx_sync_rt_ns launch_sync_ns h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs \
         evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us evtime_k3_g80_p90_us \
-        evtime_k1_lib_med_us; do
+        evtime_k1_lib_med_us evtime_plan_med_us evtime_plan_p90_us; do
         R[$k,$mode]=$why; done; }
 
 # --- table ---
@@ -161,6 +161,8 @@ report() {
         row "  300 us of host work first, p90 us" evtime_k1_g300_p90_us
         row "3 kernels, 80 us host work before each, p90" evtime_k3_g80_p90_us
         row "  1 kernel after a library's questions, us" evtime_k1_lib_med_us
+        row "a cuDNN-like plan (memset, 3 short kernels), us" evtime_plan_med_us
+        row "  the same, p90 us" evtime_plan_p90_us
         echo "spin: 16x128 threads x 2,000,000 cycles, 10 launches + sync, ${dur} s common window, aggregate over processes."
         echo "reference on this GPU: 1 process 985 launches/s; 4 processes: MPS 3,940, time-sliced 1,265."
         echo "event-timed: start event, host busy work, a ~50 us kernel, stop event (bench_event_timing.c, as cuDNN times"
