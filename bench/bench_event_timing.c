@@ -27,19 +27,24 @@ static void *args[1], *short_args[1];
 static CUdeviceptr buf;
 static unsigned sms;
 
-/* The "plan" case's work, on the legacy stream as PyTorch's current stream is. */
-static void plan_work(void)
+/* The "plan" case's work, on the legacy stream as PyTorch's current stream is; the first error, so that
+ * a GPU without clusters skips the case rather than the whole table. */
+static CUresult plan_work(void)
 {
-    BCK(cuMemsetD8Async(buf, 0, 4, NULL));
-    BCK(cuLaunchKernel(fn, 2 * sms, 1, 1, 128, 1, 1, 0, NULL, short_args, NULL));
+    CUresult r = cuMemsetD8Async(buf, 0, 4, NULL);
+    if (r == CUDA_SUCCESS)
+        r = cuLaunchKernel(fn, 2 * sms, 1, 1, 128, 1, 1, 0, NULL, short_args, NULL);
     CUlaunchAttribute cluster = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
     cluster.value.clusterDim.x = 2;
     cluster.value.clusterDim.y = 1;
     cluster.value.clusterDim.z = 1;
     CUlaunchConfig cfg = {.gridDimX = 2 * sms, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
                           .blockDimZ = 1, .hStream = NULL, .attrs = &cluster, .numAttrs = 1};
-    BCK(cuLaunchKernelEx(&cfg, fn, short_args, NULL));
-    BCK(cuLaunchKernel(fn, 2 * sms, 1, 1, 128, 1, 1, 0, NULL, short_args, NULL));
+    if (r == CUDA_SUCCESS)
+        r = cuLaunchKernelEx(&cfg, fn, short_args, NULL);
+    if (r == CUDA_SUCCESS)
+        r = cuLaunchKernel(fn, 2 * sms, 1, 1, 128, 1, 1, 0, NULL, short_args, NULL);
+    return r;
 }
 
 /* The questions as cuDNN asks them before a Hopper kernel, the same each time: attributes, the dynamic
@@ -67,7 +72,7 @@ static double sample(const struct span_case *c, CUevent start, CUevent stop)
     BCK(cuCtxSynchronize());
     BCK(cuEventRecord(start, NULL));
     if (c->plan)
-        plan_work();
+        BCK(plan_work());
     for (unsigned k = 0; k < c->kernels; k++) {
         bench_busy_us(c->gap_us);
         if (c->library)
@@ -113,6 +118,13 @@ int main(int argc, char **argv)
     if (!v)
         return 1;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        CUresult tried = cases[c].plan ? plan_work() : CUDA_SUCCESS;
+        if (tried == CUDA_SUCCESS && cases[c].plan)
+            tried = cuCtxSynchronize();
+        if (tried != CUDA_SUCCESS) {
+            printf("evtime_%s skipped: its work returned %d\n", cases[c].name, (int)tried);
+            continue;
+        }
         for (int i = 0; i < reps; i++)
             v[i] = sample(&cases[c], start, stop);
         double med = bench_median(v, reps); /* sorts v */
