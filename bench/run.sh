@@ -87,6 +87,9 @@ spin() {
 }
 # kv FILE KEY: value of KEY=VALUE in the last line holding it.
 kv() { grep -o "$2=[0-9.]*" "$1" 2>/dev/null | tail -1 | cut -d= -f2; }
+# bench_event_timing's keys in the table: read by micro, marked by mark.
+EV_KEYS="evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us
+    evtime_k3_g80_p90_us evtime_k1_lib_med_us evtime_plan_med_us evtime_plan_p90_us"
 micro() {
     local mode=$1 k
     shift
@@ -102,11 +105,10 @@ micro() {
     else
         for k in h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs; do R[$k,$mode]=FAIL; done
     fi
-    local ev_keys="evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us evtime_k3_g80_p90_us evtime_k1_lib_med_us evtime_plan_med_us evtime_plan_p90_us"
     if timeout -k 5 60 "$@" "$bin/bench_event_timing" >"$out/evtime.$mode.log" 2>&1; then
-        for k in $ev_keys; do R[$k,$mode]=$(kv "$out/evtime.$mode.log" $k); done
+        for k in $EV_KEYS; do R[$k,$mode]=$(kv "$out/evtime.$mode.log" $k); done
     else
-        for k in $ev_keys; do R[$k,$mode]=FAIL; done
+        for k in $EV_KEYS; do R[$k,$mode]=FAIL; done
     fi
     if [ "$mode" = cumux ] && [ -x "$bin/bench_channel" ]; then
         # The transport alone, two threads and no driver: what of a round trip is the channel's.
@@ -122,8 +124,7 @@ phase() { # MODE DELAY PREFIX...
 }
 mark() { local mode=$1 why=$2 n k; for n in $procs; do R[spin$n,$mode]=$why; done
     for k in launch_rate launch_call_ns stream_query_ns stream_query_own_ns ctx_sync_ns query_asked_ns query_rt_ns ctx_sync_rt_ns launch_sync_ns h2d_pinned_gbs d2h_pinned_gbs h2d_pageable_gbs d2h_pageable_gbs \
-        evtime_k1_g0_med_us evtime_k1_g30_med_us evtime_k1_g80_med_us evtime_k1_g80_p90_us evtime_k1_g300_p90_us evtime_k3_g80_p90_us \
-        evtime_k1_lib_med_us evtime_plan_med_us evtime_plan_p90_us; do
+        $EV_KEYS; do
         R[$k,$mode]=$why; done; }
 
 # --- table ---
