@@ -115,6 +115,8 @@ static void libraries_reload(struct srv_client *c, int gpu)
             CUkernel kern;
             if (f && f->module == h && f->name && cuLibraryGetKernel(&kern, fresh, f->name) == CUDA_SUCCESS) {
                 f->fn = (CUfunction)kern;
+                f->launch_fn = NULL; /* the old library's function: looked up again at the next launch */
+                f->launch_unresolved = false;
                 srv_library_note_module(mod, kern);
             }
         }

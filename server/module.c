@@ -463,6 +463,23 @@ static int function_gpu(struct srv_client *c, const struct srv_function *f)
     return gpu;
 }
 
+/* A library kernel's setting also made on the function its launches use (launch.c), which the driver
+ * derives from the kernel: set on both, they cannot differ. Should the function refuse it, launches go back
+ * to the kernel, which holds the setting. cache_config >= 0: a cache preference, else attribute attr. */
+static void launch_fn_follow(struct srv_function *f, int gpu, int attr, int value, int cache_config)
+{
+    if (!f->launch_fn)
+        return;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (f->launch_gpu == gpu)
+        r = cache_config >= 0 ? cuFuncSetCacheConfig(f->launch_fn, (CUfunc_cache)cache_config)
+                              : cuFuncSetAttribute(f->launch_fn, (CUfunction_attribute)attr, value);
+    if (r != CUDA_SUCCESS) {
+        f->launch_fn = NULL;
+        f->launch_unresolved = true;
+    }
+}
+
 CUresult op_func_get_attribute(struct srv_client *c, const struct cumux_func_attr *m,
                                struct srv_function *function, uint8_t *out, uint32_t *out_len)
 {
@@ -481,8 +498,12 @@ CUresult op_func_set_attribute(struct srv_client *c, const struct cumux_func_att
 {
     struct srv_function *f = function;
     int gpu = function_gpu(c, f);
-    if (f->is_kernel)
-        return cuKernelSetAttribute((CUfunction_attribute)m->attr, m->value, (CUkernel)f->fn, srv_gpus[gpu].dev);
+    if (f->is_kernel) {
+        CUresult r = cuKernelSetAttribute((CUfunction_attribute)m->attr, m->value, (CUkernel)f->fn, srv_gpus[gpu].dev);
+        if (r == CUDA_SUCCESS)
+            launch_fn_follow(f, gpu, m->attr, m->value, -1);
+        return r;
+    }
     return cuFuncSetAttribute(f->fn, (CUfunction_attribute)m->attr, m->value);
 }
 
@@ -493,8 +514,12 @@ CUresult op_func_set_cache_config(struct srv_client *c, const struct cumux_func_
         return CUDA_ERROR_INVALID_VALUE;
     struct srv_function *f = function;
     int gpu = function_gpu(c, f);
-    if (f->is_kernel)
-        return cuKernelSetCacheConfig((CUkernel)f->fn, (CUfunc_cache)m->config, srv_gpus[gpu].dev);
+    if (f->is_kernel) {
+        CUresult r = cuKernelSetCacheConfig((CUkernel)f->fn, (CUfunc_cache)m->config, srv_gpus[gpu].dev);
+        if (r == CUDA_SUCCESS)
+            launch_fn_follow(f, gpu, 0, 0, (int)m->config);
+        return r;
+    }
     return cuFuncSetCacheConfig(f->fn, (CUfunc_cache)m->config);
 }
 

@@ -173,6 +173,11 @@ struct srv_module {
 struct srv_function {
     CUfunction fn; /* for a library kernel: the CUkernel, which launches accept in its place */
     bool is_kernel;
+    /* A library kernel's function in a GPU's primary context, looked up at its first launch there
+     * (launch.c, CUMUX_LAUNCH_FUNCTIONS); NULL until then, and again after its library is reloaded. */
+    CUfunction launch_fn;
+    int launch_gpu;
+    bool launch_unresolved; /* the lookup failed: launches take the kernel, as before */
     uint32_t module;
     uint32_t param_bytes;
     uint32_t nparams;

@@ -93,6 +93,7 @@ void fc_dev_range_remove(uint64_t base);
 struct fc_stats {
     _Atomic long allocations, alloc_bytes, streams, events, modules, libraries, graphs, graph_execs,
         host_registered, pools, vmm_allocations, vmm_reservations, vmm_mappings, arrays, textures, green_ctxs;
+    _Atomic long launches_by_kernel, launches_by_function; /* of library kernels (CUMUX_FAKE_LAUNCH_COUNTS) */
 };
 extern struct fc_stats fc_stats;
 void fc_stats_start(void);
@@ -271,9 +272,12 @@ struct fc_func {
     uint32_t magic;
     const struct fc_kernel_def *def;
     struct fc_module *mod;
+    /* A library kernel's function in the context (cuKernelGetFunction): a handle of its own, as the driver's,
+     * for the kernel; fc_func_get gives the kernel, whose attributes both share. NULL for the kernel. */
+    struct fc_func *kernel;
     _Atomic int max_dyn_smem, carveout, nonportable_cluster, cluster_policy, cache_config;
 };
-struct fc_func *fc_func_get(const void *h);
+struct fc_func *fc_func_get(const void *h); /* a function view's kernel */
 /* A kernel op from launch arguments, checked as cuLaunchKernel checks them. */
 CUresult fc_kernel_op(struct fc_func *f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
                       void **params, void **extra, const char *call, struct fc_op **out);

@@ -1218,10 +1218,33 @@ CUresult cuGetExportTable(const void **out, const CUuuid *id)
 
 /* ---------------------------------------------------------------- the counts file */
 
-static const char *stats_path;
+static const char *stats_path, *launches_path;
+
+/* CUMUX_FAKE_LAUNCH_COUNTS=FILE: how the server named the library kernels it launched (counts that only
+ * grow, kept apart from the live counts, which must come back to their baseline). */
+static void launches_write(void)
+{
+    if (!launches_path)
+        return;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%d", launches_path, (int)getpid()) >= (int)sizeof tmp)
+        return;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fprintf(f, "launches_by_kernel %ld\nlaunches_by_function %ld\n", atomic_load(&fc_stats.launches_by_kernel),
+            atomic_load(&fc_stats.launches_by_function));
+    if (fclose(f) == 0)
+        rename(tmp, launches_path);
+    else
+        unlink(tmp);
+}
 
 static void stats_write(void)
 {
+    launches_write();
+    if (!stats_path)
+        return;
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp%d", stats_path, (int)getpid()) >= (int)sizeof tmp)
         return;
@@ -1258,10 +1281,11 @@ static void *stats_main(void *arg)
 
 void fc_stats_start(void)
 {
-    const char *p = getenv("CUMUX_FAKE_STATS");
-    if (!p || !*p)
+    const char *p = getenv("CUMUX_FAKE_STATS"), *l = getenv("CUMUX_FAKE_LAUNCH_COUNTS");
+    stats_path = p && *p ? p : NULL;
+    launches_path = l && *l ? l : NULL;
+    if (!stats_path && !launches_path)
         return;
-    stats_path = p;
     stats_write();
     pthread_t t;
     pthread_attr_t a;

@@ -12,6 +12,7 @@ struct fc_module {
     uint32_t magic;
     bool in_library; /* a library's module: the library unloads it */
     struct fc_func *funcs;
+    struct fc_func *views; /* a library's: funcs[i]'s function in the context is views[i] */
     unsigned nfuncs;
     struct {
         const char *name;
@@ -142,9 +143,13 @@ static void module_free(struct fc_module *m)
 {
     for (unsigned i = 0; i < m->nglobals; i++)
         fc_mem_release(m->globals[i].ptr);
-    for (unsigned i = 0; i < m->nfuncs; i++)
+    for (unsigned i = 0; i < m->nfuncs; i++) {
         m->funcs[i].magic = FC_MAGIC_DEAD;
+        if (m->views)
+            m->views[i].magic = FC_MAGIC_DEAD;
+    }
     free(m->funcs);
+    free(m->views);
     m->magic = FC_MAGIC_DEAD;
     free(m);
 }
@@ -163,6 +168,11 @@ static CUresult module_load(const void *img, bool in_library, struct fc_module *
     }
     m->magic = FC_MAGIC_MODULE;
     m->in_library = in_library;
+    if (in_library && !(m->views = calloc(fc_nkernels, sizeof *m->views))) {
+        free(m->funcs);
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     for (size_t i = 0; i < fc_nkernels; i++) {
         if (!name_in(b, n, fc_kernels[i].name))
             continue;
@@ -172,6 +182,8 @@ static CUresult module_load(const void *img, bool in_library, struct fc_module *
         f->mod = m;
         f->max_dyn_smem = 49152 - fc_kernels[i].static_smem;
         f->carveout = -1;
+        if (m->views)
+            m->views[m->nfuncs - 1] = (struct fc_func){.magic = FC_MAGIC_FUNC, .def = f->def, .mod = m, .kernel = f};
     }
     for (size_t i = 0; i < fc_nglobals && m->nglobals < 8; i++) {
         if (!name_in(b, n, fc_globals[i].name))
@@ -207,7 +219,9 @@ static struct fc_library *library_get(CUlibrary h)
 struct fc_func *fc_func_get(const void *h)
 {
     struct fc_func *f = (struct fc_func *)h;
-    return f && f->magic == FC_MAGIC_FUNC ? f : NULL;
+    if (!f || f->magic != FC_MAGIC_FUNC)
+        return NULL;
+    return f->kernel ? f->kernel : f;
 }
 
 uint64_t fc_module_global(const struct fc_module *m, const char *name, size_t *size)
@@ -288,7 +302,8 @@ CUresult cuModuleUnload(CUmodule h)
 }
 
 /* cuModuleGetFunction and cuLibraryGetKernel: one object serves as kernel and function, as launches take
- * either. */
+ * either; a library kernel's function in the context (cuKernelGetFunction) is a view of it with a handle
+ * of its own. */
 static CUresult get_function(const void *h, bool lib, const char *name, void *out)
 {
     struct fc_module *m;
@@ -446,8 +461,18 @@ CUresult cuKernelGetFunction(CUfunction *out, CUkernel k)
     CHECK_RET(func_arg(k, &f));
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
-    *out = (CUfunction)f;
+    *out = f->mod->views ? (CUfunction)&f->mod->views[f - f->mod->funcs] : (CUfunction)f;
     return CUDA_SUCCESS;
+}
+
+/* Which handle a launch of a library kernel was given: the kernel or its function (a view). */
+static void count_launch(const void *h)
+{
+    const struct fc_func *raw = h;
+    if (raw->kernel)
+        atomic_fetch_add(&fc_stats.launches_by_function, 1);
+    else if (raw->mod->in_library)
+        atomic_fetch_add(&fc_stats.launches_by_kernel, 1);
 }
 
 CUresult cuFuncGetModule(CUmodule *out, CUfunction fn)
@@ -750,6 +775,7 @@ CUresult cuLaunchKernel(CUfunction h, unsigned int gx, unsigned int gy, unsigned
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     struct fc_op *op;
     CHECK_RET(fc_kernel_op(f, grid, block, shmem, params, extra, "cuLaunchKernel", &op));
+    count_launch(h);
     return fc_submit(s, op);
 }
 
@@ -782,6 +808,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction h, void **params, 
     }
     struct fc_op *op;
     CHECK_RET(fc_kernel_op(f, grid, block, c->sharedMemBytes, params, extra, "cuLaunchKernelEx", &op));
+    count_launch(h);
     return fc_submit(c->hStream, op);
 }
 

@@ -1,5 +1,6 @@
 /* vector add of 1M floats; code loaded with cuLibraryLoadData and launched through a CUkernel. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "gpu_test.h"
@@ -52,6 +53,41 @@ int main(void)
         float want = a[i] + b[i];
         if (c[i] != want)
             gt_fail("c[%d] = %g, expected %g", i, (double)c[i], (double)want);
+    }
+
+    /* Settings made after the kernel's first launch hold for its next ones: more dynamic shared memory than
+     * the default 48 KiB needs the kernel's attribute, set on the kernel for the device and then on its
+     * function in the context (cumuxd may launch the kernel through that function, CUMUX_LAUNCH_FUNCTIONS). */
+    CUdevice dev;
+    CK(cuCtxGetDevice(&dev));
+    int optin = 0;
+    CK(cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+    const unsigned big = 64 * 1024;
+    if ((unsigned)optin >= big) {
+        CUstream s;
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CUfunction fn;
+        CK(cuKernelGetFunction(&fn, kern));
+        for (int round = 0; round < 2; round++) {
+            CK(cuMemsetD32Async(dc, 0x7fc00001u, N, s));
+            if (round == 0) {
+                CK(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)big, kern, dev));
+                CK(cuLaunchKernel((CUfunction)kern, (N + 255) / 256, 1, 1, 256, 1, 1, big, s, args, NULL));
+            } else {
+                CK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)big));
+                CK(cuLaunchKernel(fn, (N + 255) / 256, 1, 1, 256, 1, 1, big, s, args, NULL));
+            }
+            CK(cuStreamSynchronize(s));
+            CK(cuMemcpyDtoH(c, dc, bytes));
+            for (int i = 0; i < N; i++)
+                if (c[i] != a[i] + b[i])
+                    gt_fail("with %u bytes of dynamic shared memory (round %d): c[%d] = %g, expected %g", big, round,
+                            i, (double)c[i], (double)(a[i] + b[i]));
+        }
+        CK(cuStreamDestroy(s));
+    } else {
+        printf("vecadd: %d bytes of shared memory per block at most: the dynamic shared memory check is skipped\n",
+               optin);
     }
 
     CK(cuMemFree(da));
