@@ -92,8 +92,7 @@ int main(int argc, char **argv)
     if (reps < 10 || reps > 100000)
         return 2;
     bench_init();
-    CUmodule mod = bench_module();
-    BCK(cuModuleGetFunction(&fn, mod, "spin_cycles"));
+    fn = bench_function("spin_cycles");
     long long cycles = 100000, short_cycles = 20000;
     args[0] = &cycles;
     short_args[0] = &short_cycles;

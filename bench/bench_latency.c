@@ -45,9 +45,7 @@ int main(int argc, char **argv)
     bench_init();
     CUdevice dev;
     BCK(cuCtxGetDevice(&dev));
-    CUmodule mod = bench_module();
-    CUfunction fn;
-    BCK(cuModuleGetFunction(&fn, mod, "spin_cycles"));
+    CUfunction fn = bench_function("spin_cycles");
     long long cycles = cycles_for_us(dev, us);
     void *args[] = {&cycles};
     int least = 0, great = 0, sms = 0;

@@ -33,9 +33,7 @@ int main(int argc, char **argv)
         return 2;
 
     bench_init();
-    CUmodule mod = bench_module();
-    CUfunction fn;
-    BCK(cuModuleGetFunction(&fn, mod, "empty_kernel"));
+    CUfunction fn = bench_function("empty_kernel");
     int x = 1;
     void *args[] = {&x};
     for (int i = 0; i < 1000; i++) /* warm-up */

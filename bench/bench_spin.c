@@ -19,9 +19,7 @@ int main(int argc, char **argv)
     uint64_t end = start + (uint64_t)(dur * 1e9);
 
     bench_init();
-    CUmodule mod = bench_module();
-    CUfunction fn;
-    BCK(cuModuleGetFunction(&fn, mod, "spin_cycles"));
+    CUfunction fn = bench_function("spin_cycles");
     void *args[] = {&cycles};
     BCK(cuLaunchKernel(fn, blocks, 1, 1, 128, 1, 1, 0, NULL, args, NULL)); /* warm-up */
     BCK(cuStreamSynchronize(NULL));

@@ -48,26 +48,46 @@ static inline CUcontext bench_init(void)
     return ctx;
 }
 
-static inline CUmodule bench_module(void)
+/* A kernel of bench_kernels.cu. Loaded as a module (cuModuleLoadData, cuModuleGetFunction), or with
+ * BENCH_LIBRARY=1 as a library (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction), as the CUDA
+ * runtime and NVIDIA's libraries load theirs: under cumux the server then holds a library kernel, which it
+ * launches as the kernel or as its function (CUMUX_LAUNCH_FUNCTIONS). */
+static inline CUfunction bench_function(const char *name)
 {
-    FILE *f = fopen(BENCH_FATBIN, "rb");
-    if (!f) {
-        fprintf(stderr, "error: open %s: %s\n", BENCH_FATBIN, strerror(errno));
-        exit(1);
+    static void *img;
+    static CUmodule mod;
+    static CUlibrary lib;
+    const char *e = getenv("BENCH_LIBRARY");
+    int library = e && e[0] == '1';
+    if (!img) {
+        FILE *f = fopen(BENCH_FATBIN, "rb");
+        if (!f) {
+            fprintf(stderr, "error: open %s: %s\n", BENCH_FATBIN, strerror(errno));
+            exit(1);
+        }
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        rewind(f);
+        img = malloc(n > 0 ? (size_t)n : 1);
+        if (!img || n <= 0 || fread(img, 1, (size_t)n, f) != (size_t)n) {
+            fprintf(stderr, "error: cannot read %s\n", BENCH_FATBIN);
+            exit(1);
+        }
+        fclose(f);
+        if (library)
+            BCK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));
+        else
+            BCK(cuModuleLoadData(&mod, img));
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    void *img = malloc(n > 0 ? (size_t)n : 1);
-    if (!img || n <= 0 || fread(img, 1, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "error: cannot read %s\n", BENCH_FATBIN);
-        exit(1);
+    CUfunction fn;
+    if (library) {
+        CUkernel k;
+        BCK(cuLibraryGetKernel(&k, lib, name));
+        BCK(cuKernelGetFunction(&fn, k));
+    } else {
+        BCK(cuModuleGetFunction(&fn, mod, name));
     }
-    fclose(f);
-    CUmodule mod;
-    BCK(cuModuleLoadData(&mod, img));
-    free(img);
-    return mod;
+    return fn;
 }
 
 static int bench_cmp_double(const void *a, const void *b)
