@@ -14,7 +14,9 @@
 #   pair   two programs training together: aggregate images/s over STARTUP_PAIR_S seconds (default 15);
 #          MPS and cumux in ABBA order (MPS, cumux, then cumux, MPS: the GPU's clocks drift over minutes of
 #          load, and whichever ran last would pay), each mode's figure the mean of its two runs, the GPU's SM
-#          clock, temperature and power logged at the end of each run (STARTUP_PAIR_ROUNDS=1: one run each).
+#          clock, temperature and power logged at the end of each run (STARTUP_PAIR_ROUNDS=1: one run each;
+#          3 or more: the order goes on, MPS, cumux, cumux, MPS, ..., each mode's figure the mean of all its
+#          runs: cuDNN's benchmark mode picks each run's kernels anew, and the picks spread runs over 1-3 %).
 #          STARTUP_PAIR_VARIANT="VAR=V ...": also cumux with those variables for the server and the programs
 #          (say CUMUX_CONTAIN=1 CUMUX_FAULT_COREDUMP=1), inside the cumux runs: MPS, cumux, variant, variant,
 #          cumux, MPS; with the solo phase, also one warm start-up alone in the variant.
@@ -200,6 +202,25 @@ if [ "$pair_rounds" -ge 2 ] && want pair && [ $do_mps = 1 ] && [ -n "$mps_ctl" ]
     mps_stop
     unset CUDA_MPS_PIPE_DIRECTORY
 fi
+# Rounds past the second, in the same order (round 3: MPS then cumux; round 4: cumux then MPS; ...). Not with
+# the kernel traces, which compare the runs of rounds 1-2.
+pair_mps_run() {
+    [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start || return 0
+    export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
+    phase_pair mps "$py"
+    mps_stop
+    unset CUDA_MPS_PIPE_DIRECTORY
+}
+pair_cumux_run() {
+    [ -x "$cli" ] && cumux_start || return 0
+    phase_pair cumux "$cli" run -- "$py"
+    cumux_stop
+}
+if want pair && [ -z "$ktrace_lib" ]; then
+    for ((r = 3; r <= pair_rounds; r++)); do
+        if ((r % 2)); then pair_mps_run; pair_cumux_run; else pair_cumux_run; pair_mps_run; fi
+    done
+fi
 for m in native mps cumux cumux_variant; do R[pair,$m]=$(pair_mean $m); done
 ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a / b}'; }
 {
@@ -225,7 +246,7 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
     want join && echo "second training joining a running one, warm (s): MPS ${jm:--}, cumux ${jc:--}${jm:+${jc:+: cumux/MPS $(ratio "$jc" "$jm")}}"
     pn=${R[pair,native]:-} pm=${R[pair,mps]:-} pc=${R[pair,cumux]:-}
     want pair && echo "two trainings together, images/s over ${pair_s}s: native ${pn:--}, MPS ${pm:--}, cumux ${pc:--}${pm:+${pc:+: cumux/MPS $(ratio "$pc" "$pm")}}"
-    want pair && echo "  (each run, in the order run: native ${R[pairs,native]:--}; MPS ${R[pairs,mps]:--}; cumux ${R[pairs,cumux]:--}; MPS first and last)"
+    want pair && echo "  (each run, in the order run: native ${R[pairs,native]:--}; MPS ${R[pairs,mps]:--}; cumux ${R[pairs,cumux]:--}; in the order MPS, cumux, cumux, MPS, ...)"
     pv=${R[pair,cumux_variant]:-}
     [ -n "${STARTUP_PAIR_VARIANT:-}" ] && want pair &&
         echo "  cumux with ${STARTUP_PAIR_VARIANT}: ${pv:--} (runs ${R[pairs,cumux_variant]:--})${pv:+${pc:+: against cumux $(ratio "$pv" "$pc")}}${pv:+${pm:+, against MPS $(ratio "$pv" "$pm")}}"
