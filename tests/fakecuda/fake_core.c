@@ -1220,52 +1220,47 @@ CUresult cuGetExportTable(const void **out, const CUuuid *id)
 
 static const char *stats_path, *launches_path;
 
-/* CUMUX_FAKE_LAUNCH_COUNTS=FILE: how the server named the library kernels it launched (counts that only
- * grow, kept apart from the live counts, which must come back to their baseline). */
-static void launches_write(void)
+/* FILE replaced by TEXT: written to a temporary, then renamed (readers see the old file or the new one,
+ * never half of one). */
+static void replace_file(const char *path, const char *text)
 {
-    if (!launches_path)
-        return;
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%d", launches_path, (int)getpid()) >= (int)sizeof tmp)
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid()) >= (int)sizeof tmp)
         return;
     FILE *f = fopen(tmp, "w");
     if (!f)
         return;
-    fprintf(f, "launches_by_kernel %ld\nlaunches_by_function %ld\n", atomic_load(&fc_stats.launches_by_kernel),
-            atomic_load(&fc_stats.launches_by_function));
+    fputs(text, f);
     if (fclose(f) == 0)
-        rename(tmp, launches_path);
+        rename(tmp, path);
     else
         unlink(tmp);
 }
 
 static void stats_write(void)
 {
-    launches_write();
+    char text[1024];
+    /* CUMUX_FAKE_LAUNCH_COUNTS=FILE: how the server named the library kernels it launched (counts that only
+     * grow, kept apart from the live counts, which must come back to their baseline). */
+    if (launches_path) {
+        snprintf(text, sizeof text, "launches_by_kernel %ld\nlaunches_by_function %ld\n",
+                 atomic_load(&fc_stats.launches_by_kernel), atomic_load(&fc_stats.launches_by_function));
+        replace_file(launches_path, text);
+    }
     if (!stats_path)
         return;
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%d", stats_path, (int)getpid()) >= (int)sizeof tmp)
-        return;
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return;
-    fprintf(f,
-            "allocations %ld\nalloc_bytes %ld\nstreams %ld\nevents %ld\nmodules %ld\nlibraries %ld\n"
-            "graphs %ld\ngraph_execs %ld\nhost_registered %ld\npools %ld\nvmm_allocations %ld\n"
-            "vmm_reservations %ld\nvmm_mappings %ld\narrays %ld\ntextures %ld\ngreen_ctxs %ld\n",
-            atomic_load(&fc_stats.allocations), atomic_load(&fc_stats.alloc_bytes), atomic_load(&fc_stats.streams),
-            atomic_load(&fc_stats.events), atomic_load(&fc_stats.modules), atomic_load(&fc_stats.libraries),
-            atomic_load(&fc_stats.graphs), atomic_load(&fc_stats.graph_execs),
-            atomic_load(&fc_stats.host_registered), atomic_load(&fc_stats.pools),
-            atomic_load(&fc_stats.vmm_allocations), atomic_load(&fc_stats.vmm_reservations),
-            atomic_load(&fc_stats.vmm_mappings), atomic_load(&fc_stats.arrays), atomic_load(&fc_stats.textures),
-            atomic_load(&fc_stats.green_ctxs));
-    if (fclose(f) == 0)
-        rename(tmp, stats_path); /* readers see the old file or the new one, never half of one */
-    else
-        unlink(tmp);
+    snprintf(text, sizeof text,
+             "allocations %ld\nalloc_bytes %ld\nstreams %ld\nevents %ld\nmodules %ld\nlibraries %ld\n"
+             "graphs %ld\ngraph_execs %ld\nhost_registered %ld\npools %ld\nvmm_allocations %ld\n"
+             "vmm_reservations %ld\nvmm_mappings %ld\narrays %ld\ntextures %ld\ngreen_ctxs %ld\n",
+             atomic_load(&fc_stats.allocations), atomic_load(&fc_stats.alloc_bytes), atomic_load(&fc_stats.streams),
+             atomic_load(&fc_stats.events), atomic_load(&fc_stats.modules), atomic_load(&fc_stats.libraries),
+             atomic_load(&fc_stats.graphs), atomic_load(&fc_stats.graph_execs),
+             atomic_load(&fc_stats.host_registered), atomic_load(&fc_stats.pools),
+             atomic_load(&fc_stats.vmm_allocations), atomic_load(&fc_stats.vmm_reservations),
+             atomic_load(&fc_stats.vmm_mappings), atomic_load(&fc_stats.arrays), atomic_load(&fc_stats.textures),
+             atomic_load(&fc_stats.green_ctxs));
+    replace_file(stats_path, text);
 }
 
 static void *stats_main(void *arg)
