@@ -196,14 +196,7 @@ if [ -x "$cli" ] && cumux_start; then
     [ "$pair_rounds" -ge 2 ] && want pair && [ $cumux_up = 1 ] && phase_pair cumux "$cli" run -- "$py"
     cumux_stop
 fi
-if [ "$pair_rounds" -ge 2 ] && want pair && [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start; then
-    export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
-    phase_pair mps "$py"
-    mps_stop
-    unset CUDA_MPS_PIPE_DIRECTORY
-fi
-# Rounds past the second, in the same order (round 3: MPS then cumux; round 4: cumux then MPS; ...). Not with
-# the kernel traces, which compare the runs of rounds 1-2.
+# One pair under MPS, or under cumux, each service started for it and stopped after.
 pair_mps_run() {
     [ $do_mps = 1 ] && [ -n "$mps_ctl" ] && [ -z "$(mps_procs)" ] && mps_start || return 0
     export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe
@@ -216,6 +209,9 @@ pair_cumux_run() {
     phase_pair cumux "$cli" run -- "$py"
     cumux_stop
 }
+[ "$pair_rounds" -ge 2 ] && want pair && pair_mps_run
+# Rounds past the second, in the same order (round 3: MPS then cumux; round 4: cumux then MPS; ...). Not with
+# the kernel traces, which compare the runs of rounds 1-2.
 if want pair && [ -z "$ktrace_lib" ]; then
     for ((r = 3; r <= pair_rounds; r++)); do
         if ((r % 2)); then pair_mps_run; pair_cumux_run; else pair_cumux_run; pair_mps_run; fi

@@ -53,7 +53,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-540}" # hard stop for everything, build included
-do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() ab_setting=""
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -72,7 +72,7 @@ while [ $# -gt 0 ]; do
         --seed) do_seed=1 ;;
         --latency-torch) do_latency_torch=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
-        --ab) ab_setting=$2; shift ;;
+        --ab) do_ab=1 ab_setting=$2; shift ;;
         --faults) do_faults=1 ;;
         -h|--help) sed -n '2,/^set -u$/{/^#/p}' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
@@ -360,7 +360,7 @@ extra_bench $do_many many "many-clients benchmark" bench/many.sh --unpaced "${be
 extra_bench $do_sms sms "reserved-SMs benchmark" bench/sms.sh "${bench_opts[@]}"
 extra_bench $do_seed seed "the seed's two ResNet-50 trainings" bench/seed_table.sh "${bench_opts[@]}"
 extra_bench $do_latency_torch latency-torch "ResNet-18 inference beside a training" bench/latency_torch.sh "${bench_opts[@]}"
-extra_bench "$([ -n "$ab_setting" ] && echo 1)" server-ab "cumux with $ab_setting against cumux as it is" \
+extra_bench $do_ab server-ab "cumux with $ab_setting against cumux as it is" \
     bench/server_ab.sh --native --duration 3 "$ab_setting"
 
 # --- fuzzing on every core, when asked: the fuzz_server built on a machine whose clang has libFuzzer
