@@ -4,7 +4,7 @@
 # MPS, cumux), print a summary last. Budget: 9 minutes at most (DEVICE_CHECK_BUDGET, default 540 s).
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 #                           [--usage-cost] [--efficiency] [--kernel-times] [--latency] [--many] [--sms] [--seed] [--latency-torch]
-#                           [--fuzz S] [--faults] [--no-suites] [--ab "VAR=VALUE ..."]
+#                           [--fuzz S] [--faults] [--no-suites] [--ab "VAR=VALUE ..."] [--launch-cost]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
 # --many: also bench/many.sh --unpaced (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
@@ -37,6 +37,8 @@
 # --ab "VAR=VALUE ...": also bench/server_ab.sh: the one-process benchmark rows under cumux with the server as it
 # is and with those variables, in the order A B B A, after a native run (about 4 minutes; BENCH_LIBRARY=1 in
 # the environment loads the benchmarks' kernels as a library, as the CUDA runtime does).
+# --launch-cost: also bench/launch_cost.sh: a launch's host cost natively as a library kernel or its function,
+# from 1, 2 and 4 threads into one context, with 8 and 32 hardware queues (a few seconds).
 # --fuzz SECONDS: also fuzz_server on every core for that long (built elsewhere: FUZZ_BINARY, default
 # build-fuzz-fast/tests/fuzz/fuzz_server, carried with the run).
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
@@ -53,7 +55,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-540}" # hard stop for everything, build included
-do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting=""
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -73,6 +75,7 @@ while [ $# -gt 0 ]; do
         --latency-torch) do_latency_torch=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
         --ab) do_ab=1 ab_setting=$2; shift ;;
+        --launch-cost) do_launch_cost=1 ;;
         --faults) do_faults=1 ;;
         -h|--help) sed -n '2,/^set -u$/{/^#/p}' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
@@ -342,7 +345,7 @@ fi
 # extra_bench FLAG NAME LABEL SCRIPT [ARGS...]: within what is left of the budget; its exit status in
 # extra_rc[NAME], its output in $logs/NAME.txt and its logs (summary.txt last) in $logs/NAME/.
 declare -A extra_rc
-extra_names=(usage-cost efficiency kernel-times latency many sms seed latency-torch server-ab)
+extra_names=(usage-cost efficiency kernel-times latency many sms seed latency-torch launch-cost server-ab)
 extra_bench() {
     local flag=$1 name=$2 label=$3
     shift 3
@@ -360,6 +363,7 @@ extra_bench $do_many many "many-clients benchmark" bench/many.sh --unpaced "${be
 extra_bench $do_sms sms "reserved-SMs benchmark" bench/sms.sh "${bench_opts[@]}"
 extra_bench $do_seed seed "the seed's two ResNet-50 trainings" bench/seed_table.sh "${bench_opts[@]}"
 extra_bench $do_latency_torch latency-torch "ResNet-18 inference beside a training" bench/latency_torch.sh "${bench_opts[@]}"
+extra_bench $do_launch_cost launch-cost "a launch's host cost natively, the worker's ways" bench/launch_cost.sh
 extra_bench $do_ab server-ab "cumux with $ab_setting against cumux as it is" \
     bench/server_ab.sh --native --duration 3 "$ab_setting"
 
