@@ -15,11 +15,7 @@ int main(int argc, char **argv)
         return 2;
     }
     CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    probe_primary_context(&dev);
     char *img = probe_read_file(argv[1]);
     CUmodule mod;
     CK(cuModuleLoadData(&mod, img));

@@ -13,10 +13,7 @@ int main(int argc, char **argv)
     (void)argc;
     CUdevice dev;
     CUcontext prim;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&prim, dev));
-    CK(cuCtxSetCurrent(prim));
+    prim = probe_primary_context(&dev);
     char *img = probe_read_file(argv[1]);
     CUdevResource sm;
     CK(cuDeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM));

@@ -56,10 +56,7 @@ int main(int argc, char **argv)
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
     CUdevice dev;
     CUcontext prim;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&prim, dev));
-    CK(cuCtxSetCurrent(prim));
+    prim = probe_primary_context(&dev);
     void *img = probe_read_file(argv[1]);
     CUmodule mod;
     CUfunction f;

@@ -87,10 +87,7 @@ int main(int argc, char **argv)
         return 2;
     }
     CUdevice dev;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    ctx = probe_primary_context(&dev);
     char *img = probe_read_file(argv[1]);
     CUlibrary lib;
     CK(cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0));

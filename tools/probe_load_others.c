@@ -58,10 +58,7 @@ int main(int argc, char **argv)
         return 2;
     }
     CUdevice dev;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    ctx = probe_primary_context(&dev);
     image = probe_read_file(argv[1]);
     CUmodule mod;
     CK(cuModuleLoadData(&mod, image));

@@ -31,6 +31,17 @@ static inline const char *ename(CUresult r)
         }                                                                                              \
     } while (0)
 
+/* Device 0's primary context, made current, where most probes run; *dev gets the device. */
+static inline CUcontext probe_primary_context(CUdevice *dev)
+{
+    CUcontext ctx;
+    CK(cuInit(0));
+    CK(cuDeviceGet(dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, *dev));
+    CK(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
 /* A whole file (a fatbin, say) in memory, NUL-terminated; the probe ends if it cannot be read. */
 static inline char *probe_read_file(const char *p)
 {

@@ -21,11 +21,7 @@
 int main(void)
 {
     CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
+    probe_primary_context(&dev);
     CUstream s;
     CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CUmemoryPool pool;
