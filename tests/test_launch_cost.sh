@@ -7,8 +7,11 @@ build=$1
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-LD_LIBRARY_PATH="$build/tests/fakecuda/driver" OUT="$tmp" "$here/../bench/launch_cost.sh" --build "$build" >"$tmp/table"
+rc=0
+LD_LIBRARY_PATH="$build/tests/fakecuda/driver" OUT="$tmp" "$here/../bench/launch_cost.sh" --build "$build" >"$tmp/table" 2>&1 ||
+    rc=$?
 cat "$tmp/table"
+[ $rc = 0 ] || { echo "FAIL: bench/launch_cost.sh exited $rc"; exit 1; }
 for conn in unset 8 32; do
     grep -q "CUDA_DEVICE_MAX_CONNECTIONS=$conn\$" "$tmp/table" || { echo "FAIL: no run with $conn"; exit 1; }
 done
