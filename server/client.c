@@ -31,7 +31,7 @@ struct op_profile {
     uint64_t begin_ns, busy_ns;
 };
 
-static const char *op_name(unsigned op)
+const char *srv_op_name(unsigned op)
 {
     static const char *const names[CUMUX_OP_COUNT] = {
 #define OP_NAME(name, body, direction) #name,
@@ -50,7 +50,7 @@ static void profile_log(const struct srv_client *c, const struct op_profile *p)
         if (p->n[op])
             cumux_logf("client %u: profile: %s: %llu commands, %.0f ns each in the worker, longest %.1f us, "
                        "%llu of 100 us or more (%.1f ms in all)",
-                       c->id, op_name(op), (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op],
+                       c->id, srv_op_name(op), (unsigned long long)p->n[op], (double)p->ns[op] / (double)p->n[op],
                        (double)p->max_ns[op] / 1e3, (unsigned long long)p->slow[op], (double)p->slow_ns[op] / 1e6);
 }
 
@@ -183,7 +183,7 @@ static void *worker_main(void *arg)
             uint64_t t1 = cumux_now_ns();
             if (watch_until && t1 - t0 > COMEBACK_SLOW_NS)
                 cumux_logf("client %u (back after a fault): %s took %.1f ms", c->id,
-                           op_name(((const struct cumux_msg_hdr *)msg)->op), (double)(t1 - t0) / 1e6);
+                           srv_op_name(((const struct cumux_msg_hdr *)msg)->op), (double)(t1 - t0) / 1e6);
             if (t1 > watch_until)
                 watch_until = 0;
         }

@@ -393,6 +393,8 @@ void srv_worker_begin(struct srv_client *c);
 /* At the worker's start (a GPU's context current): whether streams can wait on pinned host memory. */
 void srv_host_waits_probe(void);
 int srv_worker_step(struct srv_client *c, uint64_t *tail, void *msg);
+/* A command's name (protocol.spec), "?" for a number that is none. */
+const char *srv_op_name(unsigned op);
 extern int srv_wake_fd; /* a worker writes here when it finishes */
 
 /* reaper.c: calls that wait for the whole shared context, run off the clients' workers */

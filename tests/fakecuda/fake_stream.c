@@ -373,6 +373,7 @@ void fc_op_run(struct fc_op *op)
                 fc_op_run(op->u.graph.ops[i]);
         break;
     case OP_MEMOP:
+        fc_op_check(op); /* as for copies: the memory may have gone since the call or the node was made */
         if (op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_64 || op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_32)
             fc_write_value(op->u.mem.addr, op->u.mem.value, op->u.mem.op == CU_STREAM_MEM_OP_WRITE_VALUE_64);
         else if (op->u.mem.op != CU_STREAM_MEM_OP_BARRIER)
@@ -1335,7 +1336,10 @@ CUresult fc_submit_graph(CUstream hs, struct fc_op *op)
         fc_op_free(op);
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    fc_op_check(op);
+    /* No check here, unlike fc_submit: a node's memory was checked when the node was made or changed (what the
+     * server validated then), and may have been freed since, which only the client can have done: its nodes
+     * then touch memory no longer its own, as a kernel with a stale pointer does (docs/security.md). On a GPU
+     * a fault; here too, when the node runs (fc_op_run). */
     pthread_mutex_lock(&fc_graph_mu);
     if (s->cap) { /* a launch captured: its event nodes are resolved when the capture's graph is launched */
         CUresult r = capture_op(s, op);

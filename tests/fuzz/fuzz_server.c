@@ -12,8 +12,9 @@
  *   0 op reply len16 body...   a message with a well-formed header (the harness sets its size); reply bit 0:
  *                              answered (the harness waits), else one-way. Any 8-byte body word whose high
  *                              32 bits are 0xcafef00d is an address: bits 24-31 pick a target (0: the
- *                              4 KiB buffer, 1: the 1 MiB buffer, 2: pinned host memory), bits 0-23 an
- *                              offset from 2^23 below its start.
+ *                              4 KiB buffer, 1: the 1 MiB buffer, 2: pinned host memory; 3: not an
+ *                              address but the kernels' image's size, for MODULE_LOAD; others: modulo 3),
+ *                              bits 0-23 an offset from 2^23 below its start.
  *   1 len16 bytes...           raw bytes into the ring, header and all (the decoder's own input)
  *   2 kind size32              a descriptor over the socket before the next message: kind 0 the test
  *                              kernels' image, 1 a memfd of `size` bytes (at most 16 MiB) of 'A'
@@ -50,9 +51,34 @@ static struct cumux_shm *shm;   /* one channel, reused by every client */
 static CUdeviceptr hostfn_words; /* its host-function words, registered once */
 static void *msg_buf;           /* the worker's copy of a command */
 
+/* The current client's inputs as played, one after another with the INIT that follows each: an input that
+ * replays them all in a new client. FUZZ_HISTORY=FILE writes it there at a finding, since a finding may need
+ * the client's earlier inputs, which libFuzzer does not keep. */
+static uint8_t history[40u << 12];
+static size_t history_len;
+static bool history_full;
+
+static void history_add(const void *p, size_t n)
+{
+    if (history_full || n > sizeof history - history_len) {
+        history_full = true;
+        return;
+    }
+    memcpy(history + history_len, p, n);
+    history_len += n;
+}
+
 static _Noreturn void finding(const char *what)
 {
     fprintf(stderr, "FUZZ FINDING: %s\n", what);
+    const char *path = getenv("FUZZ_HISTORY");
+    FILE *out = path ? fopen(path, "wb") : NULL;
+    if (out) {
+        fwrite(history, 1, history_len, out);
+        fclose(out);
+        fprintf(stderr, "FUZZ FINDING: the client's inputs, replayable as one input: %s (%zu bytes%s)\n", path,
+                history_len, history_full ? ", cut: too long" : "");
+    }
     abort();
 }
 
@@ -173,6 +199,26 @@ static void run_worker(struct fclient *f)
     }
 }
 
+/* FUZZ_TRACE=1: each message of the input and its result on stderr, to read a finding's steps (a finding
+ * may need the inputs before it: run the corpus directory with the finding last). */
+static void trace(uint16_t op, bool answered, size_t len, int result, const struct cumux_reply_slot *slot)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("FUZZ_TRACE");
+        on = e && e[0] == '1';
+    }
+    if (!on)
+        return;
+    uint64_t first = 0; /* the reply's first word: the handle or address a command made */
+    if (slot && slot->len >= sizeof first)
+        memcpy(&first, slot->data, sizeof first);
+    fprintf(stderr, "fuzz: %s (%u) %s, %zu bytes: %d%s", srv_op_name(op), op, answered ? "answered" : "one-way", len,
+            result, slot ? "" : "\n");
+    if (slot)
+        fprintf(stderr, ", reply %u bytes, first word 0x%llx\n", slot->len, (unsigned long long)first);
+}
+
 /* Put one message; when answered, wait for its reply. Returns the result, or -1 when the client was
  * dropped. */
 static int send_msg(struct fclient *f, uint16_t op, bool answered, const void *body, size_t len, void *out,
@@ -195,17 +241,22 @@ static int send_msg(struct fclient *f, uint16_t op, bool answered, const void *b
     if (len)
         memcpy(p + sizeof h, body, len);
     cumux_ring_commit(shm, size);
-    if (!answered)
+    if (!answered) {
+        trace(op, false, len, 0, NULL); /* its error, if any, comes with a later answer */
         return 0;
+    }
     run_worker(f);
-    if (dropped(f))
+    if (dropped(f)) {
+        trace(op, true, len, -1, NULL);
         return -1;
+    }
     if (atomic_load(&slot->seq) == before)
         finding("an answered command got no reply");
     if (out) {
         uint32_t n = slot->len < cap ? slot->len : (uint32_t)cap;
         memcpy(out, slot->data, n);
     }
+    trace(op, true, len, (int)slot->result, slot);
     return slot->result;
 }
 
@@ -275,6 +326,12 @@ static void setup(struct fclient *f)
     struct cumux_ctx_reply sr;
     if (send_msg(f, CUMUX_OP_STREAM_CREATE, true, &sc, sizeof sc, &sr, sizeof sr) != CUDA_SUCCESS)
         finding("STREAM_CREATE failed");
+    /* The seeds name these handles (tests/fuzz/make_corpus.py: CTX, LEGACY, DEFAULT_POOL, MODULE, VEC_ADD,
+     * STREAM): a seed whose handles drifted would only try the handle checks. */
+    struct cumux_function_info fi;
+    memcpy(&fi, info, sizeof fi);
+    if (cr.ctx != 1 || cr.legacy_stream != 2 || mod != 4 || fi.function != 5 || sr.ctx != 6)
+        finding("setup's handles are not those tests/fuzz/make_corpus.py names");
 }
 
 static void fix_addresses(struct fclient *f, uint8_t *body, size_t len)
@@ -285,9 +342,8 @@ static void fix_addresses(struct fclient *f, uint8_t *body, size_t len)
         if (w >> 32 != 0xcafef00dull)
             continue;
         unsigned t = (unsigned)(w >> 24) & 0xff;
-        if (t >= 3)
-            t = t % 3;
-        w = f->targets[t] + (w & 0xffffff) - (1u << 23);
+        uint64_t base = t == 3 ? fatbin_size : f->targets[t % 3];
+        w = base + (w & 0xffffff) - (1u << 23);
         memcpy(body + i, &w, 8);
     }
 }
@@ -309,6 +365,9 @@ static void play(struct fclient *f, const uint8_t *d, size_t n)
                 len = CUMUX_MAX_MSG - sizeof(struct cumux_msg_hdr);
             memcpy(body, d + i, len);
             i += len;
+            uint8_t rec[5] = {0, (uint8_t)op, answered, (uint8_t)len, (uint8_t)(len >> 8)};
+            history_add(rec, sizeof rec);
+            history_add(body, len);
             fix_addresses(f, body, len);
             send_msg(f, op, answered, body, len, NULL, 0);
         } else if (kind == 1 && i + 2 <= n) {
@@ -318,6 +377,9 @@ static void play(struct fclient *f, const uint8_t *d, size_t n)
             if (len > n - i)
                 len = (uint16_t)(n - i);
             len &= (uint16_t)~7u;
+            uint8_t rec[3] = {1, (uint8_t)len, (uint8_t)(len >> 8)};
+            history_add(rec, sizeof rec);
+            history_add(d + i, len);
             uint8_t *p = len ? cumux_ring_reserve(shm, len) : NULL;
             if (p) {
                 memcpy(p, d + i, len);
@@ -328,10 +390,12 @@ static void play(struct fclient *f, const uint8_t *d, size_t n)
         } else if (kind == 2 && i + 5 <= n) {
             uint32_t size;
             memcpy(&size, d + i + 1, 4);
+            history_add(d + i - 1, 6);
             send_fd(f, d[i] & 1, size);
             i += 5;
         } else if (kind == 3 && i + 2 <= n) {
             atomic_store(&shm->stage_state[d[i] % CUMUX_STAGING_SLOTS], d[i + 1] % 4);
+            history_add(d + i - 1, 3);
             i += 2;
         } else {
             break;
@@ -396,23 +460,34 @@ static void client_end(struct fclient *f)
 }
 
 /* One client lives for up to CLIENT_INPUTS inputs (or until it breaks the protocol): its objects pile
- * up across them, so that commands meet the state earlier ones made, and its cleanup has plenty to free. */
+ * up across them, so that commands meet the state earlier ones made, and its cleanup has plenty to free.
+ * FUZZ_CLIENT_INPUTS=N changes it (1: a client per input, to replay a FUZZ_HISTORY file with its cleanup). */
 #define CLIENT_INPUTS 32
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct fclient f;
-    static unsigned inputs;
-    if (!f.c)
+    static unsigned inputs, per_client;
+    if (!per_client) {
+        const char *e = getenv("FUZZ_CLIENT_INPUTS");
+        per_client = e && atoi(e) > 0 ? (unsigned)atoi(e) : CLIENT_INPUTS;
+    }
+    if (!f.c) {
         client_new(&f);
+        history_len = 0;
+        history_full = false;
+    }
     play(&f, data, size);
     run_worker(&f);
     if (!dropped(&f)) {
         struct cumux_none none = {0};
+        uint8_t rec[5] = {0, CUMUX_OP_INIT, 1, sizeof none, 0};
+        history_add(rec, sizeof rec);
+        history_add(&none, sizeof none);
         if (send_msg(&f, CUMUX_OP_INIT, true, &none, sizeof none, NULL, 0) != CUDA_SUCCESS && !dropped(&f))
             finding("INIT failed after the input");
     }
-    if (dropped(&f) || ++inputs % CLIENT_INPUTS == 0)
+    if (dropped(&f) || ++inputs % per_client == 0)
         client_end(&f);
     return 0;
 }

@@ -43,10 +43,12 @@ else
 fi
 out=${OUT:-/tmp/cumux-fuzz}
 mkdir -p "$out/corpus" || exit 2
-rm -f "$out"/crash-* "$out"/timeout-* "$out"/leak-* "$out"/oom-* # findings of an earlier run
+rm -f "$out"/crash-* "$out"/timeout-* "$out"/leak-* "$out"/oom-* "$out"/finding-history # findings of an earlier run
 cp -n "$repo"/tests/fuzz/corpus/* "$out/corpus/" 2>/dev/null
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:abort_on_error=1"
 export CUMUX_LOG_DIRECTORY="$out"
+# A finding's client history (fuzz_server.c): replay it with FUZZ_CLIENT_INPUTS=1 fuzz_server FILE.
+export FUZZ_HISTORY="${FUZZ_HISTORY:-$out/finding-history}"
 # The committed corpus first, each input once: a regression test of its own.
 "$fuzzer" -runs=0 "$repo/tests/fuzz/corpus" >"$out/corpus-run.log" 2>&1 || {
     echo "fuzz: the committed corpus fails:"; tail -30 "$out/corpus-run.log"; exit 1; }
