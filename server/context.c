@@ -67,6 +67,10 @@ static CUresult ctx_sync(struct srv_client *c, struct srv_ctx *x)
 
 void ctx_free(struct srv_client *c, struct srv_ctx *x)
 {
+    /* Captures its streams are in end first, as a stream's destruction ends its own (op_stream_destroy):
+     * their graph allocations and graphs would otherwise outlive the stream unseen (a fuzzing finding). */
+    for (struct srv_stream *s = x->streams; s; s = s->next_in_ctx)
+        srv_capture_abandon(c, s);
     ctx_sync(c, x);
     /* Events of the context go with it, as in CUDA. */
     for (uint32_t h = 1; h <= c->nhandles; h++) {

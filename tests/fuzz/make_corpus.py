@@ -190,6 +190,10 @@ seeds['capture'] = msg('CAPTURE_BEGIN', two(STREAM, 0)) + msg('LAUNCH', va, Fals
     msg('MEMSET', memset(STREAM, 4, addr(BUF4K), 0, 1024, 1), False) + msg('CAPTURE_INFO', two(STREAM)) + \
     msg('CAPTURE_END', two(STREAM)) + msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', N, 0, 0)) + \
     msg('GRAPH_LAUNCH', two(N + 1, STREAM), False) + msg('STREAM_SYNC', h(STREAM))
+# A context destroyed while one of its streams captures a graph allocation: the capture ends with the stream,
+# its allocation with it (the client's cleanup found the allocation leaked, 2026-12-05).
+seeds['capture_ctx_destroy'] = msg('CAPTURE_BEGIN', two(STREAM, 2)) + \
+    msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, DEFAULT_POOL, 4096)) + msg('CTX_DESTROY', h(CTX))
 # VMM (handle N: the allocation). The reservation's address is not known here: maps name a buffer (refused).
 seeds['vmm'] = msg('VMM_GRANULARITY', struct.pack('<iI', 0, 0)) + msg('VMM_GRANULARITY', struct.pack('<iI', 0, 1)) + \
     msg('VMM_CREATE', struct.pack('<iIQ', 0, 0, 2 << 20)) + msg('VMM_RESERVE', struct.pack('<QQQQ', 4 << 20, 0, 0, 0)) + \
