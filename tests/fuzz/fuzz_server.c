@@ -24,6 +24,9 @@
  * protocol violation). When a client goes (srv_client_release_all, as its worker does), everything it held
  * must be freed. A finding's input may need the inputs before it (the same client): rerun the corpus.
  *
+ * FUZZ_TRACE=1 prints each message and its result; FUZZ_HISTORY=FILE writes, at a finding, the client's inputs
+ * as one input that replays them (with FUZZ_CLIENT_INPUTS=1, so that the replay's client ends and is checked).
+ *
  * Build: cmake -DCMAKE_C_COMPILER=clang -DCUMUX_FUZZ=ON; run: tests/fuzz/run.sh. */
 #include <errno.h>
 #include <fcntl.h>

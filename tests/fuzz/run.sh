@@ -2,7 +2,9 @@
 # Builds fuzz_server (clang, libFuzzer, ASan+UBSan, the fake driver in-process) in build-fuzz/ and runs it
 # over the committed corpus (tests/fuzz/corpus), then for SECONDS more seconds (default 60) on JOBS
 # processes (default: the cores). Findings land in $OUT (default /tmp/cumux-fuzz) as crash-*/timeout-*
-# files; the exit status is non-zero when there is one.
+# files, with finding-history: the finding client's inputs as one input, which replays it
+# (FUZZ_CLIENT_INPUTS=1 FUZZ_TRACE=1 build-fuzz/tests/fuzz/fuzz_server $OUT/finding-history); the exit status
+# is non-zero when there is one.
 #   tests/fuzz/run.sh [--seconds N] [--jobs N] [--runs N] [--fast] [--binary FUZZ_SERVER]
 # --fast: UBSan without ASan (about three times the executions; the fake driver's oracle still checks
 # every device range), built in build-fuzz-fast/.
@@ -22,7 +24,7 @@ while [ $# -gt 0 ]; do
         --runs) runs=$2; shift ;;
         --fast) sanitizers=undefined ;;
         --binary) binary=$2; shift ;;
-        -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
