@@ -121,6 +121,7 @@ void srv_client_release_all(struct srv_client *c)
             cuStreamSynchronize(s->cu);
         }
     }
+    srv_stream_tails_wait(c); /* and that of the streams it destroyed */
     srv_kprof_release(c); /* its work is done: the last timings can be read */
     srv_usage_departed(c);
     srv_usage_release(c);
@@ -140,6 +141,7 @@ void srv_client_release_all(struct srv_client *c)
         if (x)
             ctx_free(c, x);
     }
+    srv_stream_tails_wait(c); /* the streams just destroyed with their contexts (done already: synchronized) */
     srv_limits_release(c);
     while (c->dev_ranges.n) {
         struct cumux_range r = c->dev_ranges.v[c->dev_ranges.n - 1];

@@ -21,6 +21,8 @@ void srv_pool_chunk_forget(struct srv_client *c, uint64_t ptr);
 struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_stream_kind kind, int priority,
                               CUresult *res);
 void stream_free(struct srv_client *c, struct srv_stream *s);
+/* At the client's end: waits for the work of the streams it destroyed (their tails), and forgets them. */
+void srv_stream_tails_wait(struct srv_client *c);
 /* An event and its handle (its CUevent too, unless others share it through IPC). */
 void event_free(struct srv_client *c, struct srv_event *e);
 /* The client's graphs are gone: the events kept for them go now, and later ones at once. */

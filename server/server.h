@@ -312,6 +312,13 @@ struct srv_client {
     _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
     uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */
     _Atomic uint32_t nstreams;
+    /* Destroyed streams whose work may still run (stream.c): an event recorded on each before it went, so
+     * that the client's end waits for that work too before freeing what it uses. The worker's alone. */
+    struct srv_stream_tail {
+        CUevent done;
+        int gpu;
+    } *tails;
+    uint32_t ntails, captails;
     /* Its SMs (placement.c): what it asked for, and the SMs its kernels may use now (0: all). */
     _Atomic uint32_t want_sms;      /* reserved for it alone (cumux run --sms, cumux set --sms); 0 none */
     _Atomic uint32_t want_percent;  /* its active thread percentage; 0 the server's default */

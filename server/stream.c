@@ -50,6 +50,57 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
     return s;
 }
 
+/* cuStreamDestroy returns at once and the stream's work runs on: a graph's host node, a kernel writing the
+ * client's memory. The client's end frees those (graph.c, memory.c) once its streams are done, so the
+ * streams it destroyed leave an event behind to wait for (a fuzzing finding: a graph's host-node job was
+ * freed while a launch on a destroyed stream still had to run it). Tails already passed are dropped here. */
+static void keep_tail(struct srv_client *c, struct srv_stream *s)
+{
+    for (uint32_t i = 0; i < c->ntails;) {
+        use_gpu(c, c->tails[i].gpu);
+        if (cuEventQuery(c->tails[i].done) == CUDA_ERROR_NOT_READY) {
+            i++;
+            continue;
+        }
+        cuEventDestroy(c->tails[i].done);
+        c->tails[i] = c->tails[--c->ntails];
+    }
+    use_gpu(c, s->ctx->gpu);
+    if (c->ntails == c->captails) {
+        uint32_t cap = c->captails ? c->captails * 2 : 8;
+        struct srv_stream_tail *t = realloc(c->tails, cap * sizeof *t);
+        if (!t) {
+            cuStreamSynchronize(s->cu); /* no room to remember it: wait for it now */
+            return;
+        }
+        c->tails = t;
+        c->captails = cap;
+    }
+    CUevent e;
+    if (cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        cuStreamSynchronize(s->cu);
+        return;
+    }
+    if (cuEventRecord(e, s->cu) != CUDA_SUCCESS) {
+        cuEventDestroy(e);
+        cuStreamSynchronize(s->cu);
+        return;
+    }
+    c->tails[c->ntails++] = (struct srv_stream_tail){e, s->ctx->gpu};
+}
+
+void srv_stream_tails_wait(struct srv_client *c)
+{
+    for (uint32_t i = 0; i < c->ntails; i++) {
+        use_gpu(c, c->tails[i].gpu);
+        cuEventSynchronize(c->tails[i].done);
+        cuEventDestroy(c->tails[i].done);
+    }
+    free(c->tails);
+    c->tails = NULL;
+    c->ntails = c->captails = 0;
+}
+
 void stream_free(struct srv_client *c, struct srv_stream *s)
 {
     srv_stream_confirmed(s); /* its work goes on without it: what is lost with it at a fault is not told */
@@ -74,6 +125,7 @@ void stream_free(struct srv_client *c, struct srv_stream *s)
             break;
         }
     }
+    keep_tail(c, s);
     cuStreamDestroy(s->cu);
     srv_place_stream_gone(s);
     srv_marks_stream_gone(s);

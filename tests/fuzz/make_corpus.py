@@ -194,6 +194,13 @@ seeds['capture'] = msg('CAPTURE_BEGIN', two(STREAM, 0)) + msg('LAUNCH', va, Fals
 # its allocation with it (the client's cleanup found the allocation leaked, 2026-12-05).
 seeds['capture_ctx_destroy'] = msg('CAPTURE_BEGIN', two(STREAM, 2)) + \
     msg('MEM_ALLOC_ASYNC', struct.pack('<IIQ', STREAM, DEFAULT_POOL, 4096)) + msg('CTX_DESTROY', h(CTX))
+# A graph with a host node (graph N, node N+1, instance N+2) launched on a stream (N+3) destroyed at once:
+# the launch runs on after the stream, and the client's end must wait for it before freeing the node's job
+# (a use after free in the fuzzer, 2026-12-05).
+seeds['graph_destroyed_stream'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_ADD_HOST_NODE', add_node(N, hostfn=9)) + \
+    msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', N, 0, 0)) + msg('STREAM_CREATE', struct.pack('<IIiI', CTX, 1, 0, 0)) + \
+    msg('LAUNCH', va[:4] + struct.pack('<I', N + 3) + va[8:], False) + msg('GRAPH_LAUNCH', two(N + 2, N + 3), False) + \
+    msg('STREAM_DESTROY', h(N + 3), False)
 # VMM (handle N: the allocation). The reservation's address is not known here: maps name a buffer (refused).
 seeds['vmm'] = msg('VMM_GRANULARITY', struct.pack('<iI', 0, 0)) + msg('VMM_GRANULARITY', struct.pack('<iI', 0, 1)) + \
     msg('VMM_CREATE', struct.pack('<iIQ', 0, 0, 2 << 20)) + msg('VMM_RESERVE', struct.pack('<QQQQ', 4 << 20, 0, 0, 0)) + \
