@@ -66,6 +66,10 @@ static void keep_tail(struct srv_client *c, struct srv_stream *s)
         c->tails[i] = c->tails[--c->ntails];
     }
     use_gpu(c, s->ctx->gpu);
+    if (c->ntails >= 4096) {
+        cuStreamSynchronize(s->cu); /* bounded: a client that leaves this much running waits for it itself */
+        return;
+    }
     if (c->ntails == c->captails) {
         uint32_t cap = c->captails ? c->captails * 2 : 8;
         struct srv_stream_tail *t = realloc(c->tails, cap * sizeof *t);
