@@ -123,10 +123,9 @@ static void stream_ref(struct fc_stream *s);
 static void stream_unref(struct fc_stream *s);
 static void event_unref(struct fc_event *e);
 
-void fc_op_free(struct fc_op *op)
+/* What an op holds (arguments, references to events, streams, graph memory, its graph's ops), not the op. */
+static void op_release(struct fc_op *op)
 {
-    if (!op)
-        return;
     switch (op->kind) {
     case OP_KERNEL:
         free(op->u.k.args);
@@ -155,6 +154,14 @@ void fc_op_free(struct fc_op *op)
     default:
         break;
     }
+    op->kind = OP_EMPTY; /* released: nothing left to release again */
+}
+
+void fc_op_free(struct fc_op *op)
+{
+    if (!op)
+        return;
+    op_release(op);
     free(op);
 }
 
@@ -608,6 +615,9 @@ static void *executor(void *arg)
             break;
         pthread_mutex_unlock(&s->mu);
         executor_run(s, op);
+        /* What it held goes before it counts as done: a synchronize that returns must find, say, the graph
+         * memory of a launch released (a fuzzing run took the moment between for a leak of the server's). */
+        op_release(op);
         pthread_mutex_lock(&s->mu);
         s->head = op->next;
         /* The next op takes its place in the order before this one leaves it: no later op of another
@@ -620,7 +630,7 @@ static void *executor(void *arg)
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         ord_remove(op);
-        fc_op_free(op); /* may drop references: not under the stream's lock */
+        free(op);
         pthread_mutex_lock(&s->mu);
     }
     s->running = false;

@@ -71,9 +71,8 @@ static void history_add(const void *p, size_t n)
     history_len += n;
 }
 
-static _Noreturn void finding(const char *what)
+static void write_history(void)
 {
-    fprintf(stderr, "FUZZ FINDING: %s\n", what);
     const char *path = getenv("FUZZ_HISTORY");
     FILE *out = path ? fopen(path, "wb") : NULL;
     if (out) {
@@ -82,6 +81,12 @@ static _Noreturn void finding(const char *what)
         fprintf(stderr, "FUZZ FINDING: the client's inputs, replayable as one input: %s (%zu bytes%s)\n", path,
                 history_len, history_full ? ", cut: too long" : "");
     }
+}
+
+static _Noreturn void finding(const char *what)
+{
+    fprintf(stderr, "FUZZ FINDING: %s\n", what);
+    write_history();
     abort();
 }
 
@@ -96,10 +101,21 @@ static size_t device_free(void)
     return f;
 }
 
+/* A sanitizer's report ends the process without finding(): the history is written then too. */
+#if defined(__has_include)
+#if __has_include(<sanitizer/common_interface_defs.h>)
+#include <sanitizer/common_interface_defs.h>
+#define FUZZ_DEATH_CALLBACK 1
+#endif
+#endif
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
+#ifdef FUZZ_DEATH_CALLBACK
+    __sanitizer_set_death_callback(write_history);
+#endif
     cumux_log_init("fuzz_server");
     setenv("CUMUX_FAKE_ORDER", "0", 0); /* the fake's emulated dispatch order only slows fuzzing down */
     /* A stream wait for a value nobody writes holds only the client's own stream, as on a GPU; here it
