@@ -201,6 +201,11 @@ seeds['graph_destroyed_stream'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_ADD_H
     msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', N, 0, 0)) + msg('STREAM_CREATE', struct.pack('<IIiI', CTX, 1, 0, 0)) + \
     msg('LAUNCH', va[:4] + struct.pack('<I', N + 3) + va[8:], False) + msg('GRAPH_LAUNCH', two(N + 2, N + 3), False) + \
     msg('STREAM_DESTROY', h(N + 3), False)
+# The same launch, then a capture begun on its stream and left running: the client's end must end the
+# capture before it waits for the stream (a synchronize of a capturing stream fails at once).
+seeds['graph_capture_left'] = msg('GRAPH_CREATE', two(0)) + msg('GRAPH_ADD_HOST_NODE', add_node(N, hostfn=9)) + \
+    msg('GRAPH_INSTANTIATE', struct.pack('<IIQ', N, 0, 0)) + msg('LAUNCH', va, False) + \
+    msg('GRAPH_LAUNCH', two(N + 2, STREAM), False) + msg('CAPTURE_BEGIN', two(STREAM, 2))
 # VMM (handle N: the allocation). The reservation's address is not known here: maps name a buffer (refused).
 seeds['vmm'] = msg('VMM_GRANULARITY', struct.pack('<iI', 0, 0)) + msg('VMM_GRANULARITY', struct.pack('<iI', 0, 1)) + \
     msg('VMM_CREATE', struct.pack('<iIQ', 0, 0, 2 << 20)) + msg('VMM_RESERVE', struct.pack('<QQQQ', 4 << 20, 0, 0, 0)) + \
