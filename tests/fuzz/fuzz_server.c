@@ -219,7 +219,7 @@ static void run_worker(struct fclient *f)
 }
 
 /* FUZZ_TRACE=1: each message of the input and its result on stderr, to read a finding's steps (a finding
- * may need the inputs before it: run the corpus directory with the finding last). */
+ * may need the client's inputs before it: replay its FUZZ_HISTORY file). */
 static void trace(uint16_t op, bool answered, size_t len, int result, const struct cumux_reply_slot *slot)
 {
     static int on = -1;
