@@ -113,9 +113,9 @@ void srv_client_release_all(struct srv_client *c)
     srv_hostfn_release(c); /* no stream waits any more for a host function the client will not run */
     srv_waits_release(c);  /* nor for memory the client will not write */
     srv_staging_flush(c, true);
-    /* Captures left running end first: a synchronize of a capturing stream fails at once, without waiting
-     * for the work queued before the capture began (a fuzzing finding: a graph's host node ran after its
-     * job was freed). */
+    /* Captures left running end first, their graphs destroyed (graph.c): a synchronize of a capturing
+     * stream fails at once, without waiting for the work queued before the capture began (a fuzzing
+     * finding: a graph's host node ran after its job was freed). */
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
         if (s)

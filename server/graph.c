@@ -1320,12 +1320,8 @@ void srv_capture_abandon(struct srv_client *c, struct srv_stream *s)
 
 void srv_graph_release_all(struct srv_client *c)
 {
-    /* Captures the client left running: ended, their graphs destroyed (and any handed-out wrapper). */
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-        if (s)
-            srv_capture_abandon(c, s);
-    }
+    /* Captures the client left running were ended already (srv_client_release_all, before its streams were
+     * waited for), their graphs destroyed. */
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_graph_exec *e = handle_get(c, h, OBJ_GRAPH_EXEC);
         if (e) {
