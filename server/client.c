@@ -13,7 +13,11 @@
 #include "common/log.h"
 #include "common/sock.h"
 #include "server/objects.h"
+#include "server/handlers.h" /* the kinds' free functions, for the generated release loops */
 #include "server/server.h"
+
+#define SRV_RELEASE_IMPL /* srv_client_release_all, the spec's release lines */
+#include "server/generated/release.h"
 
 int srv_wake_fd = -1;
 
@@ -175,10 +179,7 @@ static void *worker_main(void *arg)
         if (watch_until && st > 0) {
             uint16_t op = ((const struct cumux_msg_hdr *)msg)->op;
             /* Its own work again (a launch, a copy, a wait for its streams): what is made again is made. */
-            if (op == CUMUX_OP_LAUNCH || op == CUMUX_OP_STREAM_SYNC || op == CUMUX_OP_STREAM_QUERY ||
-                op == CUMUX_OP_CTX_SYNC || op == CUMUX_OP_EVENT_SYNC || op == CUMUX_OP_EVENT_QUERY ||
-                op == CUMUX_OP_COPY || op == CUMUX_OP_COPY_HTOD_STAGED || op == CUMUX_OP_COPY_DTOH_STAGED ||
-                op == CUMUX_OP_MEMSET || op == CUMUX_OP_GRAPH_LAUNCH)
+            if (cumux_op_work(op))
                 watch_until = 0;
             uint64_t t1 = cumux_now_ns();
             if (watch_until && t1 - t0 > COMEBACK_SLOW_NS)

@@ -82,7 +82,7 @@ void ctx_free(struct srv_client *c, struct srv_ctx *x)
     for (uint32_t h = 1; h <= c->nhandles; h++) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (mod && mod->ctx == x)
-            module_free(c, h, mod);
+            module_free(c, mod);
     }
     while (x->streams)
         stream_free(c, x->streams);

@@ -268,3 +268,19 @@ CUresult op_memset(struct srv_client *c, const struct cumux_memset *m, struct sr
     return r;
 }
 
+
+/* A client's end: its staged copies finish before anything they use goes. */
+void srv_staging_release(struct srv_client *c)
+{
+    srv_staging_flush(c, true);
+}
+
+/* A client's end: the staging slots' events (the buffers stay mapped until the reaper has unregistered
+ * them, srv_client_free). */
+void srv_staging_events_release(struct srv_client *c)
+{
+    use_gpu(c, 0);
+    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
+        if (c->stage_event[i])
+            cuEventDestroy(c->stage_event[i]);
+}

@@ -88,7 +88,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     uint32_t out_len = 0;
     CUresult r;
     /* Anything but a question of completion may queue work: streams known idle before are not now. */
-    if (hdr->op != CUMUX_OP_STREAM_QUERY && hdr->op != CUMUX_OP_STREAM_SYNC && hdr->op != CUMUX_OP_CTX_SYNC)
+    if (!cumux_op_question(hdr->op))
         c->work_gen++;
     if (srv_route(c, hdr->op, body, payload, payload_len, answered, out, &out_len, &r) < 0)
         return -1;
@@ -104,102 +104,5 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
         c->pending_error = r; /* reported by the next synchronizing call (invariant 2) */
     }
     return 0;
-}
-
-/* ---------------------------------------------------------------- cleanup */
-
-void srv_client_release_all(struct srv_client *c)
-{
-    srv_hostfn_release(c); /* no stream waits any more for a host function the client will not run */
-    srv_waits_release(c);  /* nor for memory the client will not write */
-    srv_staging_flush(c, true);
-    /* Captures left running end first, their graphs destroyed (graph.c): a synchronize of a capturing
-     * stream fails at once, without waiting for the work queued before the capture began (a fuzzing
-     * finding: a graph's host node ran after its job was freed). */
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-        if (s)
-            srv_capture_abandon(c, s);
-    }
-    /* Let in-flight work finish first: it may still use the memory freed below. */
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
-        if (s) {
-            use_gpu(c, s->ctx->gpu);
-            cuStreamSynchronize(s->cu);
-        }
-    }
-    srv_stream_tails_wait(c); /* and that of the streams it destroyed */
-    srv_kprof_release(c); /* its work is done: the last timings can be read */
-    srv_usage_departed(c);
-    srv_usage_release(c);
-    srv_graph_release_all(c); /* graphs name the client's kernels and memory: before those go */
-    srv_events_unpark(c);     /* and the events their nodes may name */
-    srv_array_release_all(c);
-    srv_link_release_all(c);
-    srv_vmm_release_all(c);
-    srv_ipc_release_all(c); /* before its allocations go: others may hold some of them open */
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
-        if (mod)
-            module_free(c, h, mod);
-    }
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_ctx *x = handle_get(c, h, OBJ_CTX);
-        if (x)
-            ctx_free(c, x);
-    }
-    srv_stream_tails_wait(c); /* the streams just destroyed with their contexts (done already: synchronized) */
-    srv_limits_release(c);
-    while (c->dev_ranges.n) {
-        struct cumux_range r = c->dev_ranges.v[c->dev_ranges.n - 1];
-        cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
-        if (r.tag == RANGE_ALLOC) {
-            CUstream ms;
-            if (!srv_chunks_in_arena(r.base) && mem_stream(c, (int)r.extra, &ms) == CUDA_SUCCESS)
-                cuMemFreeAsync(r.base, ms); /* chunks go whole, below */
-            srv_mem_uncharge(c, r.size);
-        }
-    }
-    cumux_ranges_free(&c->dev_ranges);
-    for (int g = 0; g < srv_gpu_count; g++) {
-        if (c->alloc_stream[g]) {
-            use_gpu(c, g);
-            cuStreamSynchronize(c->alloc_stream[g]);
-            cuStreamDestroy(c->alloc_stream[g]);
-        }
-        if (c->mem_stream[g]) {
-            use_gpu(c, g);
-            cuStreamSynchronize(c->mem_stream[g]);
-            cuStreamDestroy(c->mem_stream[g]);
-            /* Give the freed memory back to the device now, not at the pool's leisure. */
-            if (c->default_pool[g])
-                cuMemPoolTrimTo(c->default_pool[g]->pool, 0);
-        }
-    }
-    srv_chunks_release_all(c); /* after its streams were synchronized: nothing runs on its chunks */
-    if (c->mem_event)
-        cuEventDestroy(c->mem_event);
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        struct srv_pool *p = handle_get(c, h, OBJ_POOL);
-        if (p)
-            pool_free(c, p);
-    }
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        if (c->handles[h - 1].type != OBJ_NONE) /* anything left is a bug: say so rather than leak quietly */
-            cumux_logf("client %u: handle %u of type %d left after cleanup", c->id, h, c->handles[h - 1].type);
-    }
-    free(c->handles);
-    c->handles = NULL;
-    c->nhandles = c->caphandles = 0;
-    while (c->host_ranges.n)
-        host_release(c, c->host_ranges.v[0].base);
-    cumux_ranges_free(&c->host_ranges);
-    use_gpu(c, 0);
-    for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
-        if (c->stage_event[i])
-            cuEventDestroy(c->stage_event[i]);
-    srv_placement_release(c); /* after its streams: their green contexts go, and its reservation */
-    /* The staging buffers stay mapped until the reaper has unregistered them (srv_client_free). */
 }
 

@@ -1343,3 +1343,14 @@ void srv_graph_release_all(struct srv_client *c)
         free(j);
     }
 }
+
+/* A client's end: captures left running end first, their graphs destroyed; a synchronize of a capturing
+ * stream fails at once, without waiting for the work queued before the capture began. */
+void srv_captures_release(struct srv_client *c)
+{
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
+        if (s)
+            srv_capture_abandon(c, s);
+    }
+}

@@ -107,7 +107,7 @@ void srv_vmm_release_all(struct srv_client *c);
 void srv_array_release_all(struct srv_client *c);
 
 /* module.c */
-void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod);
+void module_free(struct srv_client *c, struct srv_module *mod);
 /* The client's image in fd, read-only: its `size` bytes, then zeros to a page past them (module.c says
  * why); NULL on failure. Unmap *map_len bytes. */
 void *srv_map_image(int fd, size_t size, size_t *map_len);

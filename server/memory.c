@@ -292,3 +292,45 @@ CUresult op_host_free(struct srv_client *c, const struct cumux_mem_free *m)
     return CUDA_SUCCESS;
 }
 
+
+/* A client's end: its allocations (chunks go whole, srv_chunks_release_all), then the streams that made
+ * and freed them, their memory given back to the device now rather than at the pool's leisure. */
+void srv_memory_release(struct srv_client *c)
+{
+    while (c->dev_ranges.n) {
+        struct cumux_range r = c->dev_ranges.v[c->dev_ranges.n - 1];
+        cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
+        if (r.tag == RANGE_ALLOC) {
+            CUstream ms;
+            if (!srv_chunks_in_arena(r.base) && mem_stream(c, (int)r.extra, &ms) == CUDA_SUCCESS)
+                cuMemFreeAsync(r.base, ms);
+            srv_mem_uncharge(c, r.size);
+        }
+    }
+    cumux_ranges_free(&c->dev_ranges);
+    for (int g = 0; g < srv_gpu_count; g++) {
+        if (c->alloc_stream[g]) {
+            use_gpu(c, g);
+            cuStreamSynchronize(c->alloc_stream[g]);
+            cuStreamDestroy(c->alloc_stream[g]);
+        }
+        if (c->mem_stream[g]) {
+            use_gpu(c, g);
+            cuStreamSynchronize(c->mem_stream[g]);
+            cuStreamDestroy(c->mem_stream[g]);
+            if (c->default_pool[g])
+                cuMemPoolTrimTo(c->default_pool[g]->pool, 0);
+        }
+    }
+    if (c->mem_event) /* it ordered the memory streams after the client's: both are done */
+        cuEventDestroy(c->mem_event);
+    c->mem_event = NULL;
+}
+
+/* A client's end: its registered host memory. */
+void srv_host_release_all(struct srv_client *c)
+{
+    while (c->host_ranges.n)
+        host_release(c, c->host_ranges.v[0].base);
+    cumux_ranges_free(&c->host_ranges);
+}

@@ -66,8 +66,9 @@ bool srv_module_departed_owner(uint64_t cu_module, char *desc, size_t cap)
     return found;
 }
 
-void module_free(struct srv_client *c, uint32_t h, struct srv_module *mod)
+void module_free(struct srv_client *c, struct srv_module *mod)
 {
+    uint32_t h = mod->handle;
     use_gpu(c, mod->gpu);
     departed_note(c, mod);
     /* Its functions and globals die with it. */
@@ -208,7 +209,7 @@ CUresult op_module_load(struct srv_client *c, const struct cumux_module_load *m,
 
 CUresult op_module_unload(struct srv_client *c, struct srv_module *module)
 {
-    module_free(c, module->handle, module);
+    module_free(c, module);
     return CUDA_SUCCESS;
 }
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/sock.h"
 #include "server/objects.h"
 
@@ -291,4 +292,18 @@ int recv_client_fd(struct srv_client *c, uint64_t min_size)
 int srv_client_describe(const struct srv_client *c, char *out, size_t cap)
 {
     return snprintf(out, cap, "%u pid %d uid %u %s", c->id, (int)c->pid, (unsigned)c->uid, c->cmd);
+}
+
+/* A client's end: its handle table, every object freed by now; anything left is a bug, said rather than
+ * leaked quietly. */
+void srv_handles_release(struct srv_client *c)
+{
+    for (uint32_t h = 1; h <= c->nhandles; h++) {
+        enum srv_obj_type t = c->handles[h - 1].type;
+        if (t != OBJ_NONE)
+            cumux_logf("client %u: handle %u (%s) left after cleanup", c->id, h, srv_obj_kind_name(t));
+    }
+    free(c->handles);
+    c->handles = NULL;
+    c->nhandles = c->caphandles = 0;
 }

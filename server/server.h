@@ -13,6 +13,7 @@
 #include "common/sm_plan.h"
 #include "common/proto.h"
 #include "common/ranges.h"
+#include "server/generated/release.h"
 
 /* ---- GPUs: one real (primary) context each, shared by every client ---- */
 struct srv_gpu {
@@ -54,10 +55,7 @@ void srv_gpus_stand_by(void);
 void srv_gpus_take_over(void);
 
 /* ---- per-client objects, named to the client by small integer handles ---- */
-enum srv_obj_type {
-    OBJ_NONE = 0, OBJ_CTX, OBJ_STREAM, OBJ_EVENT, OBJ_MODULE, OBJ_FUNCTION, OBJ_POOL,
-    OBJ_GRAPH, OBJ_GRAPH_EXEC, OBJ_GRAPH_NODE, OBJ_VMM_ALLOC, OBJ_ARRAY, OBJ_TEXTURE, OBJ_LINK,
-};
+#include "server/generated/kinds.h" /* enum srv_obj_type: the spec's kind lines */
 
 struct srv_pool {
     CUmemoryPool pool;
@@ -416,7 +414,6 @@ struct hostfn_job;
 /* dispatch.c */
 /* Run one message; -1 on a protocol violation (the client is then dropped). */
 int srv_dispatch(struct srv_client *c, void *msg, uint32_t size);
-void srv_client_release_all(struct srv_client *c);
 /* copy.c: gives back the staging slots whose copies are done (with wait, all, waiting for them); true when
  * some are still in use (without wait). */
 bool srv_staging_flush(struct srv_client *c, bool wait);

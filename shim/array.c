@@ -7,7 +7,6 @@
 
 #include "shim/client.h"
 
-#define SHIM_MAGIC_ARRAY 0x41525231u
 
 struct CUarray_st {
     uint32_t magic;

@@ -10,14 +10,8 @@
 #include "common/proto.h"
 #include "common/ranges.h"
 #include "shim/shim.h"
+#include "shim/generated/magic.h"
 
-#define SHIM_MAGIC_CTX 0x43545831u
-#define SHIM_MAGIC_STREAM 0x53545231u
-#define SHIM_MAGIC_EVENT 0x45564e31u
-#define SHIM_MAGIC_MODULE 0x4d4f4431u
-#define SHIM_MAGIC_LIBRARY 0x4c494231u
-#define SHIM_MAGIC_FUNCTION 0x46554e31u
-#define SHIM_MAGIC_DEAD 0xdeadbeefu
 
 /* Handles the program holds are pointers to these. The server knows each by its integer handle. */
 /* What the shim knows of a stream's completion (stream.c): shim_work_seq + 1 as it was when the server last
@@ -128,7 +122,6 @@ struct CUfunc_st {
     _Atomic int cache_own, cache_sent;
 };
 
-#define SHIM_MAGIC_POOL 0x504f4f31u
 
 /* A memory pool: the client's default pool of a device, or one it created. */
 struct CUmemPoolHandle_st {

@@ -257,19 +257,14 @@ _Thread_local uint64_t shim_question_seq;
  * server had not handled when it decided is lost work. */
 static uint64_t work_end;
 
-static bool is_question(uint16_t op)
-{
-    return op == CUMUX_OP_STREAM_QUERY || op == CUMUX_OP_STREAM_SYNC || op == CUMUX_OP_CTX_SYNC;
-}
-
 /* A work message counts once it is in the ring (before the call that sent it returns), and a question
  * reads the count under the same lock: the count a question saw is exactly the work ahead of it. */
 void shim_ring_commit(uint16_t op, uint32_t size)
 {
-    if (is_question(op))
+    if (cumux_op_question(op))
         shim_question_seq = atomic_load_explicit(&shim_work_seq, memory_order_relaxed);
     cumux_ring_commit(shim.shm, size);
-    if (!is_question(op)) {
+    if (!cumux_op_question(op)) {
         atomic_fetch_add_explicit(&shim_work_seq, 1, memory_order_release);
         work_end = atomic_load_explicit(&shim.shm->head, memory_order_relaxed);
     }

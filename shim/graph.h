@@ -5,9 +5,6 @@
 
 #include "shim/client.h"
 
-#define SHIM_MAGIC_GRAPH 0x47524131u
-#define SHIM_MAGIC_GRAPH_EXEC 0x47455831u
-#define SHIM_MAGIC_GRAPH_NODE 0x474e4431u
 
 /* A handle 0 is no server object's: a graph, instance or node made by a worker that failed and not made
  * again has it, so that the new worker answers every call naming it CUDA_ERROR_INVALID_HANDLE. */

@@ -10,7 +10,6 @@
 #include "common/jit.h"
 #include "shim/client.h"
 
-#define SHIM_MAGIC_LINK 0x4c4e4b31u
 
 struct CUlinkState_st {
     uint32_t magic;

@@ -157,7 +157,7 @@ struct cumux_vmm_create {
 };
 
 struct cumux_vmm_release {
-    uint32_t alloc; /* handle of a alloc */
+    uint32_t alloc; /* handle of a vmm_alloc */
     uint32_t pad;
 };
 
@@ -177,7 +177,7 @@ struct cumux_vmm_map {
     uint64_t ptr;
     uint64_t size;
     uint64_t offset; /* into the allocation */
-    uint32_t alloc;  /* handle of a alloc */
+    uint32_t alloc;  /* handle of a vmm_alloc */
     uint32_t pad;
 };
 
@@ -240,7 +240,7 @@ struct cumux_vmm_import {
 };
 
 struct cumux_vmm_import_reply {
-    uint32_t alloc; /* handle of a alloc */
+    uint32_t alloc; /* handle of a vmm_alloc */
     int32_t device;
     uint64_t size;
 };
@@ -723,7 +723,7 @@ struct cumux_capture_update_deps {
 };
 
 struct cumux_node_query {
-    uint32_t node; /* handle of a node */
+    uint32_t node; /* handle of a graph_node */
     uint32_t pad;
 };
 
@@ -760,7 +760,7 @@ struct cumux_graph_destroy {
 
 /* cuGraphNodeFindInClone: the node of a clone that was copied from a node of the original */
 struct cumux_node_find_in_clone {
-    uint32_t node;  /* handle of a node */
+    uint32_t node;  /* handle of a graph_node */
     uint32_t clone; /* handle of a graph */
 };
 
@@ -771,22 +771,22 @@ struct cumux_graph_instantiate {
 };
 
 struct cumux_graph_exec_destroy {
-    uint32_t exec; /* handle of a exec */
+    uint32_t exec; /* handle of a graph_exec */
     uint32_t pad;
 };
 
 struct cumux_graph_launch {
-    uint32_t exec;   /* handle of a exec */
+    uint32_t exec;   /* handle of a graph_exec */
     uint32_t stream; /* handle of a stream */
 };
 
 struct cumux_graph_upload {
-    uint32_t exec;   /* handle of a exec */
+    uint32_t exec;   /* handle of a graph_exec */
     uint32_t stream; /* handle of a stream */
 };
 
 struct cumux_graph_exec_update {
-    uint32_t exec;  /* handle of a exec */
+    uint32_t exec;  /* handle of a graph_exec */
     uint32_t graph; /* handle of a graph */
 };
 
@@ -878,29 +878,29 @@ struct cumux_graph_mem_attr {
 /* A memset or memcpy node's new parameters (struct cumux_memset or cumux_copy_2d follows), in its graph or
  * an instance */
 struct cumux_graph_set_node {
-    uint32_t node; /* handle of a node */
-    uint32_t exec; /* handle of a exec or 0; 0: the node's own graph */
+    uint32_t node; /* handle of a graph_node */
+    uint32_t exec; /* handle of a graph_exec or 0; 0: the node's own graph */
 };
 
 /* A host node's new function and argument, in its graph or an instance */
 struct cumux_graph_set_host_node {
-    uint32_t node;       /* handle of a node */
-    uint32_t exec;       /* handle of a exec or 0; 0: the node's own graph */
+    uint32_t node;       /* handle of a graph_node */
+    uint32_t exec;       /* handle of a graph_exec or 0; 0: the node's own graph */
     uint64_t host_fn_id; /* the client's own number for the function and its argument */
 };
 
 /* cuGraphNodeSetEnabled / cuGraphNodeGetEnabled: a node of an instance turned off or on, or asked */
 struct cumux_node_enabled {
-    uint32_t exec;    /* handle of a exec */
-    uint32_t node;    /* handle of a node */
+    uint32_t exec;    /* handle of a graph_exec */
+    uint32_t node;    /* handle of a graph_node */
     uint32_t set;     /* 0: only answer */
     uint32_t enabled; /* when set: 1 on, 0 off */
 };
 
 /* cuGraph(Exec)EventRecordNodeSetEvent / EventWaitNodeSetEvent */
 struct cumux_node_set_event {
-    uint32_t node;  /* handle of a node */
-    uint32_t exec;  /* handle of a exec or 0; 0: the node's own graph */
+    uint32_t node;  /* handle of a graph_node */
+    uint32_t exec;  /* handle of a graph_exec or 0; 0: the node's own graph */
     uint32_t event; /* handle of a event */
     uint32_t wait;  /* 0: the node must be a record node, 1: a wait node */
 };
@@ -913,8 +913,8 @@ struct cumux_graph_add_host_node {
 
 /* A kernel node's new parameters (struct cumux_launch and the packed arguments follow). */
 struct cumux_graph_set_kernel_node {
-    uint32_t node; /* handle of a node */
-    uint32_t exec; /* handle of a exec or 0; 0: the node's own graph */
+    uint32_t node; /* handle of a graph_node */
+    uint32_t exec; /* handle of a graph_exec or 0; 0: the node's own graph */
 };
 
 /* ndeps "from" handles, then ndeps "to" handles follow (u32, padded to 8 bytes). */
@@ -929,7 +929,7 @@ struct cumux_graph_get_nodes {
 };
 
 struct cumux_node_get_deps {
-    uint32_t node; /* handle of a node */
+    uint32_t node; /* handle of a graph_node */
     uint32_t pad;
 };
 
@@ -944,12 +944,12 @@ struct cumux_graph_get_edges {
 };
 
 struct cumux_node_get_dependents {
-    uint32_t node; /* handle of a node */
+    uint32_t node; /* handle of a graph_node */
     uint32_t pad;
 };
 
 struct cumux_node_get_type {
-    uint32_t node; /* handle of a node */
+    uint32_t node; /* handle of a graph_node */
     uint32_t pad;
 };
 
@@ -1518,5 +1518,17 @@ enum cumux_op {
     CUMUX_OP_FUNC_SET_CACHE_CONFIG,
     CUMUX_OP_COUNT
 };
+
+/* An op asks whether the client's own work is done: it queues no work (the spec's flag `question`). */
+static inline int cumux_op_question(unsigned op)
+{
+    return op == CUMUX_OP_CTX_SYNC || op == CUMUX_OP_STREAM_SYNC || op == CUMUX_OP_STREAM_QUERY;
+}
+
+/* An op the client's own GPU work (a launch, a copy, a wait for its streams) (the spec's flag `work`). */
+static inline int cumux_op_work(unsigned op)
+{
+    return op == CUMUX_OP_CTX_SYNC || op == CUMUX_OP_STREAM_SYNC || op == CUMUX_OP_STREAM_QUERY || op == CUMUX_OP_EVENT_QUERY || op == CUMUX_OP_EVENT_SYNC || op == CUMUX_OP_COPY || op == CUMUX_OP_COPY_HTOD_STAGED || op == CUMUX_OP_COPY_DTOH_STAGED || op == CUMUX_OP_MEMSET || op == CUMUX_OP_LAUNCH || op == CUMUX_OP_GRAPH_LAUNCH;
+}
 
 #endif

@@ -8,7 +8,8 @@ Inputs:  common/protocol.spec (the protocol's ops: tools/gen/protocol.py), $CUDA
 Outputs: data/stub-symbols.txt, shim/generated/{libcuda.map, stubs.c, procaddress_table.h,
          procaddress_table.c, errors_table.h, errors_table.c}, trace/generated/{trace_wrappers.h,
          trace_wrappers.c} (the tracing libcuda.so.1, docs/trace.md), common/generated/protocol.h,
-         server/generated/routes.h, tests/generated/malformed_cases.h, the op table of docs/protocol.md.
+         server/generated/{routes.h, kinds.h, release.h}, shim/generated/{calls.h, magic.h},
+         tests/generated/malformed_cases.h, the op table of docs/protocol.md.
 
     python3 tools/gen/generate.py          # regenerate
     python3 tools/gen/generate.py --check  # exit 1 if any output differs (CI)

@@ -12,28 +12,33 @@ SCALARS = {  # spec type: (C type, size)
     "u64": ("uint64_t", 8), "f32": ("float", 4), "char": ("char", 1), "devptr": ("uint64_t", 8),
     "pad32": ("uint32_t", 4), "pad64": ("uint64_t", 8),
 }
-HANDLE_KINDS = {"CTX", "STREAM", "EVENT", "MODULE", "FUNCTION", "POOL", "GRAPH", "EXEC", "NODE", "ALLOC", "ARRAY",
-                "TEXTURE", "LINK"}
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
-# How the server's routing resolves a handle of each kind: the object's type, its lookup, the answer when
-# the handle is not one of the client's objects of that kind.
-HANDLE_LOOKUP = {
-    "CTX": ("srv_ctx", "handle_get(c, %s, OBJ_CTX)", "CUDA_ERROR_INVALID_CONTEXT"),
-    "STREAM": ("srv_stream", "stream_get(c, %s)", "CUDA_ERROR_INVALID_HANDLE"),
-    "EVENT": ("srv_event", "handle_get(c, %s, OBJ_EVENT)", "CUDA_ERROR_INVALID_HANDLE"),
-    "MODULE": ("srv_module", "handle_get(c, %s, OBJ_MODULE)", "CUDA_ERROR_INVALID_HANDLE"),
-    "FUNCTION": ("srv_function", "handle_get(c, %s, OBJ_FUNCTION)", "CUDA_ERROR_INVALID_HANDLE"),
-    "POOL": ("srv_pool", "handle_get(c, %s, OBJ_POOL)", "CUDA_ERROR_INVALID_HANDLE"),
-    "GRAPH": ("srv_graph", "handle_get(c, %s, OBJ_GRAPH)", "CUDA_ERROR_INVALID_HANDLE"),
-    "EXEC": ("srv_graph_exec", "handle_get(c, %s, OBJ_GRAPH_EXEC)", "CUDA_ERROR_INVALID_HANDLE"),
-    "NODE": ("srv_graph_node", "handle_get(c, %s, OBJ_GRAPH_NODE)", "CUDA_ERROR_INVALID_HANDLE"),
-    "ALLOC": ("srv_vmm_alloc", "handle_get(c, %s, OBJ_VMM_ALLOC)", "CUDA_ERROR_INVALID_HANDLE"),
-    "ARRAY": ("srv_array", "handle_get(c, %s, OBJ_ARRAY)", "CUDA_ERROR_INVALID_HANDLE"),
-    "TEXTURE": ("srv_texture", "handle_get(c, %s, OBJ_TEXTURE)", "CUDA_ERROR_INVALID_HANDLE"),
-    "LINK": ("srv_link", "handle_get(c, %s, OBJ_LINK)", "CUDA_ERROR_INVALID_HANDLE"),
-}
-SERVER_FILES = {"dispatch", "chunks", "context", "stream", "memory", "pool", "vmm", "ipc", "tensor_map", "array", "link", "copy", "module", "launch",
-                "hostfn", "graph"}
+OP_FLAGS = ("question", "work")  # see the spec's header
+
+
+class Kind:
+    """An object kind (a `kind` line): the one place it is named."""
+
+    def __init__(self, name, opts, comment, line):
+        self.name, self.comment, self.line = name, comment, line
+        self.shim_only = opts.get("shim", False)
+        self.type = opts.get("type", "srv_" + name.lower())
+        self.lookup = opts.get("lookup", "handle_get(c, %%s, OBJ_%s)" % name)
+        self.invalid = opts.get("invalid", "CUDA_ERROR_INVALID_HANDLE")
+        self.file, self.free, self.magic = opts.get("file"), opts.get("free"), opts.get("magic")
+
+
+KINDS = {}  # name -> Kind, in the spec's order; filled by parse()
+
+
+SERVER_DIR = None  # the server's sources (set by parse): a file= names one of them
+
+
+def server_file(where, name):
+    """Checks that file=NAME names a source file of the server."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or not os.path.exists(os.path.join(SERVER_DIR, name + ".c")):
+        raise SpecError("%s: file=%s: there is no server/%s.c" % (where, name, name))
+    return name
 
 
 class SpecError(Exception):
@@ -60,9 +65,10 @@ class Struct:
 
 
 class Op:
-    def __init__(self, name, direction, body, reply, payload, handler, file, comment, line, fd=False):
+    def __init__(self, name, direction, body, reply, payload, handler, file, comment, line, fd=False, flags=()):
         self.name, self.direction, self.body, self.reply, self.fd = name, direction, body, reply, fd
         self.payload, self.handler, self.file, self.comment, self.line = payload, handler, file, comment, line
+        self.flags = set(flags)
 
 
 def split_comment(line):
@@ -72,12 +78,49 @@ def split_comment(line):
     return line.rstrip(), ""
 
 
+def parse_kinds(path, lines):
+    """The `kind` lines, first: handle fields anywhere name them."""
+    KINDS.clear()
+    for no, raw in enumerate(lines, 1):
+        words = split_comment(raw)[0].split()
+        if not words or words[0] != "kind" or raw[0] in " \t":
+            continue
+        where = "%s:%d" % (os.path.basename(path), no)
+        if len(words) < 2 or not re.fullmatch(r"[A-Z][A-Z0-9_]*", words[1]):
+            raise SpecError("%s: kind NAME (upper case) [options]" % where)
+        opts = {}
+        for w in words[2:]:
+            if w == "shim":
+                opts["shim"] = True
+            elif "=" in w and w.split("=", 1)[0] in ("type", "lookup", "invalid", "file", "free", "magic"):
+                k, v = w.split("=", 1)
+                opts[k] = v
+            else:
+                raise SpecError("%s: unknown kind option %s" % (where, w))
+        if words[1] in KINDS:
+            raise SpecError("%s: kind %s twice" % (where, words[1]))
+        k = Kind(words[1], opts, split_comment(raw)[1], where)
+        if k.magic is not None and not re.fullmatch(r"0x[0-9a-f]{8}", k.magic):
+            raise SpecError("%s: magic is 8 hex digits: %s" % (where, k.magic))
+        if not k.shim_only:
+            if k.file is None:
+                raise SpecError("%s: kind %s needs file= (the server file defining it)" % (where, k.name))
+            server_file(where, k.file)
+        KINDS[k.name] = k
+    magics = [k.magic for k in KINDS.values() if k.magic]
+    if len(set(magics)) != len(magics):
+        raise SpecError("two kinds share a magic number")
+
+
 def parse(path):
-    structs, ops = {}, []
+    structs, ops, releases = {}, [], []
     pending = []  # comment lines waiting for the next struct or op
     current = None
     with open(path) as f:
         lines = f.read().split("\n")
+    global SERVER_DIR
+    SERVER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "server")
+    parse_kinds(path, lines)
     for no, raw in enumerate(lines, 1):
         where = "%s:%d" % (os.path.basename(path), no)
         if raw.startswith("#"):
@@ -108,7 +151,7 @@ def parse(path):
             if kind.startswith("handle:") or kind.startswith("handle?:"):
                 optional = kind.startswith("handle?:")
                 handle = kind.split(":", 1)[1]
-                if handle not in HANDLE_KINDS:
+                if handle not in KINDS or KINDS[handle].shim_only:
                     raise SpecError("%s: unknown handle kind %s" % (where, handle))
                 kind = "u32"
             elif kind not in SCALARS:
@@ -116,6 +159,28 @@ def parse(path):
             if any(f.name == name for f in current.fields):
                 raise SpecError("%s: field %s twice" % (where, name))
             current.fields.append(Field(kind, name, count, comment, handle, optional))
+            continue
+        if words[0] == "kind":
+            pending = []
+            current = None
+            continue
+        if words[0] == "release":
+            if len(words) == 2 and words[1].startswith("kind:"):
+                kind = KINDS.get(words[1][5:])
+                if kind is None or not kind.free:
+                    raise SpecError("%s: %s is not a kind with free=" % (where, words[1]))
+                releases.append(("kind", kind, pending + ([comment] if comment else []), where))
+            elif len(words) == 3 and words[2].startswith("file=") and re.fullmatch(r"[a-z_][a-z0-9_]*", words[1]):
+                file = server_file(where, words[2][5:])
+                with open(os.path.join(SERVER_DIR, file + ".c")) as src:
+                    if not re.search(r"^void %s\(struct srv_client \*c\)$" % words[1], src.read(), re.M):
+                        raise SpecError("%s: server/%s.c defines no void %s(struct srv_client *c)"
+                                        % (where, file, words[1]))
+                releases.append(("fn", (words[1], words[2][5:]), pending + ([comment] if comment else []), where))
+            else:
+                raise SpecError("%s: release FUNCTION file=FILE, or release kind:NAME" % where)
+            pending = []
+            current = None
             continue
         if words[0] == "struct":
             if len(words) != 2:
@@ -134,9 +199,12 @@ def parse(path):
             if direction not in DIRECTIONS:
                 raise SpecError("%s: direction is answered, oneway or either, not %s" % (where, direction))
             opts = {"reply": "none", "payload": False, "handler": "op_" + name.lower(), "file": None, "fd": False}
+            flags = []
             for w in words[4:]:
                 if w in ("payload", "fd"):
                     opts[w] = True
+                elif w in OP_FLAGS:
+                    flags.append(w)
                 elif "=" in w and w.split("=", 1)[0] in ("reply", "handler", "file"):
                     k, v = w.split("=", 1)
                     opts[k] = v
@@ -144,10 +212,10 @@ def parse(path):
                     raise SpecError("%s: unknown op option %s" % (where, w))
             if any(o.name == name for o in ops):
                 raise SpecError("%s: op %s twice" % (where, name))
-            if opts["file"] is not None and opts["file"] not in SERVER_FILES:
-                raise SpecError("%s: file %s is not one of %s" % (where, opts["file"], sorted(SERVER_FILES)))
+            if opts["file"] is not None:
+                server_file(where, opts["file"])
             ops.append(Op(name, direction, body, opts["reply"], opts["payload"], opts["handler"],
-                          opts["file"], pending + ([comment] if comment else []), where, opts["fd"]))
+                          opts["file"], pending + ([comment] if comment else []), where, opts["fd"], flags))
             pending = []
             current = None
             continue
@@ -162,7 +230,12 @@ def parse(path):
             raise SpecError("%s: reply %s is none, data or a struct of the spec" % (o.line, o.reply))
         if o.name != "PAD" and o.file is None:
             raise SpecError("%s: op %s needs file= (the server file of its handler)" % (o.line, o.name))
-    return structs, ops
+    if not releases:
+        raise SpecError("no release lines: a client's end must be described")
+    for kind in KINDS.values():
+        if kind.free and not any(r[0] == "kind" and r[1] is kind for r in releases):
+            raise SpecError("%s: kind %s has free= but no release kind:%s line" % (kind.line, kind.name, kind.name))
+    return structs, ops, releases
 
 
 def c_comment(lines, indent=""):
@@ -245,6 +318,15 @@ def gen_protocol_h(structs, ops):
     out.append("    CUMUX_OP_COUNT")
     out.append("};")
     out.append("")
+    for flag, what in (("question", "asks whether the client's own work is done: it queues no work"),
+                       ("work", "the client's own GPU work (a launch, a copy, a wait for its streams)")):
+        out.append("/* An op %s (the spec's flag `%s`). */" % (what, flag))
+        out.append("static inline int cumux_op_%s(unsigned op)" % flag)
+        out.append("{")
+        names = ["op == CUMUX_OP_%s" % o.name for o in ops if flag in o.flags]
+        out.extend(wrapped("    return ", [" || ".join(names) if names else "0"], ";"))
+        out.append("}")
+        out.append("")
     out.append("#endif")
     return "\n".join(out) + "\n"
 
@@ -269,7 +351,7 @@ def handler_signatures(structs, ops):
             params.append("const struct cumux_%s *m" % o.body)
             args.append("m")
         for f in handles:
-            params.append("struct %s *%s" % (HANDLE_LOOKUP[f.handle][0], f.name))
+            params.append("struct %s *%s" % (KINDS[f.handle].type, f.name))
             args.append(f.name)
         if o.payload:
             params += ["const uint8_t *payload", "uint32_t payload_len"]
@@ -295,7 +377,7 @@ def gen_routes_h(structs, ops):
            "#include <stdbool.h>", "#include <stdint.h>", "",
            "#include <cuda.h>", "", "#include \"common/proto.h\"", "",
            "struct srv_client;"]
-    for t in sorted({v[0] for v in HANDLE_LOOKUP.values()}):
+    for t in sorted({k.type for k in KINDS.values() if not k.shim_only}):
         out.append("struct %s;" % t)
     out.append("")
     by_file = {}
@@ -333,8 +415,9 @@ def gen_routes_h(structs, ops):
         if "m" in args or handles:
             out.append("        const struct cumux_%s *m = body;" % o.body)
         for f in handles:
-            t, lookup, err = HANDLE_LOOKUP[f.handle]
-            get = lookup % ("m->" + f.name)
+            kind = KINDS[f.handle]
+            t, err = kind.type, kind.invalid
+            get = kind.lookup.replace("(c,%s", "(c, %s") % ("m->" + f.name)
             if f.optional:
                 out.append("        struct %s *%s = m->%s ? %s : NULL;" % (t, f.name, f.name, get))
                 out.append("        if (m->%s && !%s) {" % (f.name, f.name))
@@ -440,6 +523,74 @@ def gen_shim_calls_h(structs, ops):
 
 
 # ---------------------------------------------------------------------------------------------------
+# server/generated/kinds.h, server/generated/release.h, shim/generated/magic.h
+
+def gen_kinds_h():
+    out = ["/* %s */" % NOTE,
+           "/* The kinds of a client's objects in the server (the spec's `kind` lines). Included by",
+           " * server/server.h. */",
+           "#ifndef CUMUX_GENERATED_KINDS_H", "#define CUMUX_GENERATED_KINDS_H", "",
+           "enum srv_obj_type {", "    OBJ_NONE = 0,"]
+    kinds = [k for k in KINDS.values() if not k.shim_only]
+    for k in kinds:
+        out.append("    OBJ_%s, /* struct %s, server/%s.c%s */" % (k.name, k.type, k.file,
+                                                                 "; freed by %s" % k.free if k.free else ""))
+    out += ["};", "", "/* A kind's name, for logs. */",
+            "static inline const char *srv_obj_kind_name(enum srv_obj_type t)", "{", "    switch (t) {"]
+    for k in kinds:
+        out.append("    case OBJ_%s:" % k.name)
+        out.append("        return \"%s\";" % k.name.lower().replace("_", " "))
+    out += ["    default:", "        return \"none\";", "    }", "}", "", "#endif"]
+    return "\n".join(out) + "\n"
+
+
+def gen_release_h(releases):
+    out = ["/* %s */" % NOTE,
+           "/* A client's end, step by step in the spec's order (its `release` lines): what a step frees, no",
+           " * later step uses. server/client.c defines srv_client_release_all with SRV_RELEASE_IMPL. */",
+           "#ifndef CUMUX_GENERATED_RELEASE_H", "#define CUMUX_GENERATED_RELEASE_H", "",
+           "struct srv_client;", ""]
+    by_file, seen = {}, set()
+    for what, x, comment, where in releases:
+        if what == "fn" and x[0] not in seen:
+            seen.add(x[0])
+            by_file.setdefault(x[1], []).append(x[0])
+    for file in sorted(by_file):
+        out.append("/* server/%s.c */" % file)
+        for fn in by_file[file]:
+            out.append("void %s(struct srv_client *c);" % fn)
+    out += ["", "/* Frees all the client holds, in order; its handle table is gone after it. */",
+            "void srv_client_release_all(struct srv_client *c);", "", "#endif", "", "#ifdef SRV_RELEASE_IMPL"]
+    for what, x, comment, where in releases:
+        if what == "kind":
+            out += ["static void srv_release_kind_%s(struct srv_client *c)" % x.name.lower(), "{",
+                    "    for (uint32_t h = 1; h <= c->nhandles; h++) {",
+                    "        struct %s *o = handle_get(c, h, OBJ_%s);" % (x.type, x.name),
+                    "        if (o)", "            %s(c, o);" % x.free, "    }", "}", ""]
+    out += ["void srv_client_release_all(struct srv_client *c)", "{"]
+    for what, x, comment, where in releases:
+        out.append(c_comment(comment, "    ").rstrip("\n")) if comment else None
+        if what == "kind":
+            out.append("    srv_release_kind_%s(c); /* each %s left: %s */" % (x.name.lower(), x.name.lower().replace("_", " "), x.free))
+        else:
+            out.append("    %s(c);" % x[0])
+    out += ["}", "#endif"]
+    return "\n".join(out) + "\n"
+
+
+def gen_magic_h():
+    out = ["/* %s */" % NOTE,
+           "/* The first word of each kind of shim object (the spec's `kind` lines with magic=): a handle the",
+           " * program passes is checked by it before it is used. Included by shim/client.h. */",
+           "#ifndef CUMUX_GENERATED_MAGIC_H", "#define CUMUX_GENERATED_MAGIC_H", ""]
+    for k in KINDS.values():
+        if k.magic:
+            out.append("#define SHIM_MAGIC_%s %su" % (k.name, k.magic))
+    out += ["", "#endif"]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------
 # tests/generated/malformed_cases.h
 
 def gen_malformed_h(structs, ops):
@@ -513,7 +664,8 @@ def docs_ops_table(structs, ops):
         reply = {"none": "result", "data": "result + data"}.get(o.reply, "`%s`" % o.reply)
         handler = "`%s` (server/%s.c)" % (o.handler, o.file) if o.file else "—"
         what = " ".join(o.comment).replace("|", "\\|")
-        rows.append("| %d | %s | %s | %s | %s | %s | %s |" % (i, o.name, o.direction, body, reply, handler, what))
+        direction = o.direction + "".join(", " + f for f in sorted(o.flags))
+        rows.append("| %d | %s | %s | %s | %s | %s | %s |" % (i, o.name, direction, body, reply, handler, what))
     return "\n".join(rows)
 
 
@@ -528,8 +680,11 @@ def splice_docs(path, table):
 
 
 def outputs(root):
-    structs, ops = parse(os.path.join(root, "common", "protocol.spec"))
+    structs, ops, releases = parse(os.path.join(root, "common", "protocol.spec"))
     return {
+        "server/generated/kinds.h": gen_kinds_h(),
+        "server/generated/release.h": gen_release_h(releases),
+        "shim/generated/magic.h": gen_magic_h(),
         "common/generated/protocol.h": gen_protocol_h(structs, ops),
         "server/generated/routes.h": gen_routes_h(structs, ops),
         "shim/generated/calls.h": gen_shim_calls_h(structs, ops),
