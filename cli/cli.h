@@ -1,10 +1,23 @@
-/* What the CLI's commands share (cli/cumux.c: the server connection; cli/control.c: MPS's commands). */
+/* What the CLI's commands share (cli/server_link.c: the server connection; cli/control.c: MPS's commands;
+ * cli/status_records.c, cli/top.c). */
 #ifndef CUMUX_CLI_H
 #define CUMUX_CLI_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+/* server_link.c */
+/* cumux's own directory, where the server and the shim are looked for; 0 or -1. */
+int cli_find_exe_dir(void);
+/* The directory holding the shim libcuda.so.1 ($CUMUX_LIB_DIRECTORY, or beside cumux); 0 or -1. */
+int cli_shim_dir(char *out, size_t len);
+/* A connection to the server, checked to be ours before anything is sent: -1 with errno EPERM (said on
+ * stderr) when another user's process holds the pipe directory; -1 with another errno when none runs. */
+int cli_connect_server(void);
+/* cumuxd started (foreground: this process becomes it); 0 or 1. */
+int cli_start_server(bool foreground);
 /* Sends a hello of this kind (flags, arg: common/proto.h) and writes the text that comes back to out
  * (NULL: dropped). The server's status (0 or a CUresult), or -1 with errno when it could not be asked
  * (EPERM: said on stderr). */

@@ -274,7 +274,7 @@ static CUresult chunk_new(struct srv_client *c, int gpu, uint64_t size, bool own
         return r;
     }
     if (fd >= 0) { /* the supervisor holds the memory beyond this worker's life */
-        struct srv_kept_chunk k = {.client = c->id, .gpu = gpu, .base = base, .size = size, .token = c->resume_token,
+        struct srv_kept_chunk k = {.client = c->id, .gpu = gpu, .base = base, .size = size, .token = c->fault.resume_token,
                                    .pid = (int32_t)c->pid, .uid = (uint32_t)c->uid, .fd = fd};
         srv_supervisor_keep(&k);
         close(fd);
@@ -786,7 +786,7 @@ static int extents_carve(struct extent **v, size_t *n, size_t *cap, uint64_t off
 CUresult op_resume_memory(struct srv_client *c, const struct cumux_resume_memory *m, const uint8_t *payload,
                           uint32_t payload_len, uint8_t *out, uint32_t *out_len)
 {
-    if (!c->resume_claim || (uint64_t)m->count * sizeof(struct cumux_resume_range) != payload_len)
+    if (!c->fault.resume_claim || (uint64_t)m->count * sizeof(struct cumux_resume_range) != payload_len)
         return CUDA_ERROR_INVALID_VALUE;
     struct srv_chunks *k = chunks_of(c);
     if (!k)
@@ -797,7 +797,7 @@ CUresult op_resume_memory(struct srv_client *c, const struct cumux_resume_memory
         pthread_cond_wait(&adopted, &orphans_mu);
     for (size_t i = 0; i < norphans;) {
         struct orphan *o = &orphans[i];
-        if (o->k.token != c->resume_claim || o->k.pid != (int32_t)c->pid || o->k.uid != (uint32_t)c->uid) {
+        if (o->k.token != c->fault.resume_claim || o->k.pid != (int32_t)c->pid || o->k.uid != (uint32_t)c->uid) {
             i++;
             continue;
         }
@@ -831,9 +831,9 @@ CUresult op_resume_memory(struct srv_client *c, const struct cumux_resume_memory
             srv_mem_uncharge(c, r.size); /* not free: it overlaps one taken back already */
             continue;
         }
-        if (cumux_ranges_add(&c->dev_ranges, r.ptr, r.size, RANGE_ALLOC, (uint64_t)ch->gpu) < 0 ||
+        if (cumux_ranges_add(&c->memory.dev_ranges, r.ptr, r.size, RANGE_ALLOC, (uint64_t)ch->gpu) < 0 ||
             live_add(k, r.ptr, r.size, ch) < 0) {
-            cumux_ranges_remove(&c->dev_ranges, r.ptr, NULL);
+            cumux_ranges_remove(&c->memory.dev_ranges, r.ptr, NULL);
             extents_put(&ch->free, &ch->nfree, &ch->capfree, r.ptr - ch->base, r.size);
             srv_mem_uncharge(c, r.size);
             continue;

@@ -108,29 +108,29 @@ void srv_worker_begin(struct srv_client *c)
     if (srv_gpu_count == 0)
         return;
     cuCtxSetCurrent(srv_gpus[0].ctx);
-    c->current_gpu = 0;
+    c->obj.current_gpu = 0;
     /* Copies of pageable memory are staged through the channel, pinned for the GPU's DMA; the page of
      * host-function words, which streams wait on (hostfn.c), pinned for the GPU to read (without it, the
      * driver's thread waits for each host function, as for graphs). A spare channel came pinned. */
-    struct srv_channel ch = {.fd = c->shm_fd, .shm = c->shm, .staging_pinned = c->staging_registered,
-                             .words_dev = c->words_pinned};
+    struct srv_channel ch = {.fd = c->shm_fd, .shm = c->shm, .staging_pinned = c->staging.staging_registered,
+                             .words_dev = c->hostfn.words_pinned};
     srv_channel_pin(&ch);
-    c->staging_registered = ch.staging_pinned;
-    c->words_pinned = ch.words_dev;
-    if (!c->staging_registered)
+    c->staging.staging_registered = ch.staging_pinned;
+    c->hostfn.words_pinned = ch.words_dev;
+    if (!c->staging.staging_registered)
         cumux_logf("client %u: cannot pin staging buffers: pageable copies will fail", c->id);
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
-        cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING);
+        cuEventCreate(&c->staging.stage_event[i], CU_EVENT_DISABLE_TIMING);
     void *words = (void *)c->shm->hostfn_stream_done;
-    CUdeviceptr d = c->words_pinned;
+    CUdeviceptr d = c->hostfn.words_pinned;
     CUstream ms;
     if (d) {
         if (host_waits_ok && mem_stream(c, 0, &ms) == CUDA_SUCCESS) {
-            c->hostfn_words = d;
-            c->mark_words = d + sizeof c->shm->hostfn_stream_done; /* the page after (marks.c) */
+            c->hostfn.hostfn_words = d;
+            c->marks.mark_words = d + sizeof c->shm->hostfn_stream_done; /* the page after (marks.c) */
         } else {
             cuMemHostUnregister(words);
-            c->words_pinned = 0;
+            c->hostfn.words_pinned = 0;
         }
     }
 }
@@ -174,7 +174,7 @@ static void *worker_main(void *arg)
         int st = srv_worker_step(c, &tail, msg);
         if (first && st > 0) {
             first = false;
-            watch_until = c->resume_claim ? t0 + COMEBACK_WATCH_NS : 0;
+            watch_until = c->fault.resume_claim ? t0 + COMEBACK_WATCH_NS : 0;
         }
         if (watch_until && st > 0) {
             uint16_t op = ((const struct cumux_msg_hdr *)msg)->op;
@@ -188,8 +188,8 @@ static void *worker_main(void *arg)
             if (t1 > watch_until)
                 watch_until = 0;
         }
-        if (st > 0) /* after the message's work is queued, not when it is taken (main.c worker_fails) */
-            atomic_store_explicit(&c->ring_done, tail, memory_order_release);
+        if (st > 0) /* after the message's work is queued, not when it is taken (failover.c srv_worker_fails) */
+            atomic_store_explicit(&c->fault.ring_done, tail, memory_order_release);
         if (st == 0) {
             /* Nothing to do: give back staging slots whose copies are done before sleeping, since the
              * client may be waiting for one and will send nothing until it has it. Copies still running
@@ -204,10 +204,10 @@ static void *worker_main(void *arg)
              * one sample to the next. cuDNN's benchmark mode times each candidate once and keeps the
              * fastest for the program's life: noise there keeps slower kernels (docs/performance.md).
              * So while a timing window is open the worker keeps looking, yielding the CPU between looks. */
-            if (c->timing_window) {
+            if (c->marks.timing_window) {
                 if (timing_poll_ns && cumux_ring_poll_at(c->shm, tail, &c->dead, timing_poll_ns))
                     continue;
-                c->timing_window = false; /* idle that long: whatever is timed now includes the host's wait */
+                c->marks.timing_window = false; /* idle that long: whatever is timed now includes the host's wait */
             }
             cumux_ring_wait_at(c->shm, tail, &c->dead, 50000, copies_left ? 50000 : 1000000000);
         } else if (st > 0 && prof) {
@@ -231,15 +231,15 @@ static void *worker_main(void *arg)
         free(prof);
     }
     srv_client_release_all(c);
-    if (c->marks_answered)
+    if (c->marks.marks_answered)
         cumux_debugf("client %u: %llu questions answered from completion marks", c->id,
-                     (unsigned long long)c->marks_answered);
-    if (c->marks_queued || c->marks_withheld)
+                     (unsigned long long)c->marks.marks_answered);
+    if (c->marks.marks_queued || c->marks.marks_withheld)
         cumux_debugf("client %u: %llu completion marks queued, none at %llu idle moments while it timed work",
-                     c->id, (unsigned long long)c->marks_queued, (unsigned long long)c->marks_withheld);
-    if (atomic_load(&c->paced))
+                     c->id, (unsigned long long)c->marks.marks_queued, (unsigned long long)c->marks.marks_withheld);
+    if (atomic_load(&c->pacing.paced))
         cumux_logf("client %u: %llu of its %llu launches waited for their stream (pacing)", c->id,
-                   (unsigned long long)atomic_load(&c->paced), (unsigned long long)atomic_load(&c->launches));
+                   (unsigned long long)atomic_load(&c->pacing.paced), (unsigned long long)atomic_load(&c->usage.launches));
     cumux_logf("client %u (pid %d) gone; everything it held is freed", c->id, (int)c->pid);
     atomic_store(&c->finished, 1);
     char b = 1;
@@ -278,13 +278,13 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
         return NULL;
     c->stdout_fd = stdout_fd;
     c->id = id;
-    pthread_mutex_init(&c->hostfn_lock, NULL);
+    pthread_mutex_init(&c->hostfn.hostfn_lock, NULL);
     c->pid = pid;
     c->uid = uid;
-    c->sock = sock;
+    c->conn.sock = sock;
     /* Its secret for coming back after a worker change, when its memory can outlive the worker. */
-    if (srv_chunks_on() && getrandom(&c->resume_token, sizeof c->resume_token, 0) != sizeof c->resume_token)
-        c->resume_token = 0;
+    if (srv_chunks_on() && getrandom(&c->fault.resume_token, sizeof c->fault.resume_token, 0) != sizeof c->fault.resume_token)
+        c->fault.resume_token = 0;
     command_of(pid, c->cmd, sizeof c->cmd);
     struct srv_channel ch;
     if (!srv_channel_take_spare(&ch) && srv_channel_make(&ch) < 0) {
@@ -294,8 +294,8 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
     }
     c->shm_fd = ch.fd;
     c->shm = ch.shm;
-    c->staging_registered = ch.staging_pinned;
-    c->words_pinned = ch.words_dev;
+    c->staging.staging_registered = ch.staging_pinned;
+    c->hostfn.words_pinned = ch.words_dev;
     if (pthread_create(&c->worker, NULL, worker_main, c) != 0) {
         cumux_logf("client %u: cannot start its worker thread", id);
         channel_release(c);
@@ -311,12 +311,12 @@ struct srv_client *srv_client_start(int sock, pid_t pid, uid_t uid, uint32_t id,
  * the range around it went, taking that mapping with it). */
 static void channel_release(struct srv_client *c)
 {
-    if (c->words_pinned)
+    if (c->hostfn.words_pinned)
         srv_reap(REAP_HOST_UNREGISTER, 0, (void *)c->shm->hostfn_stream_done, SRV_GPU_WORDS_BYTES, NULL);
-    if (c->staging_registered) {
+    if (c->staging.staging_registered) {
         srv_reap(REAP_HOST_MEMORY, 0, c->shm->staging, sizeof c->shm->staging, NULL);
         srv_reap(REAP_UNMAP, -1, c->shm, offsetof(struct cumux_shm, staging), NULL);
-    } else if (c->words_pinned) {
+    } else if (c->hostfn.words_pinned) {
         srv_reap(REAP_UNMAP, -1, c->shm, sizeof(struct cumux_shm), NULL);
     } else {
         munmap(c->shm, sizeof(struct cumux_shm));
@@ -328,8 +328,8 @@ void srv_client_free(struct srv_client *c)
 {
     pthread_join(c->worker, NULL);
     channel_release(c);
-    free(c->hostfn_last);
-    close(c->sock);
+    free(c->hostfn.hostfn_last);
+    close(c->conn.sock);
     if (c->stdout_fd >= 0)
         close(c->stdout_fd);
     free(c);

@@ -16,7 +16,7 @@ CUresult op_ctx_create(struct srv_client *c, const struct cumux_ctx_create *m, u
     if (!x)
         return CUDA_ERROR_OUT_OF_MEMORY;
     x->gpu = m->device;
-    x->unconfirmed = &c->unconfirmed;
+    x->unconfirmed = &c->fault.unconfirmed;
     use_gpu(c, x->gpu);
     CUresult r = cuEventCreate(&x->join_event, CU_EVENT_DISABLE_TIMING);
     if (r == CUDA_SUCCESS)
@@ -56,7 +56,7 @@ static CUresult ctx_sync(struct srv_client *c, struct srv_ctx *x)
             continue;
         CUresult r = cuStreamSynchronize(s->cu);
         if (r == CUDA_SUCCESS) {
-            s->idle_gen = c->work_gen;
+            s->idle_gen = c->obj.work_gen;
             srv_stream_confirmed(s);
         }
         if (first == CUDA_SUCCESS)
@@ -73,13 +73,13 @@ void ctx_free(struct srv_client *c, struct srv_ctx *x)
         srv_capture_abandon(c, s);
     ctx_sync(c, x);
     /* Events of the context go with it, as in CUDA. */
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_event *e = handle_get(c, h, OBJ_EVENT);
         if (e && e->ctx == x)
             event_free(c, e);
     }
     /* Modules go with their context, as in CUDA; libraries are not bound to one. */
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (mod && mod->ctx == x)
             module_free(c, mod);
@@ -99,7 +99,7 @@ void ctx_free(struct srv_client *c, struct srv_ctx *x)
 static void libraries_reload(struct srv_client *c, int gpu)
 {
     use_gpu(c, gpu);
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (!mod || mod->kind != CUMUX_IMAGE_LIBRARY || mod->borrowed || mod->gpu != gpu || !mod->image)
             continue;
@@ -112,9 +112,9 @@ static void libraries_reload(struct srv_client *c, int gpu)
         mod->lib = fresh;
         mod->lib_module = NULL;
         for (size_t i = 0; i < mod->nglobals; i++)
-            cumux_ranges_remove(&c->dev_ranges, mod->globals[i], NULL);
+            cumux_ranges_remove(&c->memory.dev_ranges, mod->globals[i], NULL);
         mod->nglobals = 0;
-        for (uint32_t k = 1; k <= c->nhandles; k++) {
+        for (uint32_t k = 1; k <= c->obj.nhandles; k++) {
             struct srv_function *f = handle_get(c, k, OBJ_FUNCTION);
             CUkernel kern;
             if (f && f->module == h && f->name && cuLibraryGetKernel(&kern, fresh, f->name) == CUDA_SUCCESS) {

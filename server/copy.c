@@ -115,15 +115,15 @@ bool srv_staging_flush(struct srv_client *c, bool wait)
 {
     bool left = false;
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++) {
-        if (!c->stage_pending[i])
+        if (!c->staging.stage_pending[i])
             continue;
         if (wait)
-            cuEventSynchronize(c->stage_event[i]);
-        else if (cuEventQuery(c->stage_event[i]) == CUDA_ERROR_NOT_READY) {
+            cuEventSynchronize(c->staging.stage_event[i]);
+        else if (cuEventQuery(c->staging.stage_event[i]) == CUDA_ERROR_NOT_READY) {
             left = true;
             continue;
         }
-        c->stage_pending[i] = false;
+        c->staging.stage_pending[i] = false;
         stage_set(c, i, CUMUX_STAGE_FREE);
     }
     return left;
@@ -132,7 +132,7 @@ bool srv_staging_flush(struct srv_client *c, bool wait)
 CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_staged *m,
                              struct srv_stream *stream)
 {
-    if (m->slot >= CUMUX_STAGING_SLOTS || m->size == 0 || m->size > CUMUX_STAGING_BYTES || c->stage_pending[m->slot] ||
+    if (m->slot >= CUMUX_STAGING_SLOTS || m->size == 0 || m->size > CUMUX_STAGING_BYTES || c->staging.stage_pending[m->slot] ||
         atomic_load(&c->shm->stage_state[m->slot]) != CUMUX_STAGE_FULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (srv_stream_capturing(c, stream)) { /* the slot is reused at once: a graph would copy stale data */
@@ -141,7 +141,7 @@ CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_stage
     }
     uint64_t rows = m->width ? m->size / m->width : 1;
     uint64_t span = m->size;
-    if (!c->staging_registered || (m->width && (m->size % m->width || !cumux_span_2d(m->pitch, m->width, rows, &span))) ||
+    if (!c->staging.staging_registered || (m->width && (m->size % m->width || !cumux_span_2d(m->pitch, m->width, rows, &span))) ||
         !dev_ok(c, m->dev, span)) {
         stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
         return CUDA_ERROR_INVALID_VALUE;
@@ -153,14 +153,14 @@ CUresult op_copy_htod_staged(struct srv_client *c, const struct cumux_copy_stage
     else if (r == CUDA_SUCCESS)
         r = cuMemcpyHtoDAsync(m->dev, c->shm->staging[m->slot], m->size, stream->cu);
     if (r == CUDA_SUCCESS)
-        r = cuEventRecord(c->stage_event[m->slot], stream->cu);
+        r = cuEventRecord(c->staging.stage_event[m->slot], stream->cu);
     after_op(stream);
     if (r != CUDA_SUCCESS) {
         cuStreamSynchronize(stream->cu);
         stage_set(c, (int)m->slot, CUMUX_STAGE_FREE);
         return r;
     }
-    c->stage_pending[m->slot] = true;
+    c->staging.stage_pending[m->slot] = true;
     /* Give back the slots of earlier chunks whose copies are done, without waiting: a copy may sit behind
      * work that waits for this client's next message (a stream wait on a value the client sets after a
      * question, a host function), so the worker must go on; it looks again while idle (client.c). */
@@ -190,7 +190,7 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
     uint64_t width = m->width, rows = width ? m->size / width : 0;
     uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
     uint64_t span = m->size;
-    if (!c->staging_registered || chunk == 0 || m->size == 0 ||
+    if (!c->staging.staging_registered || chunk == 0 || m->size == 0 ||
         (width && (m->size % width || !cumux_span_2d(m->pitch, width, rows, &span))) || !dev_ok(c, m->dev, span))
         return CUDA_ERROR_INVALID_VALUE;
     srv_staging_flush(c, true); /* this copy needs every slot */
@@ -214,13 +214,13 @@ CUresult op_copy_dtoh_staged(struct srv_client *c, const struct cumux_copy_stage
             else
                 r = cuMemcpyDtoHAsync(c->shm->staging[slot], m->dev + off, len, stream->cu);
             if (r == CUDA_SUCCESS)
-                r = cuEventRecord(c->stage_event[slot], stream->cu);
+                r = cuEventRecord(c->staging.stage_event[slot], stream->cu);
             if (r != CUDA_SUCCESS)
                 break;
         }
         if (i > 0) {
             int prev = (int)((i - 1) % CUMUX_STAGING_SLOTS);
-            r = cuEventSynchronize(c->stage_event[prev]);
+            r = cuEventSynchronize(c->staging.stage_event[prev]);
             if (r != CUDA_SUCCESS)
                 break;
             stage_set(c, prev, CUMUX_STAGE_READY);
@@ -281,6 +281,6 @@ void srv_staging_events_release(struct srv_client *c)
 {
     use_gpu(c, 0);
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
-        if (c->stage_event[i])
-            cuEventDestroy(c->stage_event[i]);
+        if (c->staging.stage_event[i])
+            cuEventDestroy(c->staging.stage_event[i]);
 }

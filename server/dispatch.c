@@ -19,7 +19,7 @@ CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len)
     struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
                                    .client_id = c->id};
     memcpy(out, &rep, sizeof rep);
-    uint64_t limit = atomic_load(&c->mem_limit); /* a client with a limit sees a GPU of that size */
+    uint64_t limit = atomic_load(&c->memory.mem_limit); /* a client with a limit sees a GPU of that size */
     for (int i = 0; i < srv_gpu_count; i++) {
         struct cumux_device_info info = srv_gpus[i].info;
         if (limit && limit < info.total_mem)
@@ -44,7 +44,7 @@ CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m)
     }
     /* Its priority class, if it asked for one (else the server's default, set when it connected). */
     if (m->priority >= CUMUX_PRIORITY_LOW && m->priority <= CUMUX_PRIORITY_HIGH)
-        atomic_store(&c->priority, (int)m->priority);
+        atomic_store(&c->streams.priority, (int)m->priority);
     /* Its SMs: a reservation, a thread percentage (else the server's default). A reservation that cannot
      * be had is logged, and the program runs on the shared SMs. */
     uint32_t pct = m->thread_percent ? m->thread_percent : srv_default_thread_percent();
@@ -89,7 +89,7 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
     CUresult r;
     /* Anything but a question of completion may queue work: streams known idle before are not now. */
     if (!cumux_op_question(hdr->op))
-        c->work_gen++;
+        c->obj.work_gen++;
     if (srv_route(c, hdr->op, body, payload, payload_len, answered, out, &out_len, &r) < 0)
         return -1;
     if (slot) {
@@ -100,8 +100,8 @@ int srv_dispatch(struct srv_client *c, void *msg, uint32_t size)
         else if (r == CUDA_SUCCESS && srv_coredump_path[0])
             srv_fault_hold_if_dumping(); /* a success the driver gives while it dumps a fault is not one */
         cumux_reply_post(slot, r, out, out_len);
-    } else if (r != CUDA_SUCCESS && c->pending_error == CUDA_SUCCESS) {
-        c->pending_error = r; /* reported by the next synchronizing call (invariant 2) */
+    } else if (r != CUDA_SUCCESS && c->obj.pending_error == CUDA_SUCCESS) {
+        c->obj.pending_error = r; /* reported by the next synchronizing call (invariant 2) */
     }
     return 0;
 }

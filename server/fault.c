@@ -67,15 +67,15 @@ static _Noreturn void go_with_worker(void)
  *
  * With GPU coredumps on, the driver may say less than the fault was until the dump is read (on the H200 a
  * device-side assert answered CUDA_ERROR_LAUNCH_FAILED, 12-03): every answer waits for the decision, which
- * reads the dump (main.c on_gpu_fault), and tells the error it shows. The dump of an assert took seconds. */
+ * reads the dump (failover.c srv_on_gpu_fault), and tells the error it shows. The dump of an assert took seconds. */
 CUresult srv_fault_answer(struct srv_client *c, CUresult r)
 {
     bool dumps = srv_coredump_path[0] != 0;
-    if (!c->resume_token && !dumps)
+    if (!c->fault.resume_token && !dumps)
         return r;
     if (!decided_within(dumps ? 10000 : 200))
         return r;
-    if (c->resume_token && atomic_load(&c->resumable))
+    if (c->fault.resume_token && atomic_load(&c->fault.resumable))
         go_with_worker();
     CUresult told = (CUresult)atomic_load(&decided_code);
     return dumps && told != CUDA_SUCCESS ? told : r;

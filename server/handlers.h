@@ -75,7 +75,7 @@ struct chunk *srv_chunk_hold(struct srv_client *c, uint64_t ptr);
 void srv_chunk_unhold(struct srv_client *c, struct chunk *ch);
 
 /* objects.c: a synchronize or query saw all of s's work end (its client's count of streams with work not
- * seen to end goes down: server/main.c makes only a client with none resumable at a fault). */
+ * seen to end goes down: server/failover.c makes only a client with none resumable at a fault). */
 void srv_stream_confirmed(struct srv_stream *s);
 
 /* pacing.c: before a kernel launch on s, while many clients launch and this one's kernels are long, waits

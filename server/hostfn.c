@@ -18,7 +18,7 @@ static uint32_t post(struct hostfn_job *j)
 {
     struct srv_client *c = j->c;
     struct cumux_shm *shm = c->shm;
-    pthread_mutex_lock(&c->hostfn_lock);
+    pthread_mutex_lock(&c->hostfn.hostfn_lock);
     uint32_t n = atomic_load(&shm->hostfn_posted);
     for (;;) {
         uint32_t done = atomic_load(&shm->hostfn_done);
@@ -30,7 +30,7 @@ static uint32_t post(struct hostfn_job *j)
     shm->hostfn_slot[n % CUMUX_HOSTFN_RING] = j->slot;
     shm->hostfn_seq[n % CUMUX_HOSTFN_RING] = j->seq;
     atomic_store(&shm->hostfn_posted, n + 1);
-    pthread_mutex_unlock(&c->hostfn_lock);
+    pthread_mutex_unlock(&c->hostfn.hostfn_lock);
     cumux_futex_wake(&shm->hostfn_posted, 1);
     return n;
 }
@@ -58,10 +58,10 @@ void CUDA_CB hostfn_trampoline(void *arg)
  * with the GPU or all are taken (then the driver's thread waits, as for graphs). */
 static uint32_t stream_slot(struct srv_client *c, struct srv_stream *stream)
 {
-    if (!c->hostfn_last && c->hostfn_words)
-        c->hostfn_last = calloc(CUMUX_HOSTFN_STREAMS, sizeof *c->hostfn_last);
-    if (!stream->hostfn_slot1 && c->hostfn_last && c->hostfn_slots_used < CUMUX_HOSTFN_STREAMS)
-        stream->hostfn_slot1 = ++c->hostfn_slots_used;
+    if (!c->hostfn.hostfn_last && c->hostfn.hostfn_words)
+        c->hostfn.hostfn_last = calloc(CUMUX_HOSTFN_STREAMS, sizeof *c->hostfn.hostfn_last);
+    if (!stream->hostfn_slot1 && c->hostfn.hostfn_last && c->hostfn.hostfn_slots_used < CUMUX_HOSTFN_STREAMS)
+        stream->hostfn_slot1 = ++c->hostfn.hostfn_slots_used;
     return stream->hostfn_slot1 ? stream->hostfn_slot1 - 1 : CUMUX_HOSTFN_NO_SLOT;
 }
 
@@ -76,7 +76,7 @@ CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, str
     if (j->persistent)
         srv_keep_hostfn_job(c, j);
     else if ((j->slot = stream_slot(c, stream)) != CUMUX_HOSTFN_NO_SLOT)
-        j->seq = c->hostfn_last[j->slot] = ++stream->hostfn_seq;
+        j->seq = c->hostfn.hostfn_last[j->slot] = ++stream->hostfn_seq;
     /* The job is the driver thread's once launched (it may run and free it at once): what the wait below
      * needs is copied first. */
     uint32_t slot = j->slot, seq = j->seq;
@@ -93,7 +93,7 @@ CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, str
         CUstreamBatchMemOpParams w;
         memset(&w, 0, sizeof w);
         w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-        w.waitValue.address = c->hostfn_words + 4ull * slot;
+        w.waitValue.address = c->hostfn.hostfn_words + 4ull * slot;
         w.waitValue.value = seq;
         w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
         r = cuStreamBatchMemOp(stream->cu, 1, &w, 0);
@@ -105,14 +105,14 @@ CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, str
 /* Graph host nodes run at every launch of their graph: their jobs are freed with the client. */
 void srv_keep_hostfn_job(struct srv_client *c, struct hostfn_job *j)
 {
-    pthread_mutex_lock(&c->hostfn_lock);
-    j->next = c->graph_hostfns;
-    c->graph_hostfns = j;
-    pthread_mutex_unlock(&c->hostfn_lock);
+    pthread_mutex_lock(&c->hostfn.hostfn_lock);
+    j->next = c->hostfn.graph_hostfns;
+    c->hostfn.graph_hostfns = j;
+    pthread_mutex_unlock(&c->hostfn.hostfn_lock);
 }
 
 void srv_hostfn_release(struct srv_client *c)
 {
-    for (uint32_t i = 0; c->hostfn_last && i < c->hostfn_slots_used; i++)
-        atomic_store(&c->shm->hostfn_stream_done[i], c->hostfn_last[i]);
+    for (uint32_t i = 0; c->hostfn.hostfn_last && i < c->hostfn.hostfn_slots_used; i++)
+        atomic_store(&c->shm->hostfn_stream_done[i], c->hostfn.hostfn_last[i]);
 }

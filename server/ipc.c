@@ -49,7 +49,7 @@ static void reply_handle(const struct ipc_export *e, uint8_t *out, uint32_t *out
 CUresult op_ipc_get_mem_handle(struct srv_client *c, const struct cumux_ipc_get_mem_handle *m, uint8_t *out,
                                uint32_t *out_len)
 {
-    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
+    const struct cumux_range *r = cumux_ranges_find(&c->memory.dev_ranges, m->ptr);
     if (!r || r->base != m->ptr || r->tag != RANGE_ALLOC)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&ipc_lock);
@@ -90,10 +90,10 @@ CUresult op_ipc_open_mem_handle(struct srv_client *c, const struct cumux_ipc_ope
     CUresult res = !e || !e->owner ? CUDA_ERROR_INVALID_VALUE : e->owner == c ? CUDA_ERROR_INVALID_CONTEXT
                                                                               : CUDA_SUCCESS;
     if (res == CUDA_SUCCESS) {
-        struct cumux_range *mine = (struct cumux_range *)cumux_ranges_find(&c->dev_ranges, e->base);
+        struct cumux_range *mine = (struct cumux_range *)cumux_ranges_find(&c->memory.dev_ranges, e->base);
         if (mine && mine->base == e->base && mine->tag == RANGE_IPC)
             mine->extra++; /* opened again: closed as many times */
-        else if (cumux_ranges_add(&c->dev_ranges, e->base, e->size, RANGE_IPC, 1) < 0)
+        else if (cumux_ranges_add(&c->memory.dev_ranges, e->base, e->size, RANGE_IPC, 1) < 0)
             res = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (res == CUDA_SUCCESS) {
@@ -139,11 +139,11 @@ static void close_once(struct srv_client *c, struct ipc_export **pe)
 
 CUresult op_ipc_close_mem_handle(struct srv_client *c, const struct cumux_ipc_close_mem_handle *m)
 {
-    struct cumux_range *mine = (struct cumux_range *)cumux_ranges_find(&c->dev_ranges, m->ptr);
+    struct cumux_range *mine = (struct cumux_range *)cumux_ranges_find(&c->memory.dev_ranges, m->ptr);
     if (!mine || mine->base != m->ptr || mine->tag != RANGE_IPC)
         return CUDA_ERROR_INVALID_VALUE;
     if (--mine->extra == 0)
-        cumux_ranges_remove(&c->dev_ranges, m->ptr, NULL);
+        cumux_ranges_remove(&c->memory.dev_ranges, m->ptr, NULL);
     pthread_mutex_lock(&ipc_lock);
     /* The export open at this address: the one with openers (a newer export of the same address has none
      * of this client's, since this client's range still covered the address). */
@@ -186,11 +186,11 @@ bool srv_ipc_defer_free(struct srv_client *c, uint64_t base, int gpu, CUstream s
 void srv_ipc_release_all(struct srv_client *c)
 {
     /* What it opened, closed as many times as it was opened. */
-    for (size_t i = c->dev_ranges.n; i-- > 0;) {
-        struct cumux_range r = c->dev_ranges.v[i];
+    for (size_t i = c->memory.dev_ranges.n; i-- > 0;) {
+        struct cumux_range r = c->memory.dev_ranges.v[i];
         if (r.tag != RANGE_IPC)
             continue;
-        cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
+        cumux_ranges_remove(&c->memory.dev_ranges, r.base, NULL);
         pthread_mutex_lock(&ipc_lock);
         for (uint64_t k = 0; k < r.extra; k++) {
             struct ipc_export **pe = &exports;
@@ -202,10 +202,10 @@ void srv_ipc_release_all(struct srv_client *c)
         pthread_mutex_unlock(&ipc_lock);
     }
     /* What it exported: freed as usual (the caller) unless others hold it. */
-    for (size_t i = c->dev_ranges.n; i-- > 0;) {
-        struct cumux_range r = c->dev_ranges.v[i];
+    for (size_t i = c->memory.dev_ranges.n; i-- > 0;) {
+        struct cumux_range r = c->memory.dev_ranges.v[i];
         if (r.tag == RANGE_ALLOC && srv_ipc_defer_free(c, r.base, (int)r.extra, NULL)) {
-            cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
+            cumux_ranges_remove(&c->memory.dev_ranges, r.base, NULL);
             srv_mem_uncharge(c, r.size);
         }
     }

@@ -101,9 +101,9 @@ static bool take_oldest(struct srv_kprof *k, bool wait)
 
 CUevent srv_kprof_before(struct srv_client *c, struct srv_stream *s)
 {
-    if (!c->kprof && !(c->kprof = calloc(1, sizeof *c->kprof)))
+    if (!c->usage.kprof && !(c->usage.kprof = calloc(1, sizeof *c->usage.kprof)))
         return NULL;
-    struct srv_kprof *k = c->kprof;
+    struct srv_kprof *k = c->usage.kprof;
     while (take_oldest(k, false))
         ;
     if (k->head - k->tail == KPROF_RING)
@@ -121,7 +121,7 @@ CUevent srv_kprof_before(struct srv_client *c, struct srv_stream *s)
 void srv_kprof_after(struct srv_client *c, struct srv_stream *s, CUevent start, const struct srv_function *fn,
                      CUresult launched)
 {
-    struct srv_kprof *k = c->kprof;
+    struct srv_kprof *k = c->usage.kprof;
     CUevent end = NULL;
     int kind = launched == CUDA_SUCCESS ? kind_of(k, fn) : -1;
     if (kind < 0 || cuEventCreate(&end, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
@@ -145,7 +145,7 @@ static int by_time(const void *a, const void *b)
 /* The client's end, after its streams' work is done: log the table and free it. Before its functions go. */
 void srv_kprof_release(struct srv_client *c)
 {
-    struct srv_kprof *k = c->kprof;
+    struct srv_kprof *k = c->usage.kprof;
     if (!k)
         return;
     while (take_oldest(k, true))
@@ -162,5 +162,5 @@ void srv_kprof_release(struct srv_client *c)
                    (unsigned long long)k->kinds[i].n,
                    k->kinds[i].n ? 1e3 * k->kinds[i].ms / (double)k->kinds[i].n : 0.0, k->kinds[i].name);
     free(k);
-    c->kprof = NULL;
+    c->usage.kprof = NULL;
 }

@@ -90,6 +90,6 @@ CUresult op_launch(struct srv_client *c, const struct cumux_launch *m, struct sr
     }
     srv_usage_end(c, stream, timed, r);
     after_op(stream);
-    atomic_fetch_add_explicit(&c->launches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->usage.launches, 1, memory_order_relaxed);
     return r;
 }

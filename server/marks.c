@@ -115,15 +115,15 @@ void srv_marks_asked(struct srv_client *c, struct srv_stream *s)
     uint64_t t = now_ns();
     unsigned oldest = 0;
     for (unsigned i = 0; i < SRV_MARKS_ASKED; i++) {
-        if (c->marks_asked[i] == s->handle) {
-            c->marks_asked_ns[i] = t;
+        if (c->marks.marks_asked[i] == s->handle) {
+            c->marks.marks_asked_ns[i] = t;
             return;
         }
-        if (c->marks_asked_ns[i] < c->marks_asked_ns[oldest])
+        if (c->marks.marks_asked_ns[i] < c->marks.marks_asked_ns[oldest])
             oldest = i;
     }
-    c->marks_asked[oldest] = s->handle;
-    c->marks_asked_ns[oldest] = t;
+    c->marks.marks_asked[oldest] = s->handle;
+    c->marks.marks_asked_ns[oldest] = t;
 }
 
 /* Streams that take marks: non-blocking ones, and the legacy stream of a context without blocking
@@ -150,7 +150,7 @@ static bool mark_last(struct srv_stream *s)
 
 static void found_idle(struct srv_client *c, struct srv_stream *s)
 {
-    s->idle_gen = c->work_gen;
+    s->idle_gen = c->obj.work_gen;
     srv_stream_confirmed(s);
 }
 
@@ -159,7 +159,7 @@ bool srv_marks_idle(struct srv_client *c, struct srv_stream *s)
     if (!mark_last(s) || atomic_load_explicit(&marks_host[s->mark_slot1 - 1], memory_order_acquire) != s->mark_seq)
         return false;
     found_idle(c, s);
-    c->marks_answered++;
+    c->marks.marks_answered++;
     return true;
 }
 
@@ -177,31 +177,31 @@ static void tell(struct srv_client *c, uint64_t handled);
 
 void srv_marks_write(struct srv_client *c, uint64_t handled)
 {
-    if (c->ever_captured || marks_state < 0)
+    if (c->graphs.ever_captured || marks_state < 0)
         return;
-    if (c->timing_quiet) {
+    if (c->marks.timing_quiet) {
         /* The program may be timing work between two events (a library's benchmark: synchronize, which
          * asks about the stream, record, launch, record): a mark queued while it prepares the next launch
          * would add its event and writes to the span, once for each such pause, so a candidate of more
          * launches would pay more. Until SRV_TIMING_QUIET_LAUNCHES launches after the record, its questions
          * go to the driver. */
-        c->marks_withheld++;
+        c->marks.marks_withheld++;
         tell(c, handled);
         return;
     }
     uint64_t t = 0;
     for (unsigned i = 0; i < SRV_MARKS_ASKED; i++) {
-        if (!c->marks_asked[i])
+        if (!c->marks.marks_asked[i])
             continue;
         if (!t)
             t = now_ns();
-        if (t - c->marks_asked_ns[i] > MARK_ASKED_NS) {
-            c->marks_asked[i] = 0; /* not asked about lately: no more marks */
-            c->marks_asked_ns[i] = 0;
+        if (t - c->marks.marks_asked_ns[i] > MARK_ASKED_NS) {
+            c->marks.marks_asked[i] = 0; /* not asked about lately: no more marks */
+            c->marks.marks_asked_ns[i] = 0;
             continue;
         }
-        struct srv_stream *s = handle_get(c, c->marks_asked[i], OBJ_STREAM);
-        if (!s || s->capturing || s->idle_gen == c->work_gen || (s->mark_behind && s->mark_cu == s->cu) ||
+        struct srv_stream *s = handle_get(c, c->marks.marks_asked[i], OBJ_STREAM);
+        if (!s || s->capturing || s->idle_gen == c->obj.work_gen || (s->mark_behind && s->mark_cu == s->cu) ||
             !markable(s))
             continue;
         use_gpu(c, s->ctx->gpu);
@@ -236,13 +236,13 @@ void srv_marks_write(struct srv_client *c, uint64_t handled)
          * only makes the client ask. */
         s->mark_word = s->handle % CUMUX_MARK_WORDS;
         p[1] = p[0];
-        p[1].writeValue.address = c->mark_words + (CUdeviceptr)s->mark_word * sizeof(uint32_t);
-        if (cuStreamBatchMemOp(s->cu, c->mark_words ? 2 : 1, p, 0) != CUDA_SUCCESS)
+        p[1].writeValue.address = c->marks.mark_words + (CUdeviceptr)s->mark_word * sizeof(uint32_t);
+        if (cuStreamBatchMemOp(s->cu, c->marks.mark_words ? 2 : 1, p, 0) != CUDA_SUCCESS)
             continue;
         s->mark_seq = v;
         s->mark_behind = true;
         s->mark_cu = s->cu;
-        c->marks_queued++;
+        c->marks.marks_queued++;
     }
     tell(c, handled);
 }
@@ -272,7 +272,7 @@ void srv_marks_withdraw(struct srv_client *c)
 static void tell(struct srv_client *c, uint64_t handled)
 {
     /* Known idle: as srv_stream_known_idle (stream.c, which calls this file: not called from here) */
-#define KNOWN_IDLE(s) ((s)->idle_gen == c->work_gen && !(s)->capturing)
+#define KNOWN_IDLE(s) ((s)->idle_gen == c->obj.work_gen && !(s)->capturing)
     struct cumux_marks_told t;
     memset(&t, 0, sizeof t);
     unsigned n = 0, nc = 0;
@@ -281,12 +281,12 @@ static void tell(struct srv_client *c, uint64_t handled)
      * so what was told is withdrawn and nothing more is (srv_marks_withdraw). Before it begins a program
      * answering itself risks what the worker answering from the driver does: a success the driver gives
      * for a stream that went on past a fault, which natively, with dumps on, a program gets too. */
-    bool may_tell = c->mark_words && c->pending_error == CUDA_SUCCESS && !atomic_load(&withdrawn);
+    bool may_tell = c->marks.mark_words && c->obj.pending_error == CUDA_SUCCESS && !atomic_load(&withdrawn);
     uint32_t slots[SRV_MARKS_ASKED], values[SRV_MARKS_ASKED];
     struct srv_stream *told[SRV_MARKS_ASKED];
     unsigned nmarked = 0;
     for (unsigned i = 0; i < SRV_MARKS_ASKED && may_tell; i++) {
-        struct srv_stream *s = c->marks_asked[i] ? handle_get(c, c->marks_asked[i], OBJ_STREAM) : NULL;
+        struct srv_stream *s = c->marks.marks_asked[i] ? handle_get(c, c->marks.marks_asked[i], OBJ_STREAM) : NULL;
         if (!s || s->capturing || !markable(s))
             continue;
         uint32_t value;
@@ -326,38 +326,38 @@ static void tell(struct srv_client *c, uint64_t handled)
     }
     if (n)
         t.handled = handled;
-    if (!memcmp(&t, &c->told, sizeof t))
+    if (!memcmp(&t, &c->marks.told, sizeof t))
         return; /* as told already: the client's copy of the line stays in its cache */
-    c->told = t;
+    c->marks.told = t;
     struct cumux_marks_told *m = &c->shm->marks_told;
-    c->told_gen += 2;
-    atomic_store_explicit(&m->gen, c->told_gen - 1, memory_order_relaxed);
+    c->marks.told_gen += 2;
+    atomic_store_explicit(&m->gen, c->marks.told_gen - 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     m->handled = t.handled;
     memcpy(m->stream, t.stream, sizeof t.stream);
     memcpy(m->ctx, t.ctx, sizeof t.ctx);
-    atomic_store_explicit(&m->gen, c->told_gen, memory_order_release);
+    atomic_store_explicit(&m->gen, c->marks.told_gen, memory_order_release);
     if (atomic_load(&withdrawn)) /* withdrawn while this was written: it stays withdrawn */
         atomic_fetch_or(&m->gen, 1);
     /* For the fault watch: every launch not known to have ended is behind these marks when each stream
      * launched on since is a told one. */
-    bool complete = n && c->nlaunched_on <= 8;
-    for (uint32_t i = 0; i < c->nlaunched_on && complete; i++) {
+    bool complete = n && c->marks.nlaunched_on <= 8;
+    for (uint32_t i = 0; i < c->marks.nlaunched_on && complete; i++) {
         unsigned k = 0;
-        while (k < n && t.stream[k].stream != c->launched_on[i])
+        while (k < n && t.stream[k].stream != c->marks.launched_on[i])
             k++;
         complete = k < n;
     }
-    atomic_store_explicit(&c->told_seq, c->told_gen - 1, memory_order_relaxed);
+    atomic_store_explicit(&c->marks.told_seq, c->marks.told_gen - 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&c->told_complete, complete, memory_order_relaxed);
-    atomic_store_explicit(&c->told_units, atomic_load(&c->work_units), memory_order_relaxed);
-    atomic_store_explicit(&c->told_n, nmarked, memory_order_relaxed);
+    atomic_store_explicit(&c->marks.told_complete, complete, memory_order_relaxed);
+    atomic_store_explicit(&c->marks.told_units, atomic_load(&c->usage.work_units), memory_order_relaxed);
+    atomic_store_explicit(&c->marks.told_n, nmarked, memory_order_relaxed);
     for (unsigned i = 0; i < nmarked; i++) {
-        atomic_store_explicit(&c->told_slot[i], slots[i], memory_order_relaxed);
-        atomic_store_explicit(&c->told_value[i], values[i], memory_order_relaxed);
+        atomic_store_explicit(&c->marks.told_slot[i], slots[i], memory_order_relaxed);
+        atomic_store_explicit(&c->marks.told_value[i], values[i], memory_order_relaxed);
     }
-    atomic_store_explicit(&c->told_seq, c->told_gen, memory_order_release);
+    atomic_store_explicit(&c->marks.told_seq, c->marks.told_gen, memory_order_release);
 #undef KNOWN_IDLE
 }
 
@@ -365,17 +365,17 @@ bool srv_marks_client_done(struct srv_client *c)
 {
     if (marks_state <= 0)
         return false;
-    uint32_t seq = atomic_load_explicit(&c->told_seq, memory_order_acquire);
-    if (seq & 1 || !atomic_load_explicit(&c->told_complete, memory_order_relaxed) ||
-        atomic_load_explicit(&c->told_units, memory_order_relaxed) != atomic_load(&c->work_units))
+    uint32_t seq = atomic_load_explicit(&c->marks.told_seq, memory_order_acquire);
+    if (seq & 1 || !atomic_load_explicit(&c->marks.told_complete, memory_order_relaxed) ||
+        atomic_load_explicit(&c->marks.told_units, memory_order_relaxed) != atomic_load(&c->usage.work_units))
         return false;
-    uint32_t n = atomic_load_explicit(&c->told_n, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&c->marks.told_n, memory_order_relaxed);
     for (uint32_t i = 0; i < n && i < SRV_MARKS_ASKED; i++) {
-        uint32_t slot = atomic_load_explicit(&c->told_slot[i], memory_order_relaxed);
+        uint32_t slot = atomic_load_explicit(&c->marks.told_slot[i], memory_order_relaxed);
         if (slot >= MARK_SLOTS || atomic_load_explicit(&marks_host[slot], memory_order_acquire) !=
-                                      atomic_load_explicit(&c->told_value[i], memory_order_relaxed))
+                                      atomic_load_explicit(&c->marks.told_value[i], memory_order_relaxed))
             return false;
     }
     atomic_thread_fence(memory_order_acquire);
-    return atomic_load_explicit(&c->told_seq, memory_order_relaxed) == seq;
+    return atomic_load_explicit(&c->marks.told_seq, memory_order_relaxed) == seq;
 }

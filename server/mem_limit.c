@@ -7,17 +7,17 @@ CUresult srv_mem_charge(struct srv_client *c, uint64_t size)
 {
     /* Only the client's worker adds; others may take away meanwhile, which errs on the safe side. */
     CHECK(srv_mem_fits(c, size));
-    atomic_fetch_add(&c->mem_bytes, size);
+    atomic_fetch_add(&c->memory.mem_bytes, size);
     return CUDA_SUCCESS;
 }
 
 void srv_mem_uncharge(struct srv_client *c, uint64_t size)
 {
-    atomic_fetch_sub(&c->mem_bytes, size);
+    atomic_fetch_sub(&c->memory.mem_bytes, size);
 }
 
 CUresult srv_mem_fits(struct srv_client *c, uint64_t size)
 {
-    uint64_t limit = atomic_load(&c->mem_limit), used = atomic_load(&c->mem_bytes);
+    uint64_t limit = atomic_load(&c->memory.mem_limit), used = atomic_load(&c->memory.mem_bytes);
     return limit && (size > limit || used > limit - size) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }

@@ -58,7 +58,7 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
         srv_mem_uncharge(c, m->size);
         return r;
     }
-    if (cumux_ranges_add(&c->dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)pool->gpu) < 0) {
+    if (cumux_ranges_add(&c->memory.dev_ranges, ptr, m->size, RANGE_ALLOC, (uint64_t)pool->gpu) < 0) {
         if (srv_chunks_in_arena(ptr))
             srv_chunk_free(c, ptr, stream->cu);
         else
@@ -74,7 +74,7 @@ CUresult op_mem_alloc_async(struct srv_client *c, const struct cumux_mem_alloc_a
 /* The allocation that starts at ptr (not a global), or NULL. */
 static const struct cumux_range *allocation_at(struct srv_client *c, uint64_t ptr)
 {
-    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, ptr);
+    const struct cumux_range *r = cumux_ranges_find(&c->memory.dev_ranges, ptr);
     return r && r->base == ptr && r->tag == RANGE_ALLOC ? r : NULL;
 }
 
@@ -83,9 +83,9 @@ static const struct cumux_range *allocation_at(struct srv_client *c, uint64_t pt
 static void take_allocation(struct srv_client *c, uint64_t ptr)
 {
     struct cumux_range gone;
-    if (cumux_ranges_remove(&c->dev_ranges, ptr, &gone) == 0)
+    if (cumux_ranges_remove(&c->memory.dev_ranges, ptr, &gone) == 0)
         srv_mem_uncharge(c, gone.size);
-    if (c->chunked_pools)
+    if (c->memory.chunked_pools)
         srv_pool_chunk_forget(c, ptr);
 }
 
@@ -133,7 +133,7 @@ CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, str
         uint64_t p64 = 0;
         CHECK(srv_mem_charge(c, m->size));
         CUresult r = srv_chunk_alloc(c, ctx->gpu, m->size, &p64);
-        if (r == CUDA_SUCCESS && cumux_ranges_add(&c->dev_ranges, p64, m->size, RANGE_ALLOC, (uint64_t)ctx->gpu) < 0) {
+        if (r == CUDA_SUCCESS && cumux_ranges_add(&c->memory.dev_ranges, p64, m->size, RANGE_ALLOC, (uint64_t)ctx->gpu) < 0) {
             srv_chunk_free(c, p64, NULL);
             r = CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -159,7 +159,7 @@ CUresult op_mem_alloc(struct srv_client *c, const struct cumux_mem_alloc *m, str
         return r;
     }
     r = cuStreamSynchronize(ms); /* usable on any stream once this returns, as cuMemAlloc's */
-    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)ctx->gpu) < 0) {
+    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->memory.dev_ranges, p, m->size, RANGE_ALLOC, (uint64_t)ctx->gpu) < 0) {
         cuMemFreeAsync(p, ms);
         srv_mem_uncharge(c, m->size);
         return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
@@ -174,12 +174,12 @@ CUresult op_mem_range_handle(struct srv_client *c, const struct cumux_mem_range_
 {
     if (m->handle_type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || m->size == 0 || !dev_ok(c, m->ptr, m->size))
         return CUDA_ERROR_INVALID_VALUE;
-    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, m->ptr);
+    const struct cumux_range *r = cumux_ranges_find(&c->memory.dev_ranges, m->ptr);
     use_gpu(c, (int)r->extra);
     int fd = -1;
     CHECK(cuMemGetHandleForAddressRange(&fd, m->ptr, (size_t)m->size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, m->flags));
     uint64_t tag = CUMUX_MAGIC;
-    int sent = cumux_sock_send_now(c->sock, &tag, sizeof tag, fd);
+    int sent = cumux_sock_send_now(c->conn.sock, &tag, sizeof tag, fd);
     close(fd);
     return sent == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -197,7 +197,7 @@ static CUresult mem_release(struct srv_client *c, uint64_t ptr, int gpu)
 CUresult op_mem_free(struct srv_client *c, const struct cumux_mem_free *m)
 {
     if (srv_graph_mem_is(c, m->ptr)) { /* after the client's work, as cuMemFree waits for it */
-        const struct cumux_range *g = cumux_ranges_find(&c->dev_ranges, m->ptr);
+        const struct cumux_range *g = cumux_ranges_find(&c->memory.dev_ranges, m->ptr);
         CUstream ms;
         CHECK(g ? mem_stream(c, (int)g->extra, &ms) : CUDA_ERROR_INVALID_VALUE);
         CHECK(cuMemFreeAsync(m->ptr, ms));
@@ -223,7 +223,7 @@ CUresult op_mem_info(struct srv_client *c, struct srv_ctx *ctx, uint8_t *out, ui
     size_t f, t;
     CHECK(cuMemGetInfo(&f, &t));
     /* A client with a limit sees a GPU of that size, of which what it holds is used. */
-    uint64_t limit = atomic_load(&c->mem_limit), used = atomic_load(&c->mem_bytes);
+    uint64_t limit = atomic_load(&c->memory.mem_limit), used = atomic_load(&c->memory.mem_bytes);
     if (limit && limit < t) {
         t = (size_t)limit;
         if ((uint64_t)f > (used < limit ? limit - used : 0))
@@ -262,29 +262,29 @@ CUresult op_host_alloc(struct srv_client *c, const struct cumux_host_alloc *m, u
         return CUDA_ERROR_OUT_OF_MEMORY;
     use_gpu(c, 0);
     CUresult r = cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->host_ranges, (uint64_t)(uintptr_t)p, len, RANGE_HOST, len) < 0) {
+    if (r != CUDA_SUCCESS || cumux_ranges_add(&c->memory.host_ranges, (uint64_t)(uintptr_t)p, len, RANGE_HOST, len) < 0) {
         if (r == CUDA_SUCCESS)
             cuMemHostUnregister(p);
         munmap(p, len);
         return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
     }
-    atomic_fetch_add(&c->host_bytes, len);
+    atomic_fetch_add(&c->memory.host_bytes, len);
     return reply_u64(out, out_len, (uint64_t)(uintptr_t)p);
 }
 
 void host_release(struct srv_client *c, uint64_t base)
 {
     struct cumux_range gone;
-    if (cumux_ranges_remove(&c->host_ranges, base, &gone) < 0)
+    if (cumux_ranges_remove(&c->memory.host_ranges, base, &gone) < 0)
         return;
     /* cuMemHostUnregister waits for every kernel in the context: not on this client's time. */
     srv_reap(REAP_HOST_MEMORY, 0, (void *)(uintptr_t)gone.base, gone.extra, NULL);
-    atomic_fetch_sub(&c->host_bytes, gone.extra);
+    atomic_fetch_sub(&c->memory.host_bytes, gone.extra);
 }
 
 CUresult op_host_free(struct srv_client *c, const struct cumux_mem_free *m)
 {
-    const struct cumux_range *r = cumux_ranges_find(&c->host_ranges, m->ptr);
+    const struct cumux_range *r = cumux_ranges_find(&c->memory.host_ranges, m->ptr);
     if (!r || r->base != m->ptr)
         return CUDA_ERROR_INVALID_VALUE;
     /* Copies into it may still be in flight: the reaper's unregister waits for them. */
@@ -297,9 +297,9 @@ CUresult op_host_free(struct srv_client *c, const struct cumux_mem_free *m)
  * and freed them, their memory given back to the device now rather than at the pool's leisure. */
 void srv_memory_release(struct srv_client *c)
 {
-    while (c->dev_ranges.n) {
-        struct cumux_range r = c->dev_ranges.v[c->dev_ranges.n - 1];
-        cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
+    while (c->memory.dev_ranges.n) {
+        struct cumux_range r = c->memory.dev_ranges.v[c->memory.dev_ranges.n - 1];
+        cumux_ranges_remove(&c->memory.dev_ranges, r.base, NULL);
         if (r.tag == RANGE_ALLOC) {
             CUstream ms;
             if (!srv_chunks_in_arena(r.base) && mem_stream(c, (int)r.extra, &ms) == CUDA_SUCCESS)
@@ -307,30 +307,30 @@ void srv_memory_release(struct srv_client *c)
             srv_mem_uncharge(c, r.size);
         }
     }
-    cumux_ranges_free(&c->dev_ranges);
+    cumux_ranges_free(&c->memory.dev_ranges);
     for (int g = 0; g < srv_gpu_count; g++) {
-        if (c->alloc_stream[g]) {
+        if (c->memory.alloc_stream[g]) {
             use_gpu(c, g);
-            cuStreamSynchronize(c->alloc_stream[g]);
-            cuStreamDestroy(c->alloc_stream[g]);
+            cuStreamSynchronize(c->memory.alloc_stream[g]);
+            cuStreamDestroy(c->memory.alloc_stream[g]);
         }
-        if (c->mem_stream[g]) {
+        if (c->memory.mem_stream[g]) {
             use_gpu(c, g);
-            cuStreamSynchronize(c->mem_stream[g]);
-            cuStreamDestroy(c->mem_stream[g]);
-            if (c->default_pool[g])
-                cuMemPoolTrimTo(c->default_pool[g]->pool, 0);
+            cuStreamSynchronize(c->memory.mem_stream[g]);
+            cuStreamDestroy(c->memory.mem_stream[g]);
+            if (c->memory.default_pool[g])
+                cuMemPoolTrimTo(c->memory.default_pool[g]->pool, 0);
         }
     }
-    if (c->mem_event) /* it ordered the memory streams after the client's: both are done */
-        cuEventDestroy(c->mem_event);
-    c->mem_event = NULL;
+    if (c->memory.mem_event) /* it ordered the memory streams after the client's: both are done */
+        cuEventDestroy(c->memory.mem_event);
+    c->memory.mem_event = NULL;
 }
 
 /* A client's end: its registered host memory. */
 void srv_host_release_all(struct srv_client *c)
 {
-    while (c->host_ranges.n)
-        host_release(c, c->host_ranges.v[0].base);
-    cumux_ranges_free(&c->host_ranges);
+    while (c->memory.host_ranges.n)
+        host_release(c, c->memory.host_ranges.v[0].base);
+    cumux_ranges_free(&c->memory.host_ranges);
 }

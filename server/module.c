@@ -72,7 +72,7 @@ void module_free(struct srv_client *c, struct srv_module *mod)
     use_gpu(c, mod->gpu);
     departed_note(c, mod);
     /* Its functions and globals die with it. */
-    for (uint32_t i = 1; i <= c->nhandles; i++) {
+    for (uint32_t i = 1; i <= c->obj.nhandles; i++) {
         struct srv_function *f = handle_get(c, i, OBJ_FUNCTION);
         if (f && f->module == h) {
             handle_drop(c, i);
@@ -83,7 +83,7 @@ void module_free(struct srv_client *c, struct srv_module *mod)
         }
     }
     for (size_t i = 0; i < mod->nglobals; i++)
-        cumux_ranges_remove(&c->dev_ranges, mod->globals[i], NULL);
+        cumux_ranges_remove(&c->memory.dev_ranges, mod->globals[i], NULL);
     free(mod->globals);
     /* Unloading waits for every kernel in the context: the reaper does it. */
     if (mod->borrowed)
@@ -313,9 +313,9 @@ CUresult op_module_get_global(struct srv_client *c, struct srv_module *mod, cons
     else
         CHECK(cuModuleGetGlobal(&p, &sz, mod->mod, name));
     /* The client may now copy to and from it. */
-    if (sz && !cumux_ranges_find(&c->dev_ranges, p)) {
+    if (sz && !cumux_ranges_find(&c->memory.dev_ranges, p)) {
         uint64_t *g = realloc(mod->globals, (mod->nglobals + 1) * sizeof *g);
-        if (!g || cumux_ranges_add(&c->dev_ranges, p, sz, RANGE_GLOBAL, (uint64_t)mod->gpu) < 0) {
+        if (!g || cumux_ranges_add(&c->memory.dev_ranges, p, sz, RANGE_GLOBAL, (uint64_t)mod->gpu) < 0) {
             if (g)
                 mod->globals = g;
             return CUDA_ERROR_OUT_OF_MEMORY;
@@ -526,7 +526,7 @@ CUresult op_func_set_cache_config(struct srv_client *c, const struct cumux_func_
 
 bool srv_module_owned(struct srv_client *c, uint64_t cu_module)
 {
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (!mod)
             continue;

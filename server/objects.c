@@ -31,51 +31,51 @@ uint32_t srv_max_handles = 1u << 20;
 
 uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
 {
-    for (uint32_t i = c->free_hint; i < c->nhandles; i++) {
-        if (c->handles[i].type == OBJ_NONE) {
-            c->handles[i] = (struct srv_handle){type, obj};
-            c->free_hint = i + 1;
+    for (uint32_t i = c->obj.free_hint; i < c->obj.nhandles; i++) {
+        if (c->obj.handles[i].type == OBJ_NONE) {
+            c->obj.handles[i] = (struct srv_handle){type, obj};
+            c->obj.free_hint = i + 1;
             return i + 1;
         }
     }
     /* No free slot: the table holds as many live handles as it has entries. */
-    if (c->nhandles >= srv_max_handles)
+    if (c->obj.nhandles >= srv_max_handles)
         return 0;
-    if (c->nhandles == c->caphandles) {
-        uint32_t cap = c->caphandles ? c->caphandles * 2 : 64;
+    if (c->obj.nhandles == c->obj.caphandles) {
+        uint32_t cap = c->obj.caphandles ? c->obj.caphandles * 2 : 64;
         if (cap > (1u << 24))
             return 0;
-        struct srv_handle *h = realloc(c->handles, cap * sizeof *h);
+        struct srv_handle *h = realloc(c->obj.handles, cap * sizeof *h);
         if (!h)
             return 0;
-        c->handles = h;
-        c->caphandles = cap;
+        c->obj.handles = h;
+        c->obj.caphandles = cap;
     }
-    c->handles[c->nhandles] = (struct srv_handle){type, obj};
-    c->free_hint = c->nhandles + 1;
-    return ++c->nhandles;
+    c->obj.handles[c->obj.nhandles] = (struct srv_handle){type, obj};
+    c->obj.free_hint = c->obj.nhandles + 1;
+    return ++c->obj.nhandles;
 }
 
 /* The object behind a handle of this client, if it has that type; otherwise NULL. */
 void *handle_get(struct srv_client *c, uint32_t h, enum srv_obj_type type)
 {
-    if (h == 0 || h > c->nhandles || c->handles[h - 1].type != type)
+    if (h == 0 || h > c->obj.nhandles || c->obj.handles[h - 1].type != type)
         return NULL;
-    return c->handles[h - 1].obj;
+    return c->obj.handles[h - 1].obj;
 }
 
 void handle_drop(struct srv_client *c, uint32_t h)
 {
-    c->handles[h - 1] = (struct srv_handle){OBJ_NONE, NULL};
-    if (h - 1 < c->free_hint)
-        c->free_hint = h - 1;
+    c->obj.handles[h - 1] = (struct srv_handle){OBJ_NONE, NULL};
+    if (h - 1 < c->obj.free_hint)
+        c->obj.free_hint = h - 1;
 }
 
 void use_gpu(struct srv_client *c, int gpu)
 {
-    if (c->current_gpu != gpu && gpu < srv_gpu_count) {
+    if (c->obj.current_gpu != gpu && gpu < srv_gpu_count) {
         cuCtxSetCurrent(srv_gpus[gpu].ctx);
-        c->current_gpu = gpu;
+        c->obj.current_gpu = gpu;
     }
 }
 
@@ -162,9 +162,9 @@ struct srv_stream *stream_get(struct srv_client *c, uint32_t h)
 
 CUresult take_pending(struct srv_client *c, CUresult r)
 {
-    if (r == CUDA_SUCCESS && c->pending_error != CUDA_SUCCESS) {
-        r = c->pending_error;
-        c->pending_error = CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS && c->obj.pending_error != CUDA_SUCCESS) {
+        r = c->obj.pending_error;
+        c->obj.pending_error = CUDA_SUCCESS;
     }
     return r;
 }
@@ -173,20 +173,20 @@ CUresult take_pending(struct srv_client *c, CUresult r)
 CUresult mem_stream(struct srv_client *c, int gpu, CUstream *out)
 {
     use_gpu(c, gpu);
-    if (!c->mem_event)
-        CHECK(cuEventCreate(&c->mem_event, CU_EVENT_DISABLE_TIMING));
-    if (!c->mem_stream[gpu])
-        CHECK(cuStreamCreate(&c->mem_stream[gpu], CU_STREAM_NON_BLOCKING));
-    *out = c->mem_stream[gpu];
+    if (!c->memory.mem_event)
+        CHECK(cuEventCreate(&c->memory.mem_event, CU_EVENT_DISABLE_TIMING));
+    if (!c->memory.mem_stream[gpu])
+        CHECK(cuStreamCreate(&c->memory.mem_stream[gpu], CU_STREAM_NON_BLOCKING));
+    *out = c->memory.mem_stream[gpu];
     return CUDA_SUCCESS;
 }
 
 CUresult alloc_stream(struct srv_client *c, int gpu, CUstream *out)
 {
     use_gpu(c, gpu);
-    if (!c->alloc_stream[gpu])
-        CHECK(cuStreamCreate(&c->alloc_stream[gpu], CU_STREAM_NON_BLOCKING));
-    *out = c->alloc_stream[gpu];
+    if (!c->memory.alloc_stream[gpu])
+        CHECK(cuStreamCreate(&c->memory.alloc_stream[gpu], CU_STREAM_NON_BLOCKING));
+    *out = c->memory.alloc_stream[gpu];
     return CUDA_SUCCESS;
 }
 
@@ -194,12 +194,12 @@ CUresult after_client_work(struct srv_client *c, int gpu, CUstream *out)
 {
     CUstream ms;
     CHECK(mem_stream(c, gpu, &ms));
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
         /* A capturing stream's work is not running: nothing of it to wait for. */
         if (s && s->ctx->gpu == gpu && !srv_stream_capturing(c, s)) {
-            CHECK(cuEventRecord(c->mem_event, s->cu));
-            CHECK(cuStreamWaitEvent(ms, c->mem_event, 0));
+            CHECK(cuEventRecord(c->memory.mem_event, s->cu));
+            CHECK(cuStreamWaitEvent(ms, c->memory.mem_event, 0));
         }
     }
     *out = ms;
@@ -210,16 +210,16 @@ CUresult after_client_work(struct srv_client *c, int gpu, CUstream *out)
 
 bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
 {
-    if (cumux_ranges_covers(&c->dev_ranges, p, n))
+    if (cumux_ranges_covers(&c->memory.dev_ranges, p, n))
         return true;
     /* Mappings of one reservation that lie back to back are one span, as in CUDA. */
-    const struct cumux_range *r = cumux_ranges_find(&c->dev_ranges, p);
+    const struct cumux_range *r = cumux_ranges_find(&c->memory.dev_ranges, p);
     uint64_t end;
     if (!r || r->tag != RANGE_VMM || !cumux_add_u64(p, n, &end))
         return false;
     while (end - r->base > r->size) {
         uint64_t next = r->base + r->size;
-        r = cumux_ranges_find(&c->dev_ranges, next);
+        r = cumux_ranges_find(&c->memory.dev_ranges, next);
         if (!r || r->base != next || r->tag != RANGE_VMM)
             return false;
     }
@@ -228,7 +228,7 @@ bool dev_ok(struct srv_client *c, uint64_t p, uint64_t n)
 
 bool host_ok(struct srv_client *c, uint64_t p, uint64_t n)
 {
-    return cumux_ranges_covers(&c->host_ranges, p, n) != NULL;
+    return cumux_ranges_covers(&c->memory.host_ranges, p, n) != NULL;
 }
 
 bool memset_span(const struct cumux_memset *m, uint64_t *span)
@@ -248,7 +248,7 @@ bool srv_stream_capturing(struct srv_client *c, struct srv_stream *s)
 {
     if (s->capturing)
         return true;
-    if (!c->ever_captured)
+    if (!c->graphs.ever_captured)
         return false;
     /* Other streams join a capture through events: ask the driver. */
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -272,10 +272,10 @@ int recv_client_fd(struct srv_client *c, uint64_t min_size)
     uint64_t tag;
     int fd;
     /* The shim sends the descriptor before the command: if it is not there now, it never comes. */
-    struct pollfd p = {.fd = c->sock, .events = POLLIN};
+    struct pollfd p = {.fd = c->conn.sock, .events = POLLIN};
     if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
         return -1;
-    if (cumux_sock_recv(c->sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
+    if (cumux_sock_recv(c->conn.sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
         if (fd >= 0)
             close(fd);
         return -1;
@@ -298,12 +298,12 @@ int srv_client_describe(const struct srv_client *c, char *out, size_t cap)
  * leaked quietly. */
 void srv_handles_release(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
-        enum srv_obj_type t = c->handles[h - 1].type;
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+        enum srv_obj_type t = c->obj.handles[h - 1].type;
         if (t != OBJ_NONE)
             cumux_logf("client %u: handle %u (%s) left after cleanup", c->id, h, srv_obj_kind_name(t));
     }
-    free(c->handles);
-    c->handles = NULL;
-    c->nhandles = c->caphandles = 0;
+    free(c->obj.handles);
+    c->obj.handles = NULL;
+    c->obj.nhandles = c->obj.caphandles = 0;
 }

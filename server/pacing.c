@@ -66,8 +66,8 @@ static unsigned count_launching(struct srv_client *c, uint64_t now)
     uint64_t seen = atomic_load_explicit(&launching_epoch[slot], memory_order_acquire);
     if (seen != e && atomic_compare_exchange_strong(&launching_epoch[slot], &seen, e))
         atomic_store(&launching[slot], 0); /* the slot held an epoch four back: start it anew */
-    if (c->pace_epoch != e) {
-        c->pace_epoch = e;
+    if (c->pacing.pace_epoch != e) {
+        c->pacing.pace_epoch = e;
         atomic_fetch_add(&launching[slot], 1);
     }
     unsigned prev = (unsigned)((e - 1) % 4);
@@ -80,12 +80,12 @@ void srv_pace_launch(struct srv_client *c, struct srv_stream *s)
 {
     /* A client that captures is left alone: asking about a stream that takes part in a capture would end
      * the capture (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). */
-    if (!enabled() || c->ever_captured)
+    if (!enabled() || c->graphs.ever_captured)
         return;
     uint64_t now = now_ns();
     if (count_launching(c, now) < pace_clients)
         return;
-    uint64_t mean = atomic_load_explicit(&c->kernel_ns_recent, memory_order_relaxed);
+    uint64_t mean = atomic_load_explicit(&c->pacing.kernel_ns_recent, memory_order_relaxed);
     if (mean < pace_min_ns)
         return;
     if (cuStreamQuery(s->cu) != CUDA_ERROR_NOT_READY)
@@ -94,7 +94,7 @@ void srv_pace_launch(struct srv_client *c, struct srv_stream *s)
     if (cap < 100000)
         cap = 100000;
     uint64_t until = now + cap;
-    atomic_fetch_add_explicit(&c->paced, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->pacing.paced, 1, memory_order_relaxed);
     /* Yield for the first 50 us, then sleep 20 us between questions: with a hundred workers waiting, the
      * cores stay free for the launches of the others. */
     uint64_t t = now;

@@ -145,16 +145,16 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
         percent = 0;
     int rc = 0;
     pthread_mutex_lock(&place_mu);
-    if (c->placement_closed) { /* gone meanwhile (cumux set races its exit): nothing may be held for it */
+    if (c->placement.placement_closed) { /* gone meanwhile (cumux set races its exit): nothing may be held for it */
         pthread_mutex_unlock(&place_mu);
         snprintf(why, cap, "the client is going away");
         return -1;
     }
     struct cumux_sm_set before[CUMUX_MAX_DEVICES];
-    memcpy(before, c->sm_reserved, sizeof before);
+    memcpy(before, c->placement.sm_reserved, sizeof before);
     for (int g = 0; g < srv_gpu_count; g++) {
-        reserved[g] = cumux_sm_minus(reserved[g], c->sm_reserved[g]);
-        c->sm_reserved[g] = (struct cumux_sm_set){{0}};
+        reserved[g] = cumux_sm_minus(reserved[g], c->placement.sm_reserved[g]);
+        c->placement.sm_reserved[g] = (struct cumux_sm_set){{0}};
     }
     for (int g = 0; g < srv_gpu_count && (sms || percent); g++) {
         struct layout *L = layout_locked(g);
@@ -173,20 +173,20 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
             rc = -1;
             break;
         }
-        c->sm_reserved[g] = pick;
+        c->placement.sm_reserved[g] = pick;
         reserved[g] = cumux_sm_or(reserved[g], pick);
     }
     if (rc != 0) { /* all or nothing: the old reservation stands */
         for (int g = 0; g < srv_gpu_count; g++) {
-            reserved[g] = cumux_sm_or(cumux_sm_minus(reserved[g], c->sm_reserved[g]), before[g]);
-            c->sm_reserved[g] = before[g];
+            reserved[g] = cumux_sm_or(cumux_sm_minus(reserved[g], c->placement.sm_reserved[g]), before[g]);
+            c->placement.sm_reserved[g] = before[g];
         }
     } else {
-        atomic_store(&c->want_sms, sms);
-        atomic_store(&c->want_percent, percent);
+        atomic_store(&c->placement.want_sms, sms);
+        atomic_store(&c->placement.want_percent, percent);
         if (sms && srv_gpu_count > 0) {
             char text[160];
-            cumux_sm_format(c->sm_reserved[0], layouts[0].sms, layouts[0].n, text, sizeof text);
+            cumux_sm_format(c->placement.sm_reserved[0], layouts[0].sms, layouts[0].n, text, sizeof text);
             snprintf(why, cap, "SMs %s of GPU 0 reserved (%u asked for)", text, sms);
         } else if (percent) {
             snprintf(why, cap, "its kernels may use %u%% of the SMs", percent);
@@ -203,7 +203,7 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
 static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct layout *L)
 {
     pthread_mutex_lock(&place_mu);
-    struct cumux_sm_set mine = c->sm_reserved[gpu], shared = cumux_sm_minus(L->all, reserved[gpu]);
+    struct cumux_sm_set mine = c->placement.sm_reserved[gpu], shared = cumux_sm_minus(L->all, reserved[gpu]);
     pthread_mutex_unlock(&place_mu);
     if (!cumux_sm_empty(mine))
         return mine;
@@ -212,7 +212,7 @@ static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct la
         cumux_logf("client %u: every SM of GPU %d is reserved: its kernels run on reserved SMs", c->id, gpu);
         shared = L->all;
     }
-    unsigned pct = atomic_load(&c->want_percent);
+    unsigned pct = atomic_load(&c->placement.want_percent);
     if (pct == 0 || pct >= 100)
         return shared;
     /* Capped clients spread over the shared SMs, each starting where its id puts it. */
@@ -252,28 +252,28 @@ static void retarget(struct srv_client *c, int gpu)
     if (!L && own_queues())
         L = layout(gpu);
     if (!L) {
-        atomic_store(&c->sms_now, (uint32_t)srv_gpus[gpu].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
+        atomic_store(&c->placement.sms_now, (uint32_t)srv_gpus[gpu].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
         return; /* nobody partitioned anything: the primary context */
     }
     struct cumux_sm_set mask = target(c, gpu, L);
     bool primary = cumux_sm_equal(mask, L->all) && !own_queues();
-    struct srv_placed *cur = c->placed[gpu];
-    atomic_store(&c->sms_now, cumux_sm_count(mask, L->sms, L->n));
-    atomic_store(&c->sms_reserved, !cumux_sm_empty(c->sm_reserved[gpu]));
+    struct srv_placed *cur = c->placement.placed[gpu];
+    atomic_store(&c->placement.sms_now, cumux_sm_count(mask, L->sms, L->n));
+    atomic_store(&c->placement.sms_reserved, !cumux_sm_empty(c->placement.sm_reserved[gpu]));
     if ((primary && !cur) || (cur && cumux_sm_equal(cur->mask, mask)))
         return;
     struct srv_placed *p = NULL;
     if (!primary && !(p = placed_new(gpu, L, mask)))
         return; /* stays where it is (logged) */
     if (cur) {
-        cur->next_retired = c->retired;
-        c->retired = cur;
+        cur->next_retired = c->placement.retired;
+        c->placement.retired = cur;
     }
-    c->placed[gpu] = p;
+    c->placement.placed[gpu] = p;
     char text[160];
     cumux_sm_format(mask, L->sms, L->n, text, sizeof text);
     cumux_debugf("client %u: its streams on GPU %d now run on SMs %s (%s)", c->id, gpu, text,
-                 !cumux_sm_empty(c->sm_reserved[gpu]) ? "reserved" : p ? "shared, green context" : "primary context");
+                 !cumux_sm_empty(c->placement.sm_reserved[gpu]) ? "reserved" : p ? "shared, green context" : "primary context");
 }
 
 static CUresult stream_in(struct srv_placed *p, int hw_priority, CUstream *out)
@@ -286,14 +286,14 @@ CUresult srv_place_new_stream(struct srv_client *c, int gpu, int hw_priority, CU
                               struct srv_placed **where, uint64_t *gen)
 {
     uint64_t g = atomic_load(&srv_placement_gen);
-    if (c->placed_gen[gpu] != g) {
+    if (c->placement.placed_gen[gpu] != g) {
         retarget(c, gpu);
-        c->placed_gen[gpu] = g;
+        c->placement.placed_gen[gpu] = g;
     }
-    CUresult r = stream_in(c->placed[gpu], hw_priority, out);
-    if (r == CUDA_SUCCESS && c->placed[gpu])
-        c->placed[gpu]->streams++;
-    *where = c->placed[gpu];
+    CUresult r = stream_in(c->placement.placed[gpu], hw_priority, out);
+    if (r == CUDA_SUCCESS && c->placement.placed[gpu])
+        c->placement.placed[gpu]->streams++;
+    *where = c->placement.placed[gpu];
     *gen = g;
     return r;
 }
@@ -302,15 +302,15 @@ void srv_place_stream_slow(struct srv_client *c, struct srv_stream *s)
 {
     int gpu = s->ctx->gpu;
     uint64_t g = atomic_load(&srv_placement_gen);
-    if (c->placed_gen[gpu] != g) {
+    if (c->placement.placed_gen[gpu] != g) {
         retarget(c, gpu);
-        c->placed_gen[gpu] = g;
+        c->placement.placed_gen[gpu] = g;
     }
     if (s->capturing)
         return; /* its work is being recorded, not run: it moves once the capture ends */
-    if (s->placed != c->placed[gpu]) {
+    if (s->placed != c->placement.placed[gpu]) {
         CUstream n;
-        CUresult r = stream_in(c->placed[gpu], s->hw_priority, &n);
+        CUresult r = stream_in(c->placement.placed[gpu], s->hw_priority, &n);
         if (r != CUDA_SUCCESS) {
             cumux_logf("client %u: a stream could not move to its SMs: %s", c->id, errname(r));
         } else {
@@ -321,7 +321,7 @@ void srv_place_stream_slow(struct srv_client *c, struct srv_stream *s)
             s->cu = n;
             if (s->placed)
                 s->placed->streams--;
-            s->placed = c->placed[gpu];
+            s->placed = c->placement.placed[gpu];
             if (s->placed)
                 s->placed->streams++;
         }
@@ -357,7 +357,7 @@ CUstream srv_place_outside(struct srv_client *c, struct srv_stream *s)
             return NULL;
         }
         cumux_logf("client %u: a kernel's thread-block clusters do not fit its %u SMs: such kernels run on "
-                   "every SM", c->id, (unsigned)atomic_load(&c->sms_now));
+                   "every SM", c->id, (unsigned)atomic_load(&c->placement.sms_now));
     }
     if (cuEventRecord(p->to_outside, s->cu) != CUDA_SUCCESS ||
         cuStreamWaitEvent(p->outside, p->to_outside, 0) != CUDA_SUCCESS)
@@ -387,29 +387,29 @@ static void placed_free(struct srv_placed *p)
 void srv_placement_release(struct srv_client *c)
 {
     pthread_mutex_lock(&place_mu);
-    c->placement_closed = true;
+    c->placement.placement_closed = true;
     bool had = false;
     for (int g = 0; g < srv_gpu_count; g++) {
-        had |= !cumux_sm_empty(c->sm_reserved[g]);
-        reserved[g] = cumux_sm_minus(reserved[g], c->sm_reserved[g]);
-        c->sm_reserved[g] = (struct cumux_sm_set){{0}};
+        had |= !cumux_sm_empty(c->placement.sm_reserved[g]);
+        reserved[g] = cumux_sm_minus(reserved[g], c->placement.sm_reserved[g]);
+        c->placement.sm_reserved[g] = (struct cumux_sm_set){{0}};
     }
     if (had) /* the others may use those SMs again */
         atomic_fetch_add(&srv_placement_gen, 1);
     pthread_mutex_unlock(&place_mu);
     /* Its streams are gone (and their work done: srv_client_release_all waited for it). */
     for (int g = 0; g < CUMUX_MAX_DEVICES; g++) {
-        struct srv_placed *p = c->placed[g];
+        struct srv_placed *p = c->placement.placed[g];
         if (p) {
             if (p->streams)
                 cumux_logf("client %u: %u streams left in its green context", c->id, p->streams);
             placed_free(p);
-            c->placed[g] = NULL;
+            c->placement.placed[g] = NULL;
         }
     }
-    while (c->retired) {
-        struct srv_placed *p = c->retired;
-        c->retired = p->next_retired;
+    while (c->placement.retired) {
+        struct srv_placed *p = c->placement.retired;
+        c->placement.retired = p->next_retired;
         placed_free(p);
     }
 }

@@ -36,9 +36,9 @@ static CUresult pool_new(struct srv_client *c, int gpu, uint64_t max_size, bool 
 /* The client's own default pool of a GPU: its memory and attributes are nobody else's. */
 CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out)
 {
-    if (!c->default_pool[gpu])
-        CHECK(pool_new(c, gpu, 0, true, &c->default_pool[gpu]));
-    *out = c->default_pool[gpu];
+    if (!c->memory.default_pool[gpu])
+        CHECK(pool_new(c, gpu, 0, true, &c->memory.default_pool[gpu]));
+    *out = c->memory.default_pool[gpu];
     return CUDA_SUCCESS;
 }
 
@@ -49,8 +49,8 @@ void srv_pool_chunk_alloc(struct srv_client *c, struct srv_pool *p, uint64_t ptr
         return; /* not counted: the attribute says less, as before */
     if (!p->chunked) {
         p->chunked = true;
-        p->next_chunked = c->chunked_pools;
-        c->chunked_pools = p;
+        p->next_chunked = c->memory.chunked_pools;
+        c->memory.chunked_pools = p;
     }
     p->chunk_used += size;
     if (p->chunk_used > p->chunk_used_high)
@@ -74,7 +74,7 @@ static void chunk_release(struct srv_pool *p, uint64_t keep)
 void srv_pool_chunk_forget(struct srv_client *c, uint64_t ptr)
 {
     struct cumux_range gone;
-    for (struct srv_pool *p = c->chunked_pools; p; p = p->next_chunked) {
+    for (struct srv_pool *p = c->memory.chunked_pools; p; p = p->next_chunked) {
         if (cumux_ranges_remove(&p->chunk_live, ptr, &gone) == 0) {
             p->chunk_used -= gone.size;
             return;
@@ -85,7 +85,7 @@ void srv_pool_chunk_forget(struct srv_client *c, uint64_t ptr)
 void pool_free(struct srv_client *c, struct srv_pool *p)
 {
     if (p->chunked) {
-        struct srv_pool **q = &c->chunked_pools;
+        struct srv_pool **q = &c->memory.chunked_pools;
         while (*q && *q != p)
             q = &(*q)->next_chunked;
         if (*q)
@@ -93,8 +93,8 @@ void pool_free(struct srv_client *c, struct srv_pool *p)
     }
     cumux_ranges_free(&p->chunk_live);
     handle_drop(c, p->handle);
-    if (c->default_pool[p->gpu] == p)
-        c->default_pool[p->gpu] = NULL;
+    if (c->memory.default_pool[p->gpu] == p)
+        c->memory.default_pool[p->gpu] = NULL;
     srv_reap(REAP_POOL, p->gpu, NULL, 0, p->pool); /* may wait for the context: not on this worker */
     free(p);
 }

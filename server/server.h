@@ -14,6 +14,20 @@
 #include "common/proto.h"
 #include "common/ranges.h"
 #include "server/generated/release.h"
+#include "server/client/conn.h"
+#include "server/client/fault.h"
+#include "server/client/graphs.h"
+#include "server/client/hostfn.h"
+#include "server/client/marks.h"
+#include "server/client/memory.h"
+#include "server/client/objects.h"
+#include "server/client/pacing.h"
+#include "server/client/placement.h"
+#include "server/client/staging.h"
+#include "server/client/streams.h"
+#include "server/client/usage.h"
+#include "server/client/vmm.h"
+#include "server/client/waits.h"
 
 /* ---- GPUs: one real (primary) context each, shared by every client ---- */
 struct srv_gpu {
@@ -78,13 +92,6 @@ struct srv_ctx;
 
 struct srv_placed; /* placement.c: a green context a client's streams are in */
 
-/* A client's streams with work that no synchronize or query has seen end: at a fault, the work it lost
- * (main.c worker_fails tells which streams). Changed by its worker, read by the fault's thread. */
-struct srv_unconfirmed {
-    _Atomic int64_t count;
-    _Atomic int64_t beyond; /* of them, those with a handle past the bits */
-    _Atomic uint64_t bits[CUMUX_LOST_STREAM_WORDS]; /* bit h%64 of word h/64: stream handle h */
-};
 
 static inline void srv_unconfirmed_change(struct srv_unconfirmed *u, uint32_t handle, bool set)
 {
@@ -193,146 +200,43 @@ extern uint32_t srv_max_handles; /* per client (dispatch.c) */
 
 enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3, RANGE_VMM = 4, RANGE_IPC = 5, RANGE_GRAPH = 6 };
 
+/* A client: what is truly common (who it is, its channel, its worker's life) and one part per concern,
+ * each defined in server/client/ beside the file that owns it, each freed by its own release step
+ * (common/protocol.spec's release lines, srv_client_release_all). */
 struct srv_client {
     uint32_t id;
     pid_t pid;
     uid_t uid;
-    int sock;
     int shm_fd;
     int stdout_fd; /* the client's stdout, for device printf (printf.c); -1 if it sent none */
     struct cumux_shm *shm;
     pthread_t worker;
     _Atomic int dead;     /* hung up, protocol violation or server stopping: the worker cleans up */
     _Atomic int finished; /* the worker is done: the main thread may join and free */
-    bool hup_seen;
-    uint32_t clients_told; /* the count last written into its channel's server_clients (serve loop) */
     char cmd[96]; /* its command line when it connected, for the log and fault records */
     char name[64]; /* CUMUX_CLIENT_NAME (INIT): readable by others once `named` is set, never changed after */
     _Atomic bool named;
 
-    /* Owned by the worker thread alone. */
-    struct srv_handle *handles;
-    uint32_t nhandles, caphandles;
-    uint32_t free_hint;
-    struct cumux_ranges dev_ranges;  /* device memory the client may name: its allocations and globals */
-    struct cumux_ranges host_ranges; /* its pinned host memory, by server address; extra = mapping size */
-    /* Virtual memory management (vmm.c): its reservations (extra: the GPU) and the mappings in them
-     * (tag: accessible or not, extra: the allocation's handle). */
-    struct cumux_ranges vmm_reserved, vmm_mapped;
-    CUresult pending_error;          /* first error of a one-way command, reported at the next sync */
-    uint64_t work_gen;               /* bumped by every command that may queue work (dispatch.c) */
-    int current_gpu;
-    bool staging_registered;
-    CUdeviceptr words_pinned;     /* the device's address of shm->hostfn_stream_done once pinned (channels.c) */
-    CUdeviceptr hostfn_words;     /* the same once streams can wait on it (0: not usable) */
-    CUdeviceptr mark_words;       /* the device's address of shm->mark_word, 0 when not registered */
-    uint32_t hostfn_slots_used;   /* words given to streams (never taken back) */
-    uint32_t *hostfn_last;        /* per word, the number of its stream's last host function (released at
-                                   * the end even for streams destroyed since) */
-    struct srv_wait *waits;       /* stream memory waits sent, by address (waits.c), released at the end */
-    uint32_t waits_cap, waits_n;
-    CUstream mem_stream[CUMUX_MAX_DEVICES]; /* frees, ordered after the client's own work */
-    /* cuMemAlloc's: a stream with nothing queued before, so an allocation never waits for the client's
-     * kernels (the frees on mem_stream do) */
-    CUstream alloc_stream[CUMUX_MAX_DEVICES];
-    struct srv_pool *default_pool[CUMUX_MAX_DEVICES];
-    struct srv_pool *chunked_pools; /* pools that allocated in chunks (pool.c) */
-    CUevent mem_event;
-    pthread_mutex_t hostfn_lock; /* host functions may be posted from several driver threads */
-    struct hostfn_job *graph_hostfns; /* host functions that graphs hold */
-    bool ever_captured;
-    /* A timing event was recorded and the worker has not gone idle since (stream.c op_event_record): work
-     * being timed may follow after some host work of the client's, and a worker woken from sleep would
-     * add its wake-up to the time (client.c keeps looking instead, CUMUX_TIMING_POLL_US). */
-    bool timing_window;
-    /* Launches after the last record of a timing event before which marks.c queues no mark (usage.c
-     * counts them down): a library times a candidate kernel between two events, and a mark's own GPU work
-     * would lengthen that span. */
-    uint8_t timing_quiet;
-    /* Streams the client asked about lately (marks.c), by handle, and when */
-#define SRV_MARKS_ASKED 4
-    uint32_t marks_asked[SRV_MARKS_ASKED];
-    uint64_t marks_asked_ns[SRV_MARKS_ASKED];
-    uint64_t marks_answered; /* questions answered from a mark */
-    uint64_t marks_queued, marks_withheld; /* marks queued; idle moments with none queued (timing_quiet) */
-    struct cumux_marks_told told; /* what the channel says of marks now (the worker's copy: never read back) */
-    uint32_t told_gen;
-    /* The same for the fault watch (marks.c srv_marks_client_done), which runs beside the worker: whether
-     * every stream with launches not known to have ended was among those told, the launches counted then,
-     * and the marks (the server's own words and their numbers); a seqlock, told_seq odd while written. */
-    uint32_t launched_on[8]; /* worker: streams with launches since all were last known to have ended */
-    uint32_t nlaunched_on;   /* (usage.c); more than 8: not known which */
-    _Atomic uint32_t told_seq;
-    _Atomic bool told_complete;
-    _Atomic uint64_t told_units;
-    _Atomic uint32_t told_n, told_slot[SRV_MARKS_ASKED], told_value[SRV_MARKS_ASKED];
-    /* Graph memory (graph.c): the address of a graph's allocation is fixed while the graph lives, and the
-     * client may name it; so once the client has made one, none of its graphs is destroyed before it goes
-     * (they are parked), and the allocations' starts are kept to free the live ones then. */
-    bool graph_mem;
-    CUgraph *parked_graphs;
-    uint32_t nparked_graphs, capparked_graphs;
-    uint64_t *graph_allocs;
-    uint32_t ngraph_allocs, capgraph_allocs;
-    struct srv_cap_alloc {
-        uint64_t capture, ptr; /* the capture's id (cuStreamGetCaptureInfo), the allocation's address */
-    } *cap_allocs;             /* graph allocations of running captures: not the client's if one fails */
-    uint32_t ncap_allocs, capcap_allocs;
-    uint64_t *graph_live; /* allocated by a launch, not freed since */
-    uint32_t ngraph_live, capgraph_live;
-    struct srv_event *parked_events; /* destroyed by the client, kept for its graphs (srv_event.in_graph) */
-    bool graphs_released;
-    CUevent stage_event[CUMUX_STAGING_SLOTS];
-    bool stage_pending[CUMUX_STAGING_SLOTS];
-
-    /* Read by status reports. */
-    _Atomic uint64_t mem_bytes;
-    _Atomic uint64_t mem_limit; /* device memory it may hold (bytes, 0: no limit): srv_mem_charge */
-    _Atomic int priority;       /* enum cumux_priority: the band of stream priorities of its new streams */
-    _Atomic uint64_t host_bytes;
-    _Atomic uint64_t launches;
-    _Atomic uint64_t work_units; /* kernel and graph launches (usage.c) */
-    _Atomic uint64_t done_units; /* of those, how many are known to have ended (usage.c) */
-    _Atomic uint64_t ended_ns;   /* when some of them were last seen to end (usage.c; a culprit's seem to
-                                  * while a GPU coredump is written: main.c on_gpu_fault) */
-    _Atomic uint64_t gpu_ns;     /* its GPU time so far, estimated from samples (usage.c) */
-    struct srv_usage *usage;     /* usage.c's samples: the worker's alone */
-    struct srv_kprof *kprof;     /* kernel_profile.c's timings (CUMUX_PROFILE=kernels): the worker's alone */
-    struct srv_chunks *chunks;   /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
-    uint64_t resume_token;       /* its secret for a RESUME hello after a worker change (0: none) */
-    uint64_t resume_claim;       /* a RESUME hello's token: whose memory it may take back (0: none) */
-    struct srv_unconfirmed unconfirmed; /* streams with work not seen to end (objects.c before_op): a client
-                                         * with none lost nothing at a fault, one with some lost theirs */
-    _Atomic uint64_t ring_done; /* ring bytes whose messages the worker has handled to the end (client.c):
-                                 * at a fault, all its messages were seen when this equals the ring's head */
-    _Atomic int resumable;      /* at a fault: it may come back (what the server wrote in its channel) */
-    _Atomic uint64_t kernel_ns_recent; /* its sampled launches' recent mean time (usage.c), for pacing.c */
-    _Atomic uint64_t paced;            /* launches that waited for their stream (pacing.c) */
-    uint64_t pace_epoch;               /* the last epoch pacing.c counted it in: the worker's alone */
-    _Atomic uint32_t nstreams;
-    /* Destroyed streams whose work may still run (stream.c): an event recorded on each before it went, so
-     * that the client's end waits for that work too before freeing what it uses. The worker's alone. */
-    struct srv_stream_tail {
-        CUevent done;
-        int gpu;
-    } *tails;
-    uint32_t ntails, captails;
-    /* Its SMs (placement.c): what it asked for, and the SMs its kernels may use now (0: all). */
-    _Atomic uint32_t want_sms;      /* reserved for it alone (cumux run --sms, cumux set --sms); 0 none */
-    _Atomic uint32_t want_percent;  /* its active thread percentage; 0 the server's default */
-    _Atomic uint32_t sms_now;       /* SMs its kernels may use (status); 0 before it has a stream */
-    _Atomic bool sms_reserved;      /* they are its alone */
-    struct cumux_sm_set sm_reserved[CUMUX_MAX_DEVICES]; /* its reserved SM groups, under placement.c's lock */
-    bool placement_closed; /* under that lock: released at its end, nothing may be reserved for it again */
-    struct srv_placed *placed[CUMUX_MAX_DEVICES]; /* worker: where its streams go now (NULL: the primary
-                                                   * context, every SM) */
-    struct srv_placed *retired;     /* worker: places some of its streams may still be in */
-    uint64_t placed_gen[CUMUX_MAX_DEVICES]; /* worker: the placement generation placed[] follows */
+    struct srv_client_conn conn;           /* main thread */
+    struct srv_client_objects obj;         /* the rest: the worker's, but where its header says */
+    struct srv_client_memory memory;
+    struct srv_client_vmm vmm;
+    struct srv_client_hostfn hostfn;
+    struct srv_client_waits waits;
+    struct srv_client_staging staging;
+    struct srv_client_marks marks;
+    struct srv_client_usage usage;
+    struct srv_client_pacing pacing;
+    struct srv_client_graphs graphs;
+    struct srv_client_fault fault;
+    struct srv_client_streams streams;
+    struct srv_client_placement placement;
+    struct srv_chunks *chunks; /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
 
     struct srv_client *next;
 };
 
-/* A client as the status records and /metrics show it (main.c). */
+/* A client as the status records and /metrics show it (status.c). */
 struct srv_client_stat {
     uint32_t id, uid, streams;
     int32_t pid;
@@ -462,7 +366,7 @@ bool srv_fault_is_fatal(CUresult r);
  * decided error (what the dump shows) rather than what the driver said. */
 CUresult srv_fault_answer(struct srv_client *c, CUresult r);
 void srv_fault_hold_if_dumping(void); /* GPU coredumps: a success told while the driver dumps a fault waits */
-/* The failing worker decided for each client; code: the error every client is told (main.c worker_fails). */
+/* The failing worker decided for each client; code: the error every client is told (failover.c srv_worker_fails). */
 void srv_fault_decided(CUresult code);
 /* Watches every GPU for a sticky error; fn (which must not return) is called with the first one;
  * on_dump_begun, once, when a GPU coredump of this worker's context has begun. */

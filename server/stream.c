@@ -22,10 +22,10 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
     /* The program's priority, placed in its class's band (common/priority.c); the program still sees its
      * own (the shim keeps it). */
     const struct cumux_device_info *d = &srv_gpus[x->gpu].info;
-    int hw = cumux_priority_stream((enum cumux_priority)atomic_load(&c->priority), priority,
+    int hw = cumux_priority_stream((enum cumux_priority)atomic_load(&c->streams.priority), priority,
                                    d->stream_priority_least, d->stream_priority_greatest);
     cumux_debugf("client %u: a stream of priority %d runs at %d (%s)", c->id, priority, hw,
-                 cumux_priority_name((enum cumux_priority)atomic_load(&c->priority)));
+                 cumux_priority_name((enum cumux_priority)atomic_load(&c->streams.priority)));
     s->ctx = x;
     s->hw_priority = hw;
     *res = srv_place_new_stream(c, x->gpu, hw, &s->cu, &s->placed, &s->placed_gen);
@@ -46,7 +46,7 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
     }
     s->next_in_ctx = x->streams;
     x->streams = s;
-    atomic_fetch_add(&c->nstreams, 1);
+    atomic_fetch_add(&c->streams.nstreams, 1);
     return s;
 }
 
@@ -56,29 +56,29 @@ struct srv_stream *stream_new(struct srv_client *c, struct srv_ctx *x, enum srv_
  * freed while a launch on a destroyed stream still had to run it). Tails already passed are dropped here. */
 static void keep_tail(struct srv_client *c, struct srv_stream *s)
 {
-    for (uint32_t i = 0; i < c->ntails;) {
-        use_gpu(c, c->tails[i].gpu);
-        if (cuEventQuery(c->tails[i].done) == CUDA_ERROR_NOT_READY) {
+    for (uint32_t i = 0; i < c->streams.ntails;) {
+        use_gpu(c, c->streams.tails[i].gpu);
+        if (cuEventQuery(c->streams.tails[i].done) == CUDA_ERROR_NOT_READY) {
             i++;
             continue;
         }
-        cuEventDestroy(c->tails[i].done);
-        c->tails[i] = c->tails[--c->ntails];
+        cuEventDestroy(c->streams.tails[i].done);
+        c->streams.tails[i] = c->streams.tails[--c->streams.ntails];
     }
     use_gpu(c, s->ctx->gpu);
-    if (c->ntails >= 4096) {
+    if (c->streams.ntails >= 4096) {
         cuStreamSynchronize(s->cu); /* bounded: a client that leaves this much running waits for it itself */
         return;
     }
-    if (c->ntails == c->captails) {
-        uint32_t cap = c->captails ? c->captails * 2 : 8;
-        struct srv_stream_tail *t = realloc(c->tails, cap * sizeof *t);
+    if (c->streams.ntails == c->streams.captails) {
+        uint32_t cap = c->streams.captails ? c->streams.captails * 2 : 8;
+        struct srv_stream_tail *t = realloc(c->streams.tails, cap * sizeof *t);
         if (!t) {
             cuStreamSynchronize(s->cu); /* no room to remember it: wait for it now */
             return;
         }
-        c->tails = t;
-        c->captails = cap;
+        c->streams.tails = t;
+        c->streams.captails = cap;
     }
     CUevent e;
     if (cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
@@ -90,19 +90,19 @@ static void keep_tail(struct srv_client *c, struct srv_stream *s)
         cuStreamSynchronize(s->cu);
         return;
     }
-    c->tails[c->ntails++] = (struct srv_stream_tail){e, s->ctx->gpu};
+    c->streams.tails[c->streams.ntails++] = (struct srv_stream_tail){e, s->ctx->gpu};
 }
 
 void srv_stream_tails_wait(struct srv_client *c)
 {
-    for (uint32_t i = 0; i < c->ntails; i++) {
-        use_gpu(c, c->tails[i].gpu);
-        cuEventSynchronize(c->tails[i].done);
-        cuEventDestroy(c->tails[i].done);
+    for (uint32_t i = 0; i < c->streams.ntails; i++) {
+        use_gpu(c, c->streams.tails[i].gpu);
+        cuEventSynchronize(c->streams.tails[i].done);
+        cuEventDestroy(c->streams.tails[i].done);
     }
-    free(c->tails);
-    c->tails = NULL;
-    c->ntails = c->captails = 0;
+    free(c->streams.tails);
+    c->streams.tails = NULL;
+    c->streams.ntails = c->streams.captails = 0;
 }
 
 void stream_free(struct srv_client *c, struct srv_stream *s)
@@ -134,7 +134,7 @@ void stream_free(struct srv_client *c, struct srv_stream *s)
     srv_place_stream_gone(s);
     srv_marks_stream_gone(s);
     handle_drop(c, s->handle);
-    atomic_fetch_sub(&c->nstreams, 1);
+    atomic_fetch_sub(&c->streams.nstreams, 1);
     free(s);
 }
 
@@ -165,7 +165,7 @@ CUresult op_stream_destroy(struct srv_client *c, struct srv_stream *stream)
  * answer needs no driver call (issue 12: round trips). */
 bool srv_stream_known_idle(struct srv_client *c, struct srv_stream *s)
 {
-    return s->idle_gen == c->work_gen && !s->capturing;
+    return s->idle_gen == c->obj.work_gen && !s->capturing;
 }
 
 CUresult op_stream_sync(struct srv_client *c, struct srv_stream *stream)
@@ -181,7 +181,7 @@ CUresult op_stream_sync(struct srv_client *c, struct srv_stream *stream)
     CUresult r = cuStreamSynchronize(stream->cu);
     if (r == CUDA_SUCCESS) {
         srv_usage_synced(c);
-        stream->idle_gen = c->work_gen;
+        stream->idle_gen = c->obj.work_gen;
         srv_stream_confirmed(stream);
     }
     return take_pending(c, r);
@@ -200,7 +200,7 @@ CUresult op_stream_query(struct srv_client *c, struct srv_stream *stream)
     CHECK(before_op(stream));
     CUresult r = cuStreamQuery(stream->cu);
     if (r == CUDA_SUCCESS) {
-        stream->idle_gen = c->work_gen;
+        stream->idle_gen = c->obj.work_gen;
         srv_stream_confirmed(stream);
     }
     return r;
@@ -255,7 +255,7 @@ CUresult op_stream_mem_op(struct srv_client *c, const struct cumux_stream_mem_op
     CHECK(before_op(stream));
     /* cuMemAlloc's memory is pool memory here: where the driver refuses, the server's kernels do it. Not
      * in a capture: the client's graph would hold a kernel node of the server's. */
-    const struct cumux_range *range = cumux_ranges_find(&c->dev_ranges, m->address);
+    const struct cumux_range *range = cumux_ranges_find(&c->memory.dev_ranges, m->address);
     bool pool = m->op != CU_STREAM_MEM_OP_BARRIER && range && range->tag == RANGE_ALLOC &&
                 !srv_stream_capturing(c, stream);
     CUresult r = srv_memop_run(stream->ctx->gpu, stream->cu, &p, pool);
@@ -305,9 +305,9 @@ static void event_destroy(struct srv_event *e)
 void event_free(struct srv_client *c, struct srv_event *e)
 {
     handle_drop(c, e->handle);
-    if (e->in_graph && !c->graphs_released) {
-        e->next_parked = c->parked_events;
-        c->parked_events = e;
+    if (e->in_graph && !c->graphs.graphs_released) {
+        e->next_parked = c->graphs.parked_events;
+        c->graphs.parked_events = e;
         return;
     }
     event_destroy(e);
@@ -315,10 +315,10 @@ void event_free(struct srv_client *c, struct srv_event *e)
 
 void srv_events_unpark(struct srv_client *c)
 {
-    c->graphs_released = true;
-    while (c->parked_events) {
-        struct srv_event *e = c->parked_events;
-        c->parked_events = e->next_parked;
+    c->graphs.graphs_released = true;
+    while (c->graphs.parked_events) {
+        struct srv_event *e = c->graphs.parked_events;
+        c->graphs.parked_events = e->next_parked;
         event_destroy(e);
     }
 }
@@ -339,8 +339,8 @@ CUresult op_event_record(struct srv_client *c, const struct cumux_event_record *
     CUresult r = m->flags ? cuEventRecordWithFlags(event->cu, stream->cu, m->flags) : cuEventRecord(event->cu, stream->cu);
     after_op(stream);
     if (!(event->flags & CU_EVENT_DISABLE_TIMING) && !stream->capturing) {
-        c->timing_window = true;
-        c->timing_quiet = SRV_TIMING_QUIET_LAUNCHES;
+        c->marks.timing_window = true;
+        c->marks.timing_quiet = SRV_TIMING_QUIET_LAUNCHES;
     }
     return r;
 }
@@ -371,7 +371,7 @@ CUresult op_event_elapsed(struct srv_client *c, struct srv_event *start, struct 
 /* A client's end: its in-flight work finishes first, since it may still use what is freed next. */
 void srv_streams_drain(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
         if (s) {
             use_gpu(c, s->ctx->gpu);

@@ -56,13 +56,13 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
             u->sampled_ns += ms * 1e6;
             u->sampled++;
             /* A recent mean (weight 1/4 to the newest) for pacing.c: the client's kernels now. */
-            uint64_t ns = (uint64_t)(ms * 1e6), was = atomic_load_explicit(&c->kernel_ns_recent, memory_order_relaxed);
-            atomic_store_explicit(&c->kernel_ns_recent, was ? (was * 3 + ns) / 4 : ns, memory_order_relaxed);
+            uint64_t ns = (uint64_t)(ms * 1e6), was = atomic_load_explicit(&c->pacing.kernel_ns_recent, memory_order_relaxed);
+            atomic_store_explicit(&c->pacing.kernel_ns_recent, was ? (was * 3 + ns) / 4 : ns, memory_order_relaxed);
             if (p->unit > u->done_units) {
                 u->done_units = p->unit;
-                if (p->unit > atomic_load(&c->done_units)) {
-                    atomic_store(&c->done_units, p->unit);
-                    atomic_store(&c->ended_ns, cumux_now_ns());
+                if (p->unit > atomic_load(&c->usage.done_units)) {
+                    atomic_store(&c->usage.done_units, p->unit);
+                    atomic_store(&c->usage.ended_ns, cumux_now_ns());
                 }
             }
         }
@@ -70,23 +70,23 @@ static void harvest(struct srv_client *c, struct srv_usage *u)
         u->n--;
     }
     if (u->sampled)
-        atomic_store(&c->gpu_ns, (uint64_t)(u->sampled_ns / (double)u->sampled * (double)u->done_units));
+        atomic_store(&c->usage.gpu_ns, (uint64_t)(u->sampled_ns / (double)u->sampled * (double)u->done_units));
 }
 
 void srv_usage_synced(struct srv_client *c)
 {
-    uint64_t work = atomic_load(&c->work_units);
-    if (atomic_load(&c->done_units) < work)
-        atomic_store(&c->ended_ns, cumux_now_ns());
-    atomic_store(&c->done_units, work); /* sampling or not */
-    c->nlaunched_on = 0;
+    uint64_t work = atomic_load(&c->usage.work_units);
+    if (atomic_load(&c->usage.done_units) < work)
+        atomic_store(&c->usage.ended_ns, cumux_now_ns());
+    atomic_store(&c->usage.done_units, work); /* sampling or not */
+    c->marks.nlaunched_on = 0;
     pthread_mutex_lock(&usage_lock);
-    struct srv_usage *u = c->usage;
+    struct srv_usage *u = c->usage.samples;
     if (u) {
         harvest(c, u);
-        u->done_units = atomic_load(&c->work_units); /* no launch comes while the worker synchronizes */
+        u->done_units = atomic_load(&c->usage.work_units); /* no launch comes while the worker synchronizes */
         if (u->sampled)
-            atomic_store(&c->gpu_ns, (uint64_t)(u->sampled_ns / (double)u->sampled * (double)u->done_units));
+            atomic_store(&c->usage.gpu_ns, (uint64_t)(u->sampled_ns / (double)u->sampled * (double)u->done_units));
     }
     pthread_mutex_unlock(&usage_lock);
 }
@@ -126,14 +126,14 @@ size_t srv_usage_departed_lately(uint64_t within_ns, char (*out)[160], size_t ma
 bool srv_usage_in_flight(struct srv_client *c)
 {
     srv_usage_refresh(c);
-    return atomic_load(&c->work_units) > atomic_load(&c->done_units);
+    return atomic_load(&c->usage.work_units) > atomic_load(&c->usage.done_units);
 }
 
 void srv_usage_refresh(struct srv_client *c)
 {
     pthread_mutex_lock(&usage_lock);
-    if (c->usage)
-        harvest(c, c->usage);
+    if (c->usage.samples)
+        harvest(c, c->usage.samples);
     pthread_mutex_unlock(&usage_lock);
 }
 
@@ -176,22 +176,22 @@ static bool sampling_off(void)
 
 int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
 {
-    uint64_t unit = atomic_fetch_add_explicit(&c->work_units, 1, memory_order_relaxed) + 1;
+    uint64_t unit = atomic_fetch_add_explicit(&c->usage.work_units, 1, memory_order_relaxed) + 1;
     /* Which streams have launches not known to have ended (marks.c: a client whose marks cover them all
      * has none in flight). */
     uint32_t k = 0;
-    while (k < c->nlaunched_on && k < 8 && c->launched_on[k] != s->handle)
+    while (k < c->marks.nlaunched_on && k < 8 && c->marks.launched_on[k] != s->handle)
         k++;
-    if (k == c->nlaunched_on) {
+    if (k == c->marks.nlaunched_on) {
         if (k < 8)
-            c->launched_on[k] = s->handle;
-        c->nlaunched_on = k < 8 ? k + 1 : 9;
+            c->marks.launched_on[k] = s->handle;
+        c->marks.nlaunched_on = k < 8 ? k + 1 : 9;
     }
     /* marks.c's count of the launches after a timing event's record (sampling takes no notice of it: which
      * launches are sampled must not be the client's to steer, or it could keep its long kernels out). */
-    if (c->timing_quiet)
-        c->timing_quiet--;
-    struct srv_usage *u = c->usage;
+    if (c->marks.timing_quiet)
+        c->marks.timing_quiet--;
+    struct srv_usage *u = c->usage.samples;
     if (!u) {
         if (sampling_off())
             return -1;
@@ -208,7 +208,7 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
         u->rng = seed | 1;
         u->countdown = 1; /* the first launch: a program of a few kernels gets a figure too */
         pthread_mutex_lock(&usage_lock);
-        c->usage = u;
+        c->usage.samples = u;
         pthread_mutex_unlock(&usage_lock);
     }
     if (--u->countdown)
@@ -222,7 +222,7 @@ int srv_usage_begin(struct srv_client *c, struct srv_stream *s)
 
 void srv_usage_end(struct srv_client *c, struct srv_stream *s, int slot, CUresult launched)
 {
-    struct srv_usage *u = c->usage;
+    struct srv_usage *u = c->usage.samples;
     if (slot < 0 || !u || launched != CUDA_SUCCESS)
         return;
     pthread_mutex_lock(&usage_lock);
@@ -234,8 +234,8 @@ void srv_usage_end(struct srv_client *c, struct srv_stream *s, int slot, CUresul
 void srv_usage_release(struct srv_client *c)
 {
     pthread_mutex_lock(&usage_lock);
-    struct srv_usage *u = c->usage;
-    c->usage = NULL;
+    struct srv_usage *u = c->usage.samples;
+    c->usage.samples = NULL;
     pthread_mutex_unlock(&usage_lock);
     if (!u)
         return;

@@ -140,10 +140,10 @@ CUresult op_vmm_reserve(struct srv_client *c, const struct cumux_vmm_reserve *m,
     uint64_t end;
     if (m->size == 0 || !cumux_add_u64(m->addr, m->size, &end) || (m->alignment & (m->alignment - 1)))
         return CUDA_ERROR_INVALID_VALUE;
-    use_gpu(c, c->current_gpu);
+    use_gpu(c, c->obj.current_gpu);
     CUdeviceptr p = 0;
     CHECK(cuMemAddressReserve(&p, (size_t)m->size, (size_t)m->alignment, (CUdeviceptr)m->addr, m->flags));
-    if (cumux_ranges_add(&c->vmm_reserved, p, m->size, 0, (uint64_t)c->current_gpu) < 0) {
+    if (cumux_ranges_add(&c->vmm.vmm_reserved, p, m->size, 0, (uint64_t)c->obj.current_gpu) < 0) {
         cuMemAddressFree(p, (size_t)m->size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -153,8 +153,8 @@ CUresult op_vmm_reserve(struct srv_client *c, const struct cumux_vmm_reserve *m,
 /* Whether any mapping lies in [p, p+n). */
 static bool any_mapping_in(struct srv_client *c, uint64_t p, uint64_t n)
 {
-    for (size_t i = 0; i < c->vmm_mapped.n; i++) {
-        const struct cumux_range *r = &c->vmm_mapped.v[i];
+    for (size_t i = 0; i < c->vmm.vmm_mapped.n; i++) {
+        const struct cumux_range *r = &c->vmm.vmm_mapped.v[i];
         if (r->base < p + n && p < r->base + r->size)
             return true;
     }
@@ -163,12 +163,12 @@ static bool any_mapping_in(struct srv_client *c, uint64_t p, uint64_t n)
 
 CUresult op_vmm_address_free(struct srv_client *c, const struct cumux_vmm_address_free *m)
 {
-    const struct cumux_range *r = cumux_ranges_find(&c->vmm_reserved, m->ptr);
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm.vmm_reserved, m->ptr);
     if (!r || r->base != m->ptr || r->size != m->size || any_mapping_in(c, r->base, r->size))
         return CUDA_ERROR_INVALID_VALUE;
     use_gpu(c, (int)r->extra);
     CHECK(cuMemAddressFree((CUdeviceptr)m->ptr, (size_t)m->size));
-    cumux_ranges_remove(&c->vmm_reserved, m->ptr, NULL);
+    cumux_ranges_remove(&c->vmm.vmm_reserved, m->ptr, NULL);
     return CUDA_SUCCESS;
 }
 
@@ -178,15 +178,15 @@ CUresult op_vmm_map(struct srv_client *c, const struct cumux_vmm_map *m, struct 
     if (m->offset != 0) /* the driver maps whole allocations only (it answers NOT_SUPPORTED, on the H200 too) */
         return CUDA_ERROR_NOT_SUPPORTED;
     if (m->size == 0 || !cumux_add_u64(m->offset, m->size, &end) || end > alloc->size ||
-        !cumux_ranges_covers(&c->vmm_reserved, m->ptr, m->size) || any_mapping_in(c, m->ptr, m->size))
+        !cumux_ranges_covers(&c->vmm.vmm_reserved, m->ptr, m->size) || any_mapping_in(c, m->ptr, m->size))
         return CUDA_ERROR_INVALID_VALUE;
     use_gpu(c, alloc->gpu);
     /* The mapping names its allocation by the server's pointer: the client's handle may be released first. */
-    if (cumux_ranges_add(&c->vmm_mapped, m->ptr, m->size, MAPPED, (uint64_t)(uintptr_t)alloc) < 0)
+    if (cumux_ranges_add(&c->vmm.vmm_mapped, m->ptr, m->size, MAPPED, (uint64_t)(uintptr_t)alloc) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = cuMemMap((CUdeviceptr)m->ptr, (size_t)m->size, (size_t)m->offset, alloc->h, 0);
     if (r != CUDA_SUCCESS) {
-        cumux_ranges_remove(&c->vmm_mapped, m->ptr, NULL);
+        cumux_ranges_remove(&c->vmm.vmm_mapped, m->ptr, NULL);
         return r;
     }
     alloc->maps++;
@@ -199,16 +199,16 @@ static bool whole_mappings(struct srv_client *c, uint64_t p, uint64_t n, size_t 
     uint64_t end;
     if (n == 0 || !cumux_add_u64(p, n, &end))
         return false;
-    const struct cumux_range *r = cumux_ranges_find(&c->vmm_mapped, p);
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm.vmm_mapped, p);
     if (!r || r->base != p)
         return false;
-    size_t i = (size_t)(r - c->vmm_mapped.v);
+    size_t i = (size_t)(r - c->vmm.vmm_mapped.v);
     *first = i;
     uint64_t at = p;
     while (at < end) {
-        if (i >= c->vmm_mapped.n || c->vmm_mapped.v[i].base != at)
+        if (i >= c->vmm.vmm_mapped.n || c->vmm.vmm_mapped.v[i].base != at)
             return false;
-        at += c->vmm_mapped.v[i].size; /* no overflow: each mapping lies in a reservation */
+        at += c->vmm.vmm_mapped.v[i].size; /* no overflow: each mapping lies in a reservation */
         i++;
     }
     *count = i - *first;
@@ -218,13 +218,13 @@ static bool whole_mappings(struct srv_client *c, uint64_t p, uint64_t n, size_t 
 /* Unmap mapping i; its allocation goes if the client released it and this was its last mapping. */
 static void mapping_unmap(struct srv_client *c, size_t i)
 {
-    struct cumux_range r = c->vmm_mapped.v[i];
+    struct cumux_range r = c->vmm.vmm_mapped.v[i];
     struct srv_vmm_alloc *a = (struct srv_vmm_alloc *)(uintptr_t)r.extra;
     use_gpu(c, a->gpu);
     cuMemUnmap((CUdeviceptr)r.base, (size_t)r.size);
     if (r.tag == MAPPED_ACCESSIBLE)
-        cumux_ranges_remove(&c->dev_ranges, r.base, NULL);
-    cumux_ranges_remove(&c->vmm_mapped, r.base, NULL);
+        cumux_ranges_remove(&c->memory.dev_ranges, r.base, NULL);
+    cumux_ranges_remove(&c->vmm.vmm_mapped, r.base, NULL);
     if (--a->maps == 0 && a->released)
         alloc_free(c, a);
 }
@@ -255,12 +255,12 @@ CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_acce
      * mappings would fault the shared context. */
     bool writable = m->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     for (size_t i = first; i < first + count; i++) {
-        struct cumux_range *r = &c->vmm_mapped.v[i];
+        struct cumux_range *r = &c->vmm.vmm_mapped.v[i];
         if (writable && r->tag != MAPPED_ACCESSIBLE &&
-            cumux_ranges_add(&c->dev_ranges, r->base, r->size, RANGE_VMM, (uint64_t)m->device) < 0)
+            cumux_ranges_add(&c->memory.dev_ranges, r->base, r->size, RANGE_VMM, (uint64_t)m->device) < 0)
             return CUDA_ERROR_OUT_OF_MEMORY;
         if (!writable && r->tag == MAPPED_ACCESSIBLE)
-            cumux_ranges_remove(&c->dev_ranges, r->base, NULL);
+            cumux_ranges_remove(&c->memory.dev_ranges, r->base, NULL);
         r->tag = MAPPED | m->flags;
     }
     return CUDA_SUCCESS;
@@ -271,7 +271,7 @@ CUresult op_vmm_get_access(struct srv_client *c, const struct cumux_vmm_get_acce
 {
     if (m->device < 0 || m->device >= srv_gpu_count)
         return CUDA_ERROR_INVALID_DEVICE;
-    const struct cumux_range *r = cumux_ranges_find(&c->vmm_mapped, m->ptr);
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm.vmm_mapped, m->ptr);
     if (!r)
         return CUDA_ERROR_INVALID_VALUE;
     return reply_u64(out, out_len, r->tag & ACCESS_MASK);
@@ -279,7 +279,7 @@ CUresult op_vmm_get_access(struct srv_client *c, const struct cumux_vmm_get_acce
 
 CUresult op_vmm_retain(struct srv_client *c, const struct cumux_vmm_retain *m, uint8_t *out, uint32_t *out_len)
 {
-    const struct cumux_range *r = cumux_ranges_find(&c->vmm_mapped, m->ptr);
+    const struct cumux_range *r = cumux_ranges_find(&c->vmm.vmm_mapped, m->ptr);
     if (!r)
         return CUDA_ERROR_INVALID_VALUE;
     struct srv_vmm_alloc *a = (struct srv_vmm_alloc *)(uintptr_t)r->extra;
@@ -359,21 +359,21 @@ CUresult op_vmm_import(struct srv_client *c, uint8_t *out, uint32_t *out_len)
 
 void srv_vmm_release_all(struct srv_client *c)
 {
-    while (c->vmm_mapped.n)
-        mapping_unmap(c, c->vmm_mapped.n - 1);
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    while (c->vmm.vmm_mapped.n)
+        mapping_unmap(c, c->vmm.vmm_mapped.n - 1);
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_vmm_alloc *a = handle_get(c, h, OBJ_VMM_ALLOC);
         if (a) {
             handle_drop(c, h);
             alloc_free(c, a);
         }
     }
-    while (c->vmm_reserved.n) {
-        struct cumux_range r = c->vmm_reserved.v[c->vmm_reserved.n - 1];
+    while (c->vmm.vmm_reserved.n) {
+        struct cumux_range r = c->vmm.vmm_reserved.v[c->vmm.vmm_reserved.n - 1];
         use_gpu(c, (int)r.extra);
         cuMemAddressFree((CUdeviceptr)r.base, (size_t)r.size);
-        cumux_ranges_remove(&c->vmm_reserved, r.base, NULL);
+        cumux_ranges_remove(&c->vmm.vmm_reserved, r.base, NULL);
     }
-    cumux_ranges_free(&c->vmm_mapped);
-    cumux_ranges_free(&c->vmm_reserved);
+    cumux_ranges_free(&c->vmm.vmm_mapped);
+    cumux_ranges_free(&c->vmm.vmm_reserved);
 }

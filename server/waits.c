@@ -32,12 +32,12 @@ static size_t slot_of(uint64_t address, uint32_t cap)
 
 static bool grow(struct srv_client *c)
 {
-    uint32_t cap = c->waits_cap ? c->waits_cap * 2 : 64;
+    uint32_t cap = c->waits.cap ? c->waits.cap * 2 : 64;
     struct srv_wait *v = calloc(cap, sizeof *v);
     if (!v)
         return false;
-    for (uint32_t i = 0; i < c->waits_cap; i++) {
-        const struct srv_wait *w = &c->waits[i];
+    for (uint32_t i = 0; i < c->waits.cap; i++) {
+        const struct srv_wait *w = &c->waits.list[i];
         if (!w->address)
             continue;
         size_t j = slot_of(w->address, cap);
@@ -45,9 +45,9 @@ static bool grow(struct srv_client *c)
             j = (j + 1) & (cap - 1);
         v[j] = *w;
     }
-    free(c->waits);
-    c->waits = v;
-    c->waits_cap = cap;
+    free(c->waits.list);
+    c->waits.list = v;
+    c->waits.cap = cap;
     return true;
 }
 
@@ -73,16 +73,16 @@ CUresult srv_wait_note(struct srv_client *c, int gpu, uint64_t address, uint8_t 
     uint32_t cond = flags & 3u; /* the rest are CU_STREAM_WAIT_VALUE_FLUSH, checked by the driver */
     if (!satisfiable(cond, value, size))
         return CUDA_ERROR_INVALID_VALUE;
-    if ((c->waits_n + 1) * 2 > c->waits_cap) {
-        if (c->waits_n >= WAITS_MAX || !grow(c))
+    if ((c->waits.n + 1) * 2 > c->waits.cap) {
+        if (c->waits.n >= WAITS_MAX || !grow(c))
             return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    size_t j = slot_of(address, c->waits_cap);
-    while (c->waits[j].address && c->waits[j].address != address)
-        j = (j + 1) & (c->waits_cap - 1);
-    struct srv_wait *w = &c->waits[j];
+    size_t j = slot_of(address, c->waits.cap);
+    while (c->waits.list[j].address && c->waits.list[j].address != address)
+        j = (j + 1) & (c->waits.cap - 1);
+    struct srv_wait *w = &c->waits.list[j];
     if (!w->address) {
-        c->waits_n++;
+        c->waits.n++;
     } else if (w->cond == CU_STREAM_WAIT_VALUE_GEQ && cond == CU_STREAM_WAIT_VALUE_GEQ && w->size == size &&
                geq_later(w->value, value, size)) {
         return CUDA_SUCCESS; /* the value kept already satisfies this wait too */
@@ -94,8 +94,8 @@ CUresult srv_wait_note(struct srv_client *c, int gpu, uint64_t address, uint8_t 
 /* Writes, for each wait still on the client's memory, a value that meets it. */
 static void write_all(struct srv_client *c, CUstream *s)
 {
-    for (uint32_t i = 0; i < c->waits_cap; i++) {
-        const struct srv_wait *w = &c->waits[i];
+    for (uint32_t i = 0; i < c->waits.cap; i++) {
+        const struct srv_wait *w = &c->waits.list[i];
         /* Memory the client freed meanwhile may be someone else's now: it is not written. */
         if (!w->address || w->gpu >= srv_gpu_count ||
             (!dev_ok(c, w->address, w->size) && !host_ok(c, w->address, w->size)))
@@ -111,7 +111,7 @@ static void write_all(struct srv_client *c, CUstream *s)
         p.writeValue.address = w->address;
         /* The value itself meets GEQ, EQ and AND (its bits are not all zero: satisfiable); 0 meets NOR. */
         p.writeValue.value64 = w->cond == CU_STREAM_WAIT_VALUE_NOR ? 0 : w->value;
-        const struct cumux_range *range = cumux_ranges_find(&c->dev_ranges, w->address);
+        const struct cumux_range *range = cumux_ranges_find(&c->memory.dev_ranges, w->address);
         CUresult r = srv_memop_run(w->gpu, s[w->gpu], &p, range && range->tag == RANGE_ALLOC);
         if (r != CUDA_SUCCESS)
             cumux_logf("client %u: cannot release its stream wait at 0x%llx (%d)", c->id,
@@ -130,7 +130,7 @@ static bool streams_idle(struct srv_client *c, unsigned ms)
 {
     for (unsigned t = 0;; t++) {
         bool idle = true;
-        for (uint32_t h = 1; h <= c->nhandles && idle; h++) {
+        for (uint32_t h = 1; h <= c->obj.nhandles && idle; h++) {
             struct srv_stream *st = handle_get(c, h, OBJ_STREAM);
             if (st) {
                 use_gpu(c, st->ctx->gpu);
@@ -145,7 +145,7 @@ static bool streams_idle(struct srv_client *c, unsigned ms)
 
 void srv_waits_release(struct srv_client *c)
 {
-    if (!c->waits_n)
+    if (!c->waits.n)
         return;
     CUstream s[CUMUX_MAX_DEVICES] = {0};
     /* Work let go by one write may change another waited word before its stream sees it (a kernel over the
@@ -162,7 +162,7 @@ void srv_waits_release(struct srv_client *c)
             cuStreamDestroy(s[g]);
         }
     }
-    free(c->waits);
-    c->waits = NULL;
-    c->waits_cap = c->waits_n = 0;
+    free(c->waits.list);
+    c->waits.list = NULL;
+    c->waits.cap = c->waits.n = 0;
 }

@@ -1,7 +1,8 @@
 /* The tracing libcuda.so.1 (docs/trace.md): loads the traced library (the cumux shim or the real
  * driver) with RTLD_LOCAL, forwards every entry point to it, and writes one line per call and a
  * summary at exit. The wrappers are generated (trace/generated/trace_wrappers.c); this file has what
- * they call: start-up, the line format, the per-function counters and cuGetProcAddress's pointers. */
+ * they call: start-up, the line format, the per-function counters and cuGetProcAddress's pointers; where
+ * lines go is output.c's. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,12 +28,9 @@ static tr_fn tr_real[TR_NSYMS];
 static void *tr_handle;
 static char tr_target[PATH_MAX];
 static uintptr_t tr_target_lo, tr_target_hi; /* where the traced library is mapped */
-static int tr_fd = STDERR_FILENO;
-static struct timespec tr_start;
 static atomic_int tr_ready;
 static pthread_once_t tr_once = PTHREAD_ONCE_INIT;
 static __thread int tr_in_init;
-static __thread int tr_tid_cache;
 
 static atomic_ullong tr_calls[TR_NSYMS], tr_errors[TR_NSYMS], tr_ns[TR_NSYMS];
 
@@ -43,44 +41,6 @@ struct tr_addr {
 };
 static struct tr_addr tr_by_target[TR_NSYMS], tr_by_own[TR_NSYMS];
 static unsigned tr_n_target, tr_n_own;
-
-/* ---- time, threads, output ---- */
-
-uint64_t tr_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)(ts.tv_sec - tr_start.tv_sec) * 1000000000u + (uint64_t)ts.tv_nsec - (uint64_t)tr_start.tv_nsec;
-}
-
-int tr_tid(void)
-{
-    if (!tr_tid_cache)
-        tr_tid_cache = (int)syscall(SYS_gettid);
-    return tr_tid_cache;
-}
-
-/* One write(2) per line, so that lines of different threads and processes do not mix. */
-void tr_write(const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(tr_fd, s, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
-/* "   12.345678 4711 ": seconds since start and thread id. */
-int tr_prefix(char *buf, size_t size, uint64_t t)
-{
-    int n = snprintf(buf, size, "%5llu.%06llu %d ", (unsigned long long)(t / 1000000000u),
-                     (unsigned long long)(t / 1000u % 1000000u), tr_tid());
-    return n < 0 ? 0 : ((size_t)n >= size ? (int)size - 1 : n);
-}
 
 static void tr_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void tr_say(const char *fmt, ...)
@@ -153,7 +113,7 @@ static void target_path(void)
 
 static void tr_after_fork_child(void)
 {
-    tr_tid_cache = 0;
+    tr_output_after_fork();
     for (unsigned i = 0; i < TR_NSYMS; i++) {
         atomic_store_explicit(&tr_calls[i], 0, memory_order_relaxed);
         atomic_store_explicit(&tr_errors[i], 0, memory_order_relaxed);
@@ -165,22 +125,7 @@ static void tr_after_fork_child(void)
 static void tr_init(void)
 {
     tr_in_init = 1;
-    clock_gettime(CLOCK_MONOTONIC, &tr_start);
-    const char *file = getenv("CUMUX_TRACE_FILE");
-    if (file && *file) {
-        int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            /* Far from the low descriptors a program manages itself. */
-            int high = fcntl(fd, F_DUPFD_CLOEXEC, 200);
-            if (high >= 0) {
-                close(fd);
-                fd = high;
-            }
-            tr_fd = fd;
-        } else {
-            dprintf(STDERR_FILENO, "cumux trace: cannot open %s (%s): tracing to stderr\n", file, strerror(errno));
-        }
-    }
+    tr_output_open();
     const char *tables = getenv("CUMUX_TRACE_EXPORT_TABLES");
     tr_tables_enabled = !(tables && !strcmp(tables, "0"));
     const char *dump = getenv("CUMUX_TRACE_DUMP");
@@ -225,7 +170,7 @@ static void tr_init(void)
     } else {
         tr_say("cumux trace: pid %d (%s): cannot load %s: %s; every call fails with "
                "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED\n", (int)getpid(), exe, tr_target, why);
-        if (tr_fd != STDERR_FILENO)
+        if (tr_output_to_file())
             dprintf(STDERR_FILENO, "cumux trace: cannot load %s: %s\n", tr_target, why);
     }
     pthread_atfork(NULL, NULL, tr_after_fork_child);

@@ -3,6 +3,7 @@
 #define CUMUX_TRACE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cuda.h>
@@ -60,7 +61,11 @@ TR_HIDDEN void tr_hook_procaddress(struct tr_call *c, void **pfn);
 /* cuGetExportTable: the table's function slots are made to go through logging trampolines (tables.c). */
 TR_HIDDEN void tr_hook_export_table(struct tr_call *c, const void **table, const CUuuid *id);
 
-/* Shared with tables.c. */
+/* output.c: where the lines go (CUMUX_TRACE_FILE, else stderr), opened at start; the clock starts then. */
+TR_HIDDEN void tr_output_open(void);
+TR_HIDDEN bool tr_output_to_file(void);
+TR_HIDDEN void tr_output_after_fork(void); /* in the child: its own thread ids */
+/* Nanoseconds since start; the thread's id; one line written whole; a line's "seconds tid " prefix. */
 TR_HIDDEN uint64_t tr_now(void);
 TR_HIDDEN int tr_tid(void);
 TR_HIDDEN void tr_write(const char *s, size_t n);

@@ -14,7 +14,7 @@ enum srv_obj_type {
     OBJ_POOL, /* struct srv_pool, server/pool.c; freed by pool_free */
     OBJ_GRAPH, /* struct srv_graph, server/graph.c */
     OBJ_GRAPH_EXEC, /* struct srv_graph_exec, server/graph.c */
-    OBJ_GRAPH_NODE, /* struct srv_graph_node, server/graph.c */
+    OBJ_GRAPH_NODE, /* struct srv_graph_node, server/graph_node.c */
     OBJ_VMM_ALLOC, /* struct srv_vmm_alloc, server/vmm.c */
     OBJ_ARRAY, /* struct srv_array, server/array.c */
     OBJ_TEXTURE, /* struct srv_texture, server/array.c */

@@ -8,6 +8,8 @@ struct srv_client;
 
 /* server/array.c */
 void srv_array_release_all(struct srv_client *c);
+/* server/capture.c */
+void srv_captures_release(struct srv_client *c);
 /* server/chunks.c */
 void srv_chunks_release_all(struct srv_client *c);
 /* server/context.c */
@@ -16,7 +18,6 @@ void srv_limits_release(struct srv_client *c);
 void srv_staging_release(struct srv_client *c);
 void srv_staging_events_release(struct srv_client *c);
 /* server/graph.c */
-void srv_captures_release(struct srv_client *c);
 void srv_graph_release_all(struct srv_client *c);
 /* server/hostfn.c */
 void srv_hostfn_release(struct srv_client *c);
@@ -53,7 +54,7 @@ void srv_client_release_all(struct srv_client *c);
 #ifdef SRV_RELEASE_IMPL
 static void srv_release_kind_module(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_module *o = handle_get(c, h, OBJ_MODULE);
         if (o)
             module_free(c, o);
@@ -62,7 +63,7 @@ static void srv_release_kind_module(struct srv_client *c)
 
 static void srv_release_kind_ctx(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_ctx *o = handle_get(c, h, OBJ_CTX);
         if (o)
             ctx_free(c, o);
@@ -71,7 +72,7 @@ static void srv_release_kind_ctx(struct srv_client *c)
 
 static void srv_release_kind_pool(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->nhandles; h++) {
+    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
         struct srv_pool *o = handle_get(c, h, OBJ_POOL);
         if (o)
             pool_free(c, o);

@@ -438,20 +438,20 @@ static void client_new(struct fclient *f)
     c->id = next_id++;
     c->pid = getpid();
     c->uid = getuid();
-    c->sock = sv[0];
+    c->conn.sock = sv[0];
     c->shm_fd = -1;
     c->stdout_fd = -1;
     c->shm = shm;
-    pthread_mutex_init(&c->hostfn_lock, NULL);
+    pthread_mutex_init(&c->hostfn.hostfn_lock, NULL);
     cumux_shm_init(shm);
     f->c = c;
     cuCtxSetCurrent(srv_gpus[0].ctx);
-    c->current_gpu = 0;
-    c->staging_registered = true;
+    c->obj.current_gpu = 0;
+    c->staging.staging_registered = true;
     memset((void *)shm->hostfn_stream_done, 0, sizeof shm->hostfn_stream_done);
-    c->hostfn_words = hostfn_words;
+    c->hostfn.hostfn_words = hostfn_words;
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
-        if (cuEventCreate(&c->stage_event[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        if (cuEventCreate(&c->staging.stage_event[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
             finding("staging events");
     setup(f);
     run_worker(f);
@@ -464,10 +464,10 @@ static void client_end(struct fclient *f)
     struct srv_client *c = f->c;
     atomic_store(&c->dead, 1);
     srv_client_release_all(c);
-    pthread_mutex_destroy(&c->hostfn_lock);
-    close(c->sock);
+    pthread_mutex_destroy(&c->hostfn.hostfn_lock);
+    close(c->conn.sock);
     close(f->sock);
-    free(c->hostfn_last);
+    free(c->hostfn.hostfn_last);
     free(c);
     f->c = NULL;
     srv_reaper_drain();

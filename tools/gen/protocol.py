@@ -564,7 +564,7 @@ def gen_release_h(releases):
     for what, x, comment, where in releases:
         if what == "kind":
             out += ["static void srv_release_kind_%s(struct srv_client *c)" % x.name.lower(), "{",
-                    "    for (uint32_t h = 1; h <= c->nhandles; h++) {",
+                    "    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {",
                     "        struct %s *o = handle_get(c, h, OBJ_%s);" % (x.type, x.name),
                     "        if (o)", "            %s(c, o);" % x.free, "    }", "}", ""]
     out += ["void srv_client_release_all(struct srv_client *c)", "{"]
