@@ -1,5 +1,5 @@
-/* The graph objects the program holds (graph.c), shared with graph_resume.c, which makes graph instances
- * again after the GPU worker failed for another program's fault. */
+/* The graph objects the program holds (graph.c), shared with graph_node.c (nodes) and graph_resume.c,
+ * which makes graph instances again after the GPU worker failed for another program's fault. */
 #ifndef CUMUX_SHIM_GRAPH_H
 #define CUMUX_SHIM_GRAPH_H
 
@@ -88,6 +88,22 @@ void shim_graph_adopt(CUgraph g, uint32_t handle);
 void shim_graph_node_adopt(CUgraphNode obj, CUgraphNode made);
 /* Any change to a graph (g) or an instance (x): its recipe no longer says what it is. */
 void shim_graph_changed(CUgraphExec x, CUgraph g);
+
+static inline bool graph_ok(CUgraph g) { return g && g->magic == SHIM_MAGIC_GRAPH; }
+static inline bool exec_ok(CUgraphExec e) { return e && e->magic == SHIM_MAGIC_GRAPH_EXEC; }
+static inline bool node_ok(CUgraphNode n) { return n && n->magic == SHIM_MAGIC_GRAPH_NODE; }
+/* The object of a server node handle of graph g, the same each time (NULL: out of memory). */
+struct CUgraphNode_st *shim_graph_node_object(uint32_t handle, struct CUgraph_st *g);
+/* The object of a server graph handle, the same each time. */
+CUresult shim_graph_new(uint32_t handle, CUgraph *out);
+/* An instance that went with a failed worker and was not made again: CUDA_ERROR_INVALID_HANDLE, said once. */
+CUresult shim_graph_exec_gone(void);
+/* A change through a node: to the instance when one is named, else to the node's graph. */
+static inline void changed(CUgraphExec x, CUgraphNode node)
+{
+    shim_graph_changed(x, x ? NULL : node->graph);
+}
+
 
 /* graph_resume.c, called by resume.c: every graph and graph instance with a recipe made again (the
  * program's objects, nodes too, take the new worker's handles); the others get handle 0. */
