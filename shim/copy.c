@@ -10,12 +10,6 @@
 #include "shim/client.h"
 
 /* ---- copies ---- */
-/* Synchronous calls wait for the answer; asynchronous ones go one way. */
-static CUresult send_or_call(uint16_t op, const void *m, size_t len, bool sync)
-{
-    return sync ? shim_call(op, m, len, NULL, 0, NULL) : shim_send(op, m, len, NULL, 0);
-}
-
 static CUresult copy_direct(uint32_t kind, uint32_t stream, uint64_t dst, uint64_t src, uint64_t n, bool sync)
 {
     return shim_op_copy(kind, stream, dst, src, n, sync);
@@ -61,18 +55,18 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch,
             break;
         }
         uint8_t *buf = shim.shm->staging[slot];
-        struct cumux_copy_staged m = {.stream = stream, .slot = (uint32_t)slot, .size = len, .width = width, .pitch = dpitch};
+        uint64_t dev;
         if (width) {
             uint64_t row0 = off / width;
             for (uint64_t i = 0; i < len / width; i++)
                 memcpy(buf + i * width, (const char *)src + (row0 + i) * spitch, width);
-            m.dev = dst + row0 * dpitch;
+            dev = dst + row0 * dpitch;
         } else {
             shim_memcpy(buf, (const char *)src + off, len);
-            m.dev = dst + off;
+            dev = dst + off;
         }
         atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FULL);
-        r = shim_send(CUMUX_OP_COPY_HTOD_STAGED, &m, sizeof m, NULL, 0);
+        r = shim_op_copy_htod_staged(stream, (uint32_t)slot, dev, len, width, dpitch);
         off += len;
     }
     pthread_mutex_unlock(&shim.stage_lock);
@@ -307,25 +301,18 @@ CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
     uint64_t sspan = sp * (h - 1) + w, dspan = dp * (h - 1) + w;
     if ((dk == PTR_DEVICE && !shim_is_device_ptr(dst, dspan)) || (sk == PTR_DEVICE && !shim_is_device_ptr(src, sspan)))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_copy_2d m = {.stream = stream, .dst = dst, .dst_pitch = dp, .src = src, .src_pitch = sp, .width = w,
-                              .height = h};
     if (sk == PTR_HOST && dk == PTR_HOST) {
         r = sync_stream_handle(stream);
         for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
             memmove((char *)(uintptr_t)dst + i * dp, (const char *)(uintptr_t)src + i * sp, w);
         return r;
     }
-    if (sk == PTR_DEVICE && dk == PTR_DEVICE) {
-        m.kind = CUMUX_COPY_DTOD;
-        return shim_send(CUMUX_OP_COPY_2D, &m, sizeof m, NULL, 0);
-    }
+    if (sk == PTR_DEVICE && dk == PTR_DEVICE)
+        return shim_op_copy_2d(CUMUX_COPY_DTOD, stream, dst, dp, src, sp, w, h, false);
     if (dk == PTR_DEVICE) {
         uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)src, sspan);
-        if (a) {
-            m.kind = CUMUX_COPY_HTOD;
-            m.src = a;
-            return send_or_call(CUMUX_OP_COPY_2D, &m, sizeof m, sync);
-        }
+        if (a)
+            return shim_op_copy_2d(CUMUX_COPY_HTOD, stream, dst, dp, a, sp, w, h, sync);
         if (w > CUMUX_STAGING_BYTES) {
             for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
                 r = copy_any(dst + i * dp, src + i * sp, w, hstream, false, PTR_DEVICE, PTR_HOST);
@@ -335,11 +322,8 @@ CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hstream, bool sync)
         return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
     }
     uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)dst, dspan);
-    if (a) {
-        m.kind = CUMUX_COPY_DTOH;
-        m.dst = a;
-        return send_or_call(CUMUX_OP_COPY_2D, &m, sizeof m, sync);
-    }
+    if (a)
+        return shim_op_copy_2d(CUMUX_COPY_DTOH, stream, a, dp, src, sp, w, h, sync);
     if (w > CUMUX_STAGING_BYTES) {
         for (uint64_t i = 0; r == CUDA_SUCCESS && i < h; i++)
             r = copy_any(dst + i * dp, src + i * sp, w, hstream, true, PTR_HOST, PTR_DEVICE);

@@ -440,9 +440,8 @@ CUresult cuGraphClone(CUgraph *out, CUgraph g)
 {
     if (!out || !graph_ok(g))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_graph_destroy m = {.graph = g->handle};
     uint64_t h;
-    CUresult r = shim_call(CUMUX_OP_GRAPH_CLONE, &m, sizeof m, &h, sizeof h, NULL);
+    CUresult r = shim_op_graph_clone(g->handle, &h);
     if (r != CUDA_SUCCESS)
         return r;
     return shim_graph_new((uint32_t)h, out);

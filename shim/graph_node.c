@@ -355,9 +355,8 @@ CUresult cuGraphDestroyNode(CUgraphNode node)
 {
     if (!node_ok(node))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_node_query q = {.node = node->handle};
     changed(NULL, node);
-    CUresult r = shim_call(CUMUX_OP_NODE_DESTROY, &q, sizeof q, NULL, 0, NULL);
+    CUresult r = shim_op_node_destroy(node->handle);
     if (r == CUDA_SUCCESS)
         node->magic = SHIM_MAGIC_DEAD;
     return r;

@@ -175,9 +175,8 @@ CUresult cuLinkComplete(CUlinkState s, void **image, size_t *size)
     if (!image || !size)
         return CUDA_ERROR_INVALID_VALUE;
     if (!l->image) {
-        struct cumux_link_ref m = {.link = l->handle};
         uint64_t n;
-        CUresult r = shim_call(CUMUX_OP_LINK_COMPLETE, &m, sizeof m, &n, sizeof n, NULL);
+        CUresult r = shim_op_link_complete(l->handle, &n);
         copy_logs(l);
         if (r != CUDA_SUCCESS)
             return r;
@@ -215,8 +214,7 @@ CUresult cuLinkDestroy(CUlinkState s)
     struct CUlinkState_st *l = link_of(s);
     if (!l)
         return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_link_ref m = {.link = l->handle};
-    CUresult r = shim_call(CUMUX_OP_LINK_DESTROY, &m, sizeof m, NULL, 0, NULL);
+    CUresult r = shim_op_link_destroy(l->handle);
     l->magic = SHIM_MAGIC_DEAD;
     free(l->image);
     l->image = NULL;

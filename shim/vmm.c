@@ -291,9 +291,8 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size,
         return cumux_unsupported("cuMemGetHandleForAddressRange of a handle type other than a dma-buf descriptor");
     if (!shim_is_device_ptr(p, size))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cumux_mem_range_handle m = {.ptr = p, .size = size, .handle_type = (uint32_t)type, .flags = flags};
     pthread_mutex_lock(&shim.sock_lock);
-    CUresult r = shim_call(CUMUX_OP_MEM_RANGE_HANDLE, &m, sizeof m, NULL, 0, NULL);
+    CUresult r = shim_op_mem_range_handle(p, size, (uint32_t)type, flags);
     int fd = r == CUDA_SUCCESS ? shim_recv_fd() : -1;
     pthread_mutex_unlock(&shim.sock_lock);
     if (r == CUDA_SUCCESS && fd < 0)

@@ -4,7 +4,10 @@
 - no hand-written .c or .h file in server/ or shim/ is longer than 1,000 lines (a file that big holds
   several concerns: split it by concern);
 - struct srv_client (server/server.h) has at most 30 fields: what is not common to every concern lives
-  in the concern's own part (server/client/*.h).
+  in the concern's own part (server/client/*.h);
+- every message helper generated for the shim (shim_op_* in shim/generated/calls.h) is used: an op the
+  shim sends its own way has the spec's flag `hand` instead, so that no helper is left beside
+  hand-built code.
 
     tools/check_structure.py [REPO]
 Exits 1 with one line per violation, 0 with a summary."""
@@ -66,6 +69,17 @@ def struct_fields(header, name):
     return fields
 
 
+def unused_helpers(repo):
+    calls = open(os.path.join(repo, "shim", "generated", "calls.h"), encoding="utf-8").read()
+    helpers = set(re.findall(r"static inline CUresult (shim_op_\w+)\(", calls))
+    text = ""
+    for name in sorted(os.listdir(os.path.join(repo, "shim"))):
+        if name.endswith((".c", ".h")):
+            text += open(os.path.join(repo, "shim", name), encoding="utf-8", errors="replace").read()
+    used = set(re.findall(r"\b(shim_op_\w+)\(", text))
+    return sorted(helpers - used), len(helpers)
+
+
 def main():
     repo = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
     bad = long_files(repo)
@@ -73,12 +87,15 @@ def main():
     if len(fields) > MAX_CLIENT_FIELDS:
         bad.append("server/server.h: struct srv_client has %d fields (at most %d): %s"
                    % (len(fields), MAX_CLIENT_FIELDS, " ".join(fields)))
+    unused, nhelpers = unused_helpers(repo)
+    for h in unused:
+        bad.append("shim/generated/calls.h: %s is not used by the shim (use it, or flag the op `hand`)" % h)
     for b in bad:
         print("check_structure: " + b)
     if bad:
         return 1
-    print("check_structure: no hand-written file in %s over %d lines; struct srv_client has %d fields"
-          % ("/ ".join(FOLDERS) + "/", MAX_LINES, len(fields)))
+    print("check_structure: no hand-written file in %s over %d lines; struct srv_client has %d fields; "
+          "the shim uses all %d generated message helpers" % ("/ ".join(FOLDERS) + "/", MAX_LINES, len(fields), nhelpers))
     return 0
 
 

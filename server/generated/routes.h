@@ -39,6 +39,17 @@ CUresult op_tex_create(struct srv_client *c, const struct cumux_tex_create *m, s
 CUresult op_surf_create(struct srv_client *c, struct srv_array *array, uint8_t *out, uint32_t *out_len);
 CUresult op_tex_destroy(struct srv_client *c, struct srv_texture *tex);
 
+/* server/capture.c */
+CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin *m, struct srv_stream *stream);
+CUresult op_capture_end(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
+CUresult op_capture_info(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
+CUresult op_capture_graph(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
+CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture_update_deps *m,
+                                struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len);
+CUresult op_capture_begin_to_graph(struct srv_client *c, const struct cumux_capture_begin_to_graph *m,
+                                   struct srv_stream *stream, struct srv_graph *graph, const uint8_t *payload,
+                                   uint32_t payload_len);
+
 /* server/chunks.c */
 CUresult op_resume_memory(struct srv_client *c, const struct cumux_resume_memory *m, const uint8_t *payload,
                           uint32_t payload_len, uint8_t *out, uint32_t *out_len);
@@ -65,9 +76,6 @@ CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len);
 CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m);
 
 /* server/graph.c */
-CUresult op_capture_begin(struct srv_client *c, const struct cumux_capture_begin *m, struct srv_stream *stream);
-CUresult op_capture_end(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
-CUresult op_capture_info(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
 CUresult op_graph_create(struct srv_client *c, const struct cumux_graph_create *m, uint8_t *out,
                          uint32_t *out_len);
 CUresult op_graph_destroy(struct srv_client *c, struct srv_graph *graph);
@@ -78,6 +86,12 @@ CUresult op_graph_launch(struct srv_client *c, struct srv_graph_exec *exec, stru
 CUresult op_graph_upload(struct srv_client *c, struct srv_graph_exec *exec, struct srv_stream *stream);
 CUresult op_graph_exec_update(struct srv_client *c, struct srv_graph_exec *exec, struct srv_graph *graph,
                               uint8_t *out, uint32_t *out_len);
+CUresult op_graph_clone(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
+CUresult op_graph_mem_trim(struct srv_client *c, const struct cumux_pool_default *m);
+CUresult op_graph_mem_attr(struct srv_client *c, const struct cumux_graph_mem_attr *m, uint8_t *out,
+                           uint32_t *out_len);
+
+/* server/graph_node.c */
 CUresult op_graph_add_empty_node(struct srv_client *c, const struct cumux_graph_add_node *m,
                                  struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                  uint8_t *out, uint32_t *out_len);
@@ -105,9 +119,6 @@ CUresult op_graph_get_root_nodes(struct srv_client *c, struct srv_graph *graph, 
 CUresult op_node_get_dependents(struct srv_client *c, struct srv_graph_node *node, uint8_t *out,
                                 uint32_t *out_len);
 CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
-CUresult op_capture_graph(struct srv_client *c, struct srv_stream *stream, uint8_t *out, uint32_t *out_len);
-CUresult op_capture_update_deps(struct srv_client *c, const struct cumux_capture_update_deps *m,
-                                struct srv_stream *stream, const uint8_t *payload, uint32_t payload_len);
 CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, uint8_t *out, uint32_t *out_len);
 CUresult op_graph_add_child_node(struct srv_client *c, const struct cumux_graph_add_child *m,
                                  struct srv_graph *graph, struct srv_graph *child, const uint8_t *payload,
@@ -128,10 +139,6 @@ CUresult op_node_enabled(struct srv_client *c, const struct cumux_node_enabled *
 CUresult op_node_destroy(struct srv_client *c, struct srv_graph_node *node);
 CUresult op_graph_remove_deps(struct srv_client *c, const struct cumux_graph_add_deps *m,
                               struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len);
-CUresult op_capture_begin_to_graph(struct srv_client *c, const struct cumux_capture_begin_to_graph *m,
-                                   struct srv_stream *stream, struct srv_graph *graph, const uint8_t *payload,
-                                   uint32_t payload_len);
-CUresult op_graph_clone(struct srv_client *c, struct srv_graph *graph, uint8_t *out, uint32_t *out_len);
 CUresult op_node_find_in_clone(struct srv_client *c, struct srv_graph_node *node, struct srv_graph *clone,
                                uint8_t *out, uint32_t *out_len);
 CUresult op_graph_add_mem_alloc_node(struct srv_client *c, const struct cumux_graph_add_mem_alloc_node *m,
@@ -145,9 +152,6 @@ CUresult op_graph_cond_handle(struct srv_client *c, const struct cumux_graph_con
 CUresult op_graph_add_cond_node(struct srv_client *c, const struct cumux_graph_add_cond_node *m,
                                 struct srv_graph *graph, const uint8_t *payload, uint32_t payload_len,
                                 uint8_t *out, uint32_t *out_len);
-CUresult op_graph_mem_trim(struct srv_client *c, const struct cumux_pool_default *m);
-CUresult op_graph_mem_attr(struct srv_client *c, const struct cumux_graph_mem_attr *m, uint8_t *out,
-                           uint32_t *out_len);
 
 /* server/hostfn.c */
 CUresult op_host_func(struct srv_client *c, const struct cumux_host_func *m, struct srv_stream *stream);

@@ -115,18 +115,6 @@ static inline CUresult shim_op_func_set_attribute(uint32_t function, int32_t att
     return shim_call(CUMUX_OP_FUNC_SET_ATTRIBUTE, &m, sizeof m, NULL, 0, NULL);
 }
 
-/* FUNC_OCCUPANCY: answered */
-static inline CUresult shim_op_func_occupancy(uint32_t function, uint32_t query, int32_t a, int32_t b,
-                                              uint64_t dyn_smem, uint32_t flags, uint64_t *answer)
-{
-    struct cumux_func_occupancy m = {.function = function, .query = query, .a = a, .b = b, .dyn_smem = dyn_smem, .flags = flags};
-    struct cumux_u64_reply rep = {0};
-    CUresult r = shim_call(CUMUX_OP_FUNC_OCCUPANCY, &m, sizeof m, &rep, sizeof rep, NULL);
-    if (r == CUDA_SUCCESS && answer)
-        *answer = rep.value;
-    return r;
-}
-
 /* STREAM_CREATE: answered */
 static inline CUresult shim_op_stream_create(uint32_t ctx, uint32_t flags, int32_t priority, uint64_t *answer)
 {
@@ -235,14 +223,6 @@ static inline CUresult shim_op_copy_htod_staged(uint32_t stream, uint32_t slot, 
 {
     struct cumux_copy_staged m = {.stream = stream, .slot = slot, .dev = dev, .size = size, .width = width, .pitch = pitch};
     return shim_send(CUMUX_OP_COPY_HTOD_STAGED, &m, sizeof m, NULL, 0);
-}
-
-/* COPY_DTOH_STAGED: answered */
-static inline CUresult shim_op_copy_dtoh_staged(uint32_t stream, uint32_t slot, uint64_t dev, uint64_t size,
-                                                uint64_t width, uint64_t pitch)
-{
-    struct cumux_copy_staged m = {.stream = stream, .slot = slot, .dev = dev, .size = size, .width = width, .pitch = pitch};
-    return shim_call(CUMUX_OP_COPY_DTOH_STAGED, &m, sizeof m, NULL, 0, NULL);
 }
 
 /* MEMSET: one-way */
@@ -568,17 +548,6 @@ static inline CUresult shim_op_array_destroy(uint32_t array)
 {
     struct cumux_array_destroy m = {.array = array};
     return shim_call(CUMUX_OP_ARRAY_DESTROY, &m, sizeof m, NULL, 0, NULL);
-}
-
-/* COPY_3D: answered or one-way */
-static inline CUresult shim_op_copy_3d(uint32_t stream, uint32_t src_array, uint32_t dst_array, uint64_t src,
-                                       uint64_t src_pitch, uint64_t src_height, uint64_t dst,
-                                       uint64_t dst_pitch, uint64_t dst_height, uint64_t src_x, uint64_t src_y,
-                                       uint64_t src_z, uint64_t dst_x, uint64_t dst_y, uint64_t dst_z,
-                                       uint64_t width, uint64_t height, uint64_t depth, bool answered)
-{
-    struct cumux_copy_3d m = {.stream = stream, .src_array = src_array, .dst_array = dst_array, .src = src, .src_pitch = src_pitch, .src_height = src_height, .dst = dst, .dst_pitch = dst_pitch, .dst_height = dst_height, .src_x = src_x, .src_y = src_y, .src_z = src_z, .dst_x = dst_x, .dst_y = dst_y, .dst_z = dst_z, .width = width, .height = height, .depth = depth};
-    return answered ? shim_call(CUMUX_OP_COPY_3D, &m, sizeof m, NULL, 0, NULL) : shim_send(CUMUX_OP_COPY_3D, &m, sizeof m, NULL, 0);
 }
 
 /* SURF_CREATE: answered */

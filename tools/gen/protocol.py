@@ -13,7 +13,7 @@ SCALARS = {  # spec type: (C type, size)
     "pad32": ("uint32_t", 4), "pad64": ("uint64_t", 8),
 }
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
-OP_FLAGS = ("question", "work")  # see the spec's header
+OP_FLAGS = ("question", "work", "hand")  # see the spec's header
 
 
 class Kind:
@@ -214,6 +214,9 @@ def parse(path):
                 raise SpecError("%s: op %s twice" % (where, name))
             if opts["file"] is not None:
                 server_file(where, opts["file"])
+                src = open(os.path.join(SERVER_DIR, opts["file"] + ".c")).read()
+                if not re.search(r"^CUresult %s\(" % re.escape(opts["handler"]), src, re.M):
+                    raise SpecError("%s: server/%s.c defines no handler %s" % (where, opts["file"], opts["handler"]))
             ops.append(Op(name, direction, body, opts["reply"], opts["payload"], opts["handler"],
                           opts["file"], pending + ([comment] if comment else []), where, opts["fd"], flags))
             pending = []
@@ -463,8 +466,8 @@ def prototype(params, name):
 
 def shim_call_params(structs, o):
     """The parameters of the shim's generated call for op o, or None when its marshalling needs judgement
-    (a payload, a descriptor, an array in the body, or a reply of variable layout)."""
-    if o.payload or o.fd or o.reply == "data" or o.name in ("PAD", "INIT"):
+    (a payload, a descriptor, an array in the body, a reply of variable layout, or the flag hand)."""
+    if o.payload or o.fd or o.reply == "data" or "hand" in o.flags or o.name in ("PAD", "INIT"):
         return None
     fields = [f for f in structs[o.body].fields if not f.kind.startswith("pad") and not f.name.endswith("_")]
     if any(f.count for f in fields):
