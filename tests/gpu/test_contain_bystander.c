@@ -423,6 +423,8 @@ static void wait_ipc(void)
         CUdeviceptr d;
         CK(cuMemAlloc(&d, 4096));
         CK(cuMemsetD32(d, 0x1234, 1024));
+        /* A memset may run after it returns (as natively): done before the other program reads. */
+        CK(cuCtxSynchronize());
         CUipcMemHandle h;
         CK(cuIpcGetMemHandle(&h, d));
         if (write(up[1], &h, sizeof h) != (ssize_t)sizeof h)
