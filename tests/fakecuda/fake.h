@@ -1,4 +1,4 @@
-/* fakecuda: a CUDA driver that emulates one GPU in host memory, for cumuxd on machines without one
+/* fakecuda: a CUDA driver that emulates GPUs (one, or CUMUX_FAKE_GPUS) in host memory, for cumuxd on machines without one
  * (docs/fake-driver.md). Internal declarations shared by the fake's files. */
 #ifndef CUMUX_FAKECUDA_H
 #define CUMUX_FAKECUDA_H
@@ -52,6 +52,13 @@ uint64_t fc_mul_sat(uint64_t a, uint64_t b);
 uint64_t fc_add_sat(uint64_t a, uint64_t b);
 
 /* ---- device state (fake_core.c) ---- */
+#define FC_MAX_GPUS 8
+extern int fc_ngpus;          /* CUMUX_FAKE_GPUS (default 1), once cuInit has run */
+bool fc_gpu_ok(int dev);      /* an ordinal of one of them */
+int fc_current_device(void);  /* the current context's GPU (0 with none current) */
+int fc_ctx_device(CUcontext c); /* a primary context's GPU, or -1 */
+bool fc_peer_reachable(int dev); /* the current context may reach GPU dev's memory (its own, or peer access) */
+int fc_mem_device(uint64_t p);   /* the GPU whose allocation holds p, or -1 */
 CUresult fc_check_init(void);
 bool fc_is_device_ptr(uint64_t p);
 struct fc_gmem; /* a graph allocation's memory, counted (fake_graph.c) */
@@ -83,7 +90,7 @@ bool fc_gmem_is(uint64_t ptr);
 void fc_gmem_ref(struct fc_gmem *m);
 void fc_gmem_unref(struct fc_gmem *m);
 /* VMM (fake_vmm.c): device memory taken (+) or given back (-), and mapped ranges the oracle accepts. */
-CUresult fc_mem_account(int64_t bytes);
+CUresult fc_mem_account(int dev, int64_t bytes); /* GPU dev's memory taken (bytes > 0) or given back */
 /* Address space for VMM reservations, inside the device's (set at cuInit; inaccessible until mapped). */
 extern uint64_t fc_vmm_va, fc_vmm_va_size;
 int fc_dev_range_add(uint64_t base, uint64_t size);

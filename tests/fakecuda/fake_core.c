@@ -88,7 +88,16 @@ struct range {
     bool freeing;
     bool stream_ordered; /* from a pool: stream memory operations refused, as the driver does */
     struct fc_pool *pool;
+    int dev; /* the GPU whose memory it is (the current context's when it was made) */
 };
+struct fc_pool {
+    uint32_t magic;
+    bool is_default;
+    uint64_t used, used_high, release_threshold; /* under dev_lock */
+    int reuse[3];
+    int dev; /* the GPU it allocates on */
+};
+
 struct table {
     struct range *v;
     size_t n, cap;
@@ -217,7 +226,9 @@ bool fc_is_device_ptr(uint64_t p)
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static bool initialized;
-static uint64_t total_mem, used_mem; /* used_mem under dev_lock */
+static uint64_t total_mem; /* each GPU's */
+static uint64_t used_mem[FC_MAX_GPUS]; /* under dev_lock */
+int fc_ngpus = 1;
 static size_t page;
 
 static void init_device(void)
@@ -241,13 +252,25 @@ static void init_device(void)
         mb = v;
     }
     total_mem = mb << 20;
+    /* CUMUX_FAKE_GPUS=N: N GPUs alike but for their identity (UUID, PCI bus), each with that memory. */
+    const char *g = getenv("CUMUX_FAKE_GPUS");
+    if (g && *g) {
+        char *end;
+        long n = strtol(g, &end, 10);
+        if (*end || n < 1 || n > FC_MAX_GPUS) {
+            fprintf(stderr, "fakecuda: CUMUX_FAKE_GPUS=%s is not a number from 1 to %d\n", g, FC_MAX_GPUS);
+            init_result = CUDA_ERROR_INVALID_VALUE;
+            return;
+        }
+        fc_ngpus = (int)n;
+    }
     /* Address space only (nothing is committed until an allocation makes its pages accessible); room
      * for the memory, a guard page per allocation and a cursor that moves on, so that a stale pointer
      * lands on unmapped pages for as long as possible. */
-    region_size = total_mem * 4 + (1ull << 30);
+    region_size = total_mem * 4 * (uint64_t)fc_ngpus + (1ull << 30);
     /* Then as much again for VMM reservations (fake_vmm.c): device address space too, so that a stream's
      * access to a range unmapped under it is a GPU fault, as for freed memory, not the process's death. */
-    vmm_span = total_mem * 4 + (1ull << 30);
+    vmm_span = total_mem * 4 * (uint64_t)fc_ngpus + (1ull << 30);
     /* At the same place in every process when it is free, as the real driver's device addresses come out
      * alike in processes that do the same: cumuxd's workers reserve their arena at the same address. */
     /* Plain mmap, not cumux_mmap: clearing the ASan shadow of all of it (tens of GiB of address space)
@@ -381,8 +404,9 @@ CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *po
     if (size == 0 || size > total_mem)
         return size ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     uint64_t mapped = (size + page - 1) & ~(uint64_t)(page - 1);
+    int dev = pool ? pool->dev : fc_current_device();
     pthread_rwlock_wrlock(&dev_lock);
-    if (used_mem + mapped > total_mem) {
+    if (used_mem[dev] + mapped > total_mem) {
         pthread_rwlock_unlock(&dev_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -395,14 +419,14 @@ CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *po
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     cumux_unpoison((void *)(uintptr_t)at, mapped);
-    struct range r = {.base = at, .size = size, .mapped = mapped, .kind = kind, .pool = pool};
+    struct range r = {.base = at, .size = size, .mapped = mapped, .kind = kind, .pool = pool, .dev = dev};
     if (table_insert(&dev_tab, r) < 0) {
         mprotect((void *)(uintptr_t)at, mapped, PROT_NONE);
         pthread_rwlock_unlock(&dev_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     cursor = at + need;
-    used_mem += mapped;
+    used_mem[dev] += mapped;
     if (pool)
         fc_pool_account(pool, (int64_t)mapped);
     pthread_rwlock_unlock(&dev_lock);
@@ -456,7 +480,7 @@ void fc_mem_release(uint64_t base)
     /* Inaccessible again, and its pages given back: a stale pointer faults, freed memory is visible. */
     mprotect((void *)(uintptr_t)r.base, r.mapped, PROT_NONE);
     madvise((void *)(uintptr_t)r.base, r.mapped, MADV_DONTNEED);
-    used_mem -= r.mapped;
+    used_mem[r.dev] -= r.mapped;
     if (r.pool)
         fc_pool_account(r.pool, -(int64_t)r.mapped);
     pthread_rwlock_unlock(&dev_lock);
@@ -465,12 +489,14 @@ void fc_mem_release(uint64_t base)
 }
 
 /* VMM (fake_vmm.c): memory taken and given back, and mapped ranges made accessible or not. */
-CUresult fc_mem_account(int64_t bytes)
+CUresult fc_mem_account(int dev, int64_t bytes)
 {
+    if (!fc_gpu_ok(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
     pthread_rwlock_wrlock(&dev_lock);
-    bool ok = bytes < 0 || used_mem + (uint64_t)bytes <= total_mem;
+    bool ok = bytes < 0 || used_mem[dev] + (uint64_t)bytes <= total_mem;
     if (ok)
-        used_mem += (uint64_t)bytes;
+        used_mem[dev] += (uint64_t)bytes;
     pthread_rwlock_unlock(&dev_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -498,7 +524,7 @@ CUresult cuMemGetInfo(size_t *free_out, size_t *total_out)
     if (!free_out || !total_out)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_rwlock_rdlock(&dev_lock);
-    *free_out = (size_t)(total_mem - used_mem);
+    *free_out = (size_t)(total_mem - used_mem[fc_current_device()]);
     *total_out = (size_t)total_mem;
     pthread_rwlock_unlock(&dev_lock);
     return CUDA_SUCCESS;
@@ -507,14 +533,11 @@ CUresult cuMemGetInfo(size_t *free_out, size_t *total_out)
 /* ---------------------------------------------------------------- memory pools
  * Memory goes back to the device when freed (no caching), so trimming has nothing to do; the pool keeps
  * its attributes and what is allocated from it. */
-struct fc_pool {
-    uint32_t magic;
-    bool is_default;
-    uint64_t used, used_high, release_threshold; /* under dev_lock */
-    int reuse[3];
-};
 
-static struct fc_pool default_pool = {.magic = FC_MAGIC_POOL, .is_default = true, .reuse = {1, 1, 1}};
+#define DEFAULT_POOL(d) {.magic = FC_MAGIC_POOL, .is_default = true, .reuse = {1, 1, 1}, .dev = d}
+static struct fc_pool default_pools[FC_MAX_GPUS] = {DEFAULT_POOL(0), DEFAULT_POOL(1), DEFAULT_POOL(2), DEFAULT_POOL(3),
+                                                    DEFAULT_POOL(4), DEFAULT_POOL(5), DEFAULT_POOL(6), DEFAULT_POOL(7)};
+_Static_assert(FC_MAX_GPUS == 8, "a default pool per GPU");
 
 static void fc_pool_account(struct fc_pool *p, int64_t delta)
 {
@@ -534,9 +557,9 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev)
     INIT_OR_RETURN();
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    *out = (CUmemoryPool)&default_pool;
+    *out = (CUmemoryPool)&default_pools[dev];
     return CUDA_SUCCESS;
 }
 
@@ -545,13 +568,14 @@ CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
     INIT_OR_RETURN();
     if (!out || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
-    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id != 0)
+    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !fc_gpu_ok(props->location.id))
         return CUDA_ERROR_INVALID_DEVICE;
     struct fc_pool *p = calloc(1, sizeof *p);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     p->magic = FC_MAGIC_POOL;
     p->reuse[0] = p->reuse[1] = p->reuse[2] = 1;
+    p->dev = props->location.id;
     atomic_fetch_add(&fc_stats.pools, 1);
     *out = (CUmemoryPool)p;
     return CUDA_SUCCESS;
@@ -932,13 +956,15 @@ CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
     INIT_OR_RETURN();
     if (!v)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     /* Every enumerator of cuda.h has a value; numbers that name no attribute are refused, as the real
      * driver refuses them. */
     if ((int)a < 1 || (int)a >= FC_NATTRS)
         return CUDA_ERROR_INVALID_VALUE;
     *v = attr_values[a];
+    if (a == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)
+        *v += dev; /* each GPU on a bus of its own */
     return CUDA_SUCCESS;
 }
 
@@ -947,7 +973,7 @@ CUresult cuDeviceGetCount(int *n)
     INIT_OR_RETURN();
     if (!n)
         return CUDA_ERROR_INVALID_VALUE;
-    *n = 1;
+    *n = fc_ngpus;
     return CUDA_SUCCESS;
 }
 
@@ -956,9 +982,9 @@ CUresult cuDeviceGet(CUdevice *d, int ordinal)
     INIT_OR_RETURN();
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
-    if (ordinal != 0)
+    if (!fc_gpu_ok(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
-    *d = 0;
+    *d = ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -967,7 +993,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     INIT_OR_RETURN();
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     snprintf(name, (size_t)len, "%s", "cumux fake GPU");
     return CUDA_SUCCESS;
@@ -978,7 +1004,7 @@ CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)
     INIT_OR_RETURN();
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     *bytes = (size_t)total_mem;
     return CUDA_SUCCESS;
@@ -989,9 +1015,11 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     INIT_OR_RETURN();
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    memcpy(uuid->bytes, "cumux-fake-gpu-0", 16);
+    char id[17];
+    snprintf(id, sizeof id, "cumux-fake-gpu-%d", dev);
+    memcpy(uuid->bytes, id, 16);
     return CUDA_SUCCESS;
 }
 
@@ -1000,37 +1028,75 @@ CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev)
     INIT_OR_RETURN();
     if (!id || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     snprintf(id, (size_t)len, "%04X:%02X:%02X.0", attr_values[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID],
-             attr_values[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID], attr_values[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]);
+             attr_values[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID] + dev, attr_values[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]);
     return CUDA_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- the primary context */
 
-static struct {
+/* One primary context per GPU; a CUcontext is the address of its GPU's. */
+struct fc_pctx {
     int refs;
     pthread_mutex_t mu;
     size_t limits[CU_LIMIT_MAX];
     bool limits_set;
     unsigned flags;
-} pctx = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    int dev;
+    bool peer[FC_MAX_GPUS]; /* peer access to that GPU's memory enabled (cuCtxEnablePeerAccess) */
+};
+static struct fc_pctx pctxs[FC_MAX_GPUS];
+static pthread_once_t pctx_once = PTHREAD_ONCE_INIT;
 static _Thread_local CUcontext current;
 
-#define PCTX ((CUcontext)&pctx)
+static void pctx_init(void)
+{
+    for (int i = 0; i < FC_MAX_GPUS; i++) {
+        pthread_mutex_init(&pctxs[i].mu, NULL);
+        pctxs[i].dev = i;
+    }
+}
+
+static struct fc_pctx *pctx_of(CUcontext c) /* NULL: not a primary context of ours */
+{
+    for (int i = 0; i < fc_ngpus; i++)
+        if (c == (CUcontext)&pctxs[i])
+            return &pctxs[i];
+    return NULL;
+}
+
+bool fc_gpu_ok(int dev)
+{
+    return dev >= 0 && dev < fc_ngpus;
+}
+
+int fc_ctx_device(CUcontext c)
+{
+    struct fc_pctx *p = c ? pctx_of(c) : NULL;
+    return p ? p->dev : -1;
+}
+
+int fc_current_device(void)
+{
+    struct fc_pctx *p = current ? pctx_of(current) : NULL;
+    return p ? p->dev : 0;
+}
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)
 {
     INIT_OR_RETURN();
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&pctx.mu);
-    pctx.refs++;
-    pthread_mutex_unlock(&pctx.mu);
-    *out = PCTX;
+    pthread_once(&pctx_once, pctx_init);
+    struct fc_pctx *x = &pctxs[dev];
+    pthread_mutex_lock(&x->mu);
+    x->refs++;
+    pthread_mutex_unlock(&x->mu);
+    *out = (CUcontext)x;
     return CUDA_SUCCESS;
 }
 
@@ -1039,64 +1105,68 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)
 CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
     INIT_OR_RETURN();
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if ((flags & CU_CTX_SCHED_MASK) > CU_CTX_SCHED_BLOCKING_SYNC)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&pctx.mu);
-    pctx.flags = flags;
-    pthread_mutex_unlock(&pctx.mu);
+    pthread_once(&pctx_once, pctx_init);
+    pthread_mutex_lock(&pctxs[dev].mu);
+    pctxs[dev].flags = flags;
+    pthread_mutex_unlock(&pctxs[dev].mu);
     return CUDA_SUCCESS;
 }
 
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
     INIT_OR_RETURN();
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!flags || !active)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&pctx.mu);
-    *flags = pctx.flags;
-    *active = pctx.refs > 0;
-    pthread_mutex_unlock(&pctx.mu);
+    pthread_once(&pctx_once, pctx_init);
+    pthread_mutex_lock(&pctxs[dev].mu);
+    *flags = pctxs[dev].flags;
+    *active = pctxs[dev].refs > 0;
+    pthread_mutex_unlock(&pctxs[dev].mu);
     return CUDA_SUCCESS;
 }
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
     INIT_OR_RETURN();
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&pctx.mu);
-    CUresult r = pctx.refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-    if (pctx.refs > 0)
-        pctx.refs--;
-    pthread_mutex_unlock(&pctx.mu);
+    pthread_once(&pctx_once, pctx_init);
+    struct fc_pctx *x = &pctxs[dev];
+    pthread_mutex_lock(&x->mu);
+    CUresult r = x->refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (x->refs > 0)
+        x->refs--;
+    pthread_mutex_unlock(&x->mu);
     return r;
 }
 
 CUresult cuCtxSetCurrent(CUcontext c)
 {
     INIT_OR_RETURN();
-    if (c && c != PCTX)
+    if (c && !pctx_of(c))
         return CUDA_ERROR_INVALID_CONTEXT;
     current = c;
     return CUDA_SUCCESS;
 }
 
-static void limits_default(void)
+static void limits_default(struct fc_pctx *x)
 {
-    if (pctx.limits_set)
+    if (x->limits_set)
         return;
-    pctx.limits[CU_LIMIT_STACK_SIZE] = 1024;
-    pctx.limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
-    pctx.limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
-    pctx.limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
-    pctx.limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
-    pctx.limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
-    pctx.limits[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0;
-    pctx.limits_set = true;
+    x->limits[CU_LIMIT_STACK_SIZE] = 1024;
+    x->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+    x->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+    x->limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+    x->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+    x->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
+    x->limits[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0;
+    x->limits_set = true;
 }
 
 CUresult cuCtxGetLimit(size_t *v, CUlimit limit)
@@ -1104,12 +1174,13 @@ CUresult cuCtxGetLimit(size_t *v, CUlimit limit)
     INIT_OR_RETURN();
     if (!v || (unsigned)limit >= CU_LIMIT_MAX)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!current)
+    struct fc_pctx *x = current ? pctx_of(current) : NULL;
+    if (!x)
         return CUDA_ERROR_INVALID_CONTEXT;
-    pthread_mutex_lock(&pctx.mu);
-    limits_default();
-    *v = pctx.limits[limit];
-    pthread_mutex_unlock(&pctx.mu);
+    pthread_mutex_lock(&x->mu);
+    limits_default(x);
+    *v = x->limits[limit];
+    pthread_mutex_unlock(&x->mu);
     return CUDA_SUCCESS;
 }
 
@@ -1118,13 +1189,119 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t v)
     INIT_OR_RETURN();
     if ((unsigned)limit >= CU_LIMIT_MAX)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!current)
+    struct fc_pctx *x = current ? pctx_of(current) : NULL;
+    if (!x)
         return CUDA_ERROR_INVALID_CONTEXT;
-    pthread_mutex_lock(&pctx.mu);
-    limits_default();
-    pctx.limits[limit] = v;
-    pthread_mutex_unlock(&pctx.mu);
+    pthread_mutex_lock(&x->mu);
+    limits_default(x);
+    x->limits[limit] = v;
+    pthread_mutex_unlock(&x->mu);
     return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *out)
+{
+    INIT_OR_RETURN();
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_pctx *x = current ? pctx_of(current) : NULL;
+    if (!x)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = x->dev;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- peers
+ * Every pair of the fake's GPUs can reach each other's memory (one host address space behind them all);
+ * a context must enable it first, as on GPUs joined by NVLink or PCIe peer-to-peer. */
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+    INIT_OR_RETURN();
+    if (!can)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fc_gpu_ok(dev) || !fc_gpu_ok(peer))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *can = dev != peer;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetP2PAttribute(int *v, CUdevice_P2PAttribute attr, CUdevice src, CUdevice dst)
+{
+    INIT_OR_RETURN();
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fc_gpu_ok(src) || !fc_gpu_ok(dst) || src == dst)
+        return CUDA_ERROR_INVALID_DEVICE;
+    switch (attr) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
+        *v = 0;
+        return CUDA_SUCCESS;
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED:
+        *v = 1;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* Peer access from the current context to peer's memory; the driver's errors for each misuse. */
+static CUresult peer_change(CUcontext peer, bool on)
+{
+    struct fc_pctx *x = current ? pctx_of(current) : NULL, *p = pctx_of(peer);
+    if (!x)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p == x)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&x->mu);
+    CUresult r = CUDA_SUCCESS;
+    if (on && x->peer[p->dev])
+        r = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    else if (!on && !x->peer[p->dev])
+        r = CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    else
+        x->peer[p->dev] = on;
+    pthread_mutex_unlock(&x->mu);
+    return r;
+}
+
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    INIT_OR_RETURN();
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return peer_change(peer, true);
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peer)
+{
+    INIT_OR_RETURN();
+    return peer_change(peer, false);
+}
+
+/* Whether the current context may reach GPU dev's memory: its own, or a peer's it enabled. */
+bool fc_peer_reachable(int dev)
+{
+    struct fc_pctx *x = current ? pctx_of(current) : NULL;
+    if (!x || x->dev == dev)
+        return true;
+    pthread_mutex_lock(&x->mu);
+    bool on = x->peer[dev];
+    pthread_mutex_unlock(&x->mu);
+    return on;
+}
+
+/* The GPU whose memory p is (its allocation's), or -1. */
+int fc_mem_device(uint64_t p)
+{
+    pthread_rwlock_rdlock(&dev_lock);
+    ptrdiff_t i = table_find(&dev_tab, p);
+    int d = i >= 0 ? dev_tab.v[i].dev : -1;
+    pthread_rwlock_unlock(&dev_lock);
+    return d;
 }
 
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)

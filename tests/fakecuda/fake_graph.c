@@ -1190,7 +1190,7 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph g, const CUgraphNode *
 {
     CHECK_RET(fc_check_init());
     if (!p || p->bytesize == 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || p->poolProps.location.id != 0)
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || !fc_gpu_ok(p->poolProps.location.id))
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r;
     struct fc_op *op = fc_gmem_op(p->bytesize, &r);
@@ -1259,7 +1259,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice dev)
 CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
 {
     CHECK_RET(fc_check_init());
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!value || attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
         return CUDA_ERROR_INVALID_VALUE;
@@ -1273,7 +1273,7 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, v
 CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
 {
     CHECK_RET(fc_check_init());
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!value || *(const cuuint64_t *)value != 0 ||
         (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))

@@ -62,7 +62,7 @@ static void make_resource(CUdevResource *r, const struct fc_sm_set *s)
 CUresult cuDeviceGetDevResource(CUdevice dev, CUdevResource *resource, CUdevResourceType type)
 {
     CHECK_RET(fc_check_init());
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!resource)
         return CUDA_ERROR_INVALID_VALUE;
@@ -149,7 +149,7 @@ CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *res
 CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
     CHECK_RET(fc_check_init());
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!phCtx || !desc || flags != CU_GREEN_CTX_DEFAULT_STREAM) /* 13.0 requires the default stream */
         return CUDA_ERROR_INVALID_VALUE;

@@ -597,14 +597,14 @@ CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
 
 CUresult cuKernelGetAttribute(int *v, CUfunction_attribute a, CUkernel k, CUdevice dev)
 {
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     return get_attr(k, a, v);
 }
 
 CUresult cuKernelSetAttribute(CUfunction_attribute a, int v, CUkernel k, CUdevice dev)
 {
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     return set_attr(k, a, v);
 }
@@ -628,7 +628,7 @@ CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache cfg)
 
 CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache cfg, CUdevice dev)
 {
-    if (dev != 0)
+    if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     return set_cache_config(k, cfg);
 }

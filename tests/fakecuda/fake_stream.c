@@ -1570,6 +1570,21 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream 
     return fc_submit_copy("cuMemcpyDtoDAsync", s, &c);
 }
 
+/* A copy between two GPUs' memory: each side must be its context's GPU's (peer access is not needed for a
+ * copy, as with the driver); then a copy like any other on the stream. */
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                           CUstream s)
+{
+    CHECK_RET(fc_check_init());
+    int dd = fc_ctx_device(dst_ctx), sd = fc_ctx_device(src_ctx);
+    if (dd < 0 || sd < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (n && (fc_mem_device(dst) != dd || fc_mem_device(src) != sd))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_copy c = copy_1d(CU_MEMORYTYPE_DEVICE, dst, CU_MEMORYTYPE_DEVICE, src, n);
+    return fc_submit_copy("cuMemcpyPeerAsync", s, &c);
+}
+
 /* Memory type of one side; UNIFIED is decided by where the address lies. */
 static CUmemorytype side_type(CUmemorytype t, uint64_t p)
 {

@@ -23,6 +23,7 @@ struct vmm_alloc {
     uint64_t size;
     unsigned maps;
     bool released;
+    int dev; /* the GPU whose memory it is */
 };
 
 struct vmm_range {
@@ -38,7 +39,7 @@ static size_t nres, nmap;
 static bool prop_ok(const CUmemAllocationProp *p)
 {
     return p && p->type == CU_MEM_ALLOCATION_TYPE_PINNED && p->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-           p->location.id == 0;
+           fc_gpu_ok(p->location.id);
 }
 
 CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags o)
@@ -56,17 +57,18 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAl
     CHECK_RET(fc_check_init());
     if (!h || !prop_ok(prop) || flags || size == 0 || size % FC_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
-    CHECK_RET(fc_mem_account((int64_t)size));
+    CHECK_RET(fc_mem_account(prop->location.id, (int64_t)size));
     struct vmm_alloc *a = calloc(1, sizeof *a);
     int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
     if (!a || fd < 0 || ftruncate(fd, (off_t)size) < 0) {
         if (fd >= 0)
             close(fd);
         free(a);
-        fc_mem_account(-(int64_t)size);
+        fc_mem_account(prop->location.id, -(int64_t)size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a->fd = fd;
+    a->dev = prop->location.id;
     a->size = size;
     a->exportable = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
     atomic_fetch_add(&fc_stats.vmm_allocations, 1);
@@ -101,17 +103,18 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *o
         st.st_size <= 0 || (uint64_t)st.st_size % FC_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t size = (uint64_t)st.st_size;
-    CHECK_RET(fc_mem_account((int64_t)size));
+    int dev = fc_current_device(); /* the fake cannot tell the exporter's GPU: counted on this one */
+    CHECK_RET(fc_mem_account(dev, (int64_t)size));
     struct vmm_alloc *a = calloc(1, sizeof *a);
     int fd = fcntl(src, F_DUPFD_CLOEXEC, 0);
     if (!a || fd < 0) {
         if (fd >= 0)
             close(fd);
         free(a);
-        fc_mem_account(-(int64_t)size);
+        fc_mem_account(dev, -(int64_t)size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *a = (struct vmm_alloc){.fd = fd, .exportable = true, .size = size};
+    *a = (struct vmm_alloc){.fd = fd, .exportable = true, .size = size, .dev = dev};
     atomic_fetch_add(&fc_stats.vmm_allocations, 1);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
     return CUDA_SUCCESS;
@@ -120,7 +123,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *o
 static void alloc_free(struct vmm_alloc *a)
 {
     close(a->fd);
-    fc_mem_account(-(int64_t)a->size);
+    fc_mem_account(a->dev, -(int64_t)a->size);
     free(a);
     atomic_fetch_sub(&fc_stats.vmm_allocations, 1);
 }
@@ -273,7 +276,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     CHECK_RET(fc_check_init());
-    if (!desc || count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc->location.id != 0)
+    if (!desc || count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !fc_gpu_ok(desc->location.id))
         return CUDA_ERROR_INVALID_VALUE;
     int prot = desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? PROT_READ | PROT_WRITE
                : desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READ    ? PROT_READ
