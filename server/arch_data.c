@@ -63,7 +63,7 @@ static void fetch(int g)
 
 CUresult srv_arch_data(int g, uint8_t *out, uint32_t cap, uint32_t *out_len)
 {
-    if (g < 0 || g >= srv_gpu_count)
+    if (!srv_gpu_serves(g))
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&cache_lock);
     if (!cache[g].done)

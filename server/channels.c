@@ -55,7 +55,7 @@ fail:;
 
 void srv_channel_pin(struct srv_channel *ch)
 {
-    if (srv_gpu_count == 0)
+    if (srv_gpu_served < 0)
         return;
     if (!ch->staging_pinned)
         ch->staging_pinned =
@@ -88,7 +88,7 @@ bool srv_channel_take_spare(struct srv_channel *ch)
 static void *spares_main(void *arg)
 {
     (void)arg;
-    cuCtxSetCurrent(srv_gpus[0].ctx);
+    cuCtxSetCurrent(srv_gpus[srv_gpu_served].ctx);
     bool said = false;
     pthread_mutex_lock(&spares_lock);
     for (;;) {
@@ -135,7 +135,7 @@ void srv_channel_spares_start(void)
         cumux_logf("CUMUX_SPARE_CHANNELS=%s: not a number from 0 to %d; 4 kept ready", e, SPARES_MAX);
         want = 4;
     }
-    if (want == 0 || srv_gpu_count == 0)
+    if (want == 0 || srv_gpu_served < 0)
         return;
     spares_want = (unsigned)want;
     pthread_t t;

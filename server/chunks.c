@@ -92,16 +92,15 @@ void srv_chunks_start(void)
 {
     const char *e = getenv("CUMUX_CONTAIN");
     contain_on = 0;
-    if ((e && !strcmp(e, "0")) || srv_gpu_count < 1)
+    if ((e && !strcmp(e, "0")) || srv_gpu_served < 0)
         return; /* on unless CUMUX_CONTAIN=0 */
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[0].dev},
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = srv_gpus[srv_gpu_served].dev},
                                 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
     size_t g = 0;
     uint64_t total = 0;
-    cuCtxSetCurrent(srv_gpus[0].ctx);
-    for (int i = 0; i < srv_gpu_count; i++)
-        total += srv_gpus[i].info.total_mem;
+    cuCtxSetCurrent(srv_gpus[srv_gpu_served].ctx);
+    total = srv_gpus[srv_gpu_served].info.total_mem; /* the GPU this worker serves: the others' arenas are their workers' */
     CUresult r = cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (r == CUDA_SUCCESS && g) {
         granularity = g;
@@ -539,7 +538,7 @@ static uint64_t resume_wait_ns(void)
  * is at the same address. */
 static bool adoptable(const struct srv_kept_chunk *k)
 {
-    return contain_on > 0 && k->gpu >= 0 && k->gpu < srv_gpu_count && k->size && k->token && k->base >= arena_base &&
+    return contain_on > 0 && srv_gpu_serves(k->gpu) && k->size && k->token && k->base >= arena_base &&
            k->size <= arena_size && k->base - arena_base <= arena_size - k->size;
 }
 

@@ -105,10 +105,10 @@ void srv_host_waits_probe(void)
 
 void srv_worker_begin(struct srv_client *c)
 {
-    if (srv_gpu_count == 0)
+    if (srv_gpu_served < 0)
         return;
-    cuCtxSetCurrent(srv_gpus[0].ctx);
-    c->obj.current_gpu = 0;
+    cuCtxSetCurrent(srv_gpus[srv_gpu_served].ctx);
+    c->obj.current_gpu = srv_gpu_served;
     /* Copies of pageable memory are staged through the channel, pinned for the GPU's DMA; the page of
      * host-function words, which streams wait on (hostfn.c), pinned for the GPU to read (without it, the
      * driver's thread waits for each host function, as for graphs). A spare channel came pinned. */

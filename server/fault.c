@@ -121,6 +121,8 @@ int srv_fault_watch_start(srv_fault_fn fn, void (*on_dump_begun)(void))
     fault_fn = fn;
     dump_begun_fn = on_dump_begun;
     for (int g = 0; g < srv_gpu_count && g < CUMUX_MAX_DEVICES; g++) {
+        if (!srv_gpu_serves(g))
+            continue;
         cuCtxSetCurrent(srv_gpus[g].ctx);
         if (cuStreamCreate(&watch_stream[g], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
             cumux_logf("GPU %d: no stream to watch for faults: they are seen at the next failing call only", g);

@@ -1,4 +1,5 @@
-/* The server's GPUs: one primary context per visible device, and the facts clients ask about. */
+/* The server's GPUs: the facts clients ask about, of every device the driver shows; and the primary
+ * context of the one GPU this worker serves (srv_gpu_served, its fault domain). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 struct srv_gpu srv_gpus[CUMUX_MAX_DEVICES];
 int srv_gpu_count;
+int srv_gpu_served; /* the supervisor sets it in each worker it forks */
 int srv_driver_version;
 
 static const char *errname(CUresult r)
@@ -34,6 +36,10 @@ int srv_gpus_init(void)
     }
     if (n > CUMUX_MAX_DEVICES)
         n = CUMUX_MAX_DEVICES;
+    if (srv_gpu_served < 0 || srv_gpu_served >= n) {
+        cumux_logf("GPU %d is not there: the driver shows %d", srv_gpu_served, n);
+        return -1;
+    }
     /* How a worker thread waits in a synchronize. The driver's "auto" spins while the process has fewer
      * contexts than cores: here one context, so every client waiting in a synchronize held a core, and
      * 48 clients on 16 cores got half the launches they got with "yield" (docs/performance.md).
@@ -76,6 +82,8 @@ int srv_gpus_init(void)
                                  ? v
                                  : CUMUX_ATTR_MISSING;
         }
+        if (i != srv_gpu_served)
+            continue; /* described only: another worker serves it */
         if ((r = cuDevicePrimaryCtxSetFlags(g->dev, sched)) != CUDA_SUCCESS)
             cumux_logf("device %d: waiting by %s: %s", i, sync_env, errname(r));
         if ((r = cuDevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
@@ -106,7 +114,8 @@ int srv_gpus_init(void)
 void srv_gpus_fini(void)
 {
     for (int i = 0; i < srv_gpu_count; i++)
-        cuDevicePrimaryCtxRelease(srv_gpus[i].dev);
+        if (srv_gpus[i].ctx)
+            cuDevicePrimaryCtxRelease(srv_gpus[i].dev);
     srv_gpu_count = 0;
 }
 
@@ -119,6 +128,8 @@ static size_t standby_stack[CUMUX_MAX_DEVICES];
 void srv_gpus_stand_by(void)
 {
     for (int i = 0; i < srv_gpu_count; i++) {
+        if (!srv_gpus[i].ctx)
+            continue;
         size_t v = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
         if (cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE) == CUDA_SUCCESS && v > STANDBY_STACK_BYTES &&

@@ -331,13 +331,13 @@ int main(int argc, char **argv)
             goto out;
         }
         cumux_logf("no usable GPU: serving with none (CUMUX_ALLOW_NO_GPU=1)");
-        srv_gpu_count = 0;
+        srv_gpu_count = 0, srv_gpu_served = -1;
     }
     if (srv_reaper_start() < 0 || srv_fault_watch_start(srv_on_gpu_fault, srv_on_dump_begun) < 0)
         goto out;
     srv_chunks_start();
-    if (srv_gpu_count > 0) {
-        cuCtxSetCurrent(srv_gpus[0].ctx);
+    if (srv_gpu_served >= 0) {
+        cuCtxSetCurrent(srv_gpus[srv_gpu_served].ctx);
         srv_marks_init();
         srv_host_waits_probe();
         srv_channel_spares_start(); /* a standby's are there for the programs coming back to it */

@@ -52,7 +52,7 @@ static void init_locked(void)
         return;
     marks_state = -1;
     const char *e = getenv("CUMUX_MARKS");
-    if ((e && e[0] == '0') || srv_gpu_count == 0)
+    if ((e && e[0] == '0') || srv_gpu_served < 0)
         return;
     /* Kept for the process's life: a mark may still be queued behind a gone client's work. */
     void *p = aligned_alloc(4096, MARK_SLOTS * sizeof(uint32_t));

@@ -90,6 +90,8 @@ static char *metrics_text(const struct srv_client_stat *cs, ssize_t n)
     cumux_text_printf(&t, "cumux_default_memory_limit_bytes %llu\n", (unsigned long long)srv_default_mem_limit());
     family(&t, "cumux_gpu_memory_used_bytes", "gauge", "Device memory in use on the GPU, by everyone.");
     for (int i = 0; i < srv_gpu_count; i++) {
+        if (!srv_gpu_serves(i))
+            continue; /* another worker's */
         size_t f = 0, total = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
         cuMemGetInfo(&f, &total);

@@ -73,7 +73,7 @@ void handle_drop(struct srv_client *c, uint32_t h)
 
 void use_gpu(struct srv_client *c, int gpu)
 {
-    if (c->obj.current_gpu != gpu && gpu < srv_gpu_count) {
+    if (c->obj.current_gpu != gpu && srv_gpu_serves(gpu)) {
         cuCtxSetCurrent(srv_gpus[gpu].ctx);
         c->obj.current_gpu = gpu;
     }

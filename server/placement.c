@@ -157,6 +157,8 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
         c->placement.sm_reserved[g] = (struct cumux_sm_set){{0}};
     }
     for (int g = 0; g < srv_gpu_count && (sms || percent); g++) {
+        if (!srv_gpu_serves(g))
+            continue;
         struct layout *L = layout_locked(g);
         if (!L) {
             snprintf(why, cap, "%s", layouts[g].why);
@@ -184,10 +186,11 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
     } else {
         atomic_store(&c->placement.want_sms, sms);
         atomic_store(&c->placement.want_percent, percent);
-        if (sms && srv_gpu_count > 0) {
+        if (sms && srv_gpu_served >= 0) {
             char text[160];
-            cumux_sm_format(c->placement.sm_reserved[0], layouts[0].sms, layouts[0].n, text, sizeof text);
-            snprintf(why, cap, "SMs %s of GPU 0 reserved (%u asked for)", text, sms);
+            int g = srv_gpu_served;
+            cumux_sm_format(c->placement.sm_reserved[g], layouts[g].sms, layouts[g].n, text, sizeof text);
+            snprintf(why, cap, "SMs %s of GPU %d reserved (%u asked for)", text, g, sms);
         } else if (percent) {
             snprintf(why, cap, "its kernels may use %u%% of the SMs", percent);
         } else {

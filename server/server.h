@@ -38,7 +38,14 @@ struct srv_gpu {
 };
 
 extern struct srv_gpu srv_gpus[CUMUX_MAX_DEVICES];
-extern int srv_gpu_count;
+extern int srv_gpu_count; /* the GPUs this worker describes: every one the driver shows it */
+/* The GPU this worker serves, its fault domain (the supervisor's domain index; -1: none). The worker holds
+ * a context on it alone: a fault on another GPU is another worker's, and ends no client of this one. */
+extern int srv_gpu_served;
+static inline bool srv_gpu_serves(int g)
+{
+    return g >= 0 && g < srv_gpu_count && g == srv_gpu_served;
+}
 extern int srv_driver_version;
 
 int srv_gpus_init(void); /* cuInit, primary contexts, device facts; 0 or -1 */

@@ -82,6 +82,8 @@ char *srv_status_report(void)
                f->clients[0] ? f->clients : "none");
     }
     for (int i = 0; i < srv_gpu_count; i++) {
+        if (!srv_gpu_serves(i))
+            continue; /* another worker's */
         size_t f = 0, t = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
         cuMemGetInfo(&f, &t);
@@ -167,6 +169,8 @@ char *srv_status_records(void)
               (unsigned long long)srv_default_mem_limit(), cumux_priority_name((enum cumux_priority)srv_default_priority()),
               srv_default_thread_percent() ? srv_default_thread_percent() : 100);
     for (int i = 0; i < srv_gpu_count; i++) {
+        if (!srv_gpu_serves(i))
+            continue; /* another worker's */
         size_t f = 0, total = 0;
         cuCtxSetCurrent(srv_gpus[i].ctx);
         cuMemGetInfo(&f, &total);
