@@ -24,6 +24,30 @@ int cumux_socket_path(char *buf, size_t len)
     return 0;
 }
 
+int cumux_gpu_socket_name(int gpu, char *buf, size_t len)
+{
+    int n = gpu == 0 ? snprintf(buf, len, "%s", CUMUX_SOCKET_NAME) : snprintf(buf, len, "cumuxd-gpu%d.sock", gpu);
+    return gpu < 0 || n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+int cumux_gpu_pid_name(int gpu, char *buf, size_t len)
+{
+    int n = gpu == 0 ? snprintf(buf, len, "cumuxd-gpu.pid") : snprintf(buf, len, "cumuxd-gpu%d.pid", gpu);
+    return gpu < 0 || n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+int cumux_gpu_socket_path(int gpu, char *buf, size_t len)
+{
+    char name[64];
+    struct sockaddr_un sa;
+    if (cumux_gpu_socket_name(gpu, name, sizeof name) < 0)
+        return -1;
+    int n = snprintf(buf, len, "%s/%s", cumux_pipe_directory(), name);
+    if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof sa.sun_path)
+        return -1;
+    return 0;
+}
+
 static int fill_addr(struct sockaddr_un *sa, const char *path)
 {
     memset(sa, 0, sizeof *sa);

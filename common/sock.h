@@ -12,6 +12,13 @@
 const char *cumux_pipe_directory(void);
 /* Full socket path into buf; -1 when it does not fit in a sockaddr_un. */
 int cumux_socket_path(char *buf, size_t len);
+/* Each GPU has a worker of its own (its fault domain), listening on a socket of its own: GPU 0's is
+ * CUMUX_SOCKET_NAME (also where status, control and stop go), GPU k's "cumuxd-gpu<k>.sock"; the worker's
+ * pid is in "cumuxd-gpu.pid" for GPU 0, "cumuxd-gpu<k>.pid" for GPU k. Names, then full paths (-1: too
+ * long, or gpu out of range). */
+int cumux_gpu_socket_name(int gpu, char *buf, size_t len);
+int cumux_gpu_pid_name(int gpu, char *buf, size_t len);
+int cumux_gpu_socket_path(int gpu, char *buf, size_t len);
 
 int cumux_sock_connect(const char *path);
 int cumux_sock_listen(const char *path, int backlog);

@@ -305,12 +305,23 @@ int main(int argc, char **argv)
     write_pid_file(dir_fd, "cumuxd.pid");
     signal(SIGPIPE, SIG_IGN);
     /* From here on this is a worker; the supervisor stays in srv_supervise until the server stops. */
-    if (srv_supervise(&ready[1]) < 0) {
+    if (srv_supervise(&ready[1], dir_fd, &lsock) < 0) {
         unlinkat(dir_fd, CUMUX_SOCKET_NAME, 0);
         unlinkat(dir_fd, "cumuxd.pid", 0);
         goto out;
     }
     prctl(PR_SET_NAME, "cumuxd-gpu"); /* the worker, beside its supervisor "cumuxd" */
+    /* This worker's GPU: its socket and pid file (GPU 0's also take status, control and the metrics). */
+    char my_sock[64], my_pid[64];
+    int my_gpu = srv_gpu_served; /* -1 after a start without a GPU (CUMUX_ALLOW_NO_GPU) */
+    if (cumux_gpu_socket_name(srv_gpu_served, my_sock, sizeof my_sock) < 0 ||
+        cumux_gpu_pid_name(srv_gpu_served, my_pid, sizeof my_pid) < 0)
+        goto out;
+    snprintf(sock_path, sizeof sock_path, "%s/%s", pipe_dir, my_sock);
+    if (srv_gpu_served != 0 && metrics_sock >= 0) {
+        close(metrics_sock);
+        metrics_sock = -1;
+    }
     /* Where the driver writes a GPU coredump if a kernel faults: it names the culprit (coredump.c). */
     if (log_dir_abs[0]) {
         int n = snprintf(srv_coredump_path, sizeof srv_coredump_path, "%s/cumuxd-gpu.%d.core", log_dir_abs,
@@ -363,22 +374,16 @@ int main(int argc, char **argv)
     srv_failover_sockets(lsock, metrics_sock);
     /* The worker's pid, for whoever must tell a new worker from the old one (tests, monitoring): there
      * before `cumux start` returns. */
-    write_pid_file(dir_fd, "cumuxd-gpu.pid");
-    cumux_logf("listening on %s with %d GPU(s)", sock_path, srv_gpu_count);
+    write_pid_file(dir_fd, my_pid);
+    cumux_logf("listening on %s for GPU %d (of %d)", sock_path, my_gpu, srv_gpu_count);
     st = 0;
-    if (ready[1] >= 0) {
-        ssize_t w = write(ready[1], &st, 1);
-        (void)w;
-        close(ready[1]);
-        ready[1] = -1;
-    }
     uint64_t arena_base, arena_size;
     srv_chunks_arena(&arena_base, &arena_size);
     srv_supervisor_serving(arena_base, arena_size);
     srv_serve(lsock, metrics_sock);
     cumux_logf("stopping: disconnecting clients");
     close(lsock);
-    unlinkat(dir_fd, CUMUX_SOCKET_NAME, 0);
+    unlinkat(dir_fd, my_sock, 0);
     pthread_mutex_lock(&srv_clients_lock);
     for (struct srv_client *c = srv_clients; c; c = c->next) {
         shutdown(c->conn.sock, SHUT_RDWR);
@@ -395,8 +400,9 @@ int main(int argc, char **argv)
             break;
         srv_client_free(c);
     }
-    unlinkat(dir_fd, "cumuxd.pid", 0);
-    unlinkat(dir_fd, "cumuxd-gpu.pid", 0);
+    if (my_gpu == 0)
+        unlinkat(dir_fd, "cumuxd.pid", 0);
+    unlinkat(dir_fd, my_pid, 0);
     srv_fault_watch_stop();
     srv_reaper_stop();
     srv_gpus_fini();

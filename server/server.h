@@ -379,9 +379,12 @@ void srv_fault_decided(CUresult code);
  * on_dump_begun, once, when a GPU coredump of this worker's context has begun. */
 int srv_fault_watch_start(srv_fault_fn fn, void (*on_dump_begun)(void));
 void srv_fault_watch_stop(void);
-/* Forks workers until one stops the server (then exits 0); returns 0 in each worker (which goes on
- * serving), or -1 in the supervisor when workers cannot be had. *ready_fd goes to the first worker only. */
-int srv_supervise(int *ready_fd);
+/* Forks workers, one per GPU and a standby behind each, until one stops the server (then exits 0); returns
+ * 0 in each worker (which goes on serving its GPU, srv_gpu_served, on the listening socket *lsock), or -1
+ * in the supervisor when workers cannot be had. *lsock comes in as GPU 0's; the supervisor makes the
+ * others' in dir_fd once GPU 0's worker has said how many GPUs there are, and writes 0 to *ready_fd once
+ * every GPU's worker serves (the workers never see it). */
+int srv_supervise(int *ready_fd, int dir_fd, int *lsock);
 /* The device memory limit of clients that ask for none or for more (CUMUX_DEFAULT_MEMORY_LIMIT, `cumux
  * control set_default_device_pinned_mem_limit`), 0 for none: kept with the supervisor, so that a worker
  * that replaces a failed one has it too. */

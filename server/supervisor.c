@@ -1,5 +1,8 @@
-/* The supervisor: cumuxd's first process holds the lock, the listening socket and the pid file, and runs
- * the GPU work in a worker process it forks. A worker whose context met a fatal error (fault.c: no process
+/* The supervisor: cumuxd's first process holds the lock, the listening sockets and the pid file, and runs
+ * the GPU work in worker processes it forks: one per GPU, each its fault domain (a fault on one GPU ends
+ * only that GPU's worker; the others' clients never notice), each on a listening socket of its own
+ * (cumux_gpu_socket_name). GPU 0's worker starts first and says how many GPUs the driver shows; then
+ * every other GPU's starts, and `cumux start` returns once all serve. Per GPU, as follows. A worker whose context met a fatal error (fault.c: no process
  * can use CUDA again after one) reports it here and exits; one that crashes is gone as well. Either way
  * another worker takes over on the same listening socket: programs that connect meanwhile wait in its
  * backlog, none is refused, and nobody has to restart anything.
@@ -25,6 +28,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -50,6 +54,8 @@ enum sup_kind {
 struct sup_msg {
     uint32_t kind;
     int32_t from; /* the worker's pid */
+    int32_t gpu_count; /* SUP_SERVING: the GPUs the driver shows the worker */
+    int32_t reserved;
     struct srv_fault_record rec;
     uint64_t arena_base, arena_size; /* SUP_SERVING: its arena of clients' memory (chunks.c) */
 };
@@ -66,15 +72,15 @@ uint32_t srv_nfaults;
 uint32_t srv_worker_restarts;
 pid_t srv_supervisor_pid;
 
-/* What the supervisor knows of its standby, on a page every worker shares (for `cumux status`). */
+/* What the supervisor knows of each GPU's standby, on a page every worker shares (for `cumux status`). */
 struct sup_shared {
     _Atomic int32_t enabled;
-    _Atomic int32_t standby_pid; /* 0: none */
-    _Atomic int32_t standby_ready;
+    _Atomic int32_t standby_pid[CUMUX_MAX_DEVICES]; /* 0: none */
+    _Atomic int32_t standby_ready[CUMUX_MAX_DEVICES];
     _Atomic uint64_t default_mem_limit; /* srv_default_mem_limit: set by whichever worker is told */
     _Atomic int32_t default_priority;   /* srv_default_priority: likewise */
     _Atomic uint32_t default_percent;   /* srv_default_thread_percent: likewise */
-    _Atomic uint64_t kept_chunks, kept_bytes; /* clients' memory chunks whose descriptors the supervisor holds */
+    _Atomic uint64_t kept_chunks[CUMUX_MAX_DEVICES], kept_bytes[CUMUX_MAX_DEVICES]; /* clients' memory chunks whose descriptors the supervisor holds */
 };
 static struct sup_shared *shared;
 static uint64_t initial_mem_limit; /* before the page exists */
@@ -126,16 +132,44 @@ static int report_fd = -1; /* a worker's end of the pipe to the supervisor */
 static int keep_fd = -1;   /* a worker's end of its socket of kept descriptors */
 static int go_fd = -1;     /* a standby worker's end of its pipe from the supervisor */
 static volatile sig_atomic_t sup_stop;
-static volatile pid_t sup_active, sup_standby;
 static int chld_pipe[2] = {-1, -1};
+
+/* The supervisor's view of one GPU's fault domain: its socket, serving worker and standby, and the
+ * descriptors of its clients' memory. */
+struct sup_domain {
+    int gpu;
+    int lsock; /* its listening socket: every worker of the domain serves on it */
+    volatile pid_t active, standby;
+    int keep_active, keep_standby; /* the supervisor's ends of the workers' sockets */
+    struct srv_kept_chunk *kept;   /* every chunk a worker handed over, not yet dropped */
+    bool *kept_mirrored;           /* kept[i] was handed to the standby to map ahead */
+    size_t nkept, capkept;
+    uint64_t *unmirror; /* chunks the standby mapped ahead that went since: to tell it */
+    size_t nunmirror, capunmirror;
+    bool mirror_on; /* the standby is ready: chunks go to it as they come */
+    int standby_go; /* the standby's pipe: the word to go */
+    bool serving, ever_served, standby_ready, need_active;
+    time_t window_start;
+    unsigned in_window, init_failures, standby_failures;
+    /* After a takeover the next standby waits until the failed worker has exited (at most a second): a
+     * new process's start of the GPU competes with the driver calls of the programs coming back, which
+     * are then slow (on the H200 their comeback took 220-400 ms while the new standby started beside them). */
+    pid_t failed_worker;
+    uint64_t standby_not_before;
+    uint64_t arena_hint, arena_hint_size; /* its workers' arena of clients' memory (chunks.c) */
+};
+static struct sup_domain doms[CUMUX_MAX_DEVICES];
+static int ndoms;
 
 static void sup_on_signal(int sig)
 {
     sup_stop = 1;
-    if (sup_active > 0)
-        kill(sup_active, sig);
-    if (sup_standby > 0)
-        kill(sup_standby, sig);
+    for (int i = 0; i < ndoms; i++) {
+        if (doms[i].active > 0)
+            kill(doms[i].active, sig);
+        if (doms[i].standby > 0)
+            kill(doms[i].standby, sig);
+    }
 }
 
 static void sup_on_child(int sig)
@@ -156,7 +190,8 @@ int64_t srv_wall_ms(void)
 
 static void sup_send(uint32_t kind, const struct srv_fault_record *rec, uint64_t arena_base, uint64_t arena_size)
 {
-    struct sup_msg m = {.kind = kind, .from = (int32_t)getpid(), .arena_base = arena_base, .arena_size = arena_size};
+    struct sup_msg m = {.kind = kind, .from = (int32_t)getpid(), .gpu_count = srv_gpu_count,
+                        .arena_base = arena_base, .arena_size = arena_size};
     if (rec)
         m.rec = *rec;
     if (report_fd >= 0) {
@@ -186,17 +221,18 @@ void srv_supervisor_serving(uint64_t arena_base, uint64_t arena_size)
 
 int srv_standby_state(pid_t *pid)
 {
-    if (!shared || !atomic_load(&shared->enabled))
+    int g = srv_gpu_served;
+    if (!shared || !atomic_load(&shared->enabled) || g < 0 || g >= CUMUX_MAX_DEVICES)
         return -1;
-    *pid = atomic_load(&shared->standby_pid);
-    return *pid ? atomic_load(&shared->standby_ready) : 0;
+    *pid = atomic_load(&shared->standby_pid[g]);
+    return *pid ? atomic_load(&shared->standby_ready[g]) : 0;
 }
 
-static void standby_note(pid_t pid, bool ready)
+static void standby_note(struct sup_domain *d, pid_t pid, bool ready)
 {
     if (shared) {
-        atomic_store(&shared->standby_ready, ready);
-        atomic_store(&shared->standby_pid, (int32_t)pid);
+        atomic_store(&shared->standby_ready[d->gpu], ready);
+        atomic_store(&shared->standby_pid[d->gpu], (int32_t)pid);
     }
 }
 
@@ -221,14 +257,7 @@ struct keep_msg {
 };
 
 uint64_t srv_arena_hint, srv_arena_hint_size;
-static struct srv_kept_chunk *kept; /* the supervisor's: every chunk a worker handed over, not yet dropped */
-static bool *kept_mirrored;         /* kept[i] was handed to the standby to map ahead */
-static size_t nkept, capkept;
 static uint64_t next_kept_id;
-static uint64_t *unmirror;          /* chunks the standby mapped ahead that went since: to tell it */
-static size_t nunmirror, capunmirror;
-static bool mirror_on;              /* the standby is ready: chunks go to it as they come */
-static int keep_active = -1, keep_standby = -1; /* the supervisor's ends of the workers' sockets */
 
 static void keep_send(const struct keep_msg *m, int fd)
 {
@@ -373,29 +402,30 @@ size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap, const struct srv
 
 int srv_kept_memory(uint64_t *chunks, uint64_t *bytes)
 {
-    if (!shared)
+    int g = srv_gpu_served;
+    if (!shared || g < 0 || g >= CUMUX_MAX_DEVICES)
         return -1;
-    *chunks = atomic_load(&shared->kept_chunks);
-    *bytes = atomic_load(&shared->kept_bytes);
+    *chunks = atomic_load(&shared->kept_chunks[g]);
+    *bytes = atomic_load(&shared->kept_bytes[g]);
     return 0;
 }
 
 /* The count `cumux status` shows (the supervisor's table changed). */
-static void kept_note(void)
+static void kept_note(struct sup_domain *d)
 {
     uint64_t bytes = 0;
-    for (size_t i = 0; i < nkept; i++)
-        bytes += kept[i].size;
+    for (size_t i = 0; i < d->nkept; i++)
+        bytes += d->kept[i].size;
     if (shared) {
-        atomic_store(&shared->kept_chunks, nkept);
-        atomic_store(&shared->kept_bytes, bytes);
+        atomic_store(&shared->kept_chunks[d->gpu], d->nkept);
+        atomic_store(&shared->kept_bytes[d->gpu], bytes);
     }
 }
 
-static void unmirror_later(uint64_t id);
+static void unmirror_later(struct sup_domain *d, uint64_t id);
 
-/* Supervisor: what a worker said of its chunks. */
-static void keep_read(int sock)
+/* Supervisor: what a worker of domain d said of its chunks. */
+static void keep_read(struct sup_domain *d, int sock)
 {
     for (bool changed = false;; changed = true) {
         struct keep_msg m;
@@ -404,39 +434,39 @@ static void keep_read(int sock)
             if (fd >= 0)
                 close(fd);
             if (changed)
-                kept_note();
+                kept_note(d);
             return;
         }
         if (m.kind == KEEP_CHUNK && fd >= 0) {
-            if (nkept == capkept) {
-                size_t nc = capkept ? capkept * 2 : 64;
-                struct srv_kept_chunk *nv = realloc(kept, nc * sizeof *nv);
+            if (d->nkept == d->capkept) {
+                size_t nc = d->capkept ? d->capkept * 2 : 64;
+                struct srv_kept_chunk *nv = realloc(d->kept, nc * sizeof *nv);
                 if (nv)
-                    kept = nv;
-                bool *nm = nv ? realloc(kept_mirrored, nc * sizeof *nm) : NULL;
+                    d->kept = nv;
+                bool *nm = nv ? realloc(d->kept_mirrored, nc * sizeof *nm) : NULL;
                 if (!nm) {
                     close(fd);
                     cumux_logf("no memory to keep a chunk's descriptor: it will not outlive its worker");
                     continue;
                 }
-                kept_mirrored = nm;
-                capkept = nc;
+                d->kept_mirrored = nm;
+                d->capkept = nc;
             }
-            kept[nkept] = kept_of(&m, fd);
-            kept[nkept].id = ++next_kept_id;
-            kept_mirrored[nkept++] = false;
+            d->kept[d->nkept] = kept_of(&m, fd);
+            d->kept[d->nkept].id = ++next_kept_id;
+            d->kept_mirrored[d->nkept++] = false;
             continue;
         }
         if (fd >= 0)
             close(fd);
-        for (size_t i = 0; i < nkept;) {
-            if ((m.kind == KEEP_DROP && kept[i].base == m.base) ||
-                (m.kind == KEEP_DROP_CLIENT && kept[i].client == m.client)) {
-                if (kept_mirrored[i])
-                    unmirror_later(kept[i].id);
-                close(kept[i].fd);
-                kept[i] = kept[--nkept];
-                kept_mirrored[i] = kept_mirrored[nkept];
+        for (size_t i = 0; i < d->nkept;) {
+            if ((m.kind == KEEP_DROP && d->kept[i].base == m.base) ||
+                (m.kind == KEEP_DROP_CLIENT && d->kept[i].client == m.client)) {
+                if (d->kept_mirrored[i])
+                    unmirror_later(d, d->kept[i].id);
+                close(d->kept[i].fd);
+                d->kept[i] = d->kept[--d->nkept];
+                d->kept_mirrored[i] = d->kept_mirrored[d->nkept];
             } else {
                 i++;
             }
@@ -450,69 +480,69 @@ static void keep_read(int sock)
  * maps it at once, and is told when one goes. Sent without waiting: what does not fit now goes at the
  * next round of the supervisor's loop; a chunk not mapped ahead is mapped at the takeover, as before. */
 
-static void unmirror_later(uint64_t id)
+static void unmirror_later(struct sup_domain *d, uint64_t id)
 {
-    if (nunmirror == capunmirror) {
-        size_t nc = capunmirror ? capunmirror * 2 : 64;
-        uint64_t *nv = realloc(unmirror, nc * sizeof *nv);
+    if (d->nunmirror == d->capunmirror) {
+        size_t nc = d->capunmirror ? d->capunmirror * 2 : 64;
+        uint64_t *nv = realloc(d->unmirror, nc * sizeof *nv);
         if (!nv) { /* the standby keeps a stale mapping until it takes over (it unmaps it then) */
-            mirror_on = false;
+            d->mirror_on = false;
             return;
         }
-        unmirror = nv;
-        capunmirror = nc;
+        d->unmirror = nv;
+        d->capunmirror = nc;
     }
-    unmirror[nunmirror++] = id;
+    d->unmirror[d->nunmirror++] = id;
 }
 
 /* A new standby (or none): nothing of the old one's is mapped there. */
-static void mirror_reset(bool ready)
+static void mirror_reset(struct sup_domain *d, bool ready)
 {
-    for (size_t i = 0; i < nkept; i++)
-        kept_mirrored[i] = false;
-    nunmirror = 0;
-    mirror_on = ready;
+    for (size_t i = 0; i < d->nkept; i++)
+        d->kept_mirrored[i] = false;
+    d->nunmirror = 0;
+    d->mirror_on = ready;
 }
 
 /* What the standby has not been told yet; true while some is left. */
-static bool mirror_flush(void)
+static bool mirror_flush(struct sup_domain *d)
 {
-    if (!mirror_on || keep_standby < 0)
+    if (!d->mirror_on || d->keep_standby < 0)
         return false;
     size_t sent = 0;
-    for (; sent < nunmirror; sent++) {
-        struct keep_msg m = {.kind = KEEP_UNMIRROR, .id = unmirror[sent]};
-        if (cumux_sock_send_now(keep_standby, &m, sizeof m, -1) < 0)
+    for (; sent < d->nunmirror; sent++) {
+        struct keep_msg m = {.kind = KEEP_UNMIRROR, .id = d->unmirror[sent]};
+        if (cumux_sock_send_now(d->keep_standby, &m, sizeof m, -1) < 0)
             break;
     }
     if (sent) {
-        memmove(unmirror, unmirror + sent, (nunmirror - sent) * sizeof *unmirror);
-        nunmirror -= sent;
+        memmove(d->unmirror, d->unmirror + sent, (d->nunmirror - sent) * sizeof *d->unmirror);
+        d->nunmirror -= sent;
     }
-    if (nunmirror)
+    if (d->nunmirror)
         return true;
-    for (size_t i = 0; i < nkept; i++) {
-        if (kept_mirrored[i])
+    for (size_t i = 0; i < d->nkept; i++) {
+        if (d->kept_mirrored[i])
             continue;
-        struct keep_msg m = keep_msg_of(KEEP_MIRROR, &kept[i]);
-        if (cumux_sock_send_now(keep_standby, &m, sizeof m, kept[i].fd) < 0)
+        struct keep_msg m = keep_msg_of(KEEP_MIRROR, &d->kept[i]);
+        if (cumux_sock_send_now(d->keep_standby, &m, sizeof m, d->kept[i].fd) < 0)
             return true;
-        kept_mirrored[i] = true;
+        d->kept_mirrored[i] = true;
     }
     return false;
 }
 
 /* To the standby taking over, which reads them as they come: its socket (non-blocking here) holds a few
  * hundred messages, so a full one is waited on, up to the deadline. */
-static int send_to_standby(const struct keep_msg *m, int fd, uint64_t deadline_ns)
+static int send_to_standby(struct sup_domain *d, const struct keep_msg *m, int fd, uint64_t deadline_ns)
 {
     for (;;) {
-        if (cumux_sock_send_now(keep_standby, m, sizeof *m, fd) == 0)
+        if (cumux_sock_send_now(d->keep_standby, m, sizeof *m, fd) == 0)
             return 0;
         uint64_t now = cumux_now_ns();
         if ((errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) || now >= deadline_ns)
             return -1;
-        struct pollfd p = {.fd = keep_standby, .events = POLLOUT};
+        struct pollfd p = {.fd = d->keep_standby, .events = POLLOUT};
         uint64_t left_ms = (deadline_ns - now) / 1000000 + 1;
         poll(&p, 1, left_ms < 100 ? (int)left_ms : 100);
     }
@@ -520,43 +550,44 @@ static int send_to_standby(const struct keep_msg *m, int fd, uint64_t deadline_n
 
 /* Supervisor: the chunks go to the standby that takes over (their descriptors stay here too, until the
  * new worker drops them); without one, they are let go. */
-static void keep_hand_over(bool to_standby)
+static void keep_hand_over(struct sup_domain *d, bool to_standby)
 {
-    if (keep_active >= 0)
-        keep_read(keep_active); /* what the failed worker said last */
+    if (d->keep_active >= 0)
+        keep_read(d, d->keep_active); /* what the failed worker said last */
     size_t handed = 0;
     /* In all, time for a standby still mapping ahead what it was sent before (milliseconds a chunk). */
     uint64_t deadline = cumux_now_ns() + 4 * HAND_OVER_WAIT_MS * 1000000ull;
-    for (size_t i = 0; to_standby && keep_standby >= 0 && i < nkept; i++) {
-        struct keep_msg m = keep_msg_of(KEEP_TAKE, &kept[i]);
-        handed += send_to_standby(&m, kept[i].fd, deadline) == 0;
+    for (size_t i = 0; to_standby && d->keep_standby >= 0 && i < d->nkept; i++) {
+        struct keep_msg m = keep_msg_of(KEEP_TAKE, &d->kept[i]);
+        handed += send_to_standby(d, &m, d->kept[i].fd, deadline) == 0;
     }
-    if (to_standby && keep_standby >= 0) {
+    if (to_standby && d->keep_standby >= 0) {
         struct keep_msg end = {.kind = KEEP_TAKE_END};
-        send_to_standby(&end, -1, deadline);
+        send_to_standby(d, &end, -1, deadline);
     }
-    if (nkept && to_standby && handed < nkept)
+    if (d->nkept && to_standby && handed < d->nkept)
         cumux_logf("clients' memory: %zu of %zu chunk(s) handed to the worker taking over (it stopped taking them)",
-                   handed, nkept);
-    else if (nkept)
-        cumux_logf("clients' memory: %zu chunk(s) %s", nkept, to_standby ? "handed to the worker taking over" : "let go");
+                   handed, d->nkept);
+    else if (d->nkept)
+        cumux_logf("clients' memory: %zu chunk(s) %s", d->nkept, to_standby ? "handed to the worker taking over" : "let go");
     if (!to_standby) {
-        for (size_t i = 0; i < nkept; i++)
-            close(kept[i].fd);
-        nkept = 0;
+        for (size_t i = 0; i < d->nkept; i++)
+            close(d->kept[i].fd);
+        d->nkept = 0;
     }
-    for (size_t i = 0; i < nkept; i++)
-        kept[i].client = UINT32_MAX; /* the old worker's ids: the new worker drops these by address */
-    mirror_reset(false); /* the next standby maps them anew */
-    kept_note();
-    if (keep_active >= 0)
-        close(keep_active);
-    keep_active = to_standby ? keep_standby : -1;
-    keep_standby = -1;
+    for (size_t i = 0; i < d->nkept; i++)
+        d->kept[i].client = UINT32_MAX; /* the old worker's ids: the new worker drops these by address */
+    mirror_reset(d, false); /* the next standby maps them anew */
+    kept_note(d);
+    if (d->keep_active >= 0)
+        close(d->keep_active);
+    d->keep_active = to_standby ? d->keep_standby : -1;
+    d->keep_standby = -1;
 }
 
-/* Forks a worker; returns its pid in the supervisor, 0 in the worker. A standby's pipe: *go_out. */
-static pid_t fork_worker(int rep[2], bool standby, int *go_out)
+/* Forks a worker of domain d; returns its pid in the supervisor, 0 in the worker (its GPU in
+ * srv_gpu_served, its listening socket in *worker_lsock). */
+static pid_t fork_worker(struct sup_domain *d, int rep[2], bool standby, int *worker_lsock)
 {
     int go[2] = {-1, -1}, ks[2] = {-1, -1};
     if (standby && pipe2(go, O_CLOEXEC) < 0)
@@ -577,14 +608,23 @@ static pid_t fork_worker(int rep[2], bool standby, int *go_out)
         close(rep[0]);
         close(ks[0]);
         keep_fd = ks[1];
-        if (keep_active >= 0)
-            close(keep_active);
-        if (keep_standby >= 0)
-            close(keep_standby);
-        keep_active = keep_standby = -1;
-        for (size_t i = 0; i < nkept; i++) /* the supervisor's, not the worker's */
-            close(kept[i].fd);
-        nkept = 0;
+        /* The supervisor's, not the worker's: every domain's sockets and kept descriptors, the other
+         * domains' listening sockets. */
+        for (int i = 0; i < ndoms; i++) {
+            struct sup_domain *o = &doms[i];
+            if (o->keep_active >= 0)
+                close(o->keep_active);
+            if (o->keep_standby >= 0)
+                close(o->keep_standby);
+            if (o->standby_go >= 0)
+                close(o->standby_go);
+            o->keep_active = o->keep_standby = o->standby_go = -1;
+            for (size_t k = 0; k < o->nkept; k++)
+                close(o->kept[k].fd);
+            o->nkept = 0;
+            if (o != d && o->lsock >= 0)
+                close(o->lsock);
+        }
         close(chld_pipe[0]);
         close(chld_pipe[1]);
         report_fd = rep[1];
@@ -592,6 +632,10 @@ static pid_t fork_worker(int rep[2], bool standby, int *go_out)
             close(go[1]);
             go_fd = go[0];
         }
+        srv_gpu_served = d->gpu;
+        srv_arena_hint = d->arena_hint;
+        srv_arena_hint_size = d->arena_hint_size;
+        *worker_lsock = d->lsock;
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
@@ -604,15 +648,15 @@ static pid_t fork_worker(int rep[2], bool standby, int *go_out)
     fcntl(ks[0], F_SETFL, O_NONBLOCK);
     if (standby) {
         close(go[0]);
-        *go_out = go[1];
-        if (keep_standby >= 0)
-            close(keep_standby);
-        keep_standby = ks[0];
-        mirror_reset(false); /* until it is ready */
+        d->standby_go = go[1];
+        if (d->keep_standby >= 0)
+            close(d->keep_standby);
+        d->keep_standby = ks[0];
+        mirror_reset(d, false); /* until it is ready */
     } else {
-        if (keep_active >= 0)
-            close(keep_active);
-        keep_active = ks[0];
+        if (d->keep_active >= 0)
+            close(d->keep_active);
+        d->keep_active = ks[0];
     }
     return w;
 }
@@ -628,25 +672,25 @@ static uint64_t standby_after_ms(void)
 }
 
 /* The standby takes over: it is given the history and starts serving. */
-static void activate_standby(int *standby_go)
+static void activate_standby(struct sup_domain *d)
 {
     struct sup_go g = {.nfaults = srv_nfaults, .restarts = srv_worker_restarts};
     memcpy(g.faults, srv_faults, sizeof g.faults);
     const char *p = (const char *)&g;
     for (size_t done = 0; done < sizeof g;) { /* the pipe holds it all: the standby reads it when ready */
-        ssize_t n = write(*standby_go, p + done, sizeof g - done);
+        ssize_t n = write(d->standby_go, p + done, sizeof g - done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break;
         done += (size_t)n;
     }
-    close(*standby_go);
-    *standby_go = -1;
-    keep_hand_over(true);
-    sup_active = sup_standby;
-    sup_standby = 0;
-    standby_note(0, false);
+    close(d->standby_go);
+    d->standby_go = -1;
+    keep_hand_over(d, true);
+    d->active = d->standby;
+    d->standby = 0;
+    standby_note(d, 0, false);
 }
 
 static void describe_exit(int st, char *why, size_t len)
@@ -660,24 +704,215 @@ static void describe_exit(int st, char *why, size_t len)
 }
 
 /* Stopping: the standby goes too, and the supervisor waits for it. */
-static void end_standby(int *standby_go)
+static void end_standby(struct sup_domain *d)
 {
-    mirror_reset(false);
+    mirror_reset(d, false);
     /* Its pipe first: a standby waiting to be told to go reads the end of it and stops. */
-    if (*standby_go >= 0)
-        close(*standby_go);
-    *standby_go = -1;
-    if (sup_standby > 0) {
-        kill(sup_standby, SIGTERM);
-        while (waitpid(sup_standby, NULL, 0) < 0 && errno == EINTR)
+    if (d->standby_go >= 0)
+        close(d->standby_go);
+    d->standby_go = -1;
+    if (d->standby > 0) {
+        kill(d->standby, SIGTERM);
+        while (waitpid(d->standby, NULL, 0) < 0 && errno == EINTR)
             ;
-        sup_standby = 0;
+        d->standby = 0;
     }
 }
 
-int srv_supervise(int *ready_fd)
+static int sup_dir_fd = -1;
+
+/* The server stops (or could not start): every domain's standby, and every other serving worker, go; the
+ * sockets the supervisor made go with them. */
+static void end_all(pid_t except)
+{
+    for (int i = 0; i < ndoms; i++)
+        end_standby(&doms[i]);
+    for (int i = 0; i < ndoms; i++) {
+        pid_t a = doms[i].active < 0 ? -doms[i].active : doms[i].active;
+        if (a > 0 && a != except)
+            kill(a, SIGTERM);
+    }
+    for (int i = 0; i < ndoms; i++) {
+        pid_t a = doms[i].active < 0 ? -doms[i].active : doms[i].active;
+        if (a > 0 && a != except)
+            while (waitpid(a, NULL, 0) < 0 && errno == EINTR)
+                ;
+        doms[i].active = 0;
+        char name[64];
+        if (i > 0 && cumux_gpu_socket_name(i, name, sizeof name) == 0)
+            unlinkat(sup_dir_fd, name, 0);
+    }
+}
+
+static void domain_init(struct sup_domain *d, int gpu, int lsock)
+{
+    memset(d, 0, sizeof *d);
+    d->gpu = gpu;
+    d->lsock = lsock;
+    d->keep_active = d->keep_standby = d->standby_go = -1;
+    d->need_active = true;
+    d->window_start = time(NULL);
+}
+
+/* GPU 0's worker said how many GPUs there are: a domain, with its socket, for each of the others. Their
+ * arenas of clients' memory are asked for beside GPU 0's, so that a program's pointers of several GPUs
+ * never meet. */
+static int domains_add(int count)
+{
+    if (count > CUMUX_MAX_DEVICES)
+        count = CUMUX_MAX_DEVICES;
+    for (int g = ndoms; g < count; g++) {
+        char path[256], name[64];
+        if (cumux_gpu_socket_path(g, path, sizeof path) < 0 || cumux_gpu_socket_name(g, name, sizeof name) < 0) {
+            cumux_logf("GPU %d: its socket's path is too long", g);
+            return -1;
+        }
+        int s = cumux_sock_listen(path, 128);
+        int fl = s >= 0 ? fcntl(s, F_GETFL) : -1;
+        if (s < 0 || fl < 0 || fcntl(s, F_SETFL, fl | O_NONBLOCK) < 0) {
+            cumux_logf("GPU %d: cannot listen on %s: %s", g, path, strerror(errno));
+            if (s >= 0)
+                close(s);
+            return -1;
+        }
+        if (fchmodat(sup_dir_fd, name, 0600, 0) < 0)
+            cumux_logf("cannot make %s owner-only: %s (the directory still is)", path, strerror(errno));
+        struct sup_domain *d = &doms[g];
+        domain_init(d, g, s);
+        if (doms[0].arena_hint_size)
+            d->arena_hint = doms[0].arena_hint + (uint64_t)g * doms[0].arena_hint_size;
+        ndoms = g + 1;
+    }
+    return 0;
+}
+
+static struct sup_domain *domain_of(pid_t pid)
+{
+    for (int i = 0; i < ndoms; i++)
+        if (doms[i].active == pid || doms[i].active == -pid || doms[i].standby == pid || doms[i].failed_worker == pid)
+            return &doms[i];
+    return NULL;
+}
+
+static void tell_ready(int *ready_fd)
+{
+    if (*ready_fd < 0)
+        return;
+    for (int i = 0; i < ndoms; i++)
+        if (!doms[i].ever_served)
+            return;
+    char st = 0;
+    ssize_t w = write(*ready_fd, &st, 1);
+    (void)w;
+    close(*ready_fd);
+    *ready_fd = -1;
+}
+
+/* What a worker reported. */
+static void on_report(struct sup_msg *m, int *ready_fd)
+{
+    struct sup_domain *d = domain_of(m->from);
+    if (!d)
+        return;
+    if (m->kind == SUP_FAULT && m->from == d->active) {
+        m->rec.recovered_ms = -1;
+        m->rec.clients[sizeof m->rec.clients - 1] = 0;
+        m->rec.culprit[sizeof m->rec.culprit - 1] = 0;
+        m->rec.why[sizeof m->rec.why - 1] = 0;
+        srv_faults[srv_nfaults++ % SRV_FAULTS_KEPT] = m->rec;
+        if (d->standby > 0 && !sup_stop) {
+            srv_worker_restarts++;
+            cumux_logf("GPU %d: worker %d met a fatal GPU error: standby worker %d takes over", d->gpu,
+                       (int)m->from, (int)d->standby);
+            activate_standby(d);
+            d->failed_worker = m->from;
+            d->standby_not_before = cumux_now_ns() + standby_after_ms() * 1000000ull;
+            d->serving = d->standby_ready;
+            if (d->serving)
+                d->ever_served = true;
+        } else {
+            d->active = -d->active; /* replaced when it has exited */
+        }
+    } else if (m->kind == SUP_SERVING && m->from == d->active) {
+        d->serving = d->ever_served = true;
+        if (m->arena_size && !d->arena_hint_size) { /* the first arena: every later worker's too */
+            d->arena_hint = m->arena_base;
+            d->arena_hint_size = m->arena_size;
+        }
+        d->init_failures = 0;
+        if (srv_nfaults)
+            srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT].recovered_ms = m->rec.recovered_ms;
+        if (d->gpu == 0 && m->gpu_count > ndoms && domains_add(m->gpu_count) < 0)
+            sup_stop = 1; /* not every GPU can be served: the server does not start */
+        tell_ready(ready_fd);
+    } else if (m->kind == SUP_STANDBY && m->from == d->standby) {
+        d->standby_ready = true;
+        mirror_reset(d, true);
+        mirror_flush(d);
+        d->standby_failures = 0;
+        standby_note(d, d->standby, true);
+    }
+}
+
+/* A worker of domain d ended: 1 when the server stops, -1 when it cannot go on, 0 otherwise. */
+static int on_exit_of(struct sup_domain *d, pid_t w, int st)
+{
+    char why[64];
+    describe_exit(st, why, sizeof why);
+    if (w == d->standby) {
+        d->standby = 0;
+        mirror_reset(d, false);
+        standby_note(d, 0, false);
+        if (d->standby_go >= 0)
+            close(d->standby_go), d->standby_go = -1;
+        if (!sup_stop) {
+            d->standby_failures++;
+            cumux_logf("GPU %d: standby worker %d ended (%s)%s", d->gpu, (int)w, why,
+                       d->standby_failures >= STANDBY_RETRIES ? ": no standby from now on" : "");
+        }
+        return 0;
+    }
+    if (w == d->failed_worker)
+        d->failed_worker = 0, d->standby_not_before = 0; /* its context is gone: the next standby may start */
+    if (w != d->active && w != -d->active) {
+        cumux_logf("GPU %d: worker %d ended (%s)", d->gpu, (int)w, why); /* one the standby has replaced */
+        return 0;
+    }
+    /* The worker that served. */
+    if ((WIFEXITED(st) && WEXITSTATUS(st) == 0) || sup_stop)
+        return 1; /* stopped: the worker cleaned up */
+    if (!d->ever_served)
+        return -1; /* the first worker could not start: `cumux start` says why */
+    srv_worker_restarts++;
+    if (!d->serving && ++d->init_failures > INIT_RETRIES) {
+        cumux_logf("GPU %d: worker %d ended (%s) and %u new ones could not start: stopping", d->gpu, (int)w, why,
+                   INIT_RETRIES);
+        return -1;
+    }
+    if (d->standby > 0) {
+        cumux_logf("GPU %d: worker %d ended (%s): standby worker %d takes over", d->gpu, (int)w, why,
+                   (int)d->standby);
+        activate_standby(d);
+        d->serving = d->standby_ready;
+        return 0;
+    }
+    time_t now = time(NULL);
+    if (now - d->window_start >= RESTART_WINDOW_S)
+        d->window_start = now, d->in_window = 0;
+    keep_hand_over(d, false); /* a cold worker has no clients to give their memory back to */
+    bool slow = ++d->in_window > RESTARTS_FAST || (!d->serving && d->init_failures > 0);
+    cumux_logf("GPU %d: worker %d ended (%s): starting a new one%s", d->gpu, (int)w, why, slow ? " in 1 s" : "");
+    if (slow)
+        sleep(1);
+    d->active = 0;
+    d->need_active = true;
+    return 0;
+}
+
+int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
 {
     srv_supervisor_pid = getpid();
+    sup_dir_fd = dir_fd;
     int rep[2];
     if (pipe2(rep, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(chld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         return -1;
@@ -696,160 +931,102 @@ int srv_supervise(int *ready_fd)
         atomic_store(&shared->default_priority, initial_priority);
         atomic_store(&shared->default_percent, initial_percent);
     }
-    bool ever_served = false, serving = false, standby_ready = false;
-    time_t window_start = time(NULL);
-    unsigned in_window = 0, init_failures = 0, standby_failures = 0;
-    int standby_go = -1;
-    bool need_active = true;
-    /* After a takeover the next standby waits until the failed worker has exited (at most a second): a new
-     * process's start of the GPU competes with the driver calls of the programs coming back, which are
-     * then slow (on the H200 their comeback took 220-400 ms while the new standby started beside them). */
-    pid_t failed_worker = 0;
-    uint64_t standby_not_before = 0;
+    domain_init(&doms[0], 0, *lsock);
+    ndoms = 1;
     for (;;) {
-        if (need_active) {
-            pid_t w = fork_worker(rep, false, NULL);
-            if (w < 0) {
-                cumux_logf("cannot start a worker: %s", strerror(errno));
-                end_standby(&standby_go);
-                return -1;
-            }
-            if (w == 0)
-                return 0;
-            sup_active = w;
-            serving = false;
-            need_active = false;
-            if (*ready_fd >= 0) { /* only the first worker tells `cumux start` how it went */
-                close(*ready_fd);
-                *ready_fd = -1;
-            }
-        }
         uint64_t now_ns = cumux_now_ns();
-        if (want_standby && serving && sup_standby <= 0 && standby_failures < STANDBY_RETRIES && !sup_stop &&
-            now_ns >= standby_not_before) {
-            pid_t w = fork_worker(rep, true, &standby_go);
-            if (w == 0)
-                return 0;
-            if (w > 0) {
-                sup_standby = w;
-                standby_ready = false;
-                standby_note(w, false);
-            } else {
-                standby_failures++;
+        for (int i = 0; i < ndoms && !sup_stop; i++) {
+            struct sup_domain *d = &doms[i];
+            if (d->need_active) {
+                pid_t w = fork_worker(d, rep, false, lsock);
+                if (w < 0) {
+                    cumux_logf("GPU %d: cannot start a worker: %s", d->gpu, strerror(errno));
+                    end_all(0);
+                    return -1;
+                }
+                if (w == 0) {
+                    if (*ready_fd >= 0) /* the supervisor tells `cumux start`, once every GPU serves */
+                        close(*ready_fd), *ready_fd = -1;
+                    return 0;
+                }
+                d->active = w;
+                d->serving = false;
+                d->need_active = false;
+            }
+            if (want_standby && d->serving && d->standby <= 0 && d->standby_failures < STANDBY_RETRIES &&
+                now_ns >= d->standby_not_before) {
+                pid_t w = fork_worker(d, rep, true, lsock);
+                if (w == 0) {
+                    if (*ready_fd >= 0)
+                        close(*ready_fd), *ready_fd = -1;
+                    return 0;
+                }
+                if (w > 0) {
+                    d->standby = w;
+                    d->standby_ready = false;
+                    standby_note(d, w, false);
+                } else {
+                    d->standby_failures++;
+                }
             }
         }
-        /* The standby's socket when what it must be told did not all fit. */
-        bool mirror_left = mirror_flush();
-        struct pollfd pf[4] = {{.fd = rep[0], .events = POLLIN},
-                               {.fd = chld_pipe[0], .events = POLLIN},
-                               {.fd = keep_active, .events = POLLIN},
-                               {.fd = mirror_left ? keep_standby : -1, .events = POLLOUT}};
+        /* Each domain's workers' sockets; a standby's when what it must be told did not all fit. */
+        struct pollfd pf[2 + 2 * CUMUX_MAX_DEVICES];
+        int npf = 0;
+        pf[npf++] = (struct pollfd){.fd = rep[0], .events = POLLIN};
+        pf[npf++] = (struct pollfd){.fd = chld_pipe[0], .events = POLLIN};
         int wait_ms = 1000;
-        if (standby_not_before > now_ns && standby_not_before - now_ns < 1000000000ull)
-            wait_ms = (int)((standby_not_before - now_ns) / 1000000) + 1;
-        poll(pf, 4, wait_ms);
-        if (keep_active >= 0)
-            keep_read(keep_active);
-        mirror_flush();
+        for (int i = 0; i < ndoms; i++) {
+            struct sup_domain *d = &doms[i];
+            bool mirror_left = mirror_flush(d);
+            pf[npf++] = (struct pollfd){.fd = d->keep_active, .events = POLLIN};
+            pf[npf++] = (struct pollfd){.fd = mirror_left ? d->keep_standby : -1, .events = POLLOUT};
+            if (d->standby_not_before > now_ns && d->standby_not_before - now_ns < 1000000000ull) {
+                int ms = (int)((d->standby_not_before - now_ns) / 1000000) + 1;
+                wait_ms = ms < wait_ms ? ms : wait_ms;
+            }
+        }
+        poll(pf, (nfds_t)npf, wait_ms);
+        for (int i = 0; i < ndoms; i++) {
+            if (doms[i].keep_active >= 0)
+                keep_read(&doms[i], doms[i].keep_active);
+            mirror_flush(&doms[i]);
+        }
         char drain[64];
         while (read(chld_pipe[0], drain, sizeof drain) > 0)
             ;
         /* Reports first: a fault is answered by the standby before the failed worker has exited. */
         struct sup_msg m;
-        while (read(rep[0], &m, sizeof m) == (ssize_t)sizeof m) {
-            if (m.kind == SUP_FAULT && m.from == sup_active) {
-                m.rec.recovered_ms = -1;
-                m.rec.clients[sizeof m.rec.clients - 1] = 0;
-                m.rec.culprit[sizeof m.rec.culprit - 1] = 0;
-                m.rec.why[sizeof m.rec.why - 1] = 0;
-                srv_faults[srv_nfaults++ % SRV_FAULTS_KEPT] = m.rec;
-                if (sup_standby > 0 && !sup_stop) {
-                    srv_worker_restarts++;
-                    cumux_logf("worker %d met a fatal GPU error: standby worker %d takes over", (int)m.from,
-                               (int)sup_standby);
-                    activate_standby(&standby_go);
-                    failed_worker = m.from;
-                    standby_not_before = cumux_now_ns() + standby_after_ms() * 1000000ull;
-                    serving = standby_ready;
-                    if (serving)
-                        ever_served = true;
-                } else {
-                    sup_active = -sup_active; /* replaced when it has exited */
-                }
-            } else if (m.kind == SUP_SERVING && m.from == sup_active) {
-                serving = ever_served = true;
-                if (m.arena_size && !srv_arena_hint_size) { /* the first arena: every later worker's too */
-                    srv_arena_hint = m.arena_base;
-                    srv_arena_hint_size = m.arena_size;
-                }
-                init_failures = 0;
-                if (srv_nfaults)
-                    srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT].recovered_ms = m.rec.recovered_ms;
-            } else if (m.kind == SUP_STANDBY && m.from == sup_standby) {
-                standby_ready = true;
-                mirror_reset(true);
-                mirror_flush();
-                standby_failures = 0;
-                standby_note(sup_standby, true);
-            }
-        }
+        while (read(rep[0], &m, sizeof m) == (ssize_t)sizeof m)
+            on_report(&m, ready_fd);
         int st;
         pid_t w;
         while ((w = waitpid(-1, &st, WNOHANG)) > 0) {
-            char why[64];
-            describe_exit(st, why, sizeof why);
-            if (w == sup_standby) {
-                sup_standby = 0;
-                mirror_reset(false);
-                standby_note(0, false);
-                if (standby_go >= 0)
-                    close(standby_go), standby_go = -1;
-                if (!sup_stop) {
-                    standby_failures++;
-                    cumux_logf("standby worker %d ended (%s)%s", (int)w, why,
-                               standby_failures >= STANDBY_RETRIES ? ": no standby from now on" : "");
-                }
+            struct sup_domain *d = domain_of(w);
+            if (!d) {
+                char why[64];
+                describe_exit(st, why, sizeof why);
+                cumux_logf("worker %d ended (%s)", (int)w, why);
                 continue;
             }
-            if (w == failed_worker)
-                failed_worker = 0, standby_not_before = 0; /* its context is gone: the next standby may start */
-            if (w != sup_active && w != -sup_active) {
-                cumux_logf("worker %d ended (%s)", (int)w, why); /* one the standby has replaced */
-                continue;
+            int r = on_exit_of(d, w, st);
+            if (r > 0) {
+                end_all(w);
+                exit(0);
             }
-            /* The worker that served. */
-            if ((WIFEXITED(st) && WEXITSTATUS(st) == 0) || sup_stop) {
-                end_standby(&standby_go);
-                exit(0); /* stopped: the worker cleaned up */
-            }
-            if (!ever_served) {
-                end_standby(&standby_go);
-                return -1; /* the first worker could not start: `cumux start` says why */
-            }
-            srv_worker_restarts++;
-            if (!serving && ++init_failures > INIT_RETRIES) {
-                cumux_logf("worker %d ended (%s) and %u new ones could not start: stopping", (int)w, why,
-                           INIT_RETRIES);
-                end_standby(&standby_go);
+            if (r < 0) {
+                end_all(w);
                 return -1;
             }
-            if (sup_standby > 0) {
-                cumux_logf("worker %d ended (%s): standby worker %d takes over", (int)w, why, (int)sup_standby);
-                activate_standby(&standby_go);
-                serving = standby_ready;
-                continue;
-            }
-            time_t now = time(NULL);
-            if (now - window_start >= RESTART_WINDOW_S)
-                window_start = now, in_window = 0;
-            keep_hand_over(false); /* a cold worker has no clients to give their memory back to */
-            bool slow = ++in_window > RESTARTS_FAST || (!serving && init_failures > 0);
-            cumux_logf("worker %d ended (%s): starting a new one%s", (int)w, why, slow ? " in 1 s" : "");
-            if (slow)
-                sleep(1);
-            need_active = true;
         }
-        if (sup_stop && sup_active <= 0 && sup_standby <= 0)
-            exit(0);
+        if (sup_stop) {
+            bool left = false;
+            for (int i = 0; i < ndoms; i++)
+                left |= doms[i].active > 0 || doms[i].standby > 0;
+            if (!left) {
+                end_all(0);
+                exit(0);
+            }
+        }
     }
 }
