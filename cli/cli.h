@@ -17,7 +17,9 @@ int cli_shim_dir(char *out, size_t len);
  * stderr) when another user's process holds the pipe directory; -1 with another errno when none runs. */
 int cli_connect_server(void);
 /* cumuxd started (foreground: this process becomes it); 0 or 1. */
-int cli_start_server(bool foreground);
+/* every_gpu: started for a program, whose CUDA_VISIBLE_DEVICES is not the server's (`cumux start` keeps
+ * it: the GPUs the server serves, as for nvidia-cuda-mps-control). */
+int cli_start_server(bool foreground, bool every_gpu);
 /* Sends a hello of this kind (flags, arg: common/proto.h) and writes the text that comes back to out
  * (NULL: dropped). The server's status (0 or a CUresult), or -1 with errno when it could not be asked
  * (EPERM: said on stderr). */

@@ -69,7 +69,7 @@ static int cmd_start(int argc, char **argv)
     }
     if (errno == EPERM)
         return 1;
-    int r = cli_start_server(fg);
+    int r = cli_start_server(fg, false);
     if (r == 0)
         printf("cumuxd started (pipe directory %s)\n", cumux_pipe_directory());
     return r;

@@ -143,7 +143,7 @@ static void strip_shim_from_env(const char *dir)
     free(outp);
 }
 
-int cli_start_server(bool foreground)
+int cli_start_server(bool foreground, bool every_gpu)
 {
     char srv[PATH_MAX], lib[PATH_MAX];
     if (server_path(srv, sizeof srv) < 0) {
@@ -161,6 +161,10 @@ int cli_start_server(bool foreground)
     if (pid < 0)
         return 1;
     if (pid == 0) {
+        /* Started for a program (`cumux run`): the server serves every GPU, and the program's own
+         * CUDA_VISIBLE_DEVICES picks among them (the shim reads it). */
+        if (every_gpu)
+            unsetenv("CUDA_VISIBLE_DEVICES");
         execl(srv, "cumuxd", (char *)NULL);
         _exit(127);
     }
@@ -205,7 +209,7 @@ int cli_ensure_server(void)
     int s = cli_connect_server();
     if (s < 0 && errno == EPERM)
         return 1; /* someone else's: starting ours there would fail, and the user must choose */
-    if (s < 0 && cli_start_server(false) != 0) {
+    if (s < 0 && cli_start_server(false, true) != 0) {
         /* Another `cumux run` may have started it at the same moment: give it a few seconds. */
         for (int t = 0; t < 100 && (s = cli_connect_server()) < 0 && errno != EPERM; t++) {
             struct timespec ts = {0, 50 * 1000 * 1000};

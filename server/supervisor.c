@@ -38,18 +38,13 @@
 #include "common/log.h"
 #include "common/priority.h"
 #include "common/sock.h"
-#include "server/server.h"
+#include "server/supervisor.h"
 
 #define RESTARTS_FAST 20      /* restarts within RESTART_WINDOW_S before the supervisor slows down */
 #define RESTART_WINDOW_S 60
 #define INIT_RETRIES 10       /* a new worker that cannot start its GPUs: tries, 1 s apart */
 #define STANDBY_RETRIES 5     /* standby workers that die before they are needed: then none is kept */
 
-enum sup_kind {
-    SUP_SERVING = 1, /* a worker serves (rec.recovered_ms: for the last fault) */
-    SUP_FAULT = 2,   /* a worker's GPU met a fatal error (rec); it exits next */
-    SUP_STANDBY = 3, /* a standby worker's GPUs are up: it waits to be told to go */
-};
 
 struct sup_msg {
     uint32_t kind;
@@ -61,40 +56,24 @@ struct sup_msg {
 };
 _Static_assert(sizeof(struct sup_msg) <= PIPE_BUF, "a report is written in one piece");
 
-/* What a standby is given when it goes: the history it shows in `cumux status`. */
-struct sup_go {
-    uint32_t nfaults, restarts;
-    struct srv_fault_record faults[SRV_FAULTS_KEPT];
-};
 
 struct srv_fault_record srv_faults[SRV_FAULTS_KEPT];
 uint32_t srv_nfaults;
 uint32_t srv_worker_restarts;
 pid_t srv_supervisor_pid;
 
-/* What the supervisor knows of each GPU's standby, on a page every worker shares (for `cumux status`). */
-struct sup_shared {
-    _Atomic int32_t enabled;
-    _Atomic int32_t standby_pid[CUMUX_MAX_DEVICES]; /* 0: none */
-    _Atomic int32_t standby_ready[CUMUX_MAX_DEVICES];
-    _Atomic uint64_t default_mem_limit; /* srv_default_mem_limit: set by whichever worker is told */
-    _Atomic int32_t default_priority;   /* srv_default_priority: likewise */
-    _Atomic uint32_t default_percent;   /* srv_default_thread_percent: likewise */
-    _Atomic uint64_t kept_chunks[CUMUX_MAX_DEVICES], kept_bytes[CUMUX_MAX_DEVICES]; /* clients' memory chunks whose descriptors the supervisor holds */
-};
-static struct sup_shared *shared;
 static uint64_t initial_mem_limit; /* before the page exists */
 static int initial_priority = CUMUX_PRIORITY_NORMAL;
 
 int srv_default_priority(void)
 {
-    return shared ? atomic_load(&shared->default_priority) : initial_priority;
+    return sup_page ? atomic_load(&sup_page->default_priority) : initial_priority;
 }
 
 void srv_set_default_priority(int cls)
 {
-    if (shared)
-        atomic_store(&shared->default_priority, cls);
+    if (sup_page)
+        atomic_store(&sup_page->default_priority, cls);
     else
         initial_priority = cls;
 }
@@ -103,63 +82,38 @@ static unsigned initial_percent;
 
 unsigned srv_default_thread_percent(void)
 {
-    return shared ? atomic_load(&shared->default_percent) : initial_percent;
+    return sup_page ? atomic_load(&sup_page->default_percent) : initial_percent;
 }
 
 void srv_set_default_thread_percent(unsigned percent)
 {
     percent = percent >= 100 ? 0 : percent;
-    if (shared)
-        atomic_store(&shared->default_percent, percent);
+    if (sup_page)
+        atomic_store(&sup_page->default_percent, percent);
     else
         initial_percent = percent;
 }
 
 uint64_t srv_default_mem_limit(void)
 {
-    return shared ? atomic_load(&shared->default_mem_limit) : initial_mem_limit;
+    return sup_page ? atomic_load(&sup_page->default_mem_limit) : initial_mem_limit;
 }
 
 void srv_set_default_mem_limit(uint64_t bytes)
 {
-    if (shared)
-        atomic_store(&shared->default_mem_limit, bytes);
+    if (sup_page)
+        atomic_store(&sup_page->default_mem_limit, bytes);
     else
         initial_mem_limit = bytes;
 }
 
 static int report_fd = -1; /* a worker's end of the pipe to the supervisor */
-static int keep_fd = -1;   /* a worker's end of its socket of kept descriptors */
-static int go_fd = -1;     /* a standby worker's end of its pipe from the supervisor */
+int sup_go_fd = -1;   /* a standby worker's end of its pipe from the supervisor */
 static volatile sig_atomic_t sup_stop;
-static int chld_pipe[2] = {-1, -1};
-
-/* The supervisor's view of one GPU's fault domain: its socket, serving worker and standby, and the
- * descriptors of its clients' memory. */
-struct sup_domain {
-    int gpu;
-    int lsock; /* its listening socket: every worker of the domain serves on it */
-    volatile pid_t active, standby;
-    int keep_active, keep_standby; /* the supervisor's ends of the workers' sockets */
-    struct srv_kept_chunk *kept;   /* every chunk a worker handed over, not yet dropped */
-    bool *kept_mirrored;           /* kept[i] was handed to the standby to map ahead */
-    size_t nkept, capkept;
-    uint64_t *unmirror; /* chunks the standby mapped ahead that went since: to tell it */
-    size_t nunmirror, capunmirror;
-    bool mirror_on; /* the standby is ready: chunks go to it as they come */
-    int standby_go; /* the standby's pipe: the word to go */
-    bool serving, ever_served, standby_ready, need_active;
-    time_t window_start;
-    unsigned in_window, init_failures, standby_failures;
-    /* After a takeover the next standby waits until the failed worker has exited (at most a second): a
-     * new process's start of the GPU competes with the driver calls of the programs coming back, which
-     * are then slow (on the H200 their comeback took 220-400 ms while the new standby started beside them). */
-    pid_t failed_worker;
-    uint64_t standby_not_before;
-    uint64_t arena_hint, arena_hint_size; /* its workers' arena of clients' memory (chunks.c) */
-};
 static struct sup_domain doms[CUMUX_MAX_DEVICES];
 static int ndoms;
+static int chld_pipe[2] = {-1, -1};
+
 
 static void sup_on_signal(int sig)
 {
@@ -188,7 +142,7 @@ int64_t srv_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sup_send(uint32_t kind, const struct srv_fault_record *rec, uint64_t arena_base, uint64_t arena_size)
+void sup_send(uint32_t kind, const struct srv_fault_record *rec, uint64_t arena_base, uint64_t arena_size)
 {
     struct sup_msg m = {.kind = kind, .from = (int32_t)getpid(), .gpu_count = srv_gpu_count,
                         .arena_base = arena_base, .arena_size = arena_size};
@@ -222,80 +176,19 @@ void srv_supervisor_serving(uint64_t arena_base, uint64_t arena_size)
 int srv_standby_state(pid_t *pid)
 {
     int g = srv_gpu_served;
-    if (!shared || !atomic_load(&shared->enabled) || g < 0 || g >= CUMUX_MAX_DEVICES)
+    if (!sup_page || !atomic_load(&sup_page->enabled) || g < 0 || g >= CUMUX_MAX_DEVICES)
         return -1;
-    *pid = atomic_load(&shared->standby_pid[g]);
-    return *pid ? atomic_load(&shared->standby_ready[g]) : 0;
+    *pid = atomic_load(&sup_page->standby_pid[g]);
+    return *pid ? atomic_load(&sup_page->standby_ready[g]) : 0;
 }
 
 static void standby_note(struct sup_domain *d, pid_t pid, bool ready)
 {
-    if (shared) {
-        atomic_store(&shared->standby_ready[d->gpu], ready);
-        atomic_store(&shared->standby_pid[d->gpu], (int32_t)pid);
+    if (sup_page) {
+        atomic_store(&sup_page->standby_ready[d->gpu], ready);
+        atomic_store(&sup_page->standby_pid[d->gpu], (int32_t)pid);
     }
 }
-
-bool srv_worker_is_standby(void)
-{
-    return go_fd >= 0;
-}
-
-/* ---- kept descriptors of clients' memory chunks ---- */
-
-enum keep_kind { KEEP_CHUNK = 1, KEEP_DROP, KEEP_DROP_CLIENT, KEEP_TAKE, KEEP_TAKE_END, KEEP_MIRROR, KEEP_UNMIRROR };
-
-struct keep_msg {
-    uint32_t kind;
-    uint32_t client;
-    int32_t gpu;
-    int32_t pid;
-    uint64_t base, size, token;
-    uint32_t uid;
-    uint32_t reserved;
-    uint64_t id;
-};
-
-uint64_t srv_arena_hint, srv_arena_hint_size;
-static uint64_t next_kept_id;
-
-static void keep_send(const struct keep_msg *m, int fd)
-{
-    if (keep_fd >= 0 && cumux_sock_send(keep_fd, m, sizeof *m, fd) < 0)
-        cumux_logf("the supervisor was not told of a chunk at 0x%llx: %s", (unsigned long long)m->base, strerror(errno));
-}
-
-static struct keep_msg keep_msg_of(uint32_t kind, const struct srv_kept_chunk *k)
-{
-    return (struct keep_msg){.kind = kind, .client = k->client, .gpu = k->gpu, .pid = k->pid, .base = k->base,
-                             .size = k->size, .token = k->token, .uid = k->uid, .id = k->id};
-}
-
-static struct srv_kept_chunk kept_of(const struct keep_msg *m, int fd)
-{
-    return (struct srv_kept_chunk){.client = m->client, .gpu = m->gpu, .base = m->base, .size = m->size,
-                                   .token = m->token, .pid = m->pid, .uid = m->uid, .fd = fd, .id = m->id};
-}
-
-/* A chunk to map ahead, or one that went, as the standby reads them (waiting, or taking over). */
-static void mirror_message(const struct keep_msg *m, int fd, const struct srv_mirror_ops *mirror)
-{
-    if (m->kind == KEEP_MIRROR && fd >= 0 && mirror) {
-        struct srv_kept_chunk k = kept_of(m, fd);
-        mirror->add(&k);
-        return;
-    }
-    if (fd >= 0)
-        close(fd);
-    if (m->kind == KEEP_UNMIRROR && mirror)
-        mirror->remove(m->id);
-}
-
-/* A message the waiting standby read that is not about mapping ahead (the handover's first, should it
- * come before the word to go), for srv_standby_take. */
-static struct keep_msg held_msg;
-static int held_fd = -1;
-static bool held;
 
 int srv_standby_wait(volatile sig_atomic_t *stop, const struct srv_mirror_ops *mirror)
 {
@@ -303,286 +196,37 @@ int srv_standby_wait(volatile sig_atomic_t *stop, const struct srv_mirror_ops *m
     struct sup_go g;
     size_t got = 0;
     while (got < sizeof g && !*stop) { /* a stop that came while the GPUs started: not a read to wait on */
-        struct pollfd pf[2] = {{.fd = go_fd, .events = POLLIN}, {.fd = held ? -1 : keep_fd, .events = POLLIN}};
+        struct pollfd pf[2] = {{.fd = sup_go_fd, .events = POLLIN},
+                               {.fd = sup_keep_holding() ? -1 : sup_keep_fd, .events = POLLIN}};
         if (poll(pf, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;
             return -1;
         }
         if (pf[0].revents) { /* the word to go first: the handover follows it */
-            ssize_t n = read(go_fd, (char *)&g + got, sizeof g - got);
+            ssize_t n = read(sup_go_fd, (char *)&g + got, sizeof g - got);
             if (n > 0)
                 got += (size_t)n;
             else if (n == 0 || (errno != EINTR && errno != EAGAIN) || *stop)
                 return -1; /* the supervisor is gone, or stops the server */
             continue;
         }
-        if (pf[1].revents) {
-            struct keep_msg m;
-            int fd = -1;
-            if (cumux_sock_recv(keep_fd, &m, sizeof m, &fd) < 0)
-                return -1; /* the supervisor is gone */
-            if (m.kind == KEEP_MIRROR || m.kind == KEEP_UNMIRROR) {
-                mirror_message(&m, fd, mirror);
-            } else {
-                held_msg = m;
-                held_fd = fd;
-                held = true;
-            }
-        }
+        if (pf[1].revents && sup_keep_take_one(mirror) < 0)
+            return -1; /* the supervisor is gone */
     }
     if (got < sizeof g)
         return -1;
-    close(go_fd);
-    go_fd = -1;
+    close(sup_go_fd);
+    sup_go_fd = -1;
     srv_nfaults = g.nfaults;
     srv_worker_restarts = g.restarts;
     memcpy(srv_faults, g.faults, sizeof srv_faults);
     return 0;
 }
 
-void srv_supervisor_keep(const struct srv_kept_chunk *k)
+bool srv_worker_is_standby(void)
 {
-    struct keep_msg m = keep_msg_of(KEEP_CHUNK, k);
-    keep_send(&m, k->fd);
-}
-
-void srv_supervisor_drop(uint64_t base)
-{
-    struct keep_msg m = {.kind = KEEP_DROP, .base = base};
-    keep_send(&m, -1);
-}
-
-void srv_supervisor_drop_client(uint32_t client)
-{
-    struct keep_msg m = {.kind = KEEP_DROP_CLIENT, .client = client};
-    keep_send(&m, -1);
-}
-
-#define HAND_OVER_WAIT_MS 5000 /* the most the standby waits for the handover's next message */
-
-size_t srv_standby_take(struct srv_kept_chunk *out, size_t cap, const struct srv_mirror_ops *mirror)
-{
-    size_t n = 0;
-    for (;;) {
-        struct keep_msg m;
-        int fd = -1;
-        /* A supervisor that stopped sending (gone, or it could not) leaves the rest: never waited for
-         * without end, since no client is served meanwhile. */
-        struct pollfd p = {.fd = keep_fd, .events = POLLIN};
-        if (!held && keep_fd >= 0 && poll(&p, 1, HAND_OVER_WAIT_MS) <= 0) {
-            cumux_logf("the supervisor stopped handing over chunks after %zu: going on without the rest", n);
-            return n;
-        }
-        bool got;
-        if (held) {
-            m = held_msg, fd = held_fd, got = true;
-            held = false;
-        } else {
-            got = keep_fd >= 0 && cumux_sock_recv(keep_fd, &m, sizeof m, &fd) == 0;
-        }
-        if (got && (m.kind == KEEP_MIRROR || m.kind == KEEP_UNMIRROR)) { /* sent before the takeover */
-            mirror_message(&m, fd, mirror);
-            continue;
-        }
-        if (!got || m.kind != KEEP_TAKE) {
-            if (fd >= 0)
-                close(fd);
-            return n;
-        }
-        if (n < cap && fd >= 0) {
-            out[n++] = kept_of(&m, fd);
-        } else {
-            if (fd >= 0)
-                close(fd);
-            srv_supervisor_drop(m.base); /* no room here: the supervisor lets it go */
-        }
-    }
-}
-
-int srv_kept_memory(uint64_t *chunks, uint64_t *bytes)
-{
-    int g = srv_gpu_served;
-    if (!shared || g < 0 || g >= CUMUX_MAX_DEVICES)
-        return -1;
-    *chunks = atomic_load(&shared->kept_chunks[g]);
-    *bytes = atomic_load(&shared->kept_bytes[g]);
-    return 0;
-}
-
-/* The count `cumux status` shows (the supervisor's table changed). */
-static void kept_note(struct sup_domain *d)
-{
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < d->nkept; i++)
-        bytes += d->kept[i].size;
-    if (shared) {
-        atomic_store(&shared->kept_chunks[d->gpu], d->nkept);
-        atomic_store(&shared->kept_bytes[d->gpu], bytes);
-    }
-}
-
-static void unmirror_later(struct sup_domain *d, uint64_t id);
-
-/* Supervisor: what a worker of domain d said of its chunks. */
-static void keep_read(struct sup_domain *d, int sock)
-{
-    for (bool changed = false;; changed = true) {
-        struct keep_msg m;
-        int fd = -1;
-        if (cumux_sock_recv_some(sock, &m, sizeof m, &fd) != (ssize_t)sizeof m) {
-            if (fd >= 0)
-                close(fd);
-            if (changed)
-                kept_note(d);
-            return;
-        }
-        if (m.kind == KEEP_CHUNK && fd >= 0) {
-            if (d->nkept == d->capkept) {
-                size_t nc = d->capkept ? d->capkept * 2 : 64;
-                struct srv_kept_chunk *nv = realloc(d->kept, nc * sizeof *nv);
-                if (nv)
-                    d->kept = nv;
-                bool *nm = nv ? realloc(d->kept_mirrored, nc * sizeof *nm) : NULL;
-                if (!nm) {
-                    close(fd);
-                    cumux_logf("no memory to keep a chunk's descriptor: it will not outlive its worker");
-                    continue;
-                }
-                d->kept_mirrored = nm;
-                d->capkept = nc;
-            }
-            d->kept[d->nkept] = kept_of(&m, fd);
-            d->kept[d->nkept].id = ++next_kept_id;
-            d->kept_mirrored[d->nkept++] = false;
-            continue;
-        }
-        if (fd >= 0)
-            close(fd);
-        for (size_t i = 0; i < d->nkept;) {
-            if ((m.kind == KEEP_DROP && d->kept[i].base == m.base) ||
-                (m.kind == KEEP_DROP_CLIENT && d->kept[i].client == m.client)) {
-                if (d->kept_mirrored[i])
-                    unmirror_later(d, d->kept[i].id);
-                close(d->kept[i].fd);
-                d->kept[i] = d->kept[--d->nkept];
-                d->kept_mirrored[i] = d->kept_mirrored[d->nkept];
-            } else {
-                i++;
-            }
-        }
-    }
-}
-
-/* ---- mapping ahead in the standby ----
- * Mapping a chunk costs the worker taking over milliseconds each (65 ms for 8 on the H200), and its
- * clients wait for theirs before they come back: so the ready standby gets each chunk as it comes and
- * maps it at once, and is told when one goes. Sent without waiting: what does not fit now goes at the
- * next round of the supervisor's loop; a chunk not mapped ahead is mapped at the takeover, as before. */
-
-static void unmirror_later(struct sup_domain *d, uint64_t id)
-{
-    if (d->nunmirror == d->capunmirror) {
-        size_t nc = d->capunmirror ? d->capunmirror * 2 : 64;
-        uint64_t *nv = realloc(d->unmirror, nc * sizeof *nv);
-        if (!nv) { /* the standby keeps a stale mapping until it takes over (it unmaps it then) */
-            d->mirror_on = false;
-            return;
-        }
-        d->unmirror = nv;
-        d->capunmirror = nc;
-    }
-    d->unmirror[d->nunmirror++] = id;
-}
-
-/* A new standby (or none): nothing of the old one's is mapped there. */
-static void mirror_reset(struct sup_domain *d, bool ready)
-{
-    for (size_t i = 0; i < d->nkept; i++)
-        d->kept_mirrored[i] = false;
-    d->nunmirror = 0;
-    d->mirror_on = ready;
-}
-
-/* What the standby has not been told yet; true while some is left. */
-static bool mirror_flush(struct sup_domain *d)
-{
-    if (!d->mirror_on || d->keep_standby < 0)
-        return false;
-    size_t sent = 0;
-    for (; sent < d->nunmirror; sent++) {
-        struct keep_msg m = {.kind = KEEP_UNMIRROR, .id = d->unmirror[sent]};
-        if (cumux_sock_send_now(d->keep_standby, &m, sizeof m, -1) < 0)
-            break;
-    }
-    if (sent) {
-        memmove(d->unmirror, d->unmirror + sent, (d->nunmirror - sent) * sizeof *d->unmirror);
-        d->nunmirror -= sent;
-    }
-    if (d->nunmirror)
-        return true;
-    for (size_t i = 0; i < d->nkept; i++) {
-        if (d->kept_mirrored[i])
-            continue;
-        struct keep_msg m = keep_msg_of(KEEP_MIRROR, &d->kept[i]);
-        if (cumux_sock_send_now(d->keep_standby, &m, sizeof m, d->kept[i].fd) < 0)
-            return true;
-        d->kept_mirrored[i] = true;
-    }
-    return false;
-}
-
-/* To the standby taking over, which reads them as they come: its socket (non-blocking here) holds a few
- * hundred messages, so a full one is waited on, up to the deadline. */
-static int send_to_standby(struct sup_domain *d, const struct keep_msg *m, int fd, uint64_t deadline_ns)
-{
-    for (;;) {
-        if (cumux_sock_send_now(d->keep_standby, m, sizeof *m, fd) == 0)
-            return 0;
-        uint64_t now = cumux_now_ns();
-        if ((errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) || now >= deadline_ns)
-            return -1;
-        struct pollfd p = {.fd = d->keep_standby, .events = POLLOUT};
-        uint64_t left_ms = (deadline_ns - now) / 1000000 + 1;
-        poll(&p, 1, left_ms < 100 ? (int)left_ms : 100);
-    }
-}
-
-/* Supervisor: the chunks go to the standby that takes over (their descriptors stay here too, until the
- * new worker drops them); without one, they are let go. */
-static void keep_hand_over(struct sup_domain *d, bool to_standby)
-{
-    if (d->keep_active >= 0)
-        keep_read(d, d->keep_active); /* what the failed worker said last */
-    size_t handed = 0;
-    /* In all, time for a standby still mapping ahead what it was sent before (milliseconds a chunk). */
-    uint64_t deadline = cumux_now_ns() + 4 * HAND_OVER_WAIT_MS * 1000000ull;
-    for (size_t i = 0; to_standby && d->keep_standby >= 0 && i < d->nkept; i++) {
-        struct keep_msg m = keep_msg_of(KEEP_TAKE, &d->kept[i]);
-        handed += send_to_standby(d, &m, d->kept[i].fd, deadline) == 0;
-    }
-    if (to_standby && d->keep_standby >= 0) {
-        struct keep_msg end = {.kind = KEEP_TAKE_END};
-        send_to_standby(d, &end, -1, deadline);
-    }
-    if (d->nkept && to_standby && handed < d->nkept)
-        cumux_logf("clients' memory: %zu of %zu chunk(s) handed to the worker taking over (it stopped taking them)",
-                   handed, d->nkept);
-    else if (d->nkept)
-        cumux_logf("clients' memory: %zu chunk(s) %s", d->nkept, to_standby ? "handed to the worker taking over" : "let go");
-    if (!to_standby) {
-        for (size_t i = 0; i < d->nkept; i++)
-            close(d->kept[i].fd);
-        d->nkept = 0;
-    }
-    for (size_t i = 0; i < d->nkept; i++)
-        d->kept[i].client = UINT32_MAX; /* the old worker's ids: the new worker drops these by address */
-    mirror_reset(d, false); /* the next standby maps them anew */
-    kept_note(d);
-    if (d->keep_active >= 0)
-        close(d->keep_active);
-    d->keep_active = to_standby ? d->keep_standby : -1;
-    d->keep_standby = -1;
+    return sup_go_fd >= 0;
 }
 
 /* Forks a worker of domain d; returns its pid in the supervisor, 0 in the worker (its GPU in
@@ -607,7 +251,7 @@ static pid_t fork_worker(struct sup_domain *d, int rep[2], bool standby, int *wo
     if (w == 0) {
         close(rep[0]);
         close(ks[0]);
-        keep_fd = ks[1];
+        sup_keep_fd = ks[1];
         /* The supervisor's, not the worker's: every domain's sockets and kept descriptors, the other
          * domains' listening sockets. */
         for (int i = 0; i < ndoms; i++) {
@@ -630,7 +274,7 @@ static pid_t fork_worker(struct sup_domain *d, int rep[2], bool standby, int *wo
         report_fd = rep[1];
         if (standby) {
             close(go[1]);
-            go_fd = go[0];
+            sup_go_fd = go[0];
         }
         srv_gpu_served = d->gpu;
         srv_arena_hint = d->arena_hint;
@@ -652,7 +296,7 @@ static pid_t fork_worker(struct sup_domain *d, int rep[2], bool standby, int *wo
         if (d->keep_standby >= 0)
             close(d->keep_standby);
         d->keep_standby = ks[0];
-        mirror_reset(d, false); /* until it is ready */
+        sup_mirror_reset(d, false); /* until it is ready */
     } else {
         if (d->keep_active >= 0)
             close(d->keep_active);
@@ -687,7 +331,7 @@ static void activate_standby(struct sup_domain *d)
     }
     close(d->standby_go);
     d->standby_go = -1;
-    keep_hand_over(d, true);
+    sup_keep_hand_over(d, true);
     d->active = d->standby;
     d->standby = 0;
     standby_note(d, 0, false);
@@ -706,7 +350,7 @@ static void describe_exit(int st, char *why, size_t len)
 /* Stopping: the standby goes too, and the supervisor waits for it. */
 static void end_standby(struct sup_domain *d)
 {
-    mirror_reset(d, false);
+    sup_mirror_reset(d, false);
     /* Its pipe first: a standby waiting to be told to go reads the end of it and stops. */
     if (d->standby_go >= 0)
         close(d->standby_go);
@@ -847,8 +491,8 @@ static void on_report(struct sup_msg *m, int *ready_fd)
         tell_ready(ready_fd);
     } else if (m->kind == SUP_STANDBY && m->from == d->standby) {
         d->standby_ready = true;
-        mirror_reset(d, true);
-        mirror_flush(d);
+        sup_mirror_reset(d, true);
+        sup_mirror_flush(d);
         d->standby_failures = 0;
         standby_note(d, d->standby, true);
     }
@@ -861,7 +505,7 @@ static int on_exit_of(struct sup_domain *d, pid_t w, int st)
     describe_exit(st, why, sizeof why);
     if (w == d->standby) {
         d->standby = 0;
-        mirror_reset(d, false);
+        sup_mirror_reset(d, false);
         standby_note(d, 0, false);
         if (d->standby_go >= 0)
             close(d->standby_go), d->standby_go = -1;
@@ -899,7 +543,7 @@ static int on_exit_of(struct sup_domain *d, pid_t w, int st)
     time_t now = time(NULL);
     if (now - d->window_start >= RESTART_WINDOW_S)
         d->window_start = now, d->in_window = 0;
-    keep_hand_over(d, false); /* a cold worker has no clients to give their memory back to */
+    sup_keep_hand_over(d, false); /* a cold worker has no clients to give their memory back to */
     bool slow = ++d->in_window > RESTARTS_FAST || (!d->serving && d->init_failures > 0);
     cumux_logf("GPU %d: worker %d ended (%s): starting a new one%s", d->gpu, (int)w, why, slow ? " in 1 s" : "");
     if (slow)
@@ -923,13 +567,13 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
     sigaction(SIGCHLD, &sc, NULL);
     const char *sb = getenv("CUMUX_STANDBY");
     bool want_standby = !(sb && !strcmp(sb, "0"));
-    void *page = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    shared = page == MAP_FAILED ? NULL : page;
-    if (shared) {
-        atomic_store(&shared->enabled, want_standby);
-        atomic_store(&shared->default_mem_limit, initial_mem_limit);
-        atomic_store(&shared->default_priority, initial_priority);
-        atomic_store(&shared->default_percent, initial_percent);
+    void *page = mmap(NULL, sizeof *sup_page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    sup_page = page == MAP_FAILED ? NULL : page;
+    if (sup_page) {
+        atomic_store(&sup_page->enabled, want_standby);
+        atomic_store(&sup_page->default_mem_limit, initial_mem_limit);
+        atomic_store(&sup_page->default_priority, initial_priority);
+        atomic_store(&sup_page->default_percent, initial_percent);
     }
     domain_init(&doms[0], 0, *lsock);
     ndoms = 1;
@@ -978,7 +622,7 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
         int wait_ms = 1000;
         for (int i = 0; i < ndoms; i++) {
             struct sup_domain *d = &doms[i];
-            bool mirror_left = mirror_flush(d);
+            bool mirror_left = sup_mirror_flush(d);
             pf[npf++] = (struct pollfd){.fd = d->keep_active, .events = POLLIN};
             pf[npf++] = (struct pollfd){.fd = mirror_left ? d->keep_standby : -1, .events = POLLOUT};
             if (d->standby_not_before > now_ns && d->standby_not_before - now_ns < 1000000000ull) {
@@ -989,8 +633,8 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
         poll(pf, (nfds_t)npf, wait_ms);
         for (int i = 0; i < ndoms; i++) {
             if (doms[i].keep_active >= 0)
-                keep_read(&doms[i], doms[i].keep_active);
-            mirror_flush(&doms[i]);
+                sup_keep_read(&doms[i], doms[i].keep_active);
+            sup_mirror_flush(&doms[i]);
         }
         char drain[64];
         while (read(chld_pipe[0], drain, sizeof drain) > 0)

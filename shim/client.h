@@ -142,8 +142,10 @@ struct shim_state {
     uint32_t client_id;
     uint64_t resume_token; /* from the first welcome: to come back after the worker failed (0: cannot) */
     int driver_version;
-    int device_count;
+    int device_count; /* the GPUs the program sees (CUDA_VISIBLE_DEVICES), numbered as it numbers them */
     struct cumux_device_info devices[CUMUX_MAX_DEVICES];
+    int server_device_count;
+    int server_gpu[CUMUX_MAX_DEVICES]; /* the server's number of each */
     pthread_mutex_t ring_lock;
     pthread_mutex_t stage_lock;
     pthread_mutex_t sock_lock;
@@ -192,8 +194,9 @@ static inline bool shim_lost_stream(const struct shim_lost_work *lw, uint32_t ha
     return lw->streams[handle / 64] >> (handle % 64) & 1;
 }
 /* What is made again in the worker that took over after a resume (shim/resume.c registers it); it also
- * moves shim_lost_epoch on when lw->any, sparing what lost nothing. */
-void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw));
+ * moves shim_lost_epoch on when lw->any, sparing what lost nothing. after_move: what is made again with
+ * another GPU's worker when the program binds to that GPU (shim_gpu_route): what names no GPU. */
+void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw), CUresult (*after_move)(void));
 /* How this thread waits for the server's answers (connection.c): as its current context's scheduling
  * flags say (context.c registers the lookup), unless CUMUX_WAIT=auto|spin|yield|block says for the whole
  * program. */
@@ -216,6 +219,12 @@ CUresult shim_streams_rebind(unsigned *streams, unsigned *events);
 CUresult shim_modules_rebind(unsigned *modules, unsigned *functions);
 /* After a resume: pinned and registered host memory shared again with the new worker (memory.c). */
 CUresult shim_host_rebind(unsigned *count);
+/* Before a message naming GPU *gpu (the spec's `gpu` fields; the generated helpers call it): the program is
+ * bound to that GPU's worker (the first time, its channel moved there if it was another's), and *gpu
+ * becomes the server's number of it. CUDA_ERROR_NOT_SUPPORTED for a second GPU: one per program so far. */
+CUresult shim_gpu_route(int32_t *gpu);
+/* The program's number of the server's GPU g, or -1 when the program does not see it (device.c). */
+int shim_program_gpu(int g);
 /* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply. */
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len);
 /* One-way: nothing comes back; an error surfaces at the next synchronizing call. */

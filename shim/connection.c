@@ -19,6 +19,7 @@
 #include "common/priority.h"
 #include "common/size.h"
 #include "common/sock.h"
+#include "common/visible.h"
 #include "shim/client.h"
 
 struct shim_state shim = {
@@ -92,6 +93,13 @@ CUresult shim_lost_error(void)
 
 static _Atomic int lost; /* the connection to the server is gone */
 
+/* The GPU whose worker holds the channel (cumuxd has a worker per GPU, each its fault domain), and the GPU
+ * the program is bound to (-1: none yet). cuInit connects to GPU 0's; the program's first message that
+ * names a GPU (a context made on it, its pool, its memory: the spec's `gpu` fields) binds it, moving the
+ * channel to that GPU's worker first if it is another's (shim_gpu_route). */
+static int conn_gpu;
+static _Atomic int bound_gpu = -1;
+
 static void server_lost(void)
 {
     static _Atomic int said;
@@ -135,6 +143,7 @@ static _Atomic int told_fatal; /* a call answered a fatal error (the culprit, ty
 static _Atomic int resuming;
 static __thread bool tls_resuming;
 static CUresult (*rebuild_after_resume)(const struct shim_lost_work *lw);
+static CUresult (*rebuild_after_move)(void);
 static CUresult handshake(bool first);
 struct conn;
 static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn, bool *unanswered);
@@ -182,9 +191,10 @@ enum cumux_wait_mode shim_wait_mode(void)
     return m == CUMUX_WAIT_AUTO && crowded() ? CUMUX_WAIT_AUTO_CROWDED : m;
 }
 
-void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw))
+void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw), CUresult (*after_move)(void))
 {
     rebuild_after_resume = rebuild;
+    rebuild_after_move = after_move;
 }
 
 static bool channel_failed(void)
@@ -421,6 +431,8 @@ static void after_fork_child(void)
         munmap(shim.shm, sizeof(struct cumux_shm));
     shim.sock = -1;
     shim.shm = NULL;
+    conn_gpu = 0;
+    atomic_store(&bound_gpu, -1);
     tls_slot = -1;
     for (int i = 0; i < CUMUX_REPLY_SLOTS / 64; i++)
         atomic_store(&slot_used[i], 0);
@@ -522,7 +534,7 @@ static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn,
         unanswered = &unanswered_here;
     *unanswered = false;
     char path[256];
-    if (cumux_socket_path(path, sizeof path) < 0) {
+    if (cumux_gpu_socket_path(conn_gpu, path, sizeof path) < 0) {
         cumux_logf("pipe directory %s: path too long", cumux_pipe_directory());
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
@@ -697,6 +709,89 @@ static CUresult resume(void)
     return r == CUDA_SUCCESS ? CUDA_SUCCESS : fault;
 }
 
+/* The program's first message naming a GPU other than the one whose worker holds its channel: what the
+ * program made so far that names no GPU (libraries, graphs: a program binds at its first context, its
+ * pool or memory, none of which exists before) is made again with that GPU's worker, as after a resume,
+ * and the old channel goes. Other threads' calls wait meanwhile (resuming), as during a resume. */
+static CUresult move_to_gpu(int gpu)
+{
+    pthread_mutex_lock(&resume_lock);
+    int was = conn_gpu;
+    atomic_store(&resuming, 1);
+    tls_resuming = true;
+    conn_gpu = gpu;
+    struct conn conn;
+    bool unanswered = false;
+    CUresult r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+    for (int i = 0; i < 5; i++) {
+        if (i)
+            nanosleep(&(struct timespec){0, 20000000L * i}, NULL);
+        r = connect_server(CUMUX_HELLO_CLIENT, 0, &conn, &unanswered);
+        if (r == CUDA_SUCCESS || !unanswered)
+            break;
+    }
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&shim.ring_lock);
+        int old_sock = shim.sock;
+        struct cumux_shm *old_shm = shim.shm;
+        use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
+        shim.resume_token = conn.resume_token; /* the old worker's token means nothing to this one */
+        work_end = 0;
+        atomic_store(&lost, 0);
+        pthread_mutex_unlock(&shim.ring_lock);
+        close(old_sock);
+        cumux_futex_wake(&old_shm->hostfn_posted, INT32_MAX); /* the host-function thread moves over */
+        atomic_fetch_add(&shim_work_seq, 1);
+        r = handshake(false);
+        if (r == CUDA_SUCCESS && rebuild_after_move)
+            r = rebuild_after_move();
+        if (r != CUDA_SUCCESS) {
+            /* Half moved: nothing may go on, as after a failed comeback. */
+            cumux_logf("moving to GPU %d's worker failed (%d): every further CUDA call fails", gpu, (int)r);
+            atomic_store(&gave_up_error, (int32_t)r);
+            atomic_store(&told_fatal, 1);
+            server_lost();
+            shutdown(shim.sock, SHUT_RDWR);
+        } else {
+            cumux_debugf("moved from GPU %d's worker to GPU %d's, as client %u", was, gpu, shim.client_id);
+        }
+    } else {
+        conn_gpu = was; /* the old channel stands */
+    }
+    tls_resuming = false;
+    atomic_store(&resuming, 0);
+    pthread_mutex_unlock(&resume_lock);
+    return r;
+}
+
+CUresult shim_gpu_route(int32_t *gpu)
+{
+    int g = *gpu;
+    if (g < 0 || g >= shim.device_count)
+        return CUDA_SUCCESS; /* a GPU that is none: the server refuses it, as the driver does */
+    *gpu = shim.server_gpu[g];
+    if (atomic_load_explicit(&bound_gpu, memory_order_acquire) == g || tls_resuming)
+        return CUDA_SUCCESS; /* a comeback's messages go where it is */
+    static pthread_mutex_t bind_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&bind_lock);
+    int b = atomic_load(&bound_gpu);
+    CUresult r = CUDA_SUCCESS;
+    if (b >= 0 && b != g) {
+        static _Atomic int said;
+        if (!atomic_exchange(&said, 1))
+            cumux_logf("this program uses GPU %d beside GPU %d: cumux serves a program on one GPU so far "
+                       "(CUDA_ERROR_NOT_SUPPORTED)", g, b);
+        r = CUDA_ERROR_NOT_SUPPORTED;
+    } else if (b < 0) {
+        if (*gpu != conn_gpu)
+            r = move_to_gpu(*gpu);
+        if (r == CUDA_SUCCESS)
+            atomic_store_explicit(&bound_gpu, g, memory_order_release);
+    }
+    pthread_mutex_unlock(&bind_lock);
+    return r;
+}
+
 /* The first messages of a connection: INIT (the devices: taken the first time, the same ones after a
  * resume) and what the program says of itself (its name, priority class and SMs), before any stream. */
 static CUresult handshake(bool first)
@@ -724,10 +819,26 @@ static CUresult handshake(bool first)
         len < sizeof rep + (size_t)rep.device_count * sizeof(struct cumux_device_info))
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     if (!first)
-        return rep.device_count == shim.device_count ? CUDA_SUCCESS : CUDA_ERROR_MPS_CONNECTION_FAILED;
+        return rep.device_count == shim.server_device_count ? CUDA_SUCCESS : CUDA_ERROR_MPS_CONNECTION_FAILED;
+    /* The program sees the server's GPUs that its CUDA_VISIBLE_DEVICES names, numbered from 0 in that
+     * order (as the driver does for its own GPUs; the server's are those its own environment showed). */
+    static struct cumux_device_info all[CUMUX_MAX_DEVICES];
+    uint8_t uuids[CUMUX_MAX_DEVICES][16];
+    memcpy(all, buf + sizeof rep, (size_t)rep.device_count * sizeof(struct cumux_device_info));
+    for (int g = 0; g < rep.device_count; g++)
+        memcpy(uuids[g], all[g].uuid, 16);
+    int map[CUMUX_MAX_DEVICES];
+    int n = cumux_visible_gpus(getenv("CUDA_VISIBLE_DEVICES"), (const uint8_t (*)[16])uuids, rep.device_count, map,
+                               CUMUX_MAX_DEVICES);
+    if (n == 0)
+        return CUDA_ERROR_NO_DEVICE;
     shim.driver_version = rep.driver_version;
-    shim.device_count = rep.device_count;
-    memcpy(shim.devices, buf + sizeof rep, (size_t)rep.device_count * sizeof(struct cumux_device_info));
+    shim.server_device_count = rep.device_count;
+    shim.device_count = n;
+    for (int i = 0; i < n; i++) {
+        shim.devices[i] = all[map[i]];
+        shim.server_gpu[i] = map[i];
+    }
     return CUDA_SUCCESS;
 }
 
@@ -756,7 +867,7 @@ CUresult cuInit(unsigned int flags)
                 break;
         }
         char path[256];
-        if (unanswered && cumux_socket_path(path, sizeof path) == 0)
+        if (unanswered && cumux_gpu_socket_path(conn_gpu, path, sizeof path) == 0)
             cumux_logf("cumuxd at %s did not answer (5 tries)", path);
         if (init_result == CUDA_SUCCESS)
             use_connection(&conn);

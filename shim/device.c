@@ -190,3 +190,11 @@ CUresult cuDeviceCanAccessPeer(int *can, CUdevice d, CUdevice peer)
     *can = 0; /* peer access between the server's contexts is not offered yet */
     return CUDA_SUCCESS;
 }
+
+int shim_program_gpu(int g)
+{
+    for (int i = 0; i < shim.device_count; i++)
+        if (shim.server_gpu[i] == g)
+            return i;
+    return -1;
+}

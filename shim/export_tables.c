@@ -341,9 +341,13 @@ static pthread_mutex_t arch_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUresult arch_fetch(int dev)
 {
     static __thread uint8_t buf[CUMUX_REPLY_DATA];
-    struct cumux_arch_data_query req = {.device = dev};
+    int32_t gpu = dev;
+    CUresult r = shim_gpu_route(&gpu);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cumux_arch_data_query req = {.device = gpu};
     uint32_t len = 0;
-    CUresult r = shim_call(CUMUX_OP_ARCH_DATA, &req, sizeof req, buf, sizeof buf, &len);
+    r = shim_call(CUMUX_OP_ARCH_DATA, &req, sizeof req, buf, sizeof buf, &len);
     struct cumux_arch_data h = {{0, 0}};
     if (r == CUDA_SUCCESS && len >= sizeof h)
         memcpy(&h, buf, sizeof h);

@@ -139,7 +139,24 @@ static CUresult rebuild(const struct shim_lost_work *lw)
     return r;
 }
 
+/* Before the program binds to a GPU it holds nothing of a GPU's (no context, pool, memory, stream): what
+ * it may have made (libraries, graphs) is made again with the worker of the GPU it binds to. */
+static CUresult rebuild_after_move(void)
+{
+    unsigned n1 = 0, n2 = 0, n3 = 0, n4 = 0;
+    CUresult r = shim_contexts_rebind();
+    if (r == CUDA_SUCCESS)
+        r = shim_pools_rebind();
+    if (r == CUDA_SUCCESS)
+        r = shim_streams_rebind(&n1, &n2);
+    if (r == CUDA_SUCCESS)
+        r = shim_modules_rebind(&n1, &n2);
+    if (r == CUDA_SUCCESS)
+        r = shim_graph_execs_rebind(&n1, &n2, &n3, &n4);
+    return r;
+}
+
 __attribute__((constructor)) static void register_rebuild(void)
 {
-    shim_set_rebuild(rebuild);
+    shim_set_rebuild(rebuild, rebuild_after_move);
 }

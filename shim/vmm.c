@@ -271,7 +271,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     if (r != CUDA_SUCCESS)
         return r;
     CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = rep.device},
+                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim_program_gpu(rep.device)},
                              .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
     remember_props(rep.alloc, &p);
     *handle = rep.alloc;

@@ -33,7 +33,7 @@ struct cumux_device_info {
 };
 
 struct cumux_ctx_create {
-    int32_t device;
+    int32_t device; /* a GPU, as the server numbers them */
     uint32_t flags;
 };
 
@@ -93,12 +93,12 @@ struct cumux_mem_info {
 /* Memory pools: each client has its own default pool per device, so that its attributes (release
  * threshold...) and its memory are its own. */
 struct cumux_pool_default {
-    int32_t device;
+    int32_t device; /* a GPU, as the server numbers them */
     uint32_t pad;
 };
 
 struct cumux_pool_create {
-    int32_t device;
+    int32_t device;    /* a GPU, as the server numbers them */
     uint32_t pad;
     uint64_t max_size; /* bytes; 0: the driver's default */
 };
@@ -146,12 +146,12 @@ struct cumux_mem_free_async {
  * reservation, physical allocation and mapping, and a client maps only its own allocations into its own
  * reservations (server/vmm.c). */
 struct cumux_vmm_granularity {
-    int32_t device;
+    int32_t device;  /* a GPU, as the server numbers them */
     uint32_t option; /* CUmemAllocationGranularity_flags */
 };
 
 struct cumux_vmm_create {
-    int32_t device;
+    int32_t device; /* a GPU, as the server numbers them */
     uint32_t pad;
     uint64_t size;  /* a multiple of the granularity */
 };
@@ -189,7 +189,7 @@ struct cumux_vmm_unmap {
 struct cumux_vmm_set_access {
     uint64_t ptr;
     uint64_t size;
-    int32_t device;
+    int32_t device; /* a GPU, as the server numbers them */
     uint32_t flags; /* CUmemAccess_flags */
 };
 
@@ -423,7 +423,7 @@ struct cumux_link_logs_reply {
 
 struct cumux_vmm_get_access {
     uint64_t ptr;
-    int32_t device;
+    int32_t device; /* a GPU, as the server numbers them */
     uint32_t pad;
 };
 
@@ -491,7 +491,7 @@ struct cumux_function_names {
 };
 
 struct cumux_arch_data_query {
-    int32_t device;
+    int32_t device; /* a GPU, as the server numbers them */
     uint32_t pad;
 };
 
@@ -869,7 +869,7 @@ struct cumux_graph_cond_node_reply {
 /* cuDeviceGetGraphMemAttribute / SetGraphMemAttribute: the device's graph memory, which every client of the
  * server shares (set: only a high watermark's reset to 0, as in CUDA) */
 struct cumux_graph_mem_attr {
-    int32_t device;
+    int32_t device; /* a GPU, as the server numbers them */
     uint32_t attr;  /* CUgraphMem_attribute */
     uint32_t set;
     uint32_t pad;

@@ -427,6 +427,10 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_CTX_CREATE: {
         const struct cumux_ctx_create *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_ctx_create(c, m, out, out_len);
         return 0;
     }
@@ -552,6 +556,10 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_ARCH_DATA: {
         const struct cumux_arch_data_query *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_arch_data(c, m, out, out_len);
         return 0;
     }
@@ -787,11 +795,19 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_POOL_DEFAULT: {
         const struct cumux_pool_default *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_pool_default(c, m, out, out_len);
         return 0;
     }
     case CUMUX_OP_POOL_CREATE: {
         const struct cumux_pool_create *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_pool_create(c, m, out, out_len);
         return 0;
     }
@@ -1077,11 +1093,19 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_VMM_GRANULARITY: {
         const struct cumux_vmm_granularity *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_vmm_granularity(c, m, out, out_len);
         return 0;
     }
     case CUMUX_OP_VMM_CREATE: {
         const struct cumux_vmm_create *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_vmm_create(c, m, out, out_len);
         return 0;
     }
@@ -1122,6 +1146,10 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_VMM_SET_ACCESS: {
         const struct cumux_vmm_set_access *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_vmm_set_access(c, m);
         return 0;
     }
@@ -1162,6 +1190,10 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_VMM_GET_ACCESS: {
         const struct cumux_vmm_get_access *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_vmm_get_access(c, m, out, out_len);
         return 0;
     }
@@ -1606,11 +1638,19 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
     }
     case CUMUX_OP_GRAPH_MEM_TRIM: {
         const struct cumux_pool_default *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_graph_mem_trim(c, m);
         return 0;
     }
     case CUMUX_OP_GRAPH_MEM_ATTR: {
         const struct cumux_graph_mem_attr *m = body;
+        if (!srv_gpu_serves(m->device)) {
+            *result = CUDA_ERROR_INVALID_DEVICE;
+            return 0;
+        }
         *result = op_graph_mem_attr(c, m, out, out_len);
         return 0;
     }

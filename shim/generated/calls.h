@@ -16,6 +16,9 @@
 /* CTX_CREATE: answered */
 static inline CUresult shim_op_ctx_create(int32_t device, uint32_t flags, struct cumux_ctx_reply *reply)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_ctx_create m = {.device = device, .flags = flags};
     return shim_call(CUMUX_OP_CTX_CREATE, &m, sizeof m, reply, sizeof *reply, NULL);
 }
@@ -236,6 +239,9 @@ static inline CUresult shim_op_memset(uint32_t stream, uint32_t elem_size, uint6
 /* POOL_DEFAULT: answered */
 static inline CUresult shim_op_pool_default(int32_t device, uint64_t *answer)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_pool_default m = {.device = device};
     struct cumux_u64_reply rep = {0};
     CUresult r = shim_call(CUMUX_OP_POOL_DEFAULT, &m, sizeof m, &rep, sizeof rep, NULL);
@@ -247,6 +253,9 @@ static inline CUresult shim_op_pool_default(int32_t device, uint64_t *answer)
 /* POOL_CREATE: answered */
 static inline CUresult shim_op_pool_create(int32_t device, uint64_t max_size, uint64_t *answer)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_pool_create m = {.device = device, .max_size = max_size};
     struct cumux_u64_reply rep = {0};
     CUresult r = shim_call(CUMUX_OP_POOL_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
@@ -400,6 +409,9 @@ static inline CUresult shim_op_node_get_type(uint32_t node, uint64_t *answer)
 /* VMM_GRANULARITY: answered */
 static inline CUresult shim_op_vmm_granularity(int32_t device, uint32_t option, uint64_t *answer)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_vmm_granularity m = {.device = device, .option = option};
     struct cumux_u64_reply rep = {0};
     CUresult r = shim_call(CUMUX_OP_VMM_GRANULARITY, &m, sizeof m, &rep, sizeof rep, NULL);
@@ -411,6 +423,9 @@ static inline CUresult shim_op_vmm_granularity(int32_t device, uint32_t option, 
 /* VMM_CREATE: answered */
 static inline CUresult shim_op_vmm_create(int32_t device, uint64_t size, uint64_t *answer)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_vmm_create m = {.device = device, .size = size};
     struct cumux_u64_reply rep = {0};
     CUresult r = shim_call(CUMUX_OP_VMM_CREATE, &m, sizeof m, &rep, sizeof rep, NULL);
@@ -462,6 +477,9 @@ static inline CUresult shim_op_vmm_unmap(uint64_t ptr, uint64_t size)
 /* VMM_SET_ACCESS: answered */
 static inline CUresult shim_op_vmm_set_access(uint64_t ptr, uint64_t size, int32_t device, uint32_t flags)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_vmm_set_access m = {.ptr = ptr, .size = size, .device = device, .flags = flags};
     return shim_call(CUMUX_OP_VMM_SET_ACCESS, &m, sizeof m, NULL, 0, NULL);
 }
@@ -512,6 +530,9 @@ static inline CUresult shim_op_ipc_open_event_handle(uint32_t ctx, uint64_t toke
 /* VMM_GET_ACCESS: answered */
 static inline CUresult shim_op_vmm_get_access(uint64_t ptr, int32_t device, uint64_t *answer)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_vmm_get_access m = {.ptr = ptr, .device = device};
     struct cumux_u64_reply rep = {0};
     CUresult r = shim_call(CUMUX_OP_VMM_GET_ACCESS, &m, sizeof m, &rep, sizeof rep, NULL);
@@ -668,6 +689,9 @@ static inline CUresult shim_op_graph_cond_handle(uint32_t graph, uint32_t defaul
 /* GRAPH_MEM_TRIM: answered */
 static inline CUresult shim_op_graph_mem_trim(int32_t device)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_pool_default m = {.device = device};
     return shim_call(CUMUX_OP_GRAPH_MEM_TRIM, &m, sizeof m, NULL, 0, NULL);
 }
@@ -675,6 +699,9 @@ static inline CUresult shim_op_graph_mem_trim(int32_t device)
 /* GRAPH_MEM_ATTR: answered */
 static inline CUresult shim_op_graph_mem_attr(int32_t device, uint32_t attr, uint32_t set, uint64_t *answer)
 {
+    CUresult routed = shim_gpu_route(&device);
+    if (routed != CUDA_SUCCESS)
+        return routed;
     struct cumux_graph_mem_attr m = {.device = device, .attr = attr, .set = set};
     struct cumux_u64_reply rep = {0};
     CUresult r = shim_call(CUMUX_OP_GRAPH_MEM_ATTR, &m, sizeof m, &rep, sizeof rep, NULL);

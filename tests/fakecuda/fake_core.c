@@ -1017,8 +1017,8 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!fc_gpu_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    char id[17];
-    snprintf(id, sizeof id, "cumux-fake-gpu-%d", dev);
+    char id[17]; /* GPUs differ in the first byte: the beginning of a UUID names one (CUDA_VISIBLE_DEVICES) */
+    snprintf(id, sizeof id, "%x-cumux-fake-gpu", (unsigned)dev);
     memcpy(uuid->bytes, id, 16);
     return CUDA_SUCCESS;
 }

@@ -1253,7 +1253,7 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr *dptr)
 CUresult cuDeviceGraphMemTrim(CUdevice dev)
 {
     CHECK_RET(fc_check_init());
-    return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; /* nothing is kept beyond what graphs hold */
+    return fc_gpu_ok(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; /* nothing is kept beyond what graphs hold */
 }
 
 CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)

@@ -4,7 +4,9 @@
  * gpu_probe --poll-then-wait: launches empty kernels on a stream of its own and learns of their end by
  * polling it (cuStreamQuery, as a program that never synchronizes does), says "probe: polled", and waits
  * for a line on stdin: an idle program that never told the server its work ended (tests/test_fault_recover.sh:
- * it must not be taken for a culprit). */
+ * it must not be taken for a culprit).
+ * gpu_probe --devices: also a line per device, "device I: UUID PCI-BUS-ID NAME" (the UUID as nvidia-smi
+ * writes it), and whether each pair of devices can reach each other ("peer I J: yes|no"). */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +19,29 @@ int main(int argc, char **argv)
     int n = 0;
     CK(cuDeviceGetCount(&n));
     printf("probe: %d CUDA device(s)\n", n);
+    if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
+        for (int i = 0; i < n; i++) {
+            CUdevice dev;
+            CUuuid u;
+            char bus[32], name[128];
+            CK(cuDeviceGet(&dev, i));
+            CK(cuDeviceGetUuid(&u, dev));
+            CK(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
+            CK(cuDeviceGetName(name, sizeof name, dev));
+            printf("device %d: GPU-", i);
+            for (int b = 0; b < 16; b++)
+                printf("%s%02x", b == 4 || b == 6 || b == 8 || b == 10 ? "-" : "", (unsigned char)u.bytes[b]);
+            printf(" %s %s\n", bus, name);
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                int can = -1;
+                if (i != j) {
+                    CK(cuDeviceCanAccessPeer(&can, i, j));
+                    printf("peer %d %d: %s\n", i, j, can ? "yes" : "no");
+                }
+            }
+    }
     if (argc > 1 && strcmp(argv[1], "--stack") == 0) {
         CUdevice dev;
         CUcontext ctx;
