@@ -99,6 +99,7 @@ static _Atomic int lost; /* the connection to the server is gone */
  * channel to that GPU's worker first if it is another's (shim_gpu_route). */
 static int conn_gpu;
 static _Atomic int bound_gpu = -1;
+static int limit_gpu; /* the program's GPU whose memory limit the last hello carried */
 
 static void server_lost(void)
 {
@@ -432,6 +433,7 @@ static void after_fork_child(void)
     shim.sock = -1;
     shim.shm = NULL;
     conn_gpu = 0;
+    limit_gpu = 0;
     atomic_store(&bound_gpu, -1);
     tls_slot = -1;
     for (int i = 0; i < CUMUX_REPLY_SLOTS / 64; i++)
@@ -447,10 +449,10 @@ static void after_fork_child(void)
     memset(shim.primary_refs, 0, sizeof shim.primary_refs);
 }
 
-/* The device memory limit the program asks for: CUMUX_MEMORY_LIMIT (`cumux run --memory`), else MPS's
- * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (its device 0 entry). -1, logged, when malformed: a limit that was
- * meant must not silently become none. */
-static int requested_memory_limit(uint64_t *bytes)
+/* The device memory limit the program asks for on its GPU dev (as it numbers them): CUMUX_MEMORY_LIMIT
+ * (`cumux run --memory`), else MPS's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (its entry for dev). -1, logged,
+ * when malformed: a limit that was meant must not silently become none. */
+static int requested_memory_limit(int dev, uint64_t *bytes)
 {
     const char *own = getenv("CUMUX_MEMORY_LIMIT"), *mps = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
     *bytes = 0;
@@ -460,7 +462,7 @@ static int requested_memory_limit(uint64_t *bytes)
         cumux_logf("CUMUX_MEMORY_LIMIT=%s is not a size (4G, 512M, none)", own);
         return -1;
     }
-    if (mps && *mps && !cumux_parse_device_limits(mps, 0, bytes)) {
+    if (mps && *mps && !cumux_parse_device_limits(mps, dev, bytes)) {
         cumux_logf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s is not of the form 0=4G,1=512M", mps);
         return -1;
     }
@@ -552,7 +554,7 @@ static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn,
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
     struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .token = token};
-    if (requested_memory_limit(&h.arg) < 0) {
+    if (requested_memory_limit(limit_gpu, &h.arg) < 0) {
         close(s);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -713,10 +715,11 @@ static CUresult resume(void)
  * program made so far that names no GPU (libraries, graphs: a program binds at its first context, its
  * pool or memory, none of which exists before) is made again with that GPU's worker, as after a resume,
  * and the old channel goes. Other threads' calls wait meanwhile (resuming), as during a resume. */
-static CUresult move_to_gpu(int gpu)
+static CUresult move_to_gpu(int gpu, int program_gpu)
 {
     pthread_mutex_lock(&resume_lock);
-    int was = conn_gpu;
+    int was = conn_gpu, was_limit = limit_gpu;
+    limit_gpu = program_gpu; /* its hello carries that GPU's memory limit */
     atomic_store(&resuming, 1);
     tls_resuming = true;
     conn_gpu = gpu;
@@ -757,6 +760,7 @@ static CUresult move_to_gpu(int gpu)
         }
     } else {
         conn_gpu = was; /* the old channel stands */
+        limit_gpu = was_limit;
     }
     tls_resuming = false;
     atomic_store(&resuming, 0);
@@ -783,8 +787,13 @@ CUresult shim_gpu_route(int32_t *gpu)
                        "(CUDA_ERROR_NOT_SUPPORTED)", g, b);
         r = CUDA_ERROR_NOT_SUPPORTED;
     } else if (b < 0) {
-        if (*gpu != conn_gpu)
-            r = move_to_gpu(*gpu);
+        /* Another GPU's worker, or the right one told another GPU's memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+         * of several entries): a new channel, whose hello says this GPU's. */
+        uint64_t want = 0, told = 0;
+        bool limit_differs = requested_memory_limit(g, &want) == 0 && requested_memory_limit(limit_gpu, &told) == 0 &&
+                             want != told;
+        if (*gpu != conn_gpu || limit_differs)
+            r = move_to_gpu(*gpu, g);
         if (r == CUDA_SUCCESS)
             atomic_store_explicit(&bound_gpu, g, memory_order_release);
     }
@@ -818,20 +827,26 @@ static CUresult handshake(bool first)
     if (rep.device_count < 0 || rep.device_count > CUMUX_MAX_DEVICES ||
         len < sizeof rep + (size_t)rep.device_count * sizeof(struct cumux_device_info))
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
-    if (!first)
-        return rep.device_count == shim.server_device_count ? CUDA_SUCCESS : CUDA_ERROR_MPS_CONNECTION_FAILED;
+    static struct cumux_device_info all[CUMUX_MAX_DEVICES];
+    memcpy(all, buf + sizeof rep, (size_t)rep.device_count * sizeof(struct cumux_device_info));
+    if (!first) {
+        if (rep.device_count != shim.server_device_count)
+            return CUDA_ERROR_MPS_CONNECTION_FAILED;
+        /* The sizes a memory limit gives (the hello of a program moving to its GPU's worker says that GPU's). */
+        for (int i = 0; i < shim.device_count; i++)
+            shim.devices[i].total_mem = all[shim.server_gpu[i]].total_mem;
+        return CUDA_SUCCESS;
+    }
     /* The program sees the server's GPUs that its CUDA_VISIBLE_DEVICES names, numbered from 0 in that
      * order (as the driver does for its own GPUs; the server's are those its own environment showed). */
-    static struct cumux_device_info all[CUMUX_MAX_DEVICES];
     uint8_t uuids[CUMUX_MAX_DEVICES][16];
-    memcpy(all, buf + sizeof rep, (size_t)rep.device_count * sizeof(struct cumux_device_info));
     for (int g = 0; g < rep.device_count; g++)
         memcpy(uuids[g], all[g].uuid, 16);
     int map[CUMUX_MAX_DEVICES];
     int n = cumux_visible_gpus(getenv("CUDA_VISIBLE_DEVICES"), (const uint8_t (*)[16])uuids, rep.device_count, map,
                                CUMUX_MAX_DEVICES);
-    if (n == 0)
-        return CUDA_ERROR_NO_DEVICE;
+    if (n == 0 && rep.device_count > 0)
+        return CUDA_ERROR_NO_DEVICE; /* as the driver says when CUDA_VISIBLE_DEVICES hides every GPU */
     shim.driver_version = rep.driver_version;
     shim.server_device_count = rep.device_count;
     shim.device_count = n;

@@ -82,8 +82,12 @@ for p in "${progs[@]}"; do
 done
 echo "ok: ${#progs[@]} of the suite's programs at once on $n GPUs, each by its GPU's worker"
 
-# A program on two GPUs: one GPU per program so far, the second refused as not supported.
-# (gpu_device_api and the like use device 0 only.)
+# Each GPU's memory limit in MPS's form: the entry of the GPU the program uses, as it numbers them.
+CUDA_VISIBLE_DEVICES=$last,0 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=48M,1=96M "$cli" run -- "$gdir/gpu_mem_limit" $((48 << 20)) \
+    >"$tmp/limit.out" 2>&1 || { fail_show="$tmp/limit.out"; fail "GPU $last's limit (its entry 0) not held"; }
+CUDA_VISIBLE_DEVICES=1,0 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=1=64M,0=32M "$cli" run -- "$gdir/gpu_mem_limit" $((32 << 20)) \
+    >"$tmp/limit.out" 2>&1 || { fail_show="$tmp/limit.out"; fail "device 0 (server GPU 1): its entry 0, not 1, not held"; }
+echo "ok: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's entry of the program's GPU"
 
 # A fault on GPU 1 while programs compute on the others (gpu_contain_bystander busy: rounds of a kernel,
 # each result checked, until told to stop): they never notice (no round lost, no comeback).
