@@ -223,6 +223,16 @@ static void cases_generated(void)
         memcpy(body + h->offset, &never, sizeof never);
         expect_error(&c, h->op, body, h->body_len, 0, h->what);
     }
+    for (size_t i = 0; i < sizeof malformed_gpus / sizeof malformed_gpus[0]; i++) {
+        const struct malformed_handle *h = &malformed_gpus[i];
+        static const int32_t bad[] = {-1, CUMUX_MAX_DEVICES, 0x7fffffff};
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            uint8_t body[1024] = {0};
+            REQUIRE(h->body_len <= sizeof body, "%s: body of %u bytes", h->what, h->body_len);
+            memcpy(body + h->offset, &bad[b], sizeof bad[b]);
+            expect_error(&c, h->op, body, h->body_len, CUDA_ERROR_INVALID_DEVICE, h->what);
+        }
+    }
     check_init(&c, "after the generated handle cases");
     conn_close(&c);
     expect_clients_back("after the generated cases");

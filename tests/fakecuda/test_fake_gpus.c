@@ -10,16 +10,7 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                               \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            printf("FAIL line %d: ", __LINE__);                                                        \
-            printf(__VA_ARGS__);                                                                       \
-            printf("\n");                                                                              \
-            failures++;                                                                                \
-        }                                                                                              \
-    } while (0)
-#define CK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
+#include "fake_check.h"
 #define IS(call, want) CHECK((call) == (want), "%s: not %s", #call, #want)
 
 #define NGPUS 4

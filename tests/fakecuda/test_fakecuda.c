@@ -11,16 +11,7 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                               \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            printf("FAIL line %d: ", __LINE__);                                                        \
-            printf(__VA_ARGS__);                                                                       \
-            printf("\n");                                                                              \
-            failures++;                                                                                \
-        }                                                                                              \
-    } while (0)
-#define CK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
+#include "fake_check.h"
 
 static CUstream stream;
 static CUdeviceptr buf; /* 4096 bytes */

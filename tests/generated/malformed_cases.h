@@ -379,4 +379,19 @@ static const struct malformed_handle malformed_handles[] = {
     {CUMUX_OP_GRAPH_ADD_COND_NODE, sizeof(struct cumux_graph_add_cond_node), offsetof(struct cumux_graph_add_cond_node, graph), "GRAPH_ADD_COND_NODE.graph: a graph never given"},
 };
 
+/* An answered op whose gpu field names no GPU of the worker's (the body otherwise zero): the server must
+ * answer CUDA_ERROR_INVALID_DEVICE. */
+static const struct malformed_handle malformed_gpus[] = {
+    {CUMUX_OP_CTX_CREATE, sizeof(struct cumux_ctx_create), offsetof(struct cumux_ctx_create, device), "CTX_CREATE.device: a GPU not served"},
+    {CUMUX_OP_ARCH_DATA, sizeof(struct cumux_arch_data_query), offsetof(struct cumux_arch_data_query, device), "ARCH_DATA.device: a GPU not served"},
+    {CUMUX_OP_POOL_DEFAULT, sizeof(struct cumux_pool_default), offsetof(struct cumux_pool_default, device), "POOL_DEFAULT.device: a GPU not served"},
+    {CUMUX_OP_POOL_CREATE, sizeof(struct cumux_pool_create), offsetof(struct cumux_pool_create, device), "POOL_CREATE.device: a GPU not served"},
+    {CUMUX_OP_VMM_GRANULARITY, sizeof(struct cumux_vmm_granularity), offsetof(struct cumux_vmm_granularity, device), "VMM_GRANULARITY.device: a GPU not served"},
+    {CUMUX_OP_VMM_CREATE, sizeof(struct cumux_vmm_create), offsetof(struct cumux_vmm_create, device), "VMM_CREATE.device: a GPU not served"},
+    {CUMUX_OP_VMM_SET_ACCESS, sizeof(struct cumux_vmm_set_access), offsetof(struct cumux_vmm_set_access, device), "VMM_SET_ACCESS.device: a GPU not served"},
+    {CUMUX_OP_VMM_GET_ACCESS, sizeof(struct cumux_vmm_get_access), offsetof(struct cumux_vmm_get_access, device), "VMM_GET_ACCESS.device: a GPU not served"},
+    {CUMUX_OP_GRAPH_MEM_TRIM, sizeof(struct cumux_pool_default), offsetof(struct cumux_pool_default, device), "GRAPH_MEM_TRIM.device: a GPU not served"},
+    {CUMUX_OP_GRAPH_MEM_ATTR, sizeof(struct cumux_graph_mem_attr), offsetof(struct cumux_graph_mem_attr, device), "GRAPH_MEM_ATTR.device: a GPU not served"},
+};
+
 #endif

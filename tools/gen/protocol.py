@@ -653,6 +653,18 @@ def gen_malformed_h(structs, ops):
                            "never given\"}," % (o.name, o.body, o.body, f.name, o.name, f.name, f.handle.lower()))
     out.append("};")
     out.append("")
+    out.append("/* An answered op whose gpu field names no GPU of the worker's (the body otherwise zero): the server must")
+    out.append(" * answer CUDA_ERROR_INVALID_DEVICE. */")
+    out.append("static const struct malformed_handle malformed_gpus[] = {")
+    for o in ops[1:]:
+        if o.direction == "oneway" or o.fd:
+            continue
+        for f in structs[o.body].fields:
+            if f.kind == "gpu":
+                out.append("    {CUMUX_OP_%s, sizeof(struct cumux_%s), offsetof(struct cumux_%s, %s), \"%s.%s: a GPU "
+                           "not served\"}," % (o.name, o.body, o.body, f.name, o.name, f.name))
+    out.append("};")
+    out.append("")
     out.append("#endif")
     return "\n".join(out) + "\n"
 
