@@ -10,8 +10,6 @@
 
 CUresult op_ctx_create(struct srv_client *c, const struct cumux_ctx_create *m, uint8_t *out, uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     struct srv_ctx *x = calloc(1, sizeof *x);
     if (!x)
         return CUDA_ERROR_OUT_OF_MEMORY;

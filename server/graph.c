@@ -391,8 +391,6 @@ static void graph_mem_release(struct srv_client *c)
  * graph uses; a reset touches only the high watermarks. */
 CUresult op_graph_mem_trim(struct srv_client *c, const struct cumux_pool_default *m)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     use_gpu(c, m->device);
     return cuDeviceGraphMemTrim(srv_gpus[m->device].dev);
 }
@@ -400,8 +398,6 @@ CUresult op_graph_mem_trim(struct srv_client *c, const struct cumux_pool_default
 CUresult op_graph_mem_attr(struct srv_client *c, const struct cumux_graph_mem_attr *m, uint8_t *out,
                            uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     if (m->attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH || m->set > 1 ||
         (m->set && m->attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && m->attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
         return CUDA_ERROR_INVALID_VALUE;

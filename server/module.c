@@ -372,8 +372,6 @@ CUresult op_module_function_names(struct srv_client *c, const struct cumux_funct
 CUresult op_arch_data(struct srv_client *c, const struct cumux_arch_data_query *m, uint8_t *out,
                       uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     use_gpu(c, m->device);
     return srv_arch_data(m->device, out, CUMUX_REPLY_DATA, out_len);
 }

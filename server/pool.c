@@ -102,8 +102,6 @@ void pool_free(struct srv_client *c, struct srv_pool *p)
 CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *m, uint8_t *out,
                          uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     struct srv_pool *p;
     CHECK(default_pool(c, m->device, &p));
     return reply_u64(out, out_len, p->handle);
@@ -112,8 +110,6 @@ CUresult op_pool_default(struct srv_client *c, const struct cumux_pool_default *
 CUresult op_pool_create(struct srv_client *c, const struct cumux_pool_create *m, uint8_t *out,
                         uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     struct srv_pool *p;
     CHECK(pool_new(c, m->device, m->max_size, false, &p));
     return reply_u64(out, out_len, p->handle);

@@ -82,8 +82,6 @@ static void alloc_free(struct srv_client *c, struct srv_vmm_alloc *a)
 CUresult op_vmm_granularity(struct srv_client *c, const struct cumux_vmm_granularity *m, uint8_t *out,
                             uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     if (m->option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && m->option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
         return CUDA_ERROR_INVALID_VALUE;
     use_gpu(c, m->device);
@@ -95,8 +93,6 @@ CUresult op_vmm_granularity(struct srv_client *c, const struct cumux_vmm_granula
 
 CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, uint8_t *out, uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     if (m->size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     struct srv_vmm_alloc *a = calloc(1, sizeof *a);
@@ -242,7 +238,7 @@ CUresult op_vmm_unmap(struct srv_client *c, const struct cumux_vmm_unmap *m)
 CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_access *m)
 {
     size_t first, count;
-    if (!srv_gpu_serves(m->device) || !whole_mappings(c, m->ptr, m->size, &first, &count))
+    if (!whole_mappings(c, m->ptr, m->size, &first, &count))
         return CUDA_ERROR_INVALID_VALUE;
     if (m->flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && m->flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
         m->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
@@ -269,8 +265,6 @@ CUresult op_vmm_set_access(struct srv_client *c, const struct cumux_vmm_set_acce
 CUresult op_vmm_get_access(struct srv_client *c, const struct cumux_vmm_get_access *m, uint8_t *out,
                            uint32_t *out_len)
 {
-    if (!srv_gpu_serves(m->device))
-        return CUDA_ERROR_INVALID_DEVICE;
     const struct cumux_range *r = cumux_ranges_find(&c->vmm.vmm_mapped, m->ptr);
     if (!r)
         return CUDA_ERROR_INVALID_VALUE;
