@@ -20,44 +20,25 @@ int cli_connect_server(void);
 /* every_gpu: started for a program, whose CUDA_VISIBLE_DEVICES is not the server's (`cumux start` keeps
  * it: the GPUs the server serves, as for nvidia-cuda-mps-control). */
 int cli_start_server(bool foreground, bool every_gpu);
-/* Sends a hello of this kind (flags, arg: common/proto.h) and writes the text that comes back to out
- * (NULL: dropped). The server's status (0 or a CUresult), or -1 with errno when it could not be asked
- * (EPERM: said on stderr). */
+/* Sends a hello of this kind (flags, arg: common/proto.h) to GPU 0's worker (cli_request) or GPU gpu's, and
+ * writes the text that comes back to out (NULL: dropped). The worker's status (0 or a CUresult), or -1
+ * with errno when it could not be asked (EPERM: said on stderr). */
 int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
+int cli_request_gpu(int gpu, uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
+/* The same to every GPU's worker, for what names a process (its clients are on whichever GPUs it uses):
+ * 0 when any did it (their texts written), else the first refusal (its text written). */
+int cli_request_each(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
+/* How many GPUs the server serves (a worker each), or -1 with errno when none answers. */
+int cli_gpu_count(void);
 /* cumux stop. */
 int cli_stop(void);
 /* A server for the pipe directory, started if none runs. 0 when one answers. */
 int cli_ensure_server(void);
-/* The server's status for programs (status_records.c). */
-struct cli_client {
-    unsigned id, uid, streams;
-    int pid;
-    unsigned long long device, limit, pinned, kernels, gpu_ns; /* bytes; launches; GPU time (estimated) */
-    char priority[16]; /* high, normal, low */
-    unsigned sms;      /* SMs its kernels may use (0: not known yet) */
-    int reserved;      /* they are its alone */
-    unsigned percent;  /* its active thread percentage (100: no cap) */
-    char cmd[128];
-};
-struct cli_gpu {
-    int index, sms;
-    unsigned long long used, total;
-    char bus_id[32], name[128];
-};
-#define CLI_MAX_GPUS 16
-struct cli_records {
-    int server_pid, worker_pid;
-    unsigned long long default_limit;
-    char default_priority[16];
-    unsigned default_percent; /* active thread percentage for new clients (100: no cap) */
-    struct cli_gpu gpus[CLI_MAX_GPUS];
-    int ngpus;
-    struct cli_client *clients;
-    size_t n;
-};
+/* The server's status for programs (status_records.c): every GPU worker's records together. */
+#include "common/records.h"
 /* 0, or -1 (said on stderr) when no server answers. */
-int cli_records_get(struct cli_records *r);
-void cli_records_free(struct cli_records *r);
+int cli_records_get(struct cumux_records *r);
+void cli_records_free(struct cumux_records *r);
 /* cumux control: nvidia-cuda-mps-control's command lines. */
 int cli_control(int argc, char **argv);
 /* cumux top: a live view of the GPUs and the clients (top.c). */

@@ -1,6 +1,6 @@
 /* cumux control: the command lines of NVIDIA's nvidia-cuda-mps-control, read from stdin one a line (or
  * given as arguments, as one line), so that scripts written for MPS move over unchanged. cumux has one
- * server; it answers to its supervisor's pid, and to its GPU worker's. What cumux does not do yet is said
+ * server for every GPU; it answers to its supervisor's pid, and to each GPU worker's. What cumux does not do yet is said
  * on stderr and makes the exit status 1; nothing is silently ignored. docs/compatibility.md has the table. */
 #include <errno.h>
 #include <stdbool.h>
@@ -13,15 +13,16 @@
 #include "common/proto.h"
 #include "common/size.h"
 
-static bool is_server(const struct cli_records *r, const char *pid)
+static bool is_server(const struct cumux_records *r, const char *pid)
 {
     char *end;
     long p = strtol(pid, &end, 10);
-    if (*end || !*pid || (p != r->server_pid && p != r->worker_pid)) {
+    bool ok = !*end && *pid && (p == r->server_pid || p == r->worker_pid);
+    for (int i = 0; !ok && !*end && *pid && i < r->ngpus; i++)
+        ok = p == r->gpus[i].worker_pid;
+    if (!ok)
         fprintf(stderr, "cumux control: no server with pid %s (cumuxd's is %d)\n", pid, r->server_pid);
-        return false;
-    }
-    return true;
+    return ok;
 }
 
 static void print_limit(unsigned long long b)
@@ -36,24 +37,30 @@ static void print_limit(unsigned long long b)
         printf("%llu\n", b);
 }
 
-/* cumux serves device 0's limit: another device's is refused rather than taken for it. */
-static bool device_zero(const char *dev)
+/* A device as MPS's commands name it: the server's number of one of its GPUs; -1 (said) when it is none. */
+static int device_of(const char *dev)
 {
-    if (strcmp(dev, "0") != 0) {
-        fprintf(stderr, "cumux control: device %s: cumux keeps device 0's memory limit only\n", dev);
-        return false;
+    char *end;
+    long d = strtol(dev, &end, 10);
+    int n = cli_gpu_count();
+    if (n < 0)
+        return -1;
+    if (*end || !*dev || d < 0 || d >= n) {
+        fprintf(stderr, "cumux control: device %s: cumuxd serves GPUs 0 to %d\n", dev, n - 1);
+        return -1;
     }
-    return true;
+    return (int)d;
 }
 
-static int set_default_limit(const char *value)
+/* The limit of new clients on GPU gpu (every GPU: -1). */
+static int set_default_limit(int gpu, const char *value)
 {
     uint64_t b;
     if (!cumux_parse_size(value, &b)) {
         fprintf(stderr, "cumux control: %s is not a size (4G, 512M)\n", value);
         return 1;
     }
-    return cli_request(CUMUX_HELLO_SET_DEFAULT_MEMORY, 0, b, NULL) == 0 ? 0 : 1;
+    return cli_request(CUMUX_HELLO_SET_DEFAULT_MEMORY, (uint32_t)(gpu + 1), b, NULL) == 0 ? 0 : 1;
 }
 
 /* One command line; 0 when done, 1 when refused or failed (said on stderr). */
@@ -74,7 +81,7 @@ static unsigned parse_percent(const char *s)
 static int run_line(char **w, int n)
 {
     const char *cmd = w[0];
-    struct cli_records r;
+    struct cumux_records r;
 #define NEED(k)                                                                                        \
     do {                                                                                               \
         if (n != (k) + 1) {                                                                            \
@@ -104,7 +111,8 @@ static int run_line(char **w, int n)
             printf("%-8s %-4s %-8s %-6s %s\n", "PID", "ID", "SERVER", "DEVICE", "COMMAND");
         for (size_t i = 0; i < r.n; i++) {
             if (ps)
-                printf("%-8d %-4u %-8d %-6d %s\n", r.clients[i].pid, r.clients[i].id, r.server_pid, 0, r.clients[i].cmd);
+                printf("%-8d %-4u %-8d %-6d %s\n", r.clients[i].pid, r.clients[i].id, r.server_pid, r.clients[i].gpu,
+                       r.clients[i].cmd);
             else
                 printf("%d\n", r.clients[i].pid);
         }
@@ -124,29 +132,36 @@ static int run_line(char **w, int n)
                 fprintf(stderr, "cumux control: terminate_client: %s is not a pid\n", w[2]);
             return 1;
         }
-        return cli_request(CUMUX_HELLO_KILL, (uint32_t)pid, 0, stdout) == 0 ? 0 : 1;
+        return cli_request_each(CUMUX_HELLO_KILL, (uint32_t)pid, 0, stdout) == 0 ? 0 : 1;
     }
-    /* One server: its limit for new clients is the default. */
+    /* One server: its limit for new clients on a GPU is that GPU's default. */
     if (!strcmp(cmd, "set_default_device_pinned_mem_limit")) {
         NEED(2);
-        return device_zero(w[1]) ? set_default_limit(w[2]) : 1;
+        int dev = device_of(w[1]);
+        return dev >= 0 ? set_default_limit(dev, w[2]) : 1;
     }
     if (!strcmp(cmd, "set_device_pinned_mem_limit")) {
         NEED(3);
         if (cli_records_get(&r) < 0)
             return 1;
-        bool ok = is_server(&r, w[1]) && device_zero(w[2]);
+        bool ok = is_server(&r, w[1]);
         cli_records_free(&r);
-        return ok ? set_default_limit(w[3]) : 1;
+        int dev = ok ? device_of(w[2]) : -1;
+        return dev >= 0 ? set_default_limit(dev, w[3]) : 1;
     }
     if (!strcmp(cmd, "get_default_device_pinned_mem_limit") || !strcmp(cmd, "get_device_pinned_mem_limit")) {
         bool per_server = strncmp(cmd, "get_default", 11) != 0;
         NEED(per_server ? 2 : 1);
         if (cli_records_get(&r) < 0)
             return 1;
-        bool ok = (!per_server || is_server(&r, w[1])) && device_zero(w[per_server ? 2 : 1]);
+        bool ok = !per_server || is_server(&r, w[1]);
+        int dev = ok ? device_of(w[per_server ? 2 : 1]) : -1;
+        const struct cumux_record_gpu *g = dev >= 0 ? cumux_records_gpu(&r, dev) : NULL;
+        if (dev >= 0 && !g)
+            fprintf(stderr, "cumux control: GPU %d's worker does not answer\n", dev);
+        ok = g != NULL;
         if (ok)
-            print_limit(r.default_limit);
+            print_limit(g->default_limit);
         cli_records_free(&r);
         return ok ? 0 : 1;
     }
@@ -212,8 +227,10 @@ static int run_line(char **w, int n)
         if (cli_records_get(&r) < 0)
             return 1;
         bool ok = n == 1 || is_server(&r, w[1]);
-        for (size_t i = 0; ok && i < r.n; i++) /* every client uses device 0: cumux serves one GPU a server */
-            printf("%s:%d\n", r.ngpus ? r.gpus[0].bus_id : "0", r.clients[i].pid);
+        for (size_t i = 0; ok && i < r.n; i++) {
+            const struct cumux_record_gpu *g = cumux_records_gpu(&r, r.clients[i].gpu);
+            printf("%s:%d\n", g ? g->bus_id : "-", r.clients[i].pid);
+        }
         cli_records_free(&r);
         return ok ? 0 : 1;
     }
@@ -242,7 +259,7 @@ static int run_line(char **w, int n)
         }
         if (server)
             return cli_request(CUMUX_HELLO_SET_DEFAULT_THREADS, 0, pct, NULL) == 0 ? 0 : 1;
-        return cli_request(CUMUX_HELLO_SET_SMS, (uint32_t)pid, (uint64_t)pct << 32 | CUMUX_SMS_KEEP, NULL) == 0 ? 0
+        return cli_request_each(CUMUX_HELLO_SET_SMS, (uint32_t)pid, (uint64_t)pct << 32 | CUMUX_SMS_KEEP, NULL) == 0 ? 0
                                                                                                           : 1;
     }
     if (!strcmp(cmd, "get_default_active_thread_percentage") || !strcmp(cmd, "get_active_thread_percentage")) {

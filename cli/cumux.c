@@ -48,14 +48,9 @@ static void usage(FILE *f)
             CUMUX_DEFAULT_PIPE_DIRECTORY);
 }
 
-static int request_with(uint32_t kind, uint32_t arg, FILE *out)
-{
-    return cli_request(kind, arg, 0, out);
-}
-
 static int request(uint32_t kind, FILE *out)
 {
-    return request_with(kind, 0, out);
+    return cli_request(kind, 0, 0, out);
 }
 
 static int cmd_start(int argc, char **argv)
@@ -85,7 +80,7 @@ static int cmd_kill(int argc, char **argv)
         fprintf(stderr, "usage: cumux kill PID\n");
         return 2;
     }
-    int st = request_with(CUMUX_HELLO_KILL, (uint32_t)pid, stdout);
+    int st = cli_request_each(CUMUX_HELLO_KILL, (uint32_t)pid, 0, stdout);
     if (st < 0 && errno != EPERM)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
     return st == 0 ? 0 : 1;
@@ -113,22 +108,28 @@ static int cmd_set(int argc, char **argv)
     }
     /* The SMs' request changes one of the two and keeps the other (CUMUX_SMS_KEEP). */
     uint64_t sm_arg = sms ? (uint64_t)CUMUX_SMS_KEEP << 32 | count : (uint64_t)count << 32 | CUMUX_SMS_KEEP;
-    int st = memory     ? cli_request(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, value, stdout)
-             : priority ? cli_request(CUMUX_HELLO_SET_PRIORITY, (uint32_t)pid, (uint64_t)prio, stdout)
-                        : cli_request(CUMUX_HELLO_SET_SMS, (uint32_t)pid, sm_arg, stdout);
+    /* its clients are on the GPUs it uses: each GPU's worker changes its own */
+    int st = memory     ? cli_request_each(CUMUX_HELLO_SET_MEMORY, (uint32_t)pid, value, stdout)
+             : priority ? cli_request_each(CUMUX_HELLO_SET_PRIORITY, (uint32_t)pid, (uint64_t)prio, stdout)
+                        : cli_request_each(CUMUX_HELLO_SET_SMS, (uint32_t)pid, sm_arg, stdout);
     if (st < 0 && errno != EPERM)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
     return st == 0 ? 0 : 1;
 }
 
+/* GPU 0's worker tells the server's part and its GPU's, each other GPU's worker its own. */
 static int cmd_status(void)
 {
-    if (request(CUMUX_HELLO_STATUS, stdout) < 0) {
+    int n = cli_gpu_count();
+    if (n < 0 || request(CUMUX_HELLO_STATUS, stdout) < 0) {
         if (errno == EPERM)
             return 1;
         printf("cumuxd is not running (pipe directory %s)\n", cumux_pipe_directory());
         return 1;
     }
+    for (int g = 1; g < n; g++)
+        if (cli_request_gpu(g, CUMUX_HELLO_STATUS, CUMUX_STATUS_GPU_PART, 0, stdout) != 0)
+            printf("GPU %d: its worker does not answer (%s)\n", g, strerror(errno));
     return 0;
 }
 

@@ -13,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/ask.h"
 #include "common/proto.h"
+#include "common/records.h"
 #include "common/sock.h"
 #include "cli/cli.h"
 
@@ -94,29 +96,77 @@ int cli_connect_server(void)
     return s;
 }
 
-int cli_request(uint32_t kind, uint32_t arg, uint64_t arg2, FILE *out)
+int cli_request_gpu(int gpu, uint32_t kind, uint32_t flags, uint64_t arg, FILE *out)
 {
-    int s = cli_connect_server();
-    if (s < 0)
-        return -1;
-    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .flags = arg,
-                            .arg = arg2};
-    struct cumux_welcome w;
-    if (cumux_sock_send(s, &h, sizeof h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, NULL) < 0) {
-        close(s);
-        return -1;
-    }
-    if (w.text_len > 0 && w.text_len < (1u << 24)) {
-        char *t = malloc(w.text_len + 1);
-        if (t && cumux_sock_recv(s, t, w.text_len, NULL) == 0) {
-            t[w.text_len] = 0;
-            if (out)
-                fputs(t, out);
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .flags = flags,
+                            .arg = arg};
+    char *text = NULL, err[512];
+    /* another GPU's worker may be in the middle of a takeover: it answers within seconds, or not at all */
+    int st = cumux_ask(gpu, &h, gpu ? 5000 : 0, &text, err, sizeof err);
+    if (st < 0 && errno == EPERM)
+        fprintf(stderr, "cumux: another user's process holds the pipe directory %s: %s. Use another "
+                        "CUMUX_PIPE_DIRECTORY.\n", cumux_pipe_directory(), err);
+    if (text && out)
+        fputs(text, out);
+    free(text);
+    return st;
+}
+
+int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out)
+{
+    return cli_request_gpu(0, kind, flags, arg, out);
+}
+
+int cli_gpu_count(void)
+{
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_STATUS,
+                            .flags = CUMUX_STATUS_RECORDS};
+    char *text = NULL, err[512];
+    int st = cumux_ask(0, &h, 0, &text, err, sizeof err);
+    struct cumux_records r;
+    int n = st == 0 && cumux_records_parse(text, &r, false) == 0 ? r.gpu_count : -1;
+    if (n >= 0)
+        cumux_records_free(&r);
+    free(text);
+    return n < 1 && st == 0 ? 1 : n;
+}
+
+int cli_request_each(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out)
+{
+    int n = cli_gpu_count();
+    if (n < 0)
+        return cli_request(kind, flags, arg, out); /* says why (or -1 with errno) as for one */
+    int best = -1, first_err = 0, saved_errno = 0;
+    char *first_text = NULL;
+    size_t first_len = 0;
+    for (int g = 0; g < n; g++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        int st = f ? cli_request_gpu(g, kind, flags, arg, f) : -1;
+        if (f)
+            fclose(f);
+        if (st == 0) {
+            if (out && text)
+                fputs(text, out);
+            best = 0;
+        } else if (!first_err && st != 0) {
+            first_err = st;
+            saved_errno = errno;
+            first_text = text;
+            first_len = len;
+            text = NULL;
         }
-        free(t);
+        free(text);
     }
-    close(s);
-    return w.status;
+    /* none of them had it: the first refusal, as one worker says it */
+    if (best != 0 && out && first_text && first_len)
+        fputs(first_text, out);
+    free(first_text);
+    if (best == 0)
+        return 0;
+    errno = saved_errno;
+    return first_err;
 }
 
 /* LD_LIBRARY_PATH without the shim's directory: the server needs the real driver. */

@@ -126,7 +126,7 @@ static void gpu_view_sample(struct gpu_view *v)
 
 /* ---- a sample of everything: two status records an interval apart */
 struct client_view {
-    const struct cli_client *c;
+    const struct cumux_record_client *c;
     double share, kernels_per_s; /* GPU time share (%), launches per second over the interval */
 };
 
@@ -137,10 +137,11 @@ static double seconds_now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static const struct cli_client *find_client(const struct cli_records *r, unsigned id)
+/* A client by its GPU and id (each GPU's worker numbers its own clients). */
+static const struct cumux_record_client *find_client(const struct cumux_records *r, int gpu, unsigned id)
 {
     for (size_t i = 0; i < r->n; i++)
-        if (r->clients[i].id == id)
+        if (r->clients[i].id == id && r->clients[i].gpu == gpu)
             return &r->clients[i];
     return NULL;
 }
@@ -196,31 +197,32 @@ static void json_number(double v)
         printf("%.2f", v);
 }
 
-static void print_json(const struct cli_records *r, const struct gpu_view *gv, const struct client_view *cv,
+static void print_json(const struct cumux_records *r, const struct gpu_view *gv, const struct client_view *cv,
                        size_t n, double interval)
 {
     printf("{\"server_pid\":%d,\"interval_s\":%.3f,\"gpus\":[", r->server_pid, interval);
     for (int i = 0; i < r->ngpus; i++) {
-        const struct cli_gpu *g = &r->gpus[i];
-        printf("%s{\"index\":%d,\"name\":", i ? "," : "", g->index);
+        const struct cumux_record_gpu *g = &r->gpus[i];
+        const struct gpu_view *v = &gv[g->index];
+        printf("%s{\"index\":%d,\"worker_pid\":%d,\"name\":", i ? "," : "", g->index, g->worker_pid);
         json_string(g->name);
         printf(",\"pci_bus_id\":");
         json_string(g->bus_id);
         printf(",\"sms\":%d,\"memory_used_bytes\":%llu,\"memory_total_bytes\":%llu,\"utilization_pct\":", g->sms,
                g->used, g->total);
-        json_number(gv[i].util);
+        json_number(v->util);
         printf(",\"sm_activity_pct\":");
-        json_number(gv[i].sm_activity);
+        json_number(v->sm_activity);
         printf(",\"sm_occupancy_pct\":");
-        json_number(gv[i].occupancy);
+        json_number(v->occupancy);
         printf("}");
     }
     printf("],\"clients\":[");
     for (size_t i = 0; i < n; i++) {
-        const struct cli_client *c = cv[i].c;
+        const struct cumux_record_client *c = cv[i].c;
         char user[64];
         user_name(c->uid, user, sizeof user);
-        printf("%s{\"id\":%u,\"pid\":%d,\"uid\":%u,\"user\":", i ? "," : "", c->id, c->pid, c->uid);
+        printf("%s{\"id\":%u,\"gpu\":%d,\"pid\":%d,\"uid\":%u,\"user\":", i ? "," : "", c->id, c->gpu, c->pid, c->uid);
         json_string(user);
         printf(",\"command\":");
         json_string(c->cmd);
@@ -237,7 +239,7 @@ static void print_json(const struct cli_records *r, const struct gpu_view *gv, c
     printf("]}\n");
 }
 
-static void print_screen(const struct cli_records *r, const struct gpu_view *gv, const struct client_view *cv,
+static void print_screen(const struct cumux_records *r, const struct gpu_view *gv, const struct client_view *cv,
                          size_t n, double interval, bool live)
 {
     if (live)
@@ -245,31 +247,32 @@ static void print_screen(const struct cli_records *r, const struct gpu_view *gv,
     printf("cumux top: cumuxd pid %d, %zu client(s), every %.1f s%s\n", r->server_pid, n, interval,
            live ? "   (q quits)" : "");
     for (int i = 0; i < r->ngpus; i++) {
-        const struct cli_gpu *g = &r->gpus[i];
+        const struct cumux_record_gpu *g = &r->gpus[i];
+        const struct gpu_view *v = &gv[g->index];
         char u[16], a[16], o[16];
-        fmt_pct(u, sizeof u, gv[i].util);
-        fmt_pct(a, sizeof a, gv[i].sm_activity);
-        fmt_pct(o, sizeof o, gv[i].occupancy);
+        fmt_pct(u, sizeof u, v->util);
+        fmt_pct(a, sizeof a, v->sm_activity);
+        fmt_pct(o, sizeof o, v->occupancy);
         printf("GPU %d %s, %d SMs: memory %.1f of %.1f GiB; utilization (nvidia-smi) %s, SM activity %s, "
                "occupancy %s\n", g->index, g->name, g->sms, g->used / 1073741824.0, g->total / 1073741824.0, u, a, o);
-        if (live && gv[i].nhist > 1) {
+        if (live && v->nhist > 1) {
             printf("  utilization  ");
-            sparkline(gv[i].hist_util, gv[i].nhist, 60);
+            sparkline(v->hist_util, v->nhist, 60);
             printf("  SM activity  ");
-            sparkline(gv[i].hist_sm, gv[i].nhist, 60);
+            sparkline(v->hist_sm, v->nhist, 60);
         }
     }
-    printf("\n%8s %-10s %-6s %5s %7s %9s %10s %10s %7s  %s\n", "PID", "USER", "PRIO", "SMS", "GPU%", "KERNEL/S",
+    printf("\n%8s %-10s %3s %-6s %5s %7s %9s %10s %10s %7s  %s\n", "PID", "USER", "GPU", "PRIO", "SMS", "GPU%", "KERNEL/S",
            "MEM_MiB", "LIMIT_MiB", "STREAMS", "COMMAND");
     for (size_t i = 0; i < n; i++) {
-        const struct cli_client *c = cv[i].c;
+        const struct cumux_record_client *c = cv[i].c;
         char user[64], limit[24] = "-", sms[16] = "-"; /* SMs: r, reserved for it alone */
         user_name(c->uid, user, sizeof user);
         if (c->limit)
             snprintf(limit, sizeof limit, "%.1f", c->limit / 1048576.0);
         if (c->sms)
             snprintf(sms, sizeof sms, "%u%s", c->sms, c->reserved ? "r" : "");
-        printf("%8d %-10.10s %-6s %5s %6.1f%% %9.0f %10.1f %10s %7u  %.60s\n", c->pid, user, c->priority, sms,
+        printf("%8d %-10.10s %3d %-6s %5s %6.1f%% %9.0f %10.1f %10s %7u  %.60s\n", c->pid, user, c->gpu, c->priority, sms,
                cv[i].share, cv[i].kernels_per_s, c->device / 1048576.0, limit, c->streams, c->cmd);
     }
     fflush(stdout);
@@ -348,13 +351,18 @@ int cli_top(int argc, char **argv)
             signal(SIGTERM, on_int);
         }
     }
-    struct cli_records prev, cur;
+    struct cumux_records prev, cur;
     if (cli_records_get(&prev) < 0)
         return 1;
-    struct gpu_view gv[CLI_MAX_GPUS];
+    /* by the GPU's index: a GPU whose worker did not answer one sample leaves the others where they are */
+    struct gpu_view gv[CUMUX_RECORD_MAX_GPUS];
+    bool opened[CUMUX_RECORD_MAX_GPUS] = {false};
     memset(gv, 0, sizeof gv);
-    for (int i = 0; i < prev.ngpus; i++)
-        gpu_view_open(&gv[i], prev.gpus[i].bus_id);
+    for (int i = 0; i < prev.ngpus; i++) {
+        int g = prev.gpus[i].index;
+        if (g >= 0 && g < CUMUX_RECORD_MAX_GPUS && !opened[g])
+            gpu_view_open(&gv[g], prev.gpus[i].bus_id), opened[g] = true;
+    }
     double t_prev = seconds_now();
     int status = 0;
     for (;;) {
@@ -365,15 +373,21 @@ int cli_top(int argc, char **argv)
             break;
         }
         double t = seconds_now(), dt = t - t_prev;
-        for (int i = 0; i < cur.ngpus && i < prev.ngpus; i++)
-            gpu_view_sample(&gv[i]);
+        for (int i = 0; i < cur.ngpus; i++) {
+            int g = cur.gpus[i].index;
+            if (g < 0 || g >= CUMUX_RECORD_MAX_GPUS)
+                continue;
+            if (!opened[g])
+                gpu_view_open(&gv[g], cur.gpus[i].bus_id), opened[g] = true;
+            gpu_view_sample(&gv[g]);
+        }
         struct client_view *cv = calloc(cur.n ? cur.n : 1, sizeof *cv);
         if (!cv) {
             status = 1;
             break;
         }
         for (size_t i = 0; i < cur.n; i++) {
-            const struct cli_client *c = &cur.clients[i], *p = find_client(&prev, c->id);
+            const struct cumux_record_client *c = &cur.clients[i], *p = find_client(&prev, c->gpu, c->id);
             unsigned long long g0 = p ? p->gpu_ns : 0, k0 = p ? p->kernels : 0;
             cv[i].c = c;
             cv[i].share = c->gpu_ns >= g0 ? (c->gpu_ns - g0) / 1e9 / dt * 100 : 0;

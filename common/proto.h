@@ -28,7 +28,8 @@ enum cumux_hello_kind {
     CUMUX_HELLO_STOP = 3,   /* the CLI: asks the server to stop */
     CUMUX_HELLO_KILL = 4,   /* the CLI: ends the clients of process `flags` (cumux kill PID) */
     CUMUX_HELLO_SET_MEMORY = 5, /* the CLI: the clients of process `flags` get memory limit `arg` (0: none) */
-    CUMUX_HELLO_SET_DEFAULT_MEMORY = 6, /* the CLI: clients that connect from now on: limit `arg` at most */
+    CUMUX_HELLO_SET_DEFAULT_MEMORY = 6, /* the CLI: clients that connect from now on: limit `arg` at most, on
+                                         * the server's GPU `flags` - 1 (flags 0: every GPU) */
     CUMUX_HELLO_SET_PRIORITY = 7, /* the CLI: the clients of process `flags` get priority class `arg` */
     CUMUX_HELLO_SET_DEFAULT_PRIORITY = 8, /* the CLI: clients that ask for none get class `arg` */
     CUMUX_HELLO_SET_SMS = 9, /* the CLI: the clients of process `flags` get SMs: `arg` = reserved SMs (low 32 bits,
@@ -38,13 +39,20 @@ enum cumux_hello_kind {
                               * lets it take back its memory (op RESUME_MEMORY) from the worker that took over */
 };
 
-/* STATUS flags */
-#define CUMUX_STATUS_RECORDS 1u /* lines for programs (cumux control), not people:
-                                 * "server SUPERVISOR_PID WORKER_PID DEFAULT_LIMIT_BYTES DEFAULT_PRIORITY"
-                                 * "gpu INDEX PCI_BUS_ID SMS USED_BYTES TOTAL_BYTES NAME"
-                                 * "client ID PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS GPU_NS
-                                 *  PRIORITY COMMAND" (GPU_NS: its GPU time so far, estimated: server/usage.c;
-                                 *  PRIORITY: high, normal or low) */
+/* STATUS flags. Each GPU's worker answers for its GPU on that GPU's socket; GPU 0's also for the server as
+ * a whole (the first line, the faults of every GPU). The CLI asks each and puts the answers together. */
+#define CUMUX_STATUS_RECORDS 1u /* lines for programs (cumux control, top; /metrics), not people:
+                                 * "server SUPERVISOR_PID WORKER_PID DEFAULT_LIMIT_BYTES DEFAULT_PRIORITY
+                                 *  DEFAULT_PERCENT GPU_COUNT FAULTS RESTARTS" (DEFAULT_LIMIT: GPU 0's;
+                                 *  FAULTS, RESTARTS: of every GPU)
+                                 * "gpu INDEX WORKER_PID PCI_BUS_ID SMS USED_BYTES TOTAL_BYTES DEFAULT_LIMIT_BYTES
+                                 *  FAULTS RESTARTS NAME" (the worker's GPU)
+                                 * "client ID GPU PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS
+                                 *  GPU_NS PRIORITY SMS RESERVED PERCENT =NAME COMMAND" (GPU_NS: its GPU time so
+                                 *  far, estimated: server/usage.c; PRIORITY: high, normal or low; NAME: its
+                                 *  CUMUX_CLIENT_NAME, no spaces, nothing after '=' when none). common/records.c
+                                 *  reads them. */
+#define CUMUX_STATUS_GPU_PART 2u /* the text of the worker's GPU only, without the server's first line */
 
 struct cumux_hello {
     uint32_t magic;

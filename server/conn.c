@@ -222,7 +222,8 @@ static void conn_hello(struct conn *k)
     }
     switch (h->kind) {
     case CUMUX_HELLO_STATUS: {
-        char *text = h->flags & CUMUX_STATUS_RECORDS ? srv_status_records() : srv_status_report();
+        char *text = h->flags & CUMUX_STATUS_RECORDS ? srv_status_records()
+                                                     : srv_status_report(h->flags & CUMUX_STATUS_GPU_PART);
         if (text)
             conn_reply(k, text, 0);
         else
@@ -241,10 +242,19 @@ static void conn_hello(struct conn *k)
         return;
     }
     case CUMUX_HELLO_SET_DEFAULT_MEMORY: {
-        srv_set_default_mem_limit(h->arg);
-        char text[96] = "default device memory limit: none\n";
+        /* flags: the server's GPU + 1, or 0 for every GPU */
+        int gpu = (int)h->flags - 1;
+        if (h->flags > (uint32_t)srv_gpu_count) {
+            conn_reply(k, "no such GPU\n", CUDA_ERROR_INVALID_DEVICE);
+            return;
+        }
+        srv_set_default_mem_limit(gpu, h->arg);
+        char text[96] = "default device memory limit: none", on[32] = "";
         if (h->arg)
-            snprintf(text, sizeof text, "default device memory limit: %.1f MiB\n", h->arg / 1048576.0);
+            snprintf(text, sizeof text, "default device memory limit: %.1f MiB", h->arg / 1048576.0);
+        if (gpu >= 0)
+            snprintf(on, sizeof on, " on GPU %d", gpu);
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%s\n", on);
         cumux_logf("%.*s (for clients from now on)", (int)strlen(text) - 1, text);
         conn_reply(k, text, 0);
         return;
@@ -327,10 +337,7 @@ static void http_read(struct conn *k)
     k->req[k->req_len] = 0;
     if (!strstr(k->req, "\r\n\r\n") && k->req_len < HTTP_REQUEST_MAX)
         return;
-    struct srv_client_stat *cs = NULL;
-    ssize_t n_cs = srv_clients_snapshot(&cs);
-    k->reply = srv_metrics_response(k->req, k->req_len, cs, n_cs, &k->reply_len);
-    free(cs);
+    k->reply = srv_metrics_response(k->req, k->req_len, &k->reply_len);
     if (!k->reply) {
         conn_close(k);
         return;

@@ -172,12 +172,14 @@ int main(int argc, char **argv)
         !parse_limit(max_handles_arg, max_handles_from, MAX_HANDLES_CAP, &srv_max_handles))
         return 2;
     const char *dml = getenv("CUMUX_DEFAULT_MEMORY_LIMIT");
-    uint64_t dml_bytes = 0;
-    if (dml && *dml && !cumux_parse_device_limits(dml, 0, &dml_bytes)) {
-        fprintf(stderr, "cumuxd: CUMUX_DEFAULT_MEMORY_LIMIT=%s: not a size (4G, 512M) nor 0=SIZE,1=SIZE\n", dml);
-        return 2;
+    for (int g = 0; g < CUMUX_MAX_DEVICES; g++) { /* each GPU its entry, as the server numbers them */
+        uint64_t dml_bytes = 0;
+        if (dml && *dml && !cumux_parse_device_limits(dml, g, &dml_bytes)) {
+            fprintf(stderr, "cumuxd: CUMUX_DEFAULT_MEMORY_LIMIT=%s: not a size (4G, 512M) nor 0=SIZE,1=SIZE\n", dml);
+            return 2;
+        }
+        srv_set_default_mem_limit(g, dml_bytes);
     }
-    srv_set_default_mem_limit(dml_bytes);
     const char *dp = getenv("CUMUX_DEFAULT_PRIORITY");
     enum cumux_priority dprio = CUMUX_PRIORITY_NORMAL;
     if (dp && *dp && !cumux_priority_parse(dp, &dprio)) {

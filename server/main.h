@@ -37,7 +37,7 @@ void srv_on_gpu_fault(CUresult r, int gpu);
 
 /* status.c */
 extern time_t srv_started_at;
-char *srv_status_report(void);  /* `cumux status`'s text (malloc'd), or NULL */
+char *srv_status_report(bool gpu_only); /* `cumux status`'s text (malloc'd), or NULL; gpu_only: this worker's GPU's part */
 char *srv_status_records(void); /* the records programs read (CUMUX_STATUS_RECORDS), or NULL */
 
 /* control.c: each changes the clients of process pid; the reply's text (cap bytes) says how; they return

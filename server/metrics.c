@@ -1,8 +1,9 @@
 /* Prometheus metrics (`/metrics`, opt-in: CUMUX_METRICS_PORT): per client, labelled by pid, user and the
  * name the program set (CUMUX_CLIENT_NAME), its device memory and limit, pinned memory, streams, kernel
- * launches and GPU time (estimated: usage.c); per GPU its memory; the server's clients, faults and
- * restarts. The listening socket is the supervisor's, made before the workers: whichever worker serves
- * answers, and one that replaces a faulted worker goes on answering on the same port. There is no
+ * launches and GPU time (estimated: usage.c), and the GPU that serves it; per GPU its memory, clients,
+ * default limit, faults and restarts; the server's clients, faults and restarts. The listening socket is
+ * the supervisor's, made before the workers: GPU 0's worker answers (one that replaces a faulted worker
+ * goes on answering on the same port), with what every other GPU's worker tells it in its status records. There is no
  * authentication: it listens on 127.0.0.1 unless an address is given, and says which programs run. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -14,8 +15,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/ask.h"
 #include "common/log.h"
+#include "common/priority.h"
+#include "common/records.h"
 #include "common/text.h"
+#include "server/main.h"
 #include "server/server.h"
 
 int srv_metrics_listen(const char *spec)
@@ -72,33 +77,70 @@ static void family(struct cumux_text *t, const char *name, const char *type, con
     cumux_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* Every GPU's records: this worker's (GPU 0's), then each other GPU's worker's, asked on its socket; one
+ * that does not answer within half a second (being replaced after a fault) is left out of this scrape. */
+static int gather(struct cumux_records *r)
+{
+    char *own = srv_status_records();
+    int rc = own ? cumux_records_parse(own, r, false) : -1;
+    free(own);
+    if (rc < 0)
+        return -1;
+    for (int g = 0; g < srv_gpu_count && g < CUMUX_RECORD_MAX_GPUS; g++) {
+        if (g == srv_gpu_served)
+            continue;
+        struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_STATUS,
+                                .flags = CUMUX_STATUS_RECORDS};
+        char *text = NULL, err[256];
+        if (cumux_ask(g, &h, 500, &text, err, sizeof err) == 0 && cumux_records_parse(text, r, true) < 0)
+            rc = -1;
+        free(text);
+    }
+    return rc;
+}
+
 /* The metrics text (Prometheus exposition format 0.0.4); NULL when out of memory. */
-static char *metrics_text(const struct srv_client_stat *cs, ssize_t n)
+static char *metrics_text(const struct cumux_records *r)
 {
     struct cumux_text t = cumux_text_new(8192);
-    if (n < 0) {
-        free(t.p);
-        return NULL;
-    }
     family(&t, "cumux_clients", "gauge", "Programs connected to cumuxd.");
-    cumux_text_printf(&t, "cumux_clients %zd\n", n);
+    cumux_text_printf(&t, "cumux_clients %zu\n", r->n);
     family(&t, "cumux_fatal_gpu_faults_total", "counter", "Fatal GPU faults since cumuxd started.");
-    cumux_text_printf(&t, "cumux_fatal_gpu_faults_total %u\n", srv_nfaults);
+    cumux_text_printf(&t, "cumux_fatal_gpu_faults_total %u\n", r->faults);
     family(&t, "cumux_workers_restarted_total", "counter", "GPU workers that replaced a failed one.");
-    cumux_text_printf(&t, "cumux_workers_restarted_total %u\n", srv_worker_restarts);
-    family(&t, "cumux_default_memory_limit_bytes", "gauge", "Device memory limit of new clients (0: none).");
-    cumux_text_printf(&t, "cumux_default_memory_limit_bytes %llu\n", (unsigned long long)srv_default_mem_limit());
-    family(&t, "cumux_gpu_memory_used_bytes", "gauge", "Device memory in use on the GPU, by everyone.");
-    for (int i = 0; i < srv_gpu_count; i++) {
-        if (!srv_gpu_serves(i))
-            continue; /* another worker's */
-        size_t f = 0, total = 0;
-        cuCtxSetCurrent(srv_gpus[i].ctx);
-        cuMemGetInfo(&f, &total);
-        char name[300];
-        label_value(name, sizeof name, srv_gpus[i].info.name);
-        cumux_text_printf(&t, "cumux_gpu_memory_used_bytes{gpu=\"%d\",name=\"%s\"} %zu\n", i, name, total - f);
-        cumux_text_printf(&t, "cumux_gpu_memory_total_bytes{gpu=\"%d\",name=\"%s\"} %zu\n", i, name, total);
+    cumux_text_printf(&t, "cumux_workers_restarted_total %u\n", r->restarts);
+    family(&t, "cumux_default_memory_limit_bytes", "gauge", "Device memory limit of new clients on GPU 0 (0: none).");
+    cumux_text_printf(&t, "cumux_default_memory_limit_bytes %llu\n", r->default_limit);
+    static const struct {
+        const char *name, *type, *help;
+    } gfams[] = {
+        {"cumux_gpu_memory_used_bytes", "gauge", "Device memory in use on the GPU, by everyone."},
+        {"cumux_gpu_memory_total_bytes", "gauge", "Device memory of the GPU."},
+        {"cumux_gpu_clients", "gauge", "Programs the GPU's worker serves."},
+        {"cumux_gpu_default_memory_limit_bytes", "gauge", "Device memory limit of new clients on the GPU (0: none)."},
+        {"cumux_gpu_fatal_faults_total", "counter", "Fatal faults on the GPU since cumuxd started."},
+        {"cumux_gpu_workers_restarted_total", "counter", "The GPU's workers that replaced a failed one."},
+    };
+    for (size_t f = 0; f < sizeof gfams / sizeof *gfams; f++) {
+        family(&t, gfams[f].name, gfams[f].type, gfams[f].help);
+        for (int i = 0; i < r->ngpus; i++) {
+            const struct cumux_record_gpu *g = &r->gpus[i];
+            char name[300];
+            label_value(name, sizeof name, g->name);
+            unsigned long long v = 0;
+            switch (f) {
+            case 0: v = g->used; break;
+            case 1: v = g->total; break;
+            case 2:
+                for (size_t k = 0; k < r->n; k++)
+                    v += r->clients[k].gpu == g->index;
+                break;
+            case 3: v = g->default_limit; break;
+            case 4: v = g->faults; break;
+            default: v = g->restarts; break;
+            }
+            cumux_text_printf(&t, "%s{gpu=\"%d\",name=\"%s\"} %llu\n", gfams[f].name, g->index, name, v);
+        }
     }
     static const struct {
         const char *name, *type, *help;
@@ -114,8 +156,8 @@ static char *metrics_text(const struct srv_client_stat *cs, ssize_t n)
     };
     for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
         family(&t, fams[f].name, fams[f].type, fams[f].help);
-        for (ssize_t i = 0; i < n; i++) {
-            const struct srv_client_stat *c = &cs[i];
+        for (size_t i = 0; i < r->n; i++) {
+            const struct cumux_record_client *c = &r->clients[i];
             char user[64], uname[160], cname[160], pwbuf[1024];
             struct passwd pw, *res = NULL;
             if (getpwuid_r(c->uid, &pw, pwbuf, sizeof pwbuf, &res) == 0 && res)
@@ -124,29 +166,33 @@ static char *metrics_text(const struct srv_client_stat *cs, ssize_t n)
                 snprintf(user, sizeof user, "%u", (unsigned)c->uid);
             label_value(uname, sizeof uname, user);
             label_value(cname, sizeof cname, c->name);
-            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",client=\"%u\"} ", fams[f].name, (int)c->pid, uname, cname,
-                c->id);
+            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\"} ", fams[f].name,
+                              c->pid, uname, cname, c->gpu, c->id);
+            enum cumux_priority prio = CUMUX_PRIORITY_NORMAL;
+            cumux_priority_parse(c->priority, &prio);
             switch (f) {
-            case 0: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->mem); break;
-            case 1: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->limit); break;
-            case 2: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->pinned); break;
+            case 0: cumux_text_printf(&t, "%llu\n", c->device); break;
+            case 1: cumux_text_printf(&t, "%llu\n", c->limit); break;
+            case 2: cumux_text_printf(&t, "%llu\n", c->pinned); break;
             case 3: cumux_text_printf(&t, "%u\n", c->streams); break;
-            case 4: cumux_text_printf(&t, "%llu\n", (unsigned long long)c->launches); break;
+            case 4: cumux_text_printf(&t, "%llu\n", c->kernels); break;
             case 5: cumux_text_printf(&t, "%.6f\n", c->gpu_ns / 1e9); break;
-            default: cumux_text_printf(&t, "%d\n", c->priority); break;
+            default: cumux_text_printf(&t, "%d\n", (int)prio); break;
             }
         }
     }
     return t.p;
 }
 
-char *srv_metrics_response(const char *request, size_t len, const struct srv_client_stat *clients, ssize_t n,
-                           size_t *out_len)
+char *srv_metrics_response(const char *request, size_t len, size_t *out_len)
 {
     /* "GET /metrics" (a query string allowed) answers; anything else is not found. */
     bool get = len >= 13 && !strncmp(request, "GET /metrics", 12) &&
                (request[12] == ' ' || request[12] == '?');
-    char *body = get ? metrics_text(clients, n) : NULL;
+    struct cumux_records recs;
+    memset(&recs, 0, sizeof recs);
+    char *body = get && gather(&recs) == 0 ? metrics_text(&recs) : NULL;
+    cumux_records_free(&recs);
     const char *status = get ? (body ? "200 OK" : "500 Internal Server Error") : "404 Not Found";
     const char *text = body ? body : get ? "out of memory\n" : "cumuxd serves /metrics\n";
     size_t tl = strlen(text);

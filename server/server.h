@@ -258,11 +258,10 @@ struct srv_client_stat {
  * memory. */
 ssize_t srv_clients_snapshot(struct srv_client_stat **out);
 /* metrics.c: the listening socket for CUMUX_METRICS_PORT ("PORT" on 127.0.0.1, or "ADDR:PORT"), or -1
- * (logged); and the whole HTTP response to a request, given the clients (srv_clients_snapshot: n < 0 when
- * that failed), NULL when out of memory. */
+ * (logged); and the whole HTTP response to a request (every GPU's clients: GPU 0's worker asks the
+ * others), NULL when out of memory. */
 int srv_metrics_listen(const char *spec);
-char *srv_metrics_response(const char *request, size_t len, const struct srv_client_stat *clients, ssize_t n,
-                           size_t *out_len);
+char *srv_metrics_response(const char *request, size_t len, size_t *out_len);
 
 /* usage.c: the client's samples that ended since, into c->gpu_ns; for status requests, from any thread. */
 void srv_usage_refresh(struct srv_client *c);
@@ -388,8 +387,14 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock);
 /* The device memory limit of clients that ask for none or for more (CUMUX_DEFAULT_MEMORY_LIMIT, `cumux
  * control set_default_device_pinned_mem_limit`), 0 for none: kept with the supervisor, so that a worker
  * that replaces a failed one has it too. */
-uint64_t srv_default_mem_limit(void);
-void srv_set_default_mem_limit(uint64_t bytes);
+uint64_t srv_default_mem_limit(void); /* of the worker's GPU */
+uint64_t srv_default_mem_limit_of(int gpu);
+void srv_set_default_mem_limit(int gpu, uint64_t bytes); /* gpu -1: every GPU */
+/* The fatal faults of every GPU as the supervisor heard them (any worker tells them all): how many so far,
+ * the last SRV_FAULTS_KEPT into last (by number % SRV_FAULTS_KEPT), the workers restarted, and those of
+ * one GPU. Any pointer may be NULL. */
+uint32_t srv_fault_history(struct srv_fault_record *last, uint32_t *restarts, int gpu, uint32_t *gpu_faults,
+                           uint32_t *gpu_restarts);
 /* The priority class of clients that ask for none (CUMUX_DEFAULT_PRIORITY, `cumux control
  * set_default_client_priority`): enum cumux_priority, kept with the supervisor too. */
 int srv_default_priority(void);

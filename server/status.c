@@ -30,7 +30,7 @@
 
 time_t srv_started_at;
 
-char *srv_status_report(void)
+char *srv_status_report(bool gpu_only)
 {
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
@@ -50,12 +50,46 @@ char *srv_status_report(void)
         if (n_ > 0)                                                                                    \
             len += (size_t)n_;                                                                         \
     } while (0)
-    APPEND("cumuxd pid %d, up %lds, pipe directory %s, driver %d.%d\n", (int)srv_supervisor_pid,
-           (long)(time(NULL) - srv_started_at), cumux_pipe_directory(), srv_driver_version / 1000,
-           (srv_driver_version % 1000) / 10);
-    if (srv_nfaults || srv_worker_restarts)
-        APPEND("worker pid %d; fatal GPU faults: %u; workers restarted: %u\n", (int)getpid(), srv_nfaults,
-               srv_worker_restarts);
+    buf[0] = 0;
+    if (!gpu_only) {
+        /* The server as a whole: every GPU's faults (the supervisor's history), then GPU 0's part. */
+        APPEND("cumuxd pid %d, up %lds, pipe directory %s, driver %d.%d", (int)srv_supervisor_pid,
+               (long)(time(NULL) - srv_started_at), cumux_pipe_directory(), srv_driver_version / 1000,
+               (srv_driver_version % 1000) / 10);
+        if (srv_gpu_count > 1)
+            APPEND(", %d GPUs", srv_gpu_count);
+        APPEND("\n");
+        struct srv_fault_record *faults = calloc(SRV_FAULTS_KEPT, sizeof *faults);
+        uint32_t nfaults = faults ? srv_fault_history(faults, NULL, -1, NULL, NULL) : 0;
+        for (uint32_t i = nfaults > 5 ? nfaults - 5 : 0; i < nfaults; i++) {
+            const struct srv_fault_record *f = &faults[i % SRV_FAULTS_KEPT];
+            const char *fname = NULL;
+            cuGetErrorName((CUresult)f->code, &fname);
+            time_t at = (time_t)(f->at_ms / 1000);
+            struct tm tm;
+            char when[32];
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&at, &tm));
+            APPEND("fault %u: %s GPU %d %s (%s), serving again after %lld ms; culprit: %s; other clients then: %s\n",
+                   i + 1, when, f->gpu, f->why[0] ? f->why : "fatal GPU error", fname ? fname : "?",
+                   (long long)f->recovered_ms, f->culprit[0] ? f->culprit : "not known",
+                   f->clients[0] ? f->clients : "none");
+        }
+        free(faults);
+    }
+    /* This worker's GPU (its fault domain): the GPU, the worker, its standby, its clients. */
+    int i = srv_gpu_served;
+    if (i >= 0 && i < srv_gpu_count) {
+        size_t f = 0, t = 0;
+        cuCtxSetCurrent(srv_gpus[i].ctx);
+        cuMemGetInfo(&f, &t);
+        APPEND("GPU %d: %s, %s, %d SMs, memory %zu MiB used of %zu MiB\n", i, srv_gpus[i].info.name,
+               srv_gpus[i].info.pci_bus_id, srv_gpus[i].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT],
+               (t - f) >> 20, t >> 20);
+    }
+    uint32_t gfaults = 0, grestarts = 0;
+    srv_fault_history(NULL, NULL, i, &gfaults, &grestarts);
+    if (gfaults || grestarts)
+        APPEND("worker pid %d; fatal GPU faults: %u; workers restarted: %u\n", (int)getpid(), gfaults, grestarts);
     pid_t sb_pid = 0;
     int sb = srv_standby_state(&sb_pid);
     if (sb < 0)
@@ -68,29 +102,6 @@ char *srv_status_report(void)
     if (srv_chunks_on() && srv_kept_memory(&kept_n, &kept_b) == 0)
         APPEND("clients' memory outside the worker: %llu chunk(s), %.1f MiB (CUMUX_CONTAIN)\n",
                (unsigned long long)kept_n, kept_b / 1048576.0);
-    for (uint32_t i = srv_nfaults > 5 ? srv_nfaults - 5 : 0; i < srv_nfaults; i++) {
-        const struct srv_fault_record *f = &srv_faults[i % SRV_FAULTS_KEPT];
-        const char *fname = NULL;
-        cuGetErrorName((CUresult)f->code, &fname);
-        time_t at = (time_t)(f->at_ms / 1000);
-        struct tm tm;
-        char when[32];
-        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&at, &tm));
-        APPEND("fault %u: %s GPU %d %s (%s), serving again after %lld ms; culprit: %s; other clients then: %s\n",
-               i + 1, when, f->gpu, f->why[0] ? f->why : "fatal GPU error", fname ? fname : "?",
-               (long long)f->recovered_ms, f->culprit[0] ? f->culprit : "not known",
-               f->clients[0] ? f->clients : "none");
-    }
-    for (int i = 0; i < srv_gpu_count; i++) {
-        if (!srv_gpu_serves(i))
-            continue; /* another worker's */
-        size_t f = 0, t = 0;
-        cuCtxSetCurrent(srv_gpus[i].ctx);
-        cuMemGetInfo(&f, &t);
-        APPEND("GPU %d: %s, %s, %d SMs, memory %zu MiB used of %zu MiB\n", i, srv_gpus[i].info.name,
-               srv_gpus[i].info.pci_bus_id, srv_gpus[i].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT],
-               (t - f) >> 20, t >> 20);
-    }
     pthread_mutex_lock(&srv_clients_lock);
     locked = true;
     int n = 0;
@@ -165,27 +176,31 @@ ssize_t srv_clients_snapshot(struct srv_client_stat **out)
 char *srv_status_records(void)
 {
     struct cumux_text t = cumux_text_new(1024);
-    cumux_text_printf(&t, "server %d %d %llu %s %u\n", (int)srv_supervisor_pid, (int)getpid(),
-              (unsigned long long)srv_default_mem_limit(), cumux_priority_name((enum cumux_priority)srv_default_priority()),
-              srv_default_thread_percent() ? srv_default_thread_percent() : 100);
-    for (int i = 0; i < srv_gpu_count; i++) {
-        if (!srv_gpu_serves(i))
-            continue; /* another worker's */
+    uint32_t restarts = 0;
+    uint32_t nfaults = srv_fault_history(NULL, &restarts, -1, NULL, NULL);
+    cumux_text_printf(&t, "server %d %d %llu %s %u %d %u %u\n", (int)srv_supervisor_pid, (int)getpid(),
+              (unsigned long long)srv_default_mem_limit_of(0), cumux_priority_name((enum cumux_priority)srv_default_priority()),
+              srv_default_thread_percent() ? srv_default_thread_percent() : 100, srv_gpu_count, nfaults, restarts);
+    int i = srv_gpu_served;
+    if (i >= 0 && i < srv_gpu_count) {
         size_t f = 0, total = 0;
+        uint32_t gfaults = 0, grestarts = 0;
+        srv_fault_history(NULL, NULL, i, &gfaults, &grestarts);
         cuCtxSetCurrent(srv_gpus[i].ctx);
         cuMemGetInfo(&f, &total);
-        cumux_text_printf(&t, "gpu %d %s %d %zu %zu %s\n", i, srv_gpus[i].info.pci_bus_id[0] ? srv_gpus[i].info.pci_bus_id : "-",
+        cumux_text_printf(&t, "gpu %d %d %s %d %zu %zu %llu %u %u %s\n", i, (int)getpid(),
+                  srv_gpus[i].info.pci_bus_id[0] ? srv_gpus[i].info.pci_bus_id : "-",
                   srv_gpus[i].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT], total - f, total,
-                  srv_gpus[i].info.name);
+                  (unsigned long long)srv_default_mem_limit_of(i), gfaults, grestarts, srv_gpus[i].info.name);
     }
     struct srv_client_stat *cs = NULL;
     ssize_t n = srv_clients_snapshot(&cs);
-    for (ssize_t i = 0; i < n; i++)
-        cumux_text_printf(&t, "client %u %d %u %llu %llu %llu %u %llu %llu %s %u %d %u %s\n", cs[i].id, (int)cs[i].pid,
-                          cs[i].uid, (unsigned long long)cs[i].mem, (unsigned long long)cs[i].limit,
-                          (unsigned long long)cs[i].pinned, cs[i].streams, (unsigned long long)cs[i].launches,
-                          (unsigned long long)cs[i].gpu_ns, cumux_priority_name((enum cumux_priority)cs[i].priority),
-                          cs[i].sms, (int)cs[i].reserved, cs[i].percent ? cs[i].percent : 100, cs[i].cmd);
+    for (ssize_t k = 0; k < n; k++)
+        cumux_text_printf(&t, "client %u %d %d %u %llu %llu %llu %u %llu %llu %s %u %d %u =%s %s\n", cs[k].id, i,
+                          (int)cs[k].pid, cs[k].uid, (unsigned long long)cs[k].mem, (unsigned long long)cs[k].limit,
+                          (unsigned long long)cs[k].pinned, cs[k].streams, (unsigned long long)cs[k].launches,
+                          (unsigned long long)cs[k].gpu_ns, cumux_priority_name((enum cumux_priority)cs[k].priority),
+                          cs[k].sms, (int)cs[k].reserved, cs[k].percent ? cs[k].percent : 100, cs[k].name, cs[k].cmd);
     free(cs);
     if (n < 0) {
         free(t.p);

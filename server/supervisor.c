@@ -62,7 +62,7 @@ uint32_t srv_nfaults;
 uint32_t srv_worker_restarts;
 pid_t srv_supervisor_pid;
 
-static uint64_t initial_mem_limit; /* before the page exists */
+static uint64_t initial_mem_limit[CUMUX_MAX_DEVICES]; /* before the page exists */
 static int initial_priority = CUMUX_PRIORITY_NORMAL;
 
 int srv_default_priority(void)
@@ -94,17 +94,46 @@ void srv_set_default_thread_percent(unsigned percent)
         initial_percent = percent;
 }
 
-uint64_t srv_default_mem_limit(void)
+uint64_t srv_default_mem_limit_of(int gpu)
 {
-    return sup_page ? atomic_load(&sup_page->default_mem_limit) : initial_mem_limit;
+    if (gpu < 0 || gpu >= CUMUX_MAX_DEVICES)
+        return 0;
+    return sup_page ? atomic_load(&sup_page->default_mem_limit[gpu]) : initial_mem_limit[gpu];
 }
 
-void srv_set_default_mem_limit(uint64_t bytes)
+uint64_t srv_default_mem_limit(void)
 {
-    if (sup_page)
-        atomic_store(&sup_page->default_mem_limit, bytes);
-    else
-        initial_mem_limit = bytes;
+    return srv_default_mem_limit_of(srv_gpu_served);
+}
+
+void srv_set_default_mem_limit(int gpu, uint64_t bytes)
+{
+    for (int g = 0; g < CUMUX_MAX_DEVICES; g++) {
+        if (gpu >= 0 && g != gpu)
+            continue;
+        if (sup_page)
+            atomic_store(&sup_page->default_mem_limit[g], bytes);
+        else
+            initial_mem_limit[g] = bytes;
+    }
+}
+
+uint32_t srv_fault_history(struct srv_fault_record *last, uint32_t *restarts, int gpu, uint32_t *gpu_faults,
+                           uint32_t *gpu_restarts)
+{
+    uint32_t n = sup_page ? atomic_load_explicit(&sup_page->nfaults, memory_order_acquire) : srv_nfaults;
+    const struct srv_fault_record *rec = sup_page ? sup_page->faults : srv_faults;
+    if (last)
+        for (uint32_t i = n > SRV_FAULTS_KEPT ? n - SRV_FAULTS_KEPT : 0; i < n; i++)
+            last[i % SRV_FAULTS_KEPT] = rec[i % SRV_FAULTS_KEPT];
+    if (restarts)
+        *restarts = sup_page ? atomic_load(&sup_page->restarts) : srv_worker_restarts;
+    bool in = sup_page && gpu >= 0 && gpu < CUMUX_MAX_DEVICES;
+    if (gpu_faults)
+        *gpu_faults = in ? atomic_load(&sup_page->gpu_faults[gpu]) : 0;
+    if (gpu_restarts)
+        *gpu_restarts = in ? atomic_load(&sup_page->gpu_restarts[gpu]) : 0;
+    return n;
 }
 
 static int report_fd = -1; /* a worker's end of the pipe to the supervisor */
@@ -315,6 +344,27 @@ static uint64_t standby_after_ms(void)
     return e && (*end || v > 60000) ? 1000 : v;
 }
 
+/* The fault history on the shared page (srv_fault_history), for every worker to tell: record slot i of
+ * srv_faults changed (a new one: d, its GPU, counts one more). */
+static void publish_fault(struct sup_domain *d, uint32_t i)
+{
+    if (!sup_page)
+        return;
+    sup_page->faults[i] = srv_faults[i];
+    if (d)
+        atomic_fetch_add(&sup_page->gpu_faults[d->gpu], 1);
+    atomic_store_explicit(&sup_page->nfaults, srv_nfaults, memory_order_release);
+}
+
+static void publish_restart(struct sup_domain *d)
+{
+    srv_worker_restarts++;
+    if (!sup_page)
+        return;
+    atomic_fetch_add(&sup_page->gpu_restarts[d->gpu], 1);
+    atomic_store(&sup_page->restarts, srv_worker_restarts);
+}
+
 /* The standby takes over: it is given the history and starts serving. */
 static void activate_standby(struct sup_domain *d)
 {
@@ -464,8 +514,9 @@ static void on_report(struct sup_msg *m, int *ready_fd)
         m->rec.culprit[sizeof m->rec.culprit - 1] = 0;
         m->rec.why[sizeof m->rec.why - 1] = 0;
         srv_faults[srv_nfaults++ % SRV_FAULTS_KEPT] = m->rec;
+        publish_fault(d, (srv_nfaults - 1) % SRV_FAULTS_KEPT);
         if (d->standby > 0 && !sup_stop) {
-            srv_worker_restarts++;
+            publish_restart(d);
             cumux_logf("GPU %d: worker %d met a fatal GPU error: standby worker %d takes over", d->gpu,
                        (int)m->from, (int)d->standby);
             activate_standby(d);
@@ -484,8 +535,17 @@ static void on_report(struct sup_msg *m, int *ready_fd)
             d->arena_hint_size = m->arena_size;
         }
         d->init_failures = 0;
-        if (srv_nfaults)
-            srv_faults[(srv_nfaults - 1) % SRV_FAULTS_KEPT].recovered_ms = m->rec.recovered_ms;
+        /* how long its GPU's last fault took to mend, as the new worker measured it */
+        for (uint32_t i = srv_nfaults; m->rec.recovered_ms > 0 && i > 0 && i + SRV_FAULTS_KEPT > srv_nfaults; i--) {
+            struct srv_fault_record *f = &srv_faults[(i - 1) % SRV_FAULTS_KEPT];
+            if (f->gpu != d->gpu)
+                continue;
+            if (f->recovered_ms < 0) {
+                f->recovered_ms = m->rec.recovered_ms;
+                publish_fault(NULL, (i - 1) % SRV_FAULTS_KEPT);
+            }
+            break;
+        }
         if (d->gpu == 0 && m->gpu_count > ndoms && domains_add(m->gpu_count) < 0)
             sup_stop = 1; /* not every GPU can be served: the server does not start */
         tell_ready(ready_fd);
@@ -527,7 +587,7 @@ static int on_exit_of(struct sup_domain *d, pid_t w, int st)
         return 1; /* stopped: the worker cleaned up */
     if (!d->ever_served)
         return -1; /* the first worker could not start: `cumux start` says why */
-    srv_worker_restarts++;
+    publish_restart(d);
     if (!d->serving && ++d->init_failures > INIT_RETRIES) {
         cumux_logf("GPU %d: worker %d ended (%s) and %u new ones could not start: stopping", d->gpu, (int)w, why,
                    INIT_RETRIES);
@@ -571,7 +631,8 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
     sup_page = page == MAP_FAILED ? NULL : page;
     if (sup_page) {
         atomic_store(&sup_page->enabled, want_standby);
-        atomic_store(&sup_page->default_mem_limit, initial_mem_limit);
+        for (int g = 0; g < CUMUX_MAX_DEVICES; g++)
+            atomic_store(&sup_page->default_mem_limit[g], initial_mem_limit[g]);
         atomic_store(&sup_page->default_priority, initial_priority);
         atomic_store(&sup_page->default_percent, initial_percent);
     }

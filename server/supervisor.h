@@ -29,10 +29,15 @@ struct sup_shared {
     _Atomic int32_t enabled;
     _Atomic int32_t standby_pid[CUMUX_MAX_DEVICES]; /* 0: none */
     _Atomic int32_t standby_ready[CUMUX_MAX_DEVICES];
-    _Atomic uint64_t default_mem_limit; /* srv_default_mem_limit: set by whichever worker is told */
+    _Atomic uint64_t default_mem_limit[CUMUX_MAX_DEVICES]; /* srv_default_mem_limit, by GPU: set by whichever worker is told */
     _Atomic int32_t default_priority;   /* srv_default_priority: likewise */
     _Atomic uint32_t default_percent;   /* srv_default_thread_percent: likewise */
     _Atomic uint64_t kept_chunks[CUMUX_MAX_DEVICES], kept_bytes[CUMUX_MAX_DEVICES]; /* clients' memory chunks whose descriptors the supervisor holds */
+    /* The faults of every GPU, as the supervisor heard them (srv_fault_history): any worker tells them all.
+     * The supervisor writes a record, then moves nfaults on. */
+    _Atomic uint32_t nfaults, restarts;
+    _Atomic uint32_t gpu_faults[CUMUX_MAX_DEVICES], gpu_restarts[CUMUX_MAX_DEVICES];
+    struct srv_fault_record faults[SRV_FAULTS_KEPT];
 };
 extern struct sup_shared *sup_page;
 

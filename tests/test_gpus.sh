@@ -3,7 +3,9 @@
 # its own. Programs see the GPUs their CUDA_VISIBLE_DEVICES names (indices, UUIDs and their beginnings),
 # numbered from 0; the GPU suite's programs run at once on different GPUs, each served by its GPU's worker;
 # a fault on one GPU while programs compute on the others: those never notice (their results right, no
-# comeback, their workers the same), and the culprit's GPU serves again. On the fake driver as 4 GPUs
+# comeback, their workers the same), and the culprit's GPU serves again. cumux status, control, top and
+# /metrics tell every GPU (each GPU's worker asked); per-GPU default memory limits (MPS's
+# set_default_device_pinned_mem_limit DEV); `cumux set PID` reaches a program on any GPU. On the fake driver as 4 GPUs
 # (CUMUX_FAKE_GPUS=4) in CI; on a machine of several GPUs the same script (GPUS=N: how many to use).
 # usage: test_gpus.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
 set -u
@@ -14,7 +16,16 @@ own_server_test probe.out
 export CUMUX_FAKE_GPUS=${CUMUX_FAKE_GPUS:-4}
 n=${GPUS:-$CUMUX_FAKE_GPUS}
 log="$CUMUX_LOG_DIRECTORY/cumuxd.log"
-start_ours
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') ||
+    fail "no free port"
+scrape() { # the body of /metrics (bash's own socket: a python would start slowly beside busy programs)
+    local fd
+    exec {fd}<>"/dev/tcp/127.0.0.1/$port" || return 1
+    printf 'GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' >&"$fd"
+    timeout 10 cat <&"$fd" | tr -d '\r' | sed '1,/^$/d'
+    exec {fd}>&-
+}
+start_ours CUMUX_METRICS_PORT=$port
 pipe=$CUMUX_PIPE_DIRECTORY
 sock() { [ "$1" = 0 ] && echo "$pipe/cumuxd.sock" || echo "$pipe/cumuxd-gpu$1.sock"; }
 worker() { [ "$1" = 0 ] && cat "$pipe/cumuxd-gpu.pid" || cat "$pipe/cumuxd-gpu$1.pid"; }
@@ -89,6 +100,20 @@ CUDA_VISIBLE_DEVICES=1,0 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=1=64M,0=32M "$cli" run
     >"$tmp/limit.out" 2>&1 || { fail_show="$tmp/limit.out"; fail "device 0 (server GPU 1): its entry 0, not 1, not held"; }
 echo "ok: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's entry of the program's GPU"
 
+# The default limit of one GPU (MPS's control command, the device as the server numbers it): programs on
+# that GPU get it, those on the others not.
+"$cli" control set_default_device_pinned_mem_limit "$last" 48M || fail "set_default_device_pinned_mem_limit $last 48M"
+[ "$("$cli" control get_default_device_pinned_mem_limit "$last")" = 48M ] || fail "GPU $last's default limit is not 48M"
+[ "$("$cli" control get_default_device_pinned_mem_limit 0)" = none ] || fail "GPU 0 got GPU $last's default limit"
+"$cli" control set_default_device_pinned_mem_limit "$n" 48M 2>/dev/null && fail "a default limit for GPU $n, which is none"
+CUDA_VISIBLE_DEVICES=$last "$cli" run -- "$gdir/gpu_mem_limit" $((48 << 20)) >"$tmp/limit.out" 2>&1 ||
+    { fail_show="$tmp/limit.out"; fail "GPU $last's default limit not held"; }
+CUDA_VISIBLE_DEVICES=0 "$cli" run -- "$gdir/gpu_mem_limit" $((48 << 20)) >"$tmp/limit.out" 2>&1 &&
+    fail "a program on GPU 0 was held to GPU $last's default limit"
+grep -q "want the limit" "$tmp/limit.out" || { fail_show="$tmp/limit.out"; fail "GPU 0's program failed otherwise"; }
+"$cli" control set_default_device_pinned_mem_limit "$last" none || fail "set_default_device_pinned_mem_limit $last none"
+echo "ok: a default memory limit for GPU $last alone"
+
 # A fault on GPU 1 while programs compute on the others (gpu_contain_bystander busy: rounds of a kernel,
 # each result checked, until told to stop): they never notice (no round lost, no comeback).
 fgpu=$((n > 1 ? 1 : 0))
@@ -106,6 +131,38 @@ for g in "${others[@]}"; do
     for ((i = 0; i < 200; i++)); do grep -q '^bystander: busy' "$tmp/by$g.out" && break; sleep 0.05; done
     grep -q '^bystander: busy' "$tmp/by$g.out" || { fail_show="$tmp/by$g.out"; fail "the bystander on GPU $g did not start"; }
 done
+# Every GPU told: cumux status a part per GPU, each with its program; control ps and top name each
+# program's GPU; /metrics labels each client with its GPU; `cumux set PID` reaches the program on GPU $last.
+"$cli" status >"$tmp/status.out" 2>&1 || fail "cumux status"
+for g in "${others[@]}"; do
+    i=$(printf '%s\n' "${others[@]}" | grep -nx "$g" | cut -d: -f1)
+    bpid=${bys[i - 1]}
+    awk -v g="$g" -v p="$bpid" '/^GPU [0-9]+: / { in_g = ($2 == g ":") } in_g && $2 == p { found = 1 } END { exit !found }' \
+        "$tmp/status.out" || { fail_show="$tmp/status.out"; fail "cumux status does not list pid $bpid under GPU $g"; }
+    "$cli" control ps | awk -v p="$bpid" -v g="$g" '$1 == p && $4 == g { f = 1 } END { exit !f }' ||
+        fail "control ps does not put pid $bpid on device $g: $("$cli" control ps)"
+    m=$(scrape)
+    echo "$m" | grep -q "^cumux_client_streams{pid=\"$bpid\",.*,gpu=\"$g\",client=" ||
+        fail "/metrics has no client pid $bpid on GPU $g: $(echo "$m" | grep cumux_client_streams)"
+    echo "$m" | grep -q "^cumux_gpu_clients{gpu=\"$g\",name=\".*\"} 1$" || fail "/metrics: GPU $g's clients: $(echo "$m" | grep gpu_clients)"
+done
+[ "$(grep -c '^GPU [0-9]*: ' "$tmp/status.out")" = "$n" ] || { fail_show="$tmp/status.out"; fail "cumux status has not $n GPUs"; }
+"$cli" top --once --json --interval 0.2 >"$tmp/top.json" || fail "cumux top"
+python3 - "$tmp/top.json" "$n" "${others[*]}" "${bys[*]}" <<'PY' || { fail_show="$tmp/top.json"; fail "cumux top does not show every GPU and its program"; }
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert sorted(g["index"] for g in t["gpus"]) == list(range(int(sys.argv[2]))), t["gpus"]
+on = {c["pid"]: c["gpu"] for c in t["clients"]}
+for g, p in zip(sys.argv[3].split(), sys.argv[4].split()):
+    assert on.get(int(p)) == int(g), (p, g, on)
+PY
+lastby=${bys[${#bys[@]} - 1]}
+"$cli" set "$lastby" --priority high >"$tmp/set.out" 2>&1 || { fail_show="$tmp/set.out"; fail "cumux set $lastby (on GPU $last) --priority high"; }
+"$cli" control ps >/dev/null
+m=$(scrape)
+echo "$m" | grep -q "^cumux_client_priority_class{pid=\"$lastby\",.*,gpu=\"$last\",client=\"[0-9]*\"} 3$" ||
+    fail "the program on GPU $last did not become high: $(echo "$m" | grep priority_class)"
+echo "ok: status, control ps, top and /metrics tell every GPU; cumux set reaches GPU $last"
 CUDA_VISIBLE_DEVICES=$fgpu "$cli" run -- "$gdir/gpu_fault" >"$tmp/fault.out" 2>&1 ||
     { fail_show="$tmp/fault.out"; fail "gpu_fault on GPU $fgpu did not get its error"; }
 for ((i = 0; i < 100; i++)); do [ "$(worker $fgpu)" != "${wpid[fgpu]}" ] && break; sleep 0.1; done
@@ -124,6 +181,14 @@ done
 CUDA_VISIBLE_DEVICES=$fgpu "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/after.out" 2>&1 ||
     { fail_show="$tmp/after.out"; fail "GPU $fgpu does not serve after its fault"; }
 grep -q "GPU $fgpu: worker ${wpid[fgpu]} met a fatal GPU error" "$log" || fail "the supervisor did not say GPU $fgpu's worker failed"
+# Told by every worker: the fault is GPU $fgpu's, on GPU 0's part of the status, and in /metrics.
+"$cli" status >"$tmp/status.out" 2>&1
+grep -q "^fault 1: .* GPU $fgpu " "$tmp/status.out" || { fail_show="$tmp/status.out"; fail "cumux status does not tell GPU $fgpu's fault"; }
+awk -v g="$fgpu" '/^GPU [0-9]+: / { in_g = ($2 == g ":") } in_g && /fatal GPU faults: 1; workers restarted: 1/ { f = 1 } END { exit !f }' "$tmp/status.out" ||
+    { fail_show="$tmp/status.out"; fail "GPU $fgpu's part does not count its fault"; }
+m=$(scrape)
+echo "$m" | grep -q "^cumux_gpu_fatal_faults_total{gpu=\"$fgpu\",.*} 1$" && echo "$m" | grep -q "^cumux_fatal_gpu_faults_total 1$" &&
+    echo "$m" | grep -q "^cumux_gpu_fatal_faults_total{gpu=\"0\",.*} 0$" || fail "/metrics does not count GPU $fgpu's fault alone: $m"
 echo "ok: a fault on GPU $fgpu: the programs on GPUs ${others[*]} never noticed, GPU $fgpu serves again"
 "$cli" stop >/dev/null || fail "cumux stop"
 for ((g = 1; g < n; g++)); do [ ! -e "$(sock $g)" ] || fail "GPU $g's socket left after the stop"; done
