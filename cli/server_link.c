@@ -119,16 +119,21 @@ int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out)
 
 int cli_gpu_count(void)
 {
-    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_STATUS,
-                            .flags = CUMUX_STATUS_RECORDS};
-    char *text = NULL, err[512];
-    int st = cumux_ask(0, &h, 0, &text, err, sizeof err);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return -1;
+    int st = cli_request_gpu(0, CUMUX_HELLO_STATUS, CUMUX_STATUS_RECORDS, 0, f); /* says why when it is EPERM */
+    fclose(f);
     struct cumux_records r;
-    int n = st == 0 && cumux_records_parse(text, &r, false) == 0 ? r.gpu_count : -1;
-    if (n >= 0)
+    int n = -1;
+    if (st == 0 && cumux_records_parse(text, &r, false) == 0) {
+        n = r.gpu_count > 0 ? r.gpu_count : 1;
         cumux_records_free(&r);
+    }
     free(text);
-    return n < 1 && st == 0 ? 1 : n;
+    return n;
 }
 
 int cli_request_each(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out)
