@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 10u
+#define CUMUX_PROTO_VERSION 11u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -37,6 +37,12 @@ enum cumux_hello_kind {
     CUMUX_HELLO_SET_DEFAULT_THREADS = 10, /* the CLI: clients that connect from now on: thread percentage `arg` */
     CUMUX_HELLO_RESUME = 11, /* a shim whose worker failed: as CLIENT, and `token` (its welcome's resume_token)
                               * lets it take back its memory (op RESUME_MEMORY) from the worker that took over */
+    CUMUX_HELLO_IPC_LEASE = 12, /* another GPU's worker (only): opens IPC export `token` (server/ipc.c); the
+                                 * welcome carries the chunk's descriptor and a struct cumux_ipc_lease in
+                                 * message; the export stays open until this connection closes */
+    CUMUX_HELLO_VMM_FETCH = 13, /* another GPU's worker (only): the driver's descriptor of the VMM allocation
+                                 * a client exported as the descriptor of device `arg`, inode `token`
+                                 * (server/vmm.c), with a struct cumux_vmm_fetch in message */
 };
 
 /* STATUS flags. Each GPU's worker answers for its GPU on that GPU's socket; GPU 0's also for the server as
@@ -66,6 +72,17 @@ struct cumux_hello {
 /* hello flags */
 #define CUMUX_SMS_KEEP 0xffffffffu /* SET_SMS: this half stays as it is */
 #define CUMUX_HELLO_STDOUT 1u /* CLIENT: the client's stdout comes with the hello, for device printf */
+
+/* IPC_LEASE's answer: the chunk (a VMM allocation, mapped whole at chunk_base in the owner's worker) that
+ * holds the exported allocation [base, base + size). */
+struct cumux_ipc_lease {
+    uint64_t chunk_base, chunk_size, base, size;
+};
+
+/* VMM_FETCH's answer. */
+struct cumux_vmm_fetch {
+    uint64_t size;
+};
 
 struct cumux_welcome {
     uint32_t magic;

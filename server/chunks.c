@@ -343,6 +343,18 @@ void srv_chunk_free_later(struct srv_client *owner, uint64_t ptr, CUevent done)
     }
 }
 
+int srv_chunk_extent(struct srv_client *c, uint64_t ptr, uint64_t *base, uint64_t *size)
+{
+    struct srv_chunks *k = c->chunks;
+    const struct cumux_range *l = k ? cumux_ranges_find(&k->live, ptr) : NULL;
+    if (!l || l->base != ptr)
+        return -1;
+    const struct chunk *ch = (const struct chunk *)(uintptr_t)l->extra;
+    *base = ch->base;
+    *size = ch->size;
+    return 0;
+}
+
 struct chunk *srv_chunk_hold(struct srv_client *c, uint64_t ptr)
 {
     struct srv_chunks *k = c->chunks;
@@ -363,7 +375,10 @@ void srv_chunk_unhold(struct srv_client *c, struct chunk *ch)
 {
     if (!ch || --ch->holds)
         return;
-    use_gpu(c, ch->gpu);
+    if (c)
+        use_gpu(c, ch->gpu);
+    else
+        cuCtxSetCurrent(srv_gpus[ch->gpu].ctx); /* the main thread (ipc.c's lease end) */
     cuMemUnmap(ch->base, ch->size); /* the supervisor dropped its descriptor at the owner's end */
     arena_give(ch->base, ch->size);
     free(ch->free);

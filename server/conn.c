@@ -24,6 +24,7 @@
 #include "common/size.h"
 #include "common/text.h"
 #include "common/sock.h"
+#include "server/handlers.h"
 #include "server/main.h"
 #include "server/objects.h"
 #include "server/server.h"
@@ -111,6 +112,90 @@ static void conn_reply(struct conn *c, const char *text, int status)
     c->reply_off = 0;
     c->deadline = cumux_now_ns() + REPLY_DEADLINE_NS;
     conn_flush(c);
+}
+
+/* ---- leases: another GPU's worker holding an IPC export of this one's open (ipc.c) ---- */
+struct lease {
+    int fd;
+    uint64_t token;
+};
+static struct lease *leases;
+static size_t nleases, capleases;
+
+/* Is pid another worker of this server (a child of its supervisor)? Only they take leases: a lease
+ * hands out a descriptor of device memory. */
+static bool sibling_worker(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
+    int ppid = 0;
+    char state;
+    return p && sscanf(p + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)srv_supervisor_pid && pid != getpid();
+}
+
+static void conn_lease(struct conn *k)
+{
+    if (!sibling_worker(k->cred.pid)) {
+        conn_reply(k, "IPC leases are for cumuxd's workers\n", CUDA_ERROR_NOT_PERMITTED);
+        return;
+    }
+    if (nleases == capleases) {
+        size_t cap = capleases ? capleases * 2 : 16;
+        struct lease *nl = realloc(leases, cap * sizeof *nl);
+        if (!nl) {
+            conn_reply(k, "out of memory\n", CUDA_ERROR_OUT_OF_MEMORY);
+            return;
+        }
+        leases = nl;
+        capleases = cap;
+    }
+    struct cumux_ipc_lease info;
+    int fd = -1;
+    CUresult r = srv_ipc_lease(k->hello.token, &info, &fd);
+    if (r != CUDA_SUCCESS) {
+        conn_reply(k, "no such IPC export\n", r);
+        return;
+    }
+    struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0};
+    memcpy(w.message, &info, sizeof info);
+    /* A small message on a fresh socket: it goes at once, or the peer is gone. */
+    int sent = cumux_sock_send_now(k->fd, &w, sizeof w, fd);
+    close(fd);
+    if (sent < 0) {
+        srv_ipc_lease_end(k->hello.token);
+        conn_close(k);
+        return;
+    }
+    leases[nleases++] = (struct lease){.fd = k->fd, .token = k->hello.token};
+    k->fd = -1; /* the lease's now */
+    conn_close(k);
+}
+
+static void conn_vmm_fetch(struct conn *k)
+{
+    if (!sibling_worker(k->cred.pid)) {
+        conn_reply(k, "VMM fetches are for cumuxd's workers\n", CUDA_ERROR_NOT_PERMITTED);
+        return;
+    }
+    struct cumux_vmm_fetch info = {0};
+    int fd = srv_vmm_fetch(k->hello.arg, k->hello.token, &info);
+    if (fd < 0) {
+        conn_reply(k, "no such VMM export\n", CUDA_ERROR_INVALID_VALUE);
+        return;
+    }
+    struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0};
+    memcpy(w.message, &info, sizeof info);
+    cumux_sock_send_now(k->fd, &w, sizeof w, fd); /* gone or not, nothing is held for it */
+    close(fd);
+    conn_close(k);
 }
 
 /* A shim's hello: a channel and a worker, unless the server is full. The limit counts live clients: one
@@ -309,6 +394,12 @@ static void conn_hello(struct conn *k)
         conn_reply(k, text, 0);
         return;
     }
+    case CUMUX_HELLO_IPC_LEASE:
+        conn_lease(k);
+        return;
+    case CUMUX_HELLO_VMM_FETCH:
+        conn_vmm_fetch(k);
+        return;
     case CUMUX_HELLO_CLIENT:
     case CUMUX_HELLO_RESUME: /* which memory it may take back is checked when it asks (chunks.c) */
         conn_client(k);
@@ -438,7 +529,7 @@ int srv_serve(int lsock, int metrics_sock)
     int rc = 0;
     while (!srv_stop_requested) {
         pthread_mutex_lock(&srv_clients_lock);
-        size_t n = 3 + nconns;
+        size_t n = 3 + nconns + nleases;
         uint32_t live = 0; /* how many share the server: a client's waits spin while they are at most half the CPUs */
         for (struct srv_client *c = srv_clients; c; c = c->next) {
             n++;
@@ -476,6 +567,10 @@ int srv_serve(int lsock, int metrics_sock)
                 timeout = (int)left_ms;
         }
         size_t k = 3 + nk;
+        size_t nl = nleases; /* leases: only their end is watched (room counted in n) */
+        for (size_t i = 0; i < nl; i++)
+            fds[k + i] = (struct pollfd){.fd = leases[i].fd, .events = POLLRDHUP};
+        k += nl;
         for (struct srv_client *c = srv_clients; c; c = c->next) {
             if (c->conn.clients_told != live && !atomic_load(&c->dead)) {
                 atomic_store_explicit(&c->shm->server_clients, live, memory_order_relaxed);
@@ -495,8 +590,20 @@ int srv_serve(int lsock, int metrics_sock)
             break;
         }
         if (r > 0) {
+            /* A lease's connection gone (or anything read on it: a lease carries nothing): its open ends. */
+            size_t j = 0;
+            for (size_t i = 0; i < nl; i++) {
+                if (fds[3 + nk + i].revents) {
+                    srv_ipc_lease_end(leases[i].token);
+                    close(leases[i].fd);
+                } else {
+                    leases[j++] = leases[i];
+                }
+            }
+            memmove(leases + j, leases + nl, (nleases - nl) * sizeof *leases);
+            nleases = j + (nleases - nl);
             /* Hang-ups first: reaping below frees clients that owners[] still points to. */
-            for (size_t i = 3 + nk; i < k; i++) {
+            for (size_t i = 3 + nk + nl; i < k; i++) {
                 if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
                     pthread_mutex_lock(&srv_clients_lock);
                     owners[i]->conn.hup_seen = true;

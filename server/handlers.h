@@ -73,6 +73,8 @@ struct chunk;
 void srv_chunk_free_later(struct srv_client *owner, uint64_t ptr, CUevent done);
 struct chunk *srv_chunk_hold(struct srv_client *c, uint64_t ptr);
 void srv_chunk_unhold(struct srv_client *c, struct chunk *ch);
+/* The chunk holding c's allocation at ptr: where it is mapped (0, or -1 when ptr starts none). */
+int srv_chunk_extent(struct srv_client *c, uint64_t ptr, uint64_t *base, uint64_t *size);
 
 /* objects.c: a synchronize or query saw all of s's work end (its client's count of streams with work not
  * seen to end goes down: server/failover.c makes only a client with none resumable at a fault). */
@@ -93,6 +95,13 @@ CUresult srv_mem_fits(struct srv_client *c, uint64_t size);
 bool srv_ipc_defer_free(struct srv_client *c, uint64_t base, int gpu, CUstream stream);
 /* A client that goes: what it opened is closed, what it exported and others hold is left to them. */
 void srv_ipc_release_all(struct srv_client *c);
+/* Another GPU's worker opens export `token` (IPC_LEASE): one more open, the chunk's descriptor and where
+ * it and the allocation are; srv_ipc_lease_end when that worker's connection goes (main thread). */
+CUresult srv_ipc_lease(uint64_t token, struct cumux_ipc_lease *info, int *fd);
+void srv_ipc_lease_end(uint64_t token);
+/* vmm.c: another GPU's worker asks for the allocation a client exported as descriptor (dev, ino): the
+ * driver's descriptor of it (info: its size), or -1 when no export is known by it (main thread). */
+int srv_vmm_fetch(uint64_t dev, uint64_t ino, struct cumux_vmm_fetch *info);
 /* One holder of a shared event lets go: the last one destroys the CUevent. */
 void srv_ipc_event_drop(struct ipc_event *ev);
 

@@ -5,9 +5,12 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include "common/sock.h"
 #include "server/handlers.h"
 
 /* A physical allocation that several clients' allocations name (exported and imported): the last of them
@@ -100,6 +103,10 @@ CUresult op_vmm_create(struct srv_client *c, const struct cumux_vmm_create *m, u
         return CUDA_ERROR_OUT_OF_MEMORY;
     use_gpu(c, m->device);
     CUmemAllocationProp p = device_prop(m->device);
+    /* Exportable where the GPU can: a program on another GPU's worker imports it through this worker
+     * (srv_vmm_fetch), which hands that worker a descriptor the driver made. */
+    if (srv_gpus[m->device].info.attrs[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] == 1)
+        p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUresult r = srv_mem_charge(c, m->size);
     if (r == CUDA_SUCCESS && (r = cuMemCreate(&a->h, (size_t)m->size, &p, 0)) != CUDA_SUCCESS)
         srv_mem_uncharge(c, m->size);
@@ -313,6 +320,70 @@ CUresult op_vmm_export(struct srv_client *c, const struct cumux_vmm_export *m)
     return CUDA_SUCCESS;
 }
 
+/* A descriptor exported by a client of another GPU's worker: each other worker is asked (VMM_FETCH, the
+ * descriptor's device and inode); the one that knows it sends the driver's descriptor of the allocation,
+ * imported here as an allocation of its own (the driver keeps the memory while either process holds it). */
+static CUresult fetch_other_gpu(struct srv_client *c, const struct stat *st, struct srv_vmm_alloc *a)
+{
+    for (int g = 0; g < srv_gpu_count; g++) {
+        if (g == srv_gpu_served)
+            continue;
+        char path[256], err[256];
+        if (cumux_gpu_socket_path(g, path, sizeof path) < 0)
+            continue;
+        int s = cumux_connect_checked(path, err, sizeof err);
+        if (s < 0)
+            continue;
+        struct timeval tv = {.tv_sec = 5};
+        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_VMM_FETCH,
+                                .arg = (uint64_t)st->st_dev, .token = (uint64_t)st->st_ino};
+        struct cumux_welcome w;
+        int fd = -1;
+        bool got = cumux_sock_send(s, &h, sizeof h, -1) == 0 && cumux_sock_recv(s, &w, sizeof w, &fd) == 0 &&
+                   w.status == 0 && fd >= 0;
+        close(s);
+        if (!got) {
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        struct cumux_vmm_fetch info;
+        memcpy(&info, w.message, sizeof info);
+        CUmemGenericAllocationHandle mh = 0;
+        use_gpu(c, srv_gpu_served);
+        CUresult r = cuMemImportFromShareableHandle(&mh, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        close(fd);
+        struct vmm_shared *sh = r == CUDA_SUCCESS ? calloc(1, sizeof *sh) : NULL;
+        if (!sh) {
+            if (mh)
+                cuMemRelease(mh);
+            return r == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : r;
+        }
+        *sh = (struct vmm_shared){.h = mh, .refs = 1};
+        *a = (struct srv_vmm_alloc){.h = mh, .size = info.size, .gpu = g, .shared = sh, .refs = 1};
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+int srv_vmm_fetch(uint64_t dev, uint64_t ino, struct cumux_vmm_fetch *info)
+{
+    int fd = -1;
+    pthread_mutex_lock(&vmm_lock);
+    struct vmm_export *e = exports;
+    while (e && !((uint64_t)e->dev == dev && (uint64_t)e->ino == ino))
+        e = e->next;
+    if (e) {
+        cuCtxSetCurrent(srv_gpus[e->owner->gpu].ctx);
+        if (cuMemExportToShareableHandle(&fd, e->owner->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS)
+            fd = -1;
+        info->size = e->owner->size;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return fd;
+}
+
 CUresult op_vmm_import(struct srv_client *c, uint8_t *out, uint32_t *out_len)
 {
     int fd = recv_client_fd(c, 0);
@@ -336,7 +407,7 @@ CUresult op_vmm_import(struct srv_client *c, uint8_t *out, uint32_t *out_len)
         a->shared->refs++;
     }
     pthread_mutex_unlock(&vmm_lock);
-    if (!e) {
+    if (!e && fetch_other_gpu(c, &st, a) != CUDA_SUCCESS) {
         free(a);
         return CUDA_ERROR_INVALID_VALUE; /* not a descriptor this server gave out, or its owner let go */
     }

@@ -1,12 +1,13 @@
 /* CUDA IPC between programs under one server: memory (cuIpcGetMemHandle, cuIpcOpenMemHandle,
  * cuIpcCloseMemHandle) and interprocess events (cuIpcGetEventHandle, cuIpcOpenEventHandle). The server
- * keeps the exports (server/ipc.c); a handle carries the export's token. An opened memory handle gives the
- * same device address as the owner's and an opened event is the same event, since every client's work
- * lives in one context. */
+ * keeps the exports (server/ipc.c); a handle carries the export's token and the GPU whose worker made it.
+ * An opened memory handle gives the same device address as the owner's (another GPU's worker maps it
+ * there) and an opened event is the same event, since every client's work on a GPU lives in one context. */
 #include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "shim/client.h"
 
 static const char ipc_magic[8] = "CUMUXIPC";
@@ -55,7 +56,7 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned in
     if (!ptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) || memcmp(p.magic, ipc_magic, sizeof p.magic))
         return CUDA_ERROR_INVALID_VALUE;
     struct cumux_ipc_mem_handle got;
-    r = shim_op_ipc_open_mem_handle(p.h.token, &got);
+    r = shim_op_ipc_open_mem_handle(p.h.token, p.h.owner_gpu, &got);
     if (r != CUDA_SUCCESS)
         return r;
     pthread_mutex_lock(&open_lock);
@@ -119,6 +120,7 @@ unsigned shim_ipc_opened_live(void)
 struct ipc_event_payload {
     char magic[8];
     uint64_t token;
+    int32_t owner_gpu; /* the server's number of the event's GPU */
 };
 _Static_assert(sizeof(struct ipc_event_payload) <= sizeof(CUipcEventHandle), "fits a CUipcEventHandle");
 
@@ -135,6 +137,7 @@ CUresult cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent e)
         return CUDA_ERROR_INVALID_RESOURCE_TYPE;
     struct ipc_event_payload p;
     memcpy(p.magic, ipc_magic, sizeof p.magic);
+    p.owner_gpu = e->ctx && e->ctx->device >= 0 && e->ctx->device < shim.device_count ? shim.server_gpu[e->ctx->device] : 0;
     r = shim_op_ipc_get_event_handle(e->handle, &p.token);
     if (r != CUDA_SUCCESS)
         return r;
@@ -153,6 +156,15 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     memcpy(&p, handle.reserved, sizeof p);
     if (!phEvent || memcmp(p.magic, ipc_magic, sizeof p.magic))
         return CUDA_ERROR_INVALID_VALUE;
+    int mine = c->device >= 0 && c->device < shim.device_count ? shim.server_gpu[c->device] : -1;
+    if (p.owner_gpu != mine) {
+        /* Another GPU's worker's event: its CUevent lives in that worker's process. Not yet. */
+        static _Atomic int said;
+        if (!atomic_exchange(&said, 1))
+            cumux_logf("cuIpcOpenEventHandle: an event of another GPU (server GPU %d; this context's: %d) is not "
+                       "supported yet", (int)p.owner_gpu, mine);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -5,7 +5,8 @@
 # a fault on one GPU while programs compute on the others: those never notice (their results right, no
 # comeback, their workers the same), and the culprit's GPU serves again. cumux status, control, top and
 # /metrics tell every GPU (each GPU's worker asked); per-GPU default memory limits (MPS's
-# set_default_device_pinned_mem_limit DEV); `cumux set PID` reaches a program on any GPU. On the fake driver as 4 GPUs
+# set_default_device_pinned_mem_limit DEV); `cumux set PID` reaches a program on any GPU; IPC memory
+# between programs on different GPUs. On the fake driver as 4 GPUs
 # (CUMUX_FAKE_GPUS=4) in CI; on a machine of several GPUs the same script (GPUS=N: how many to use).
 # usage: test_gpus.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
 set -u
@@ -113,6 +114,39 @@ CUDA_VISIBLE_DEVICES=0 "$cli" run -- "$gdir/gpu_mem_limit" $((48 << 20)) >"$tmp/
 grep -q "want the limit" "$tmp/limit.out" || { fail_show="$tmp/limit.out"; fail "GPU 0's program failed otherwise"; }
 "$cli" control set_default_device_pinned_mem_limit "$last" none || fail "set_default_device_pinned_mem_limit $last none"
 echo "ok: a default memory limit for GPU $last alone"
+
+# IPC across GPUs: memory a program on GPU 0 exports, a program on GPU $last opens (its worker maps GPU 0's
+# chunk through a lease from GPU 0's worker), reads, writes; the owner sees the writes. Afterwards GPU 0's
+# memory is back where it was (the lease's end let it go). Only a worker may take a lease.
+used0() { "$cli" status | sed -n 's/^GPU 0: .* memory \([0-9]*\) MiB used.*/\1/p'; }
+before=$(used0)
+GT_IPC_OWNER_DEVICES=0 GT_IPC_OPENER_DEVICES=$last "$cli" run -- "$gdir/gpu_ipc" >"$tmp/ipc.out" 2>&1 ||
+    { fail_show="$tmp/ipc.out"; fail "IPC from GPU 0 to GPU $last"; }
+grep -q "^PASS ipc (opener)" "$tmp/ipc.out" || { fail_show="$tmp/ipc.out"; fail "IPC: the opener did not pass"; }
+for ((i = 0; i < 50; i++)); do [ "$(used0)" = "$before" ] && break; sleep 0.1; done
+[ "$(used0)" = "$before" ] || fail "GPU 0's memory in use: $before MiB before the IPC, $(used0) MiB after"
+version=$(sed -n 's/^#define CUMUX_PROTO_VERSION \([0-9]*\)u.*/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../common/proto.h")
+st=$(python3 - "$pipe/cumuxd.sock" "$version" <<'PY'
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(struct.pack("<IIIIQQ", 0x584d5543, int(sys.argv[2]), 12, 0, 0, 1234))
+w = b""
+while len(w) < 12:
+    b = s.recv(12 - len(w))
+    if not b:
+        break
+    w += b
+print(struct.unpack("<IIi", w)[2] if len(w) == 12 else "closed")
+PY
+)
+[ "$st" = 800 ] || fail "a lease asked by a program, not a worker: answered $st, not CUDA_ERROR_NOT_PERMITTED (800)"
+GT_VMM_OWNER_DEVICES=0 GT_VMM_IMPORTER_DEVICES=$last "$cli" run -- "$gdir/gpu_vmm_share" >"$tmp/vmm.out" 2>&1 ||
+    { fail_show="$tmp/vmm.out"; fail "a VMM allocation of GPU 0 imported on GPU $last"; }
+grep -q "^PASS vmm_share (importer)" "$tmp/vmm.out" || { fail_show="$tmp/vmm.out"; fail "VMM: the importer did not pass"; }
+for ((i = 0; i < 50; i++)); do [ "$(used0)" = "$before" ] && break; sleep 0.1; done
+[ "$(used0)" = "$before" ] || fail "GPU 0's memory in use: $before MiB before the VMM share, $(used0) MiB after"
+echo "ok: IPC and VMM memory from GPU 0 to GPU $last, freed after; leases for workers only"
 
 # A fault on GPU 1 while programs compute on the others (gpu_contain_bystander busy: rounds of a kernel,
 # each result checked, until told to stop): they never notice (no round lost, no comeback).

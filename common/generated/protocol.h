@@ -195,7 +195,9 @@ struct cumux_vmm_set_access {
 
 /* CUDA IPC between clients of one server (server/ipc.c): an allocation's owner exports it as a random
  * token; a client that opens the token gets the same device address (one shared context) and may name the
- * memory until it closes it. The memory lives until its owner has freed it and every opener has closed it. */
+ * memory until it closes it. The memory lives until its owner has freed it and every opener has closed it.
+ * A token of another GPU's worker (owner_gpu) is opened through that worker: its chunk mapped at the same
+ * address in the opener's worker, for as long as a lease connection to the owner's worker stays open. */
 struct cumux_ipc_get_mem_handle {
     uint64_t ptr; /* device address; the base of one of the client's allocations */
 };
@@ -204,11 +206,14 @@ struct cumux_ipc_mem_handle {
     uint64_t token;
     uint64_t base;
     uint64_t size;
-    uint64_t pad;
+    int32_t owner_gpu; /* the server's number of the GPU whose worker exported it */
+    uint32_t pad;
 };
 
 struct cumux_ipc_open_mem_handle {
     uint64_t token;
+    int32_t owner_gpu;
+    uint32_t pad;
 };
 
 struct cumux_ipc_close_mem_handle {
@@ -1057,7 +1062,6 @@ _Static_assert(sizeof(struct cumux_ipc_mem_handle) % 8 == 0, "ipc_mem_handle: a 
 _Static_assert(offsetof(struct cumux_ipc_mem_handle, token) % 8 == 0, "ipc_mem_handle.token: 8-aligned");
 _Static_assert(offsetof(struct cumux_ipc_mem_handle, base) % 8 == 0, "ipc_mem_handle.base: 8-aligned");
 _Static_assert(offsetof(struct cumux_ipc_mem_handle, size) % 8 == 0, "ipc_mem_handle.size: 8-aligned");
-_Static_assert(offsetof(struct cumux_ipc_mem_handle, pad) % 8 == 0, "ipc_mem_handle.pad: 8-aligned");
 _Static_assert(sizeof(struct cumux_ipc_open_mem_handle) % 8 == 0, "ipc_open_mem_handle: a multiple of 8 bytes");
 _Static_assert(offsetof(struct cumux_ipc_open_mem_handle, token) % 8 == 0, "ipc_open_mem_handle.token: 8-aligned");
 _Static_assert(sizeof(struct cumux_ipc_close_mem_handle) % 8 == 0, "ipc_close_mem_handle: a multiple of 8 bytes");

@@ -492,9 +492,10 @@ static inline CUresult shim_op_ipc_get_mem_handle(uint64_t ptr, struct cumux_ipc
 }
 
 /* IPC_OPEN_MEM_HANDLE: answered */
-static inline CUresult shim_op_ipc_open_mem_handle(uint64_t token, struct cumux_ipc_mem_handle *reply)
+static inline CUresult shim_op_ipc_open_mem_handle(uint64_t token, int32_t owner_gpu,
+                                                   struct cumux_ipc_mem_handle *reply)
 {
-    struct cumux_ipc_open_mem_handle m = {.token = token};
+    struct cumux_ipc_open_mem_handle m = {.token = token, .owner_gpu = owner_gpu};
     return shim_call(CUMUX_OP_IPC_OPEN_MEM_HANDLE, &m, sizeof m, reply, sizeof *reply, NULL);
 }
 

@@ -22,7 +22,8 @@ struct vmm_alloc {
     bool exportable; /* made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, or imported from one */
     uint64_t size;
     unsigned maps;
-    bool released;
+    unsigned handles; /* cuMemCreate's, the import's and cuMemRetainAllocationHandle's, not yet released */
+    bool released;    /* handles is 0 */
     int dev; /* the GPU whose memory it is */
 };
 
@@ -68,6 +69,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAl
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a->fd = fd;
+    a->handles = 1;
     a->dev = prop->location.id;
     a->size = size;
     a->exportable = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
@@ -114,7 +116,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *o
         fc_mem_account(dev, -(int64_t)size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *a = (struct vmm_alloc){.fd = fd, .exportable = true, .size = size, .dev = dev};
+    *a = (struct vmm_alloc){.fd = fd, .exportable = true, .size = size, .dev = dev, .handles = 1};
     atomic_fetch_add(&fc_stats.vmm_allocations, 1);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
     return CUDA_SUCCESS;
@@ -135,8 +137,12 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle h)
     if (!a)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&vmm_mu);
-    a->released = true;
-    bool now = a->maps == 0;
+    if (a->released) {
+        pthread_mutex_unlock(&vmm_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    a->released = --a->handles == 0;
+    bool now = a->released && a->maps == 0;
     pthread_mutex_unlock(&vmm_mu);
     if (now)
         alloc_free(a);
@@ -311,5 +317,25 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
         at += m->size;
     }
     pthread_mutex_unlock(&vmm_mu);
+    return CUDA_SUCCESS;
+}
+
+/* A handle of the allocation mapped at addr, as the driver gives one: released like any other. */
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+    CHECK_RET(fc_check_init());
+    if (!h)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_mu);
+    ptrdiff_t i = holding(mappings, nmap, (uint64_t)(uintptr_t)addr, 1);
+    if (i < 0) {
+        pthread_mutex_unlock(&vmm_mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct vmm_alloc *a = mappings[i].alloc;
+    a->handles++;
+    a->released = false;
+    pthread_mutex_unlock(&vmm_mu);
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
     return CUDA_SUCCESS;
 }

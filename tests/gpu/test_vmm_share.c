@@ -2,7 +2,9 @@
  * PyTorch's expandable segments share CUDA tensors: the owner creates, maps and fills it and exports it
  * (cuMemExportToShareableHandle); the descriptor travels over a Unix socket; the other process imports
  * it, maps it into a reservation of its own, checks the owner's values and writes its own, which the owner
- * then reads. The parent forks before any CUDA call and only coordinates. */
+ * then reads. GT_VMM_OWNER_DEVICES and GT_VMM_IMPORTER_DEVICES, when set, are each process's
+ * CUDA_VISIBLE_DEVICES: on different GPUs, the importer maps the owner's GPU's memory with access for its
+ * own (peer access). The parent forks before any CUDA call and only coordinates. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +150,9 @@ int main(void)
     if (imp == 0) {
         close(sv[0]);
         gt_begin("vmm_share (importer)");
+        const char *v = getenv("GT_VMM_IMPORTER_DEVICES");
+        if (v)
+            setenv("CUDA_VISIBLE_DEVICES", v, 1);
         importer(sv[1]);
     }
     pid_t own = fork();
@@ -156,6 +161,9 @@ int main(void)
     if (own == 0) {
         close(sv[1]);
         gt_begin("vmm_share (owner)");
+        const char *v = getenv("GT_VMM_OWNER_DEVICES");
+        if (v)
+            setenv("CUDA_VISIBLE_DEVICES", v, 1);
         owner(sv[0]);
     }
     close(sv[0]);
