@@ -115,6 +115,10 @@ int main(void)
                     memset(dst, POISON_HOST, n + MARGIN);
                     CK(cuMemsetD8(d1, POISON_DEV, n + MARGIN)); /* stale data must not pass */
                     CK(cuMemsetD8(d2, POISON_DEV, n + MARGIN));
+                    /* cuMemsetD8 on device memory may still run when it returns (on the legacy stream), and
+                     * s does not wait for the legacy stream: without this the poison may land after the
+                     * copies (seen once on an H100 under cumux, a 1-byte pageable cuMemcpyAsync) */
+                    CK(cuStreamSynchronize(NULL));
                     round_trip(mode, s, src + hs, dst + hd, d1 + o1, d2 + o2, n);
                     if (memcmp(src + hs, dst + hd, n) != 0) {
                         size_t i = 0;
