@@ -141,6 +141,12 @@ print(struct.unpack("<IIi", w)[2] if len(w) == 12 else "closed")
 PY
 )
 [ "$st" = 800 ] || fail "a lease asked by a program, not a worker: answered $st, not CUDA_ERROR_NOT_PERMITTED (800)"
+# The owner frees and exits while the opener on GPU $last holds its memory open: it stays, the opener reads
+# and writes it, then exits holding it; then GPU 0's memory is back where it was.
+GT_IPC_OWNER_DEVICES=0 GT_IPC_OPENER_DEVICES=$last "$cli" run -- "$gdir/gpu_ipc" hold >"$tmp/ipc.out" 2>&1 ||
+    { fail_show="$tmp/ipc.out"; fail "IPC from GPU 0 to GPU $last, held past the owner"; }
+for ((i = 0; i < 50; i++)); do [ "$(used0)" = "$before" ] && break; sleep 0.1; done
+[ "$(used0)" = "$before" ] || fail "GPU 0's memory in use: $before MiB before, $(used0) MiB after the opener held it past its owner"
 GT_VMM_OWNER_DEVICES=0 GT_VMM_IMPORTER_DEVICES=$last "$cli" run -- "$gdir/gpu_vmm_share" >"$tmp/vmm.out" 2>&1 ||
     { fail_show="$tmp/vmm.out"; fail "a VMM allocation of GPU 0 imported on GPU $last"; }
 grep -q "^PASS vmm_share (importer)" "$tmp/vmm.out" || { fail_show="$tmp/vmm.out"; fail "VMM: the importer did not pass"; }

@@ -5,10 +5,13 @@
  * owner queues a 64 MiB memset and records the event without waiting; the opener waits on the opened
  * event and must see the memset's values. Also refused: a handle that was never exported, closing what
  * was not opened.
+ * `gpu_ipc hold`: the owner frees its memory and exits while the opener holds it open; the opener still
+ * reads the owner's values, writes its own, reads them back, and exits without closing (its end closes).
  * GT_IPC_OWNER_DEVICES and GT_IPC_OPENER_DEVICES, when set, are each process's CUDA_VISIBLE_DEVICES: the two
  * on different GPUs, the opener's access is peer access (the event then may be refused as not supported:
  * the opener asks the owner to wait for its memset instead).
  * The parent forks before any CUDA call (CUDA is not fork-safe) and only coordinates. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,8 +151,61 @@ static void opener(int from_owner, int to_owner)
     gt_pass();
 }
 
-int main(void)
+/* `hold`: the owner goes first. */
+static void owner_frees(int to_child, int from_child)
 {
+    CK(cuInit(0));
+    gt_primary_ctx(0, NULL);
+    size_t bytes = (size_t)N * sizeof(float);
+    CUdeviceptr d;
+    CK(cuMemAlloc(&d, bytes));
+    CK(cuMemsetD32(d, 0x40400000u, N)); /* 3.0f */
+    CK(cuCtxSynchronize());
+    struct handles hs;
+    memset(&hs, 0, sizeof hs);
+    CK(cuIpcGetMemHandle(&hs.small, d));
+    if (write(to_child, &hs, sizeof hs) != (ssize_t)sizeof hs)
+        gt_fail("pipe write: %s", strerror(errno));
+    mp_msg m;
+    if (mp_recv(from_child, &m, 60000) < 0 || m.tag != 'O')
+        gt_fail("the other process did not open the memory");
+    CK(cuMemFree(d)); /* held open: it stays for the opener */
+    gt_pass();
+}
+
+static void opener_holds(int from_owner, int to_owner)
+{
+    CK(cuInit(0));
+    gt_primary_ctx(0, NULL);
+    struct handles hs;
+    if (read(from_owner, &hs, sizeof hs) != (ssize_t)sizeof hs)
+        gt_fail("no handles from the owner");
+    CUdeviceptr d;
+    CK(cuIpcOpenMemHandle(&d, hs.small, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    mp_send(to_owner, 'O', 0, 0, 0, 0);
+    char c;
+    while (read(from_owner, &c, 1) > 0) { /* until the owner has gone: its end of the pipe closes */
+    }
+    size_t bytes = (size_t)N * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h)
+        gt_fail("out of host memory");
+    CK(cuMemcpyDtoH(h, d, bytes));
+    for (int i = 0; i < N; i++)
+        if (h[i] != 3.0f)
+            gt_fail("after the owner freed and went: element %d = %g, expected 3", i, (double)h[i]);
+    CK(cuMemsetD32(d, 0x40a00000u, N)); /* 5.0f */
+    CK(cuMemcpyDtoH(h, d, bytes));
+    for (int i = 0; i < N; i++)
+        if (h[i] != 5.0f)
+            gt_fail("element %d = %g after writing 5", i, (double)h[i]);
+    free(h);
+    gt_pass(); /* exits holding it open */
+}
+
+int main(int argc, char **argv)
+{
+    bool hold = argc > 1 && !strcmp(argv[1], "hold");
     gt_begin("ipc");
     gt_require_gpu_in_child(); /* skips here when there is no GPU; the parent stays CUDA-free */
     int down[2], up[2];
@@ -166,6 +222,8 @@ int main(void)
         const char *v = getenv("GT_IPC_OPENER_DEVICES");
         if (v)
             setenv("CUDA_VISIBLE_DEVICES", v, 1);
+        if (hold)
+            opener_holds(down[0], up[1]);
         opener(down[0], up[1]);
     }
     pid_t own = fork();
@@ -178,6 +236,8 @@ int main(void)
         const char *v = getenv("GT_IPC_OWNER_DEVICES");
         if (v)
             setenv("CUDA_VISIBLE_DEVICES", v, 1);
+        if (hold)
+            owner_frees(down[1], up[0]);
         owner(down[1], up[0]);
     }
     close(down[0]);
