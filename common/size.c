@@ -66,9 +66,9 @@ bool cumux_parse_size(const char *s, uint64_t *bytes)
     return s && parse_n(s, strlen(s), bytes);
 }
 
-bool cumux_parse_device_limits(const char *s, int dev, uint64_t *bytes)
+bool cumux_device_entry(const char *s, int dev, char *out, size_t cap, bool (*valid)(const char *v))
 {
-    *bytes = 0;
+    out[0] = 0;
     if (!s)
         return true;
     bool found = false;
@@ -76,25 +76,49 @@ bool cumux_parse_device_limits(const char *s, int dev, uint64_t *bytes)
         const char *end = strchr(p, ',');
         size_t n = end ? (size_t)(end - p) : strlen(p);
         const char *eq = memchr(p, '=', n);
-        uint64_t v;
-        if (!eq) {
-            if (!parse_n(p, n, &v))
-                return false;
-            if (!found)
-                *bytes = v;
-        } else {
+        const char *v = p;
+        size_t vn = n;
+        bool mine = !found; /* a bare entry: every device's, unless one names it */
+        if (eq) {
             char *e;
             long d = strtol(p, &e, 10);
-            if (e != eq || d < 0 || !parse_n(eq + 1, n - (size_t)(eq + 1 - p), &v))
+            if (e != eq || d < 0 || !(p[0] >= '0' && p[0] <= '9'))
                 return false;
-            if (d == dev)
-                *bytes = v, found = true;
+            v = eq + 1;
+            vn = n - (size_t)(eq + 1 - p);
+            mine = d == dev;
+        }
+        char one[64];
+        if (vn == 0 || vn >= cap || vn >= sizeof one)
+            return false;
+        memcpy(one, v, vn);
+        one[vn] = 0;
+        if (valid && !valid(one))
+            return false; /* whichever device it names */
+        if (mine) {
+            memcpy(out, one, vn + 1);
+            found = found || eq;
         }
         p += n;
         if (*p == ',')
             p++;
     }
     return true;
+}
+
+static bool is_size(const char *v)
+{
+    uint64_t x;
+    return parse_n(v, strlen(v), &x);
+}
+
+bool cumux_parse_device_limits(const char *s, int dev, uint64_t *bytes)
+{
+    char v[64];
+    *bytes = 0;
+    if (!cumux_device_entry(s, dev, v, sizeof v, is_size))
+        return false;
+    return !v[0] || parse_n(v, strlen(v), bytes);
 }
 
 bool cumux_parse_count(const char *s, uint32_t max, uint32_t *n)

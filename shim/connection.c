@@ -489,30 +489,50 @@ static uint32_t requested_priority(void)
     return CUMUX_PRIORITY_UNSET;
 }
 
-/* A whole number from 1 to max in the variable, 0 when unset; said and 0 when it is something else. */
-static uint32_t requested_count(const char *var, uint32_t max, const char *what)
+/* The entry of the variable for the program's GPU dev (as it numbers them): "V" for every GPU, or
+ * MPS's per-device form "0=V,1=W"; "" when it has none; NULL, said, when the variable is malformed. */
+static const char *device_value(const char *var, int dev, char *buf, size_t cap)
 {
     const char *v = getenv(var);
+    if (!v || !*v) {
+        buf[0] = 0;
+        return buf;
+    }
+    if (!cumux_device_entry(v, dev, buf, cap, NULL)) {
+        cumux_logf("%s=%s is not a value nor of the form 0=V,1=W: ignored", var, v);
+        return NULL;
+    }
+    return buf;
+}
+
+/* A whole number from 1 to max in the variable (its entry for the program's GPU dev), 0 when unset; said
+ * and 0 when it is something else. */
+static uint32_t requested_count(const char *var, uint32_t max, const char *what, int dev)
+{
+    char buf[64];
+    const char *v = device_value(var, dev, buf, sizeof buf);
     uint32_t n = 0;
     if (!v || !*v)
         return 0;
     if (!cumux_parse_count(v, max, &n) || n == 0)
-        cumux_logf("%s=%s is not %s (1 to %u): ignored", var, v, what, max);
+        cumux_logf("%s=%s is not %s (1 to %u): ignored", var, getenv(var), what, max);
     return n;
 }
 
-/* MPS's active thread percentage (a decimal number above 0, at most 100), rounded up; 0 when unset or
- * not one (said). */
-static uint32_t requested_percent(void)
+/* MPS's active thread percentage (a decimal number above 0, at most 100; its entry for the program's GPU
+ * dev), rounded up; 0 when unset or not one (said). */
+static uint32_t requested_percent(int dev)
 {
-    const char *var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", *v = getenv(var);
+    const char *var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+    char buf[64];
+    const char *v = device_value(var, dev, buf, sizeof buf);
     if (!v || !*v)
         return 0;
     char *end = NULL;
     errno = 0;
     double p = strtod(v, &end);
     if (errno || *end || !(p > 0 && p <= 100)) {
-        cumux_logf("%s=%s is not a percentage (above 0, at most 100): ignored", var, v);
+        cumux_logf("%s=%s is not a percentage (above 0, at most 100): ignored", var, getenv(var));
         return 0;
     }
     uint32_t whole = (uint32_t)p;
@@ -811,8 +831,8 @@ static CUresult handshake(bool first)
     CUresult r = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
     struct cumux_client_info info = {
         .priority = requested_priority(),
-        .sms = requested_count("CUMUX_SMS", 4096, "a number of SMs"),
-        .thread_percent = requested_percent()};
+        .sms = requested_count("CUMUX_SMS", 4096, "a number of SMs", limit_gpu),
+        .thread_percent = requested_percent(limit_gpu)};
     const char *name = getenv("CUMUX_CLIENT_NAME");
     if (name)
         snprintf(info.name, sizeof info.name, "%s", name);

@@ -115,6 +115,22 @@ grep -q "want the limit" "$tmp/limit.out" || { fail_show="$tmp/limit.out"; fail 
 "$cli" control set_default_device_pinned_mem_limit "$last" none || fail "set_default_device_pinned_mem_limit $last none"
 echo "ok: a default memory limit for GPU $last alone"
 
+# SMs per GPU in MPS's per-device form: the entry of the program's GPU (as it numbers them) is its
+# reservation there, on that GPU's part of the status.
+mkfifo "$tmp/sm.in" || fail "mkfifo"
+CUDA_VISIBLE_DEVICES=$last,0 CUMUX_SMS=1=64,0=16 "$cli" run -- "$gdir/gpu_sm_ids" 2 <"$tmp/sm.in" >"$tmp/sm.out" 2>&1 &
+smpid=$!
+exec {smfd}>"$tmp/sm.in"
+for ((i = 0; i < 100; i++)); do grep -q "^sms: " "$tmp/sm.out" && break; sleep 0.1; done
+"$cli" status >"$tmp/status.out"
+st=$(awk -v g="$last" -v p="$smpid" '/^GPU [0-9]+: / { in_g = ($2 == g ":") } in_g && $2 == p { print $11 }' "$tmp/status.out")
+[[ "$st" == *r ]] && [ "${st%r}" -ge 16 ] && [ "${st%r}" -lt 64 ] ||
+    { fail_show="$tmp/status.out $tmp/sm.out"; fail "GPU $last's program (CUMUX_SMS=1=64,0=16) holds '$st' SMs there, not its entry 0's 16"; }
+echo >&"$smfd"
+exec {smfd}>&-
+wait "$smpid" || { fail_show="$tmp/sm.out"; fail "gpu_sm_ids on GPU $last"; }
+echo "ok: CUMUX_SMS's entry of the program's GPU"
+
 # IPC across GPUs: memory a program on GPU 0 exports, a program on GPU $last opens (its worker maps GPU 0's
 # chunk through a lease from GPU 0's worker), reads, writes; the owner sees the writes. Afterwards GPU 0's
 # memory is back where it was (the lease's end let it go). Only a worker may take a lease.

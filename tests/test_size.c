@@ -1,6 +1,7 @@
 /* Sizes as people and MPS write them (common/size.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/size.h"
 
@@ -24,6 +25,17 @@ static void want_dev(const char *s, int dev, bool ok, uint64_t bytes)
     if (r != ok || (ok && v != bytes)) {
         printf("FAIL limits \"%s\" device %d: %s %llu, want %s %llu\n", s, dev, r ? "ok" : "refused",
                (unsigned long long)v, ok ? "ok" : "refused", (unsigned long long)bytes);
+        failures++;
+    }
+}
+
+static void want_entry(const char *s, int dev, bool ok, const char *value)
+{
+    char v[64] = "junk";
+    bool r = cumux_device_entry(s, dev, v, sizeof v, NULL);
+    if (r != ok || (ok && strcmp(v, value) != 0)) {
+        printf("FAIL entry \"%s\" device %d: %s \"%s\", want %s \"%s\"\n", s ? s : "(null)", dev, r ? "ok" : "refused", v,
+               ok ? "ok" : "refused", value);
         failures++;
     }
 }
@@ -76,6 +88,17 @@ int main(void)
     want_dev("-1=1G", 0, false, 0);
     want_dev("0=1Q", 0, false, 0);
     want_dev(NULL, 0, true, 0);
+    want_entry("16", 3, true, "16");
+    want_entry("0=16,1=32", 1, true, "32");
+    want_entry("0=16,1=32", 2, true, "");
+    want_entry("8,1=32", 2, true, "8");
+    want_entry("1=32,8", 1, true, "32");
+    want_entry("0=50.5", 0, true, "50.5");
+    want_entry("0=", 0, false, "");
+    want_entry("=4", 0, false, "");
+    want_entry("a=4", 0, false, "");
+    want_entry("0=4,,1=2", 1, false, "");
+    want_entry(NULL, 0, true, "");
     want_count("16", 4096, true, 16);
     want_count("none", 100, true, 0);
     want_count("0", 100, true, 0);
