@@ -600,7 +600,8 @@ int srv_serve(int lsock, int metrics_sock)
                     leases[j++] = leases[i];
                 }
             }
-            memmove(leases + j, leases + nl, (nleases - nl) * sizeof *leases);
+            if (nleases > nl) /* leases is NULL while none was ever taken */
+                memmove(leases + j, leases + nl, (nleases - nl) * sizeof *leases);
             nleases = j + (nleases - nl);
             /* Hang-ups first: reaping below frees clients that owners[] still points to. */
             for (size_t i = 3 + nk + nl; i < k; i++) {
