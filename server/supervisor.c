@@ -43,6 +43,7 @@
 #define RESTARTS_FAST 20      /* restarts within RESTART_WINDOW_S before the supervisor slows down */
 #define RESTART_WINDOW_S 60
 #define INIT_RETRIES 10       /* a new worker that cannot start its GPUs: tries, 1 s apart */
+#define QUICK_DEATHS 3        /* workers in a row that die within 1 s of taking over: then standbys slow down */
 #define STANDBY_RETRIES 5     /* standby workers that die before they are needed: then none is kept */
 
 
@@ -383,6 +384,7 @@ static void activate_standby(struct sup_domain *d)
     d->standby_go = -1;
     sup_keep_hand_over(d, true);
     d->active = d->standby;
+    d->active_since_ns = cumux_now_ns();
     d->standby = 0;
     standby_note(d, 0, false);
 }
@@ -593,11 +595,20 @@ static int on_exit_of(struct sup_domain *d, pid_t w, int st)
                    INIT_RETRIES);
         return -1;
     }
+    /* Workers that die within a second of taking over, again and again (a bug that ends every worker at
+     * once): the next standby waits a second, so the loop neither spins the CPU nor fills the log. */
+    d->quick_deaths = cumux_now_ns() - d->active_since_ns < 1000000000ull ? d->quick_deaths + 1 : 0;
     if (d->standby > 0) {
         cumux_logf("GPU %d: worker %d ended (%s): standby worker %d takes over", d->gpu, (int)w, why,
                    (int)d->standby);
         activate_standby(d);
         d->serving = d->standby_ready;
+        if (d->quick_deaths > QUICK_DEATHS) {
+            cumux_logf("GPU %d: %u workers in a row ended within a second of taking over: the next standby "
+                       "starts in 1 s", d->gpu, d->quick_deaths);
+            if (d->standby_not_before < cumux_now_ns() + 1000000000ull)
+                d->standby_not_before = cumux_now_ns() + 1000000000ull;
+        }
         return 0;
     }
     time_t now = time(NULL);
@@ -655,6 +666,7 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
                     return 0;
                 }
                 d->active = w;
+                d->active_since_ns = cumux_now_ns();
                 d->serving = false;
                 d->need_active = false;
             }

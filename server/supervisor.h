@@ -58,6 +58,8 @@ struct sup_domain {
     bool serving, ever_served, standby_ready, need_active;
     time_t window_start;
     unsigned in_window, init_failures, standby_failures;
+    uint64_t active_since_ns; /* when the serving worker took over */
+    unsigned quick_deaths;    /* serving workers in a row that ended within a second */
     /* After a takeover the next standby waits until the failed worker has exited (at most a second): a
      * new process's start of the GPU competes with the driver calls of the programs coming back, which
      * are then slow (on the H200 their comeback took 220-400 ms while the new standby started beside them). */
