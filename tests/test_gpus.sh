@@ -144,19 +144,22 @@ for ((i = 0; i < 50; i++)); do [ "$(used0)" = "$before" ] && break; sleep 0.1; d
 version=$(sed -n 's/^#define CUMUX_PROTO_VERSION \([0-9]*\)u.*/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../common/proto.h")
 st=$(python3 - "$pipe/cumuxd.sock" "$version" <<'PY'
 import socket, struct, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(struct.pack("<IIIIQQ", 0x584d5543, int(sys.argv[2]), 12, 0, 0, 1234))
-w = b""
-while len(w) < 12:
-    b = s.recv(12 - len(w))
-    if not b:
-        break
-    w += b
-print(struct.unpack("<IIi", w)[2] if len(w) == 12 else "closed")
+out = []
+for kind in (12, 13):  # IPC_LEASE, VMM_FETCH
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall(struct.pack("<IIIIQQ", 0x584d5543, int(sys.argv[2]), kind, 0, 0, 1234))
+    w = b""
+    while len(w) < 12:
+        b = s.recv(12 - len(w))
+        if not b:
+            break
+        w += b
+    out.append(str(struct.unpack("<IIi", w)[2]) if len(w) == 12 else "closed")
+print(" ".join(out))
 PY
 )
-[ "$st" = 800 ] || fail "a lease asked by a program, not a worker: answered $st, not CUDA_ERROR_NOT_PERMITTED (800)"
+[ "$st" = "800 800" ] || fail "a lease and a VMM fetch asked by a program, not a worker: answered $st, not CUDA_ERROR_NOT_PERMITTED (800) twice"
 # The owner frees and exits while the opener on GPU $last holds its memory open: it stays, the opener reads
 # and writes it, then exits holding it; then GPU 0's memory is back where it was.
 GT_IPC_OWNER_DEVICES=0 GT_IPC_OPENER_DEVICES=$last "$cli" run -- "$gdir/gpu_ipc" hold >"$tmp/ipc.out" 2>&1 ||

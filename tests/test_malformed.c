@@ -254,6 +254,15 @@ static void cases_bad_handles(void)
     expect_error(&c, CUMUX_OP_MEM_FREE, &mf, sizeof mf, CUDA_ERROR_INVALID_VALUE, "MEM_FREE of 0");
     mf.ptr = 0x1234000;
     expect_error(&c, CUMUX_OP_HOST_FREE, &mf, sizeof mf, CUDA_ERROR_INVALID_VALUE, "HOST_FREE of a random pointer");
+    /* An IPC token of another GPU's worker that names no GPU, or a token nobody exported on one that is. */
+    struct cumux_ipc_open_mem_handle io = {.token = 0x1234, .owner_gpu = -1};
+    expect_error(&c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &io, sizeof io, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN owner GPU -1");
+    io.owner_gpu = CUMUX_MAX_DEVICES;
+    expect_error(&c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &io, sizeof io, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN owner GPU 16");
+    io.owner_gpu = INT32_MAX;
+    expect_error(&c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &io, sizeof io, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN owner GPU 2^31-1");
+    io.owner_gpu = 0;
+    expect_error(&c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &io, sizeof io, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN of a token never made");
     struct cumux_ctx_create cc = {.device = 5};
     const char *ndev = getenv("CUMUX_TEST_DEVICE_COUNT");
     if (ndev && atoi(ndev) <= 5) /* a device the server does not have */
