@@ -8,10 +8,11 @@
 #include "common/ask.h"
 #include "common/sock.h"
 
-int cumux_ask(int gpu, const struct cumux_hello *h, int timeout_ms, char **text, char *err, size_t errlen)
+int cumux_ask_open(int gpu, const struct cumux_hello *h, int timeout_ms, struct cumux_welcome *w, int *fd, char *err,
+                   size_t errlen)
 {
-    if (text)
-        *text = NULL;
+    if (fd)
+        *fd = -1;
     char path[256];
     if (cumux_gpu_socket_path(gpu, path, sizeof path) < 0) {
         errno = ENAMETOOLONG;
@@ -25,13 +26,25 @@ int cumux_ask(int gpu, const struct cumux_hello *h, int timeout_ms, char **text,
         setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     }
-    struct cumux_welcome w;
-    if (cumux_sock_send(s, h, sizeof *h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, NULL) < 0) {
+    if (cumux_sock_send(s, h, sizeof *h, -1) < 0 || cumux_sock_recv(s, w, sizeof *w, fd) < 0) {
         int e = errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
+        if (fd && *fd >= 0)
+            close(*fd), *fd = -1;
         close(s);
         errno = e;
         return -1;
     }
+    return s;
+}
+
+int cumux_ask(int gpu, const struct cumux_hello *h, int timeout_ms, char **text, char *err, size_t errlen)
+{
+    if (text)
+        *text = NULL;
+    struct cumux_welcome w;
+    int s = cumux_ask_open(gpu, h, timeout_ms, &w, NULL, err, errlen);
+    if (s < 0)
+        return -1;
     if (w.text_len > 0 && w.text_len < (1u << 24)) {
         char *t = malloc(w.text_len + 1);
         if (t && cumux_sock_recv(s, t, w.text_len, NULL) == 0) {

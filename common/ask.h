@@ -13,4 +13,10 @@
  * ENOENT/ECONNREFUSED (no worker there), ETIMEDOUT. */
 int cumux_ask(int gpu, const struct cumux_hello *h, int timeout_ms, char **text, char *err, size_t errlen);
 
+/* The same question, its welcome in *w and the descriptor that came with it in *fd (-1: none; fd NULL:
+ * none taken): the connected socket, which the caller closes (or keeps: a lease lasts while it is open),
+ * or -1 with errno as above. */
+int cumux_ask_open(int gpu, const struct cumux_hello *h, int timeout_ms, struct cumux_welcome *w, int *fd, char *err,
+                   size_t errlen);
+
 #endif

@@ -23,6 +23,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/ask.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "server/handlers.h"
@@ -118,22 +119,14 @@ static struct remote_open *remote_opens;
 /* The owner's worker's answer: the lease connection and the chunk's descriptor, or an error. */
 static CUresult lease_ask(int gpu, uint64_t token, struct cumux_ipc_lease *info, int *lease, int *fd)
 {
-    char path[256], err[256];
-    *lease = *fd = -1;
-    if (cumux_gpu_socket_path(gpu, path, sizeof path) < 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    int s = cumux_connect_checked(path, err, sizeof err);
-    if (s < 0) {
-        cumux_logf("IPC: cannot reach GPU %d's worker: %s", gpu, err[0] ? err : strerror(errno));
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char err[256] = "";
+    *lease = -1;
     struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_IPC_LEASE,
                             .token = token};
     struct cumux_welcome w;
-    if (cumux_sock_send(s, &h, sizeof h, -1) < 0 || cumux_sock_recv(s, &w, sizeof w, fd) < 0) {
-        close(s);
+    int s = cumux_ask_open(gpu, &h, 5000, &w, fd, err, sizeof err);
+    if (s < 0) {
+        cumux_logf("IPC: cannot reach GPU %d's worker: %s", gpu, err[0] ? err : strerror(errno));
         return CUDA_ERROR_INVALID_VALUE;
     }
     if (w.status != 0 || *fd < 0) {
@@ -259,7 +252,7 @@ static CUresult remote_open(struct srv_client *c, const struct cumux_ipc_open_me
         /* Asked without the lock (the owner's worker may take a moment); another client's open of the same
          * token meanwhile is looked for again after. */
         pthread_mutex_unlock(&ipc_lock);
-        struct cumux_ipc_lease info;
+        struct cumux_ipc_lease info = {0};
         int lease, fd;
         res = lease_ask(m->owner_gpu, m->token, &info, &lease, &fd);
         pthread_mutex_lock(&ipc_lock);

@@ -10,6 +10,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/ask.h"
 #include "common/sock.h"
 #include "server/handlers.h"
 
@@ -328,22 +329,15 @@ static CUresult fetch_other_gpu(struct srv_client *c, const struct stat *st, str
     for (int g = 0; g < srv_gpu_count; g++) {
         if (g == srv_gpu_served)
             continue;
-        char path[256], err[256];
-        if (cumux_gpu_socket_path(g, path, sizeof path) < 0)
-            continue;
-        int s = cumux_connect_checked(path, err, sizeof err);
-        if (s < 0)
-            continue;
-        struct timeval tv = {.tv_sec = 5};
-        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_VMM_FETCH,
                                 .arg = (uint64_t)st->st_dev, .token = (uint64_t)st->st_ino};
         struct cumux_welcome w;
         int fd = -1;
-        bool got = cumux_sock_send(s, &h, sizeof h, -1) == 0 && cumux_sock_recv(s, &w, sizeof w, &fd) == 0 &&
-                   w.status == 0 && fd >= 0;
+        int s = cumux_ask_open(g, &h, 5000, &w, &fd, NULL, 0);
+        if (s < 0)
+            continue;
         close(s);
-        if (!got) {
+        if (w.status != 0 || fd < 0) {
             if (fd >= 0)
                 close(fd);
             continue;
