@@ -474,17 +474,21 @@ static void *wait_reply(void *arg)
     return NULL;
 }
 
-/* A waiter in `mode` and a reply posted after `ms` milliseconds with `result`: whether the waiter went to
- * sleep on the futex meanwhile (its `waiting` mark); *ns how long it waited. */
-static bool waited_asleep(struct cumux_reply_slot *slot, enum cumux_wait_mode mode, int ms, int32_t result,
-                          uint64_t *ns)
+/* A waiter in `mode` and a reply posted after `ms` milliseconds (until_asleep: or once the waiter is seen
+ * asleep, if that comes later) with `result`: whether the waiter went to sleep on the futex meanwhile (its
+ * `waiting` mark); *ns how long it waited. */
+static bool waited_asleep(struct cumux_reply_slot *slot, enum cumux_wait_mode mode, int ms, bool until_asleep,
+                          int32_t result, uint64_t *ns)
 {
     uint32_t before = atomic_load(&slot->seq);
     struct reply_waiter w = {slot, before, -5, 0, mode, NULL};
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, wait_reply, &w) == 0, "pthread_create");
     bool slept = false;
-    for (int i = 0; i < ms; i++) {
+    /* A waiter that should sleep is given up to 2 s to be seen asleep: on a loaded machine its thread may
+     * not have run at all within ms. */
+    int limit = until_asleep ? 2000 : ms;
+    for (int i = 0; i < limit && !(slept && i >= ms); i++) {
         sleep_ns(1000000);
         slept |= atomic_load(&slot->waiting) != 0;
     }
@@ -506,7 +510,7 @@ static void test_wait_modes(struct cumux_shm *shm)
     const char *names[] = {"spin", "yield", "block"};
     for (int m = 0; m < 3; m++) {
         uint64_t ns;
-        bool slept = waited_asleep(slot, modes[m], 20, 40 + m, &ns);
+        bool slept = waited_asleep(slot, modes[m], 20, modes[m] == CUMUX_WAIT_BLOCK, 40 + m, &ns);
         REQUIRE(ns >= 15000000ull && ns < 3000000000ull, "%s: waited %llu ns for a reply posted at 20 ms",
                 names[m], (unsigned long long)ns);
         REQUIRE(slept == (modes[m] == CUMUX_WAIT_BLOCK), "%s: %s on the futex", names[m],
@@ -520,9 +524,9 @@ static void test_wait_modes(struct cumux_shm *shm)
     /* AUTO: a reply within 20 ms is seen without sleeping on the futex (natively AUTO spins: a wake-up at
      * each synchronize cost a program that waits every few ms 4 %); a longer wait sleeps. Crowded (more
      * clients than CPUs): the same 5 ms wait sleeps. */
-    REQUIRE(!waited_asleep(slot, CUMUX_WAIT_AUTO, 5, 50, NULL), "auto, reply after 5 ms: slept on the futex");
-    REQUIRE(waited_asleep(slot, CUMUX_WAIT_AUTO, 60, 51, NULL), "auto, reply after 60 ms: never slept");
-    REQUIRE(waited_asleep(slot, CUMUX_WAIT_AUTO_CROWDED, 5, 52, NULL),
+    REQUIRE(!waited_asleep(slot, CUMUX_WAIT_AUTO, 5, false, 50, NULL), "auto, reply after 5 ms: slept on the futex");
+    REQUIRE(waited_asleep(slot, CUMUX_WAIT_AUTO, 60, true, 51, NULL), "auto, reply after 60 ms: never slept");
+    REQUIRE(waited_asleep(slot, CUMUX_WAIT_AUTO_CROWDED, 5, true, 52, NULL),
             "auto crowded, reply after 5 ms: never slept on the futex");
 }
 
