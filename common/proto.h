@@ -201,6 +201,14 @@ struct cumux_msg_hdr {
 /* Constants the commands' structs use; the structs themselves and the op list are generated from
  * common/protocol.spec (tools/gen/generate.py). */
 #define CUMUX_MAX_DEVICES 16
+/* A handle names its worker: the server GPU whose worker made it, in bits 24-27 (GPU 0's handles are plain
+ * indices), so that the shim of a program using several GPUs sends each message to the worker of the
+ * handles it names. A worker takes an untagged handle as its own. */
+#define CUMUX_HANDLE_GPU_SHIFT 24
+#define CUMUX_HANDLE_INDEX_MAX ((1u << CUMUX_HANDLE_GPU_SHIFT) - 1)
+#define CUMUX_HANDLE_INDEX(h) ((uint32_t)(h) & CUMUX_HANDLE_INDEX_MAX)
+#define CUMUX_HANDLE_GPU(h) ((int)((uint32_t)(h) >> CUMUX_HANDLE_GPU_SHIFT))
+#define CUMUX_HANDLE_TAG(gpu) ((uint32_t)(gpu) << CUMUX_HANDLE_GPU_SHIFT)
 #define CUMUX_MAX_ATTRS 256
 #define CUMUX_ATTR_MISSING INT32_MIN
 /* A symbol's name, its NUL included, is shorter than this: natively names have no limit, and C++ names

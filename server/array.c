@@ -294,12 +294,12 @@ CUresult op_tex_destroy(struct srv_client *c, struct srv_texture *tex)
 
 void srv_array_release_all(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_texture *x = handle_get(c, h, OBJ_TEXTURE);
         if (x)
             texture_free(c, h, x);
     }
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_array *a = handle_get(c, h, OBJ_ARRAY);
         if (a)
             op_array_destroy(c, a);

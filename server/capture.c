@@ -160,7 +160,7 @@ bool srv_capture_adds_to_graph(const struct srv_stream *s)
  * stream fails at once, without waiting for the work queued before the capture began. */
 void srv_captures_release(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
         if (s)
             srv_capture_abandon(c, s);

@@ -71,13 +71,13 @@ void ctx_free(struct srv_client *c, struct srv_ctx *x)
         srv_capture_abandon(c, s);
     ctx_sync(c, x);
     /* Events of the context go with it, as in CUDA. */
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_event *e = handle_get(c, h, OBJ_EVENT);
         if (e && e->ctx == x)
             event_free(c, e);
     }
     /* Modules go with their context, as in CUDA; libraries are not bound to one. */
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (mod && mod->ctx == x)
             module_free(c, mod);
@@ -97,7 +97,7 @@ void ctx_free(struct srv_client *c, struct srv_ctx *x)
 static void libraries_reload(struct srv_client *c, int gpu)
 {
     use_gpu(c, gpu);
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (!mod || mod->kind != CUMUX_IMAGE_LIBRARY || mod->borrowed || mod->gpu != gpu || !mod->image)
             continue;
@@ -112,7 +112,7 @@ static void libraries_reload(struct srv_client *c, int gpu)
         for (size_t i = 0; i < mod->nglobals; i++)
             cumux_ranges_remove(&c->memory.dev_ranges, mod->globals[i], NULL);
         mod->nglobals = 0;
-        for (uint32_t k = 1; k <= c->obj.nhandles; k++) {
+        SRV_FOR_EACH_HANDLE(c, k) {
             struct srv_function *f = handle_get(c, k, OBJ_FUNCTION);
             CUkernel kern;
             if (f && f->module == h && f->name && cuLibraryGetKernel(&kern, fresh, f->name) == CUDA_SUCCESS) {

@@ -58,13 +58,13 @@ static CUresult exec_mem_scan(struct srv_graph_exec *e, CUgraph g);
 void graph_free(struct srv_client *c, struct srv_graph *g)
 {
     /* Its conditional nodes' bodies go with it (the driver's, destroyed with the graph). */
-    for (uint32_t i = 1; i <= c->obj.nhandles; i++) {
+    SRV_FOR_EACH_HANDLE(c, i) {
         struct srv_graph *b = handle_get(c, i, OBJ_GRAPH);
         if (b && b->parent == g->handle)
             graph_free(c, b);
     }
     /* Its nodes go with it. */
-    for (uint32_t i = 1; i <= c->obj.nhandles; i++) {
+    SRV_FOR_EACH_HANDLE(c, i) {
         struct srv_graph_node *n = handle_get(c, i, OBJ_GRAPH_NODE);
         if (n && n->graph == g->handle) {
             handle_drop(c, i);
@@ -424,7 +424,7 @@ void srv_graph_release_all(struct srv_client *c)
 {
     /* Captures the client left running were ended already (srv_client_release_all, before its streams were
      * waited for), their graphs destroyed. */
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_graph_exec *e = handle_get(c, h, OBJ_GRAPH_EXEC);
         if (e) {
             cuGraphExecDestroy(e->e);
@@ -433,7 +433,7 @@ void srv_graph_release_all(struct srv_client *c)
             free(e);
         }
     }
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_graph *g = handle_get(c, h, OBJ_GRAPH);
         if (g)
             graph_free(c, g);

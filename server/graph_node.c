@@ -483,7 +483,7 @@ CUresult op_node_destroy(struct srv_client *c, struct srv_graph_node *node)
     if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || type == CU_GRAPH_NODE_TYPE_CONDITIONAL) /* and its bodies */
         return CUDA_ERROR_NOT_SUPPORTED;
     CHECK(cuGraphDestroyNode(node->n));
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         if (handle_get(c, h, OBJ_GRAPH_NODE) == node) {
             handle_drop(c, h);
             break;
@@ -508,7 +508,7 @@ CUresult op_node_enabled(struct srv_client *c, const struct cumux_node_enabled *
 /* The handle of a driver node of graph `graph`, made now if the client has not seen it (captured). */
 uint32_t graph_node_handle(struct srv_client *c, uint32_t graph, CUgraphNode n)
 {
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_graph_node *nd = handle_get(c, h, OBJ_GRAPH_NODE);
         if (nd && nd->n == n && nd->graph == graph)
             return h;
@@ -612,7 +612,7 @@ CUresult op_graph_get_edges(struct srv_client *c, struct srv_graph *graph, uint8
 static uint32_t function_handle(struct srv_client *c, CUfunction fn, struct srv_function **out) /* or 0 */
 {
     for (int pass = 0; pass < 2; pass++)
-        for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+        SRV_FOR_EACH_HANDLE(c, h) {
             struct srv_function *f = handle_get(c, h, OBJ_FUNCTION);
             CUfunction in_ctx = NULL;
             if (f && (pass == 0 ? f->fn == fn
@@ -699,7 +699,7 @@ CUresult op_node_get_params(struct srv_client *c, struct srv_graph_node *node, u
         CUevent ev;
         CHECK(type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? cuGraphEventRecordNodeGetEvent(node->n, &ev)
                                                       : cuGraphEventWaitNodeGetEvent(node->n, &ev));
-        for (uint32_t h = 1; h <= c->obj.nhandles && !rep.event; h++) {
+        SRV_FOR_EACH_HANDLE(c, h) if (!rep.event) {
             struct srv_event *e = handle_get(c, h, OBJ_EVENT);
             if (e && e->cu == ev)
                 rep.event = h;

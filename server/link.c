@@ -180,7 +180,7 @@ CUresult op_link_destroy(struct srv_client *c, struct srv_link *link)
 
 void srv_link_release_all(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_link *l = handle_get(c, h, OBJ_LINK);
         if (l)
             link_free(c, l);

@@ -72,7 +72,7 @@ void module_free(struct srv_client *c, struct srv_module *mod)
     use_gpu(c, mod->gpu);
     departed_note(c, mod);
     /* Its functions and globals die with it. */
-    for (uint32_t i = 1; i <= c->obj.nhandles; i++) {
+    SRV_FOR_EACH_HANDLE(c, i) {
         struct srv_function *f = handle_get(c, i, OBJ_FUNCTION);
         if (f && f->module == h) {
             handle_drop(c, i);
@@ -524,7 +524,7 @@ CUresult op_func_set_cache_config(struct srv_client *c, const struct cumux_func_
 
 bool srv_module_owned(struct srv_client *c, uint64_t cu_module)
 {
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_module *mod = handle_get(c, h, OBJ_MODULE);
         if (!mod)
             continue;

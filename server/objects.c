@@ -28,6 +28,7 @@ CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v)
  * client could grow the server's memory without end. Past it, handle_new returns 0, which every caller
  * answers with CUDA_ERROR_OUT_OF_MEMORY. */
 uint32_t srv_max_handles = 1u << 20;
+uint32_t srv_handle_tag;
 
 uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
 {
@@ -35,11 +36,11 @@ uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
         if (c->obj.handles[i].type == OBJ_NONE) {
             c->obj.handles[i] = (struct srv_handle){type, obj};
             c->obj.free_hint = i + 1;
-            return i + 1;
+            return srv_handle_tag | (i + 1);
         }
     }
     /* No free slot: the table holds as many live handles as it has entries. */
-    if (c->obj.nhandles >= srv_max_handles)
+    if (c->obj.nhandles >= srv_max_handles || c->obj.nhandles >= CUMUX_HANDLE_INDEX_MAX)
         return 0;
     if (c->obj.nhandles == c->obj.caphandles) {
         uint32_t cap = c->obj.caphandles ? c->obj.caphandles * 2 : 64;
@@ -53,19 +54,23 @@ uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj)
     }
     c->obj.handles[c->obj.nhandles] = (struct srv_handle){type, obj};
     c->obj.free_hint = c->obj.nhandles + 1;
-    return ++c->obj.nhandles;
+    return srv_handle_tag | ++c->obj.nhandles;
 }
 
-/* The object behind a handle of this client, if it has that type; otherwise NULL. */
+/* The object behind a handle of this client, if it has that type; otherwise NULL. A handle another GPU's
+ * worker made is none here. */
 void *handle_get(struct srv_client *c, uint32_t h, enum srv_obj_type type)
 {
-    if (h == 0 || h > c->obj.nhandles || c->obj.handles[h - 1].type != type)
+    uint32_t tag = h & ~CUMUX_HANDLE_INDEX_MAX;
+    h = CUMUX_HANDLE_INDEX(h);
+    if ((tag && tag != srv_handle_tag) || h == 0 || h > c->obj.nhandles || c->obj.handles[h - 1].type != type)
         return NULL;
     return c->obj.handles[h - 1].obj;
 }
 
 void handle_drop(struct srv_client *c, uint32_t h)
 {
+    h = CUMUX_HANDLE_INDEX(h);
     c->obj.handles[h - 1] = (struct srv_handle){OBJ_NONE, NULL};
     if (h - 1 < c->obj.free_hint)
         c->obj.free_hint = h - 1;
@@ -194,7 +199,7 @@ CUresult after_client_work(struct srv_client *c, int gpu, CUstream *out)
 {
     CUstream ms;
     CHECK(mem_stream(c, gpu, &ms));
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
         /* A capturing stream's work is not running: nothing of it to wait for. */
         if (s && s->ctx->gpu == gpu && !srv_stream_capturing(c, s)) {
@@ -298,8 +303,8 @@ int srv_client_describe(const struct srv_client *c, char *out, size_t cap)
  * leaked quietly. */
 void srv_handles_release(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
-        enum srv_obj_type t = c->obj.handles[h - 1].type;
+    SRV_FOR_EACH_HANDLE(c, h) {
+        enum srv_obj_type t = c->obj.handles[CUMUX_HANDLE_INDEX(h) - 1].type;
         if (t != OBJ_NONE)
             cumux_logf("client %u: handle %u (%s) left after cleanup", c->id, h, srv_obj_kind_name(t));
     }

@@ -13,6 +13,9 @@
     } while (0)
 
 CUresult reply_u64(uint8_t *out, uint32_t *out_len, uint64_t v);
+/* Every handle slot of the client, h being each one's handle as this worker gives it out. */
+#define SRV_FOR_EACH_HANDLE(c, h) \
+    for (uint32_t h = srv_handle_tag | 1; CUMUX_HANDLE_INDEX(h) <= (c)->obj.nhandles; h++)
 uint32_t handle_new(struct srv_client *c, enum srv_obj_type type, void *obj);
 void *handle_get(struct srv_client *c, uint32_t h, enum srv_obj_type type);
 void handle_drop(struct srv_client *c, uint32_t h);

@@ -102,6 +102,7 @@ struct srv_placed; /* placement.c: a green context a client's streams are in */
 
 static inline void srv_unconfirmed_change(struct srv_unconfirmed *u, uint32_t handle, bool set)
 {
+    handle = CUMUX_HANDLE_INDEX(handle); /* the bits say streams by index (server_lost_streams) */
     atomic_fetch_add_explicit(&u->count, set ? 1 : -1, memory_order_relaxed);
     if (handle >= CUMUX_LOST_STREAM_WORDS * 64)
         atomic_fetch_add_explicit(&u->beyond, set ? 1 : -1, memory_order_relaxed);
@@ -204,6 +205,8 @@ struct srv_handle {
 };
 
 extern uint32_t srv_max_handles; /* per client (dispatch.c) */
+/* This worker's handles carry its GPU (CUMUX_HANDLE_TAG of srv_gpu_served; objects.c). */
+extern uint32_t srv_handle_tag;
 
 enum srv_range_tag { RANGE_ALLOC = 1, RANGE_GLOBAL = 2, RANGE_HOST = 3, RANGE_VMM = 4, RANGE_IPC = 5, RANGE_GRAPH = 6 };
 

@@ -371,7 +371,7 @@ CUresult op_event_elapsed(struct srv_client *c, struct srv_event *start, struct 
 /* A client's end: its in-flight work finishes first, since it may still use what is freed next. */
 void srv_streams_drain(struct srv_client *c)
 {
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_stream *s = handle_get(c, h, OBJ_STREAM);
         if (s) {
             use_gpu(c, s->ctx->gpu);

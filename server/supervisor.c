@@ -307,6 +307,7 @@ static pid_t fork_worker(struct sup_domain *d, int rep[2], bool standby, int *wo
             sup_go_fd = go[0];
         }
         srv_gpu_served = d->gpu;
+        srv_handle_tag = CUMUX_HANDLE_TAG(d->gpu);
         srv_arena_hint = d->arena_hint;
         srv_arena_hint_size = d->arena_hint_size;
         *worker_lsock = d->lsock;

@@ -420,7 +420,7 @@ void srv_vmm_release_all(struct srv_client *c)
 {
     while (c->vmm.vmm_mapped.n)
         mapping_unmap(c, c->vmm.vmm_mapped.n - 1);
-    for (uint32_t h = 1; h <= c->obj.nhandles; h++) {
+    SRV_FOR_EACH_HANDLE(c, h) {
         struct srv_vmm_alloc *a = handle_get(c, h, OBJ_VMM_ALLOC);
         if (a) {
             handle_drop(c, h);

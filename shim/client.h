@@ -189,6 +189,7 @@ static inline bool shim_lost_stream(const struct shim_lost_work *lw, uint32_t ha
 {
     if (!lw->any)
         return false;
+    handle = CUMUX_HANDLE_INDEX(handle); /* each channel tells its own streams by index */
     if (lw->all || handle >= CUMUX_LOST_STREAM_WORDS * 64)
         return true;
     return lw->streams[handle / 64] >> (handle % 64) & 1;
@@ -298,6 +299,8 @@ struct shim_table {
 };
 /* The slot of `handle` (NULL when none), the table grown to hold it; NULL when memory runs out. */
 void **shim_table_slot(struct shim_table *t, uint32_t handle);
+/* The object in the slot of `handle`, or NULL (the caller locks the table). */
+void *shim_table_get(const struct shim_table *t, uint32_t handle);
 /* Every object of a kind the program made, in order (objects are never freed: dead ones stay marked), to
  * make them again after a resume. shim_list_add takes the list's lock; a reader holds it while it walks. */
 struct shim_list {

@@ -375,7 +375,7 @@ void shim_contexts_note_lost(const struct shim_lost_work *lw, uint64_t *unclaime
         struct CUctx_st *c = all_contexts.v[i];
         if (c->magic != SHIM_MAGIC_CTX)
             continue;
-        uint32_t h = c->legacy_stream;
+        uint32_t h = CUMUX_HANDLE_INDEX(c->legacy_stream);
         c->legacy_spared = !shim_lost_stream(lw, h);
         c->sync_spared = c->legacy_spared; /* and its streams' (stream.c), and the per-thread ones' */
         if (h < CUMUX_LOST_STREAM_WORDS * 64)

@@ -260,7 +260,7 @@ static void function_remember(struct CUfunc_st *f)
 struct CUfunc_st *shim_function_of(uint32_t handle)
 {
     pthread_mutex_lock(&fn_table_lock);
-    struct CUfunc_st *f = handle < functions_by_handle.cap ? functions_by_handle.v[handle] : NULL;
+    struct CUfunc_st *f = shim_table_get(&functions_by_handle, handle);
     pthread_mutex_unlock(&fn_table_lock);
     return f && f->magic == SHIM_MAGIC_FUNCTION && f->handle == handle ? f : NULL;
 }

@@ -301,7 +301,7 @@ void shim_event_remember(struct CUevent_st *e)
 struct CUevent_st *shim_event_of(uint32_t handle)
 {
     pthread_mutex_lock(&event_table_lock);
-    struct CUevent_st *e = handle < events_by_handle.cap ? events_by_handle.v[handle] : NULL;
+    struct CUevent_st *e = shim_table_get(&events_by_handle, handle);
     pthread_mutex_unlock(&event_table_lock);
     return e && e->magic == SHIM_MAGIC_EVENT && e->handle == handle ? e : NULL;
 }
@@ -553,8 +553,9 @@ void shim_streams_note_lost(const struct shim_lost_work *lw, uint64_t *unclaimed
         s->spared = !shim_lost_stream(lw, s->handle);
         if (!s->spared)
             s->ctx->sync_spared = false;
-        if (s->handle < CUMUX_LOST_STREAM_WORDS * 64)
-            unclaimed[s->handle / 64] &= ~(1ull << (s->handle % 64));
+        uint32_t ix = CUMUX_HANDLE_INDEX(s->handle);
+        if (ix < CUMUX_LOST_STREAM_WORDS * 64)
+            unclaimed[ix / 64] &= ~(1ull << (ix % 64));
     }
     pthread_mutex_unlock(&all_streams.lock);
     each_event(event_note_lost, lw);
