@@ -135,21 +135,32 @@ struct CUmemPoolHandle_st {
     _Atomic uint64_t attr_value[5];
 };
 
-struct shim_state {
-    bool initialized;
+/* A channel to one GPU's worker: its socket, its shared memory (ring, reply and staging slots) and the
+ * program's client there. A program has one per GPU it uses (connection.c). */
+struct shim_chan {
+    int gpu; /* the server's number of the GPU */
     int sock;
     struct cumux_shm *shm;
     uint32_t client_id;
+    pthread_mutex_t ring_lock;
+    pthread_mutex_t stage_lock;
+    pthread_mutex_t sock_lock;
+    unsigned stage_next;
+    _Atomic int lost;         /* a second GPU's channel whose worker went: its calls fail from then on */
+    uint32_t begun_size;      /* under ring_lock, from shim_send_begin to shim_send_end */
+    uint16_t begun_op;
+};
+
+struct shim_state {
+    bool initialized;
+    /* The channel of the program's first GPU: the one that comes back after another program's fault. */
+    struct shim_chan main;
     uint64_t resume_token; /* from the first welcome: to come back after the worker failed (0: cannot) */
     int driver_version;
     int device_count; /* the GPUs the program sees (CUDA_VISIBLE_DEVICES), numbered as it numbers them */
     struct cumux_device_info devices[CUMUX_MAX_DEVICES];
     int server_device_count;
     int server_gpu[CUMUX_MAX_DEVICES]; /* the server's number of each */
-    pthread_mutex_t ring_lock;
-    pthread_mutex_t stage_lock;
-    pthread_mutex_t sock_lock;
-    unsigned stage_next;
     /* Address ranges the shim knows, to classify pointers without asking (unified addressing). */
     pthread_rwlock_t ranges_lock;
     struct cumux_ranges dev_ranges;    /* tag: device ordinal + 1 | SHIM_RANGE_GLOBAL; extra: its context */
@@ -226,21 +237,72 @@ CUresult shim_host_rebind(unsigned *count);
 CUresult shim_gpu_route(int32_t *gpu);
 /* The program's number of the server's GPU g, or -1 when the program does not see it (device.c). */
 int shim_program_gpu(int g);
-/* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply. */
+/* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply.
+ * Sent to the worker the message names (shim_chan_route). */
 CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len);
 /* One-way: nothing comes back; an error surfaces at the next synchronizing call. */
 CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len);
+/* The same on a given channel. */
+CUresult shim_call_on(struct shim_chan *ch, uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap,
+                      uint32_t *reply_len);
+CUresult shim_send_on(struct shim_chan *ch, uint16_t op, const void *body, size_t body_len, const void *payload,
+                      size_t payload_len);
+/* A descriptor, then the round trip of op, on the channel the message names (a module's image, host memory
+ * to share, a link input). */
+CUresult shim_call_fd(int fd, uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap,
+                      uint32_t *reply_len);
+/* Which channel (connection.c): a program using one GPU has only shim.main. The worker of the handles a
+ * message names (shim/generated/routes.h), of its GPU field or its device address, else of the calling
+ * thread's current context; of a handle, of a device address (its allocation's GPU), of a GPU (the
+ * server's number), of the current context. */
+struct shim_chan *shim_chan_route(uint16_t op, const void *body, size_t len);
+struct shim_chan *shim_chan_of_handle(uint32_t handle);
+struct shim_chan *shim_chan_of_ptr(uint64_t p);
+struct shim_chan *shim_chan_of_gpu(int gpu);
+struct shim_chan *shim_current_chan(void);
+/* The channels of further GPUs (gpus.c opens them), by the server's number of the GPU, and their count. */
+extern _Atomic int shim_extra_count;
+extern _Atomic(struct shim_chan *) shim_extra_chans[CUMUX_MAX_DEVICES];
+bool shim_chan_alive(struct shim_chan *ch);
+/* gpus.c: whether the program has channels of further GPUs; a channel to server GPU gpu (the program's
+ * program_gpu) opened, if not yet; a child's letting go of its parent's. connection.c: a new client of
+ * GPU gpu's worker in *ch (its socket, shared memory and id). */
+bool shim_several_gpus(void);
+CUresult shim_gpu_open(int gpu, int program_gpu);
+void shim_gpus_forget(void);
+/* gpus.c registers these with connection.c at load (a constructor), so that the files do not call each
+ * other in a circle. */
+struct shim_gpus_ops {
+    struct shim_chan *(*route)(uint16_t op, const void *body, size_t len);
+    CUresult (*open)(int gpu, int program_gpu);
+    bool (*several)(void);
+    void (*forget)(void);
+};
+void shim_set_gpus_ops(const struct shim_gpus_ops *ops);
+CUresult shim_connect_gpu(int gpu, int program_gpu, struct shim_chan *ch);
+/* requests.c: what the program says of itself to a GPU's worker (program_gpu: its number of the GPU), and
+ * the device memory limit it asks for on its GPU dev (0: none; -1, logged: its variable is malformed). */
+void shim_client_info(int program_gpu, struct cumux_client_info *info);
+int shim_requested_memory_limit(int dev, uint64_t *bytes);
+/* shim_check_channel and shim_in_flight_lost of any channel (a further GPU's does not come back), and a wait
+ * for the answer in slot of a message sent there by hand. */
+CUresult shim_chan_check(struct shim_chan *ch);
+CUresult shim_chan_in_flight_lost(struct shim_chan *ch);
+int shim_chan_reply_wait(struct shim_chan *ch, struct cumux_reply_slot *slot, uint32_t before);
 /* shim_op_<op>(): both, for every op whose marshalling needs no judgement (from common/protocol.spec). */
 #include "shim/generated/calls.h"
 /* Room for a message in the ring, waiting while it is full; NULL (and *err) when the server is gone.
  * The caller holds ring_lock. */
 void *shim_ring_reserve(uint32_t size, CUresult *err);
+void *shim_ring_reserve_on(struct shim_chan *ch, uint32_t size, CUresult *err);
 /* One-way message written in place: begin returns where body_len bytes go (ring lock held), end publishes. */
 void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err);
+void *shim_send_begin_on(struct shim_chan *ch, uint16_t op, size_t body_len, CUresult *err);
 /* Under ring_lock: the message of op, size bytes, is in the ring; counts it (shim_work_seq) unless it is a
  * completion question (stream query or synchronize, context synchronize), whose place among the work
  * messages this thread then finds in shim_question_seq. */
 void shim_ring_commit(uint16_t op, uint32_t size);
+void shim_ring_commit_on(struct shim_chan *ch, uint16_t op, uint32_t size);
 extern _Atomic uint64_t shim_work_seq;
 extern _Thread_local uint64_t shim_question_seq;
 /* Whether the answer that set seq (shim_idle) still holds: no work sent since, the server there. */
@@ -289,7 +351,8 @@ CUresult shim_cls_put(CUcontext ctx, void *key, void *value, cls_dtor dtor);
 CUresult shim_cls_delete(CUcontext ctx, void *key);
 CUresult shim_cls_get(void **value, CUcontext ctx, void *key);
 
-/* hostfn.c */
+/* hostfn.c; shim_hostfn_watch: a thread runs the host functions a further GPU's worker posts on ch */
+void shim_hostfn_watch(struct shim_chan *ch);
 uint64_t shim_hostfn_register(CUhostFn fn, void *data, bool persistent);
 bool shim_hostfn_lookup(uint64_t id, CUhostFn *fn, void **data);
 /* handle_table.c: a table of objects by server handle, grown as handles come; the caller locks it. */
@@ -299,6 +362,8 @@ struct shim_table {
 };
 /* The slot of `handle` (NULL when none), the table grown to hold it; NULL when memory runs out. */
 void **shim_table_slot(struct shim_table *t, uint32_t handle);
+/* The place of `handle` in a table's v[] (its index and its worker's GPU). */
+uint32_t shim_table_key(uint32_t handle);
 /* The object in the slot of `handle`, or NULL (the caller locks the table). */
 void *shim_table_get(const struct shim_table *t, uint32_t handle);
 /* Every object of a kind the program made, in order (objects are never freed: dead ones stay marked), to
@@ -343,6 +408,10 @@ void shim_answer_store(uint16_t kind, const void *key, size_t key_len, const voi
 
 /* memory.c */
 bool shim_is_device_ptr(uint64_t p, uint64_t len);
+/* The program's GPU of the device memory at p (its allocation's context's), or -1 when p is none known. */
+int shim_ptr_device(uint64_t p);
+/* The context the device memory at p was allocated in (or mapped into), or NULL. */
+struct CUctx_st *shim_ptr_ctx(uint64_t p);
 /* The server's address of [p, p+len) when it lies in pinned memory from the server; 0 otherwise. */
 uint64_t shim_pinned_server_addr(const void *p, uint64_t len);
 /* The reverse: the program's address of a server address of its pinned memory, or 0. */

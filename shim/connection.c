@@ -16,17 +16,15 @@
 #include "common/channel.h"
 #include "common/fatal.h"
 #include "common/log.h"
-#include "common/priority.h"
-#include "common/size.h"
 #include "common/sock.h"
 #include "common/visible.h"
 #include "shim/client.h"
 
 struct shim_state shim = {
-    .sock = -1,
-    .ring_lock = PTHREAD_MUTEX_INITIALIZER,
-    .stage_lock = PTHREAD_MUTEX_INITIALIZER,
-    .sock_lock = PTHREAD_MUTEX_INITIALIZER,
+    .main = {.sock = -1,
+             .ring_lock = PTHREAD_MUTEX_INITIALIZER,
+             .stage_lock = PTHREAD_MUTEX_INITIALIZER,
+             .sock_lock = PTHREAD_MUTEX_INITIALIZER},
     .ranges_lock = PTHREAD_RWLOCK_INITIALIZER,
     .ctx_lock = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -67,15 +65,27 @@ int shim_reply_slot(void)
     }
 }
 
-bool shim_server_alive(void)
+bool shim_chan_alive(struct shim_chan *ch)
 {
     /* A worker that gives up says so here before it goes (and wakes our waiters): no answer will come. */
-    if (shim.shm && atomic_load(&shim.shm->server_fault))
+    if (ch->shm && atomic_load(&ch->shm->server_fault))
         return false;
-    struct pollfd p = {.fd = shim.sock, .events = POLLRDHUP};
+    struct pollfd p = {.fd = ch->sock, .events = POLLRDHUP};
     if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
         return false;
     return true;
+}
+
+bool shim_server_alive(void)
+{
+    return shim_chan_alive(&shim.main);
+}
+
+/* The channel this thread waits on (cumux_reply_wait_as takes a function without arguments). */
+static __thread struct shim_chan *tls_wait_chan;
+static bool wait_chan_alive(void)
+{
+    return shim_chan_alive(tls_wait_chan ? tls_wait_chan : &shim.main);
 }
 
 /* The fault's error, kept when coming back failed after the new worker took the program: every call
@@ -87,7 +97,7 @@ CUresult shim_lost_error(void)
     int32_t g = atomic_load(&gave_up_error);
     if (g)
         return (CUresult)g;
-    int32_t f = shim.shm ? atomic_load(&shim.shm->server_fault) : 0;
+    int32_t f = shim.main.shm ? atomic_load(&shim.main.shm->server_fault) : 0;
     return f ? (CUresult)f : CUDA_ERROR_MPS_CONNECTION_FAILED;
 }
 
@@ -171,7 +181,7 @@ static bool crowded(void)
             n = 1;
         __atomic_store_n(&cpus, n, __ATOMIC_RELAXED);
     }
-    struct cumux_shm *m = shim.shm;
+    struct cumux_shm *m = shim.main.shm;
     return m && 2 * (uint64_t)atomic_load_explicit(&m->server_clients, memory_order_relaxed) > (uint64_t)n;
 }
 
@@ -200,7 +210,7 @@ void shim_set_rebuild(CUresult (*rebuild)(const struct shim_lost_work *lw), CUre
 
 static bool channel_failed(void)
 {
-    struct cumux_shm *m = shim.shm;
+    struct cumux_shm *m = shim.main.shm;
     return m && (atomic_load_explicit(&lost, memory_order_relaxed) ||
                  atomic_load_explicit(&m->server_fault, memory_order_relaxed));
 }
@@ -245,21 +255,120 @@ CUresult shim_check_channel(void)
     return broken() ? resume() : CUDA_SUCCESS;
 }
 
+/* ---- channels: the main one (which comes back after a fault) and those of further GPUs ---- */
+/* What shim/gpus.c registers (it calls this file, not the other way): a program's further GPUs. */
+static struct shim_gpus_ops gpus;
+
+void shim_set_gpus_ops(const struct shim_gpus_ops *ops)
+{
+    gpus = *ops;
+}
+
+_Atomic int shim_extra_count;
+_Atomic(struct shim_chan *) shim_extra_chans[CUMUX_MAX_DEVICES];
+
+struct shim_chan *shim_chan_of_gpu(int gpu)
+{
+    if (gpu < 0 || gpu >= CUMUX_MAX_DEVICES || gpu == shim.main.gpu)
+        return &shim.main;
+    struct shim_chan *ch = atomic_load_explicit(&shim_extra_chans[gpu], memory_order_acquire);
+    return ch ? ch : &shim.main; /* none there: the main worker refuses what names that GPU */
+}
+
+struct shim_chan *shim_chan_of_handle(uint32_t handle)
+{
+    if (!atomic_load_explicit(&shim_extra_count, memory_order_relaxed))
+        return &shim.main;
+    return shim_chan_of_gpu(CUMUX_HANDLE_GPU(handle));
+}
+
+static struct shim_chan *route(uint16_t op, const void *body, size_t len)
+{
+    return gpus.route ? gpus.route(op, body, len) : &shim.main;
+}
+
+
+static bool chan_is_lost(struct shim_chan *ch)
+{
+    return ch == &shim.main ? atomic_load(&lost) != 0 : atomic_load(&ch->lost) != 0;
+}
+
+static void chan_lost(struct shim_chan *ch)
+{
+    if (ch == &shim.main) {
+        server_lost();
+    } else if (!atomic_exchange(&ch->lost, 1)) {
+        cumux_logf("lost the connection to GPU %d's worker: every further CUDA call there fails", ch->gpu);
+    }
+}
+
+static CUresult chan_error(struct shim_chan *ch)
+{
+    if (ch == &shim.main)
+        return shim_lost_error();
+    int32_t f = ch->shm ? atomic_load(&ch->shm->server_fault) : 0;
+    return f ? (CUresult)f : CUDA_ERROR_MPS_CONNECTION_FAILED;
+}
+
+/* Before a message on ch: the main channel comes back when its worker failed and it can; a further GPU's
+ * channel whose worker went stays failed (its program does not come back: docs/faults.md). */
+static CUresult chan_check(struct shim_chan *ch)
+{
+    if (ch == &shim.main)
+        return broken() ? come_back() : CUDA_SUCCESS;
+    if (atomic_load_explicit(&ch->lost, memory_order_relaxed) ||
+        atomic_load_explicit(&ch->shm->server_fault, memory_order_relaxed))
+        return chan_error(ch);
+    return CUDA_SUCCESS;
+}
+
+static CUresult chan_in_flight_lost(struct shim_chan *ch)
+{
+    if (ch == &shim.main)
+        return shim_in_flight_lost();
+    chan_lost(ch);
+    return chan_error(ch);
+}
+
+CUresult shim_chan_check(struct shim_chan *ch)
+{
+    return chan_check(ch);
+}
+
+CUresult shim_chan_in_flight_lost(struct shim_chan *ch)
+{
+    return chan_in_flight_lost(ch);
+}
+
+int shim_chan_reply_wait(struct shim_chan *ch, struct cumux_reply_slot *slot, uint32_t before)
+{
+    struct shim_chan *was = tls_wait_chan;
+    tls_wait_chan = ch;
+    int w = cumux_reply_wait_as(slot, before, wait_chan_alive, shim_wait_mode());
+    tls_wait_chan = was;
+    return w;
+}
+
 /* ---- the ring ---- */
-void *shim_ring_reserve(uint32_t size, CUresult *err)
+void *shim_ring_reserve_on(struct shim_chan *ch, uint32_t size, CUresult *err)
 {
     void *p;
     unsigned n = 0;
-    while (!(p = cumux_ring_reserve(shim.shm, size))) {
+    while (!(p = cumux_ring_reserve(ch->shm, size))) {
         /* Full: the server is behind. Wait for it, and make sure it is still there. */
-        if ((++n & 1023u) == 0 && !shim_server_alive()) {
-            server_lost();
-            *err = shim_lost_error();
+        if ((++n & 1023u) == 0 && !shim_chan_alive(ch)) {
+            chan_lost(ch);
+            *err = chan_error(ch);
             return NULL;
         }
         sched_yield();
     }
     return p;
+}
+
+void *shim_ring_reserve(uint32_t size, CUresult *err)
+{
+    return shim_ring_reserve_on(&shim.main, size, err);
 }
 
 _Atomic uint64_t shim_work_seq;
@@ -270,68 +379,80 @@ static uint64_t work_end;
 
 /* A work message counts once it is in the ring (before the call that sent it returns), and a question
  * reads the count under the same lock: the count a question saw is exactly the work ahead of it. */
-void shim_ring_commit(uint16_t op, uint32_t size)
+void shim_ring_commit_on(struct shim_chan *ch, uint16_t op, uint32_t size)
 {
     if (cumux_op_question(op))
         shim_question_seq = atomic_load_explicit(&shim_work_seq, memory_order_relaxed);
-    cumux_ring_commit(shim.shm, size);
+    cumux_ring_commit(ch->shm, size);
     if (!cumux_op_question(op)) {
         atomic_fetch_add_explicit(&shim_work_seq, 1, memory_order_release);
-        work_end = atomic_load_explicit(&shim.shm->head, memory_order_relaxed);
+        if (ch == &shim.main)
+            work_end = atomic_load_explicit(&ch->shm->head, memory_order_relaxed);
     }
+}
+
+void shim_ring_commit(uint16_t op, uint32_t size)
+{
+    shim_ring_commit_on(&shim.main, op, size);
 }
 
 bool shim_idle_still(uint64_t seq)
 {
     return seq != 0 && seq == atomic_load_explicit(&shim_work_seq, memory_order_acquire) + 1 &&
-           !atomic_load_explicit(&lost, memory_order_relaxed) && atomic_load(&shim.shm->server_fault) == 0;
+           !atomic_load_explicit(&lost, memory_order_relaxed) && atomic_load(&shim.main.shm->server_fault) == 0;
 }
 
-static uint32_t begun_size; /* under ring_lock, from shim_send_begin to shim_send_end */
-static uint16_t begun_op;
+static __thread struct shim_chan *begun_chan; /* from shim_send_begin to shim_send_end (ring_lock held) */
 
-void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
+void *shim_send_begin_on(struct shim_chan *ch, uint16_t op, size_t body_len, CUresult *err)
 {
-    if (broken() && (*err = come_back()) != CUDA_SUCCESS)
+    if ((*err = chan_check(ch)) != CUDA_SUCCESS)
         return NULL;
     uint32_t size = cumux_msg_size(body_len);
     if (size > CUMUX_MAX_MSG) {
         *err = CUDA_ERROR_INVALID_VALUE;
         return NULL;
     }
-    pthread_mutex_lock(&shim.ring_lock);
-    struct cumux_msg_hdr *h = shim_ring_reserve(size, err);
+    pthread_mutex_lock(&ch->ring_lock);
+    struct cumux_msg_hdr *h = shim_ring_reserve_on(ch, size, err);
     if (!h) {
-        pthread_mutex_unlock(&shim.ring_lock);
-        if (atomic_load(&lost))
-            *err = shim_in_flight_lost();
+        pthread_mutex_unlock(&ch->ring_lock);
+        if (chan_is_lost(ch))
+            *err = chan_in_flight_lost(ch);
         return NULL;
     }
     h->op = op;
     h->reply = CUMUX_NO_REPLY;
     h->size = size;
-    begun_size = size;
-    begun_op = op;
+    ch->begun_size = size;
+    ch->begun_op = op;
+    begun_chan = ch;
     return h + 1;
+}
+
+void *shim_send_begin(uint16_t op, size_t body_len, CUresult *err)
+{
+    return shim_send_begin_on(&shim.main, op, body_len, err);
 }
 
 void shim_send_end(void)
 {
-    shim_ring_commit(begun_op, begun_size);
-    pthread_mutex_unlock(&shim.ring_lock);
+    struct shim_chan *ch = begun_chan;
+    shim_ring_commit_on(ch, ch->begun_op, ch->begun_size);
+    pthread_mutex_unlock(&ch->ring_lock);
 }
 
-static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_len, const void *payload,
-                    size_t payload_len)
+static CUresult put(struct shim_chan *ch, uint16_t op, uint16_t reply, const void *body, size_t body_len,
+                    const void *payload, size_t payload_len)
 {
     uint32_t size = cumux_msg_size(body_len + payload_len);
     if (size > CUMUX_MAX_MSG)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult err = CUDA_SUCCESS;
-    pthread_mutex_lock(&shim.ring_lock);
-    struct cumux_msg_hdr *h = shim_ring_reserve(size, &err);
+    pthread_mutex_lock(&ch->ring_lock);
+    struct cumux_msg_hdr *h = shim_ring_reserve_on(ch, size, &err);
     if (!h) {
-        pthread_mutex_unlock(&shim.ring_lock);
+        pthread_mutex_unlock(&ch->ring_lock);
         return err;
     }
     h->op = op;
@@ -340,37 +461,40 @@ static CUresult put(uint16_t op, uint16_t reply, const void *body, size_t body_l
     memcpy(h + 1, body, body_len);
     if (payload_len)
         memcpy((char *)(h + 1) + body_len, payload, payload_len);
-    shim_ring_commit(op, size);
-    pthread_mutex_unlock(&shim.ring_lock);
+    shim_ring_commit_on(ch, op, size);
+    pthread_mutex_unlock(&ch->ring_lock);
     return CUDA_SUCCESS;
+}
+
+CUresult shim_send_on(struct shim_chan *ch, uint16_t op, const void *body, size_t body_len, const void *payload,
+                      size_t payload_len)
+{
+    CUresult e = chan_check(ch);
+    if (e != CUDA_SUCCESS)
+        return e;
+    CUresult r = put(ch, op, CUMUX_NO_REPLY, body, body_len, payload, payload_len);
+    return r != CUDA_SUCCESS && chan_is_lost(ch) ? chan_in_flight_lost(ch) : r;
 }
 
 CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len)
 {
-    if (broken()) {
-        CUresult e = come_back();
-        if (e != CUDA_SUCCESS)
-            return e;
-    }
-    CUresult r = put(op, CUMUX_NO_REPLY, body, body_len, payload, payload_len);
-    return r != CUDA_SUCCESS && atomic_load(&lost) ? shim_in_flight_lost() : r;
+    return shim_send_on(route(op, body, body_len), op, body, body_len, payload, payload_len);
 }
 
-CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len)
+CUresult shim_call_on(struct shim_chan *ch, uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap,
+                      uint32_t *reply_len)
 {
-    if (broken()) { /* before the reply slot is looked up: it is the new channel's after */
-        CUresult e = come_back();
-        if (e != CUDA_SUCCESS)
-            return e;
-    }
+    CUresult e = chan_check(ch); /* before the reply slot is looked up: it is the new channel's after */
+    if (e != CUDA_SUCCESS)
+        return e;
     int s = shim_reply_slot();
-    struct cumux_reply_slot *slot = &shim.shm->replies[s];
+    struct cumux_reply_slot *slot = &ch->shm->replies[s];
     uint32_t before = atomic_load(&slot->seq);
-    CUresult r = put(op, (uint16_t)s, body, body_len, NULL, 0);
+    CUresult r = put(ch, op, (uint16_t)s, body, body_len, NULL, 0);
     if (r != CUDA_SUCCESS)
-        return atomic_load(&lost) ? shim_in_flight_lost() : r;
-    if (cumux_reply_wait_as(slot, before, shim_server_alive, shim_wait_mode()) < 0)
-        return shim_in_flight_lost();
+        return chan_is_lost(ch) ? chan_in_flight_lost(ch) : r;
+    if (shim_chan_reply_wait(ch, slot, before) < 0)
+        return chan_in_flight_lost(ch);
     uint32_t len = slot->len <= CUMUX_REPLY_DATA ? slot->len : CUMUX_REPLY_DATA;
     if (reply) {
         if (len > cap)
@@ -382,36 +506,42 @@ CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, 
     return shim_answer((CUresult)slot->result);
 }
 
-int shim_sealable_memfd(const char *name, const void *data, size_t size)
+CUresult shim_call(uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap, uint32_t *reply_len)
 {
-    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0)
-        return -1;
-    /* write(2), not a mapping: the server seals the file against writes, which a writable map prevents. */
-    for (size_t done = 0; done < size;) {
-        ssize_t w = write(fd, (const char *)data + done, size - done);
-        if (w <= 0) {
-            close(fd);
-            return -1;
-        }
-        done += (size_t)w;
-    }
-    return fd;
+    return shim_call_on(route(op, body, body_len), op, body, body_len, reply, cap, reply_len);
+}
+
+CUresult shim_send_fd_on(struct shim_chan *ch, int fd)
+{
+    uint64_t tag = CUMUX_MAGIC;
+    return cumux_sock_send(ch->sock, &tag, sizeof tag, fd) == 0 ? CUDA_SUCCESS : chan_error(ch);
 }
 
 CUresult shim_send_fd(int fd)
 {
-    uint64_t tag = CUMUX_MAGIC;
-    return cumux_sock_send(shim.sock, &tag, sizeof tag, fd) == 0 ? CUDA_SUCCESS : shim_lost_error();
+    return shim_send_fd_on(&shim.main, fd);
+}
+
+CUresult shim_call_fd(int fd, uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap,
+                      uint32_t *reply_len)
+{
+    struct shim_chan *ch = route(op, body, body_len);
+    /* The descriptor and the command reach the server in the same order as other threads' pairs. */
+    pthread_mutex_lock(&ch->sock_lock);
+    CUresult r = shim_send_fd_on(ch, fd);
+    if (r == CUDA_SUCCESS)
+        r = shim_call_on(ch, op, body, body_len, reply, cap, reply_len);
+    pthread_mutex_unlock(&ch->sock_lock);
+    return r;
 }
 
 /* The descriptor the server sent just before answering the call the caller made (sock_lock held). */
 int shim_recv_fd(void)
 {
-    struct pollfd p = {.fd = shim.sock, .events = POLLIN};
+    struct pollfd p = {.fd = shim.main.sock, .events = POLLIN};
     uint64_t tag = 0;
     int fd = -1;
-    if (poll(&p, 1, 1000) != 1 || cumux_sock_recv(shim.sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
+    if (poll(&p, 1, 1000) != 1 || cumux_sock_recv(shim.main.sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
         if (fd >= 0)
             close(fd);
         return -1;
@@ -426,117 +556,29 @@ static void after_fork_child(void)
     shim.initialized = false;
     init_result = CUDA_ERROR_NOT_INITIALIZED;
     /* Let go of the parent's channel: holding its socket would keep the parent's client alive. */
-    if (shim.sock >= 0)
-        close(shim.sock);
-    if (shim.shm)
-        munmap(shim.shm, sizeof(struct cumux_shm));
-    shim.sock = -1;
-    shim.shm = NULL;
+    if (shim.main.sock >= 0)
+        close(shim.main.sock);
+    if (shim.main.shm)
+        munmap(shim.main.shm, sizeof(struct cumux_shm));
+    shim.main.sock = -1;
+    shim.main.shm = NULL;
+    if (gpus.forget)
+        gpus.forget(); /* and the parent's channels of further GPUs */
     conn_gpu = 0;
     limit_gpu = 0;
     atomic_store(&bound_gpu, -1);
     tls_slot = -1;
     for (int i = 0; i < CUMUX_REPLY_SLOTS / 64; i++)
         atomic_store(&slot_used[i], 0);
-    pthread_mutex_init(&shim.ring_lock, NULL);
-    pthread_mutex_init(&shim.stage_lock, NULL);
-    pthread_mutex_init(&shim.sock_lock, NULL);
+    pthread_mutex_init(&shim.main.ring_lock, NULL);
+    pthread_mutex_init(&shim.main.stage_lock, NULL);
+    pthread_mutex_init(&shim.main.sock_lock, NULL);
     pthread_mutex_init(&shim.ctx_lock, NULL);
     pthread_mutex_init(&init_lock, NULL);
     memset(shim.primary, 0, sizeof shim.primary);
     memset(shim.default_pool, 0, sizeof shim.default_pool);
     memset(shim.current_pool, 0, sizeof shim.current_pool);
     memset(shim.primary_refs, 0, sizeof shim.primary_refs);
-}
-
-/* The device memory limit the program asks for on its GPU dev (as it numbers them): CUMUX_MEMORY_LIMIT
- * (`cumux run --memory`), else MPS's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (its entry for dev). -1, logged,
- * when malformed: a limit that was meant must not silently become none. */
-static int requested_memory_limit(int dev, uint64_t *bytes)
-{
-    const char *own = getenv("CUMUX_MEMORY_LIMIT"), *mps = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
-    *bytes = 0;
-    if (own && *own) {
-        if (cumux_parse_size(own, bytes))
-            return 0;
-        cumux_logf("CUMUX_MEMORY_LIMIT=%s is not a size (4G, 512M, none)", own);
-        return -1;
-    }
-    if (mps && *mps && !cumux_parse_device_limits(mps, dev, bytes)) {
-        cumux_logf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s is not of the form 0=4G,1=512M", mps);
-        return -1;
-    }
-    return 0;
-}
-
-/* The priority class the program asks for: CUMUX_PRIORITY (`cumux run --priority`: high, normal, low),
- * else MPS's CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal); unset: the server's default. One that
- * cannot be read is logged and left unset. */
-static uint32_t requested_priority(void)
-{
-    static const char *const vars[] = {"CUMUX_PRIORITY", "CUDA_MPS_CLIENT_PRIORITY"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        enum cumux_priority p;
-        if (!v || !*v)
-            continue;
-        if (cumux_priority_parse(v, &p) && (i == 0 || p != CUMUX_PRIORITY_HIGH))
-            return (uint32_t)p;
-        cumux_logf("%s=%s is not a priority (%s): the server's default applies", vars[i], v,
-                   i == 0 ? "high, normal, low" : "0 normal, 1 below normal");
-        return CUMUX_PRIORITY_UNSET;
-    }
-    return CUMUX_PRIORITY_UNSET;
-}
-
-/* The entry of the variable for the program's GPU dev (as it numbers them): "V" for every GPU, or
- * MPS's per-device form "0=V,1=W"; "" when it has none; NULL, said, when the variable is malformed. */
-static const char *device_value(const char *var, int dev, char *buf, size_t cap)
-{
-    const char *v = getenv(var);
-    if (!v || !*v) {
-        buf[0] = 0;
-        return buf;
-    }
-    if (!cumux_device_entry(v, dev, buf, cap, NULL)) {
-        cumux_logf("%s=%s is not a value nor of the form 0=V,1=W: ignored", var, v);
-        return NULL;
-    }
-    return buf;
-}
-
-/* A whole number from 1 to max in the variable (its entry for the program's GPU dev), 0 when unset; said
- * and 0 when it is something else. */
-static uint32_t requested_count(const char *var, uint32_t max, const char *what, int dev)
-{
-    char buf[64];
-    const char *v = device_value(var, dev, buf, sizeof buf);
-    uint32_t n = 0;
-    if (!v || !*v)
-        return 0;
-    if (!cumux_parse_count(v, max, &n) || n == 0)
-        cumux_logf("%s=%s is not %s (1 to %u): ignored", var, getenv(var), what, max);
-    return n;
-}
-
-/* MPS's active thread percentage (a decimal number above 0, at most 100; its entry for the program's GPU
- * dev), rounded up; 0 when unset or not one (said). */
-static uint32_t requested_percent(int dev)
-{
-    const char *var = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
-    char buf[64];
-    const char *v = device_value(var, dev, buf, sizeof buf);
-    if (!v || !*v)
-        return 0;
-    char *end = NULL;
-    errno = 0;
-    double p = strtod(v, &end);
-    if (errno || *end || !(p > 0 && p <= 100)) {
-        cumux_logf("%s=%s is not a percentage (above 0, at most 100): ignored", var, getenv(var));
-        return 0;
-    }
-    uint32_t whole = (uint32_t)p;
-    return whole + (p > whole);
 }
 
 /* Connects and says hello (CLIENT, or RESUME with the token of the first welcome): the socket, the
@@ -549,14 +591,15 @@ struct conn {
     uint64_t resume_token;
 };
 
-static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn, bool *unanswered)
+static CUresult connect_server_to(int gpu, int limit_dev, uint32_t kind, uint64_t token, struct conn *conn,
+                                  bool *unanswered)
 {
     bool unanswered_here;
     if (!unanswered)
         unanswered = &unanswered_here;
     *unanswered = false;
     char path[256];
-    if (cumux_gpu_socket_path(conn_gpu, path, sizeof path) < 0) {
+    if (cumux_gpu_socket_path(gpu, path, sizeof path) < 0) {
         cumux_logf("pipe directory %s: path too long", cumux_pipe_directory());
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
@@ -574,7 +617,7 @@ static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn,
         return CUDA_ERROR_MPS_CONNECTION_FAILED;
     }
     struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .token = token};
-    if (requested_memory_limit(limit_gpu, &h.arg) < 0) {
+    if (shim_requested_memory_limit(limit_dev, &h.arg) < 0) {
         close(s);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -612,11 +655,37 @@ static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn,
     return CUDA_SUCCESS;
 }
 
+CUresult shim_connect_gpu(int gpu, int program_gpu, struct shim_chan *ch)
+{
+    struct conn conn;
+    bool unanswered = false;
+    CUresult r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+    for (int i = 0; i < 5; i++) { /* a connection closed unanswered: the worker was handing over, again */
+        if (i)
+            nanosleep(&(struct timespec){0, 20000000L * i}, NULL);
+        r = connect_server_to(gpu, program_gpu, CUMUX_HELLO_CLIENT, 0, &conn, &unanswered);
+        if (r == CUDA_SUCCESS || !unanswered)
+            break;
+    }
+    if (r == CUDA_SUCCESS) {
+        ch->sock = conn.sock;
+        ch->shm = conn.shm;
+        ch->client_id = conn.client_id;
+    }
+    return r;
+}
+
+static CUresult connect_server(uint32_t kind, uint64_t token, struct conn *conn, bool *unanswered)
+{
+    return connect_server_to(conn_gpu, limit_gpu, kind, token, conn, unanswered);
+}
+
 static void use_connection(const struct conn *conn)
 {
-    shim.sock = conn->sock;
-    shim.shm = conn->shm;
-    shim.client_id = conn->client_id;
+    shim.main.sock = conn->sock;
+    shim.main.shm = conn->shm;
+    shim.main.client_id = conn->client_id;
+    shim.main.gpu = conn_gpu;
     if (conn->resume_token)
         shim.resume_token = conn->resume_token;
 }
@@ -630,11 +699,20 @@ static CUresult resume(void)
     }
     /* Work written after the server decided (the ring's head then) may have been taken by the failing worker
      * and lost: then this program lost work, as one with work in flight did. A question lost nothing. */
-    int resumable = atomic_load(&shim.shm->server_resumable); /* the head was written before it */
-    pthread_mutex_lock(&shim.ring_lock);
-    bool sent_after = work_end > shim.shm->server_resumable_head;
-    pthread_mutex_unlock(&shim.ring_lock);
+    int resumable = atomic_load(&shim.main.shm->server_resumable); /* the head was written before it */
+    pthread_mutex_lock(&shim.main.ring_lock);
+    bool sent_after = work_end > shim.main.shm->server_resumable_head;
+    pthread_mutex_unlock(&shim.main.ring_lock);
     bool told = atomic_load(&told_fatal);
+    if (gpus.several && gpus.several()) {
+        /* What it made on its other GPUs lives in their workers, which the rebuild does not know. */
+        static _Atomic int said_extra;
+        if (!atomic_exchange(&said_extra, 1))
+            cumux_logf("GPU %d's worker failed (%d): this program uses several GPUs and does not come back",
+                       conn_gpu, (int)shim_lost_error());
+        pthread_mutex_unlock(&resume_lock);
+        return shim_lost_error();
+    }
     if (!shim.resume_token || !resumable || told) {
         static _Atomic int said;
         if (shim.resume_token && resumable && told && !atomic_exchange(&said, 1))
@@ -647,8 +725,8 @@ static CUresult resume(void)
     /* Which streams lost it, as the server said (written before server_resumable). */
     struct shim_lost_work lw = {.any = lost_work, .all = sent_after};
     if (resumable == 2) {
-        memcpy(lw.streams, shim.shm->server_lost_streams, sizeof lw.streams);
-        lw.all |= shim.shm->server_lost_all != 0;
+        memcpy(lw.streams, shim.main.shm->server_lost_streams, sizeof lw.streams);
+        lw.all |= shim.main.shm->server_lost_all != 0;
     }
     CUresult fault = shim_lost_error();
     uint64_t t_begin = cumux_now_ns(), t_connected = 0;
@@ -670,13 +748,13 @@ static CUresult resume(void)
         }
         if (r == CUDA_SUCCESS) {
             t_connected = cumux_now_ns();
-            pthread_mutex_lock(&shim.ring_lock);
-            int old_sock = shim.sock;
-            struct cumux_shm *old_shm = shim.shm;
+            pthread_mutex_lock(&shim.main.ring_lock);
+            int old_sock = shim.main.sock;
+            struct cumux_shm *old_shm = shim.main.shm;
             use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
             work_end = 0;           /* the new ring's */
             atomic_store(&lost, 0);
-            pthread_mutex_unlock(&shim.ring_lock);
+            pthread_mutex_unlock(&shim.main.ring_lock);
             close(old_sock);
             cumux_futex_wake(&old_shm->hostfn_posted, INT32_MAX); /* the host-function thread moves over */
             atomic_fetch_add(&shim_work_seq, 1); /* what was known idle was the old worker's */
@@ -690,7 +768,7 @@ static CUresult resume(void)
         if (r == CUDA_SUCCESS || attempt == 4)
             break;
         /* The worker it came back to failed too (another fault meanwhile): again, if that one lets it. */
-        if (!channel_failed() || atomic_load(&told_fatal) || !atomic_load(&shim.shm->server_resumable))
+        if (!channel_failed() || atomic_load(&told_fatal) || !atomic_load(&shim.main.shm->server_resumable))
             break;
         lost_work = lw.any = lw.all = true; /* what was made again may be partly lost: said, to be safe */
     }
@@ -707,10 +785,10 @@ static CUresult resume(void)
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
                    "over%s; work it had going was lost: the streams that had it, their events and contexts say "
                    "CUDA_ERROR_LAUNCH_FAILED once each",
-                   (int)fault, shim.client_id, took);
+                   (int)fault, shim.main.client_id, took);
     } else if (r == CUDA_SUCCESS) {
         cumux_logf("the GPU worker failed (%d, another program's fault): back as client %u of the worker that took "
-                   "over%s", (int)fault, shim.client_id, took);
+                   "over%s", (int)fault, shim.main.client_id, took);
     } else {
         cumux_logf("the GPU worker failed (%d, another program's fault), and coming back failed (%d) at %s, "
                    "attempt %d, %.1f ms after it began", (int)fault, (int)r, step, attempt + 1,
@@ -722,7 +800,7 @@ static CUresult resume(void)
             atomic_store(&gave_up_error, (int32_t)fault);
             atomic_store(&told_fatal, 1);
             server_lost();
-            shutdown(shim.sock, SHUT_RDWR);
+            shutdown(shim.main.sock, SHUT_RDWR);
         }
     }
     tls_resuming = false;
@@ -754,14 +832,14 @@ static CUresult move_to_gpu(int gpu, int program_gpu)
             break;
     }
     if (r == CUDA_SUCCESS) {
-        pthread_mutex_lock(&shim.ring_lock);
-        int old_sock = shim.sock;
-        struct cumux_shm *old_shm = shim.shm;
+        pthread_mutex_lock(&shim.main.ring_lock);
+        int old_sock = shim.main.sock;
+        struct cumux_shm *old_shm = shim.main.shm;
         use_connection(&conn); /* the old channel stays mapped: a thread may still be looking at it */
         shim.resume_token = conn.resume_token; /* the old worker's token means nothing to this one */
         work_end = 0;
         atomic_store(&lost, 0);
-        pthread_mutex_unlock(&shim.ring_lock);
+        pthread_mutex_unlock(&shim.main.ring_lock);
         close(old_sock);
         cumux_futex_wake(&old_shm->hostfn_posted, INT32_MAX); /* the host-function thread moves over */
         atomic_fetch_add(&shim_work_seq, 1);
@@ -774,9 +852,9 @@ static CUresult move_to_gpu(int gpu, int program_gpu)
             atomic_store(&gave_up_error, (int32_t)r);
             atomic_store(&told_fatal, 1);
             server_lost();
-            shutdown(shim.sock, SHUT_RDWR);
+            shutdown(shim.main.sock, SHUT_RDWR);
         } else {
-            cumux_debugf("moved from GPU %d's worker to GPU %d's, as client %u", was, gpu, shim.client_id);
+            cumux_debugf("moved from GPU %d's worker to GPU %d's, as client %u", was, gpu, shim.main.client_id);
         }
     } else {
         conn_gpu = was; /* the old channel stands */
@@ -801,16 +879,12 @@ CUresult shim_gpu_route(int32_t *gpu)
     int b = atomic_load(&bound_gpu);
     CUresult r = CUDA_SUCCESS;
     if (b >= 0 && b != g) {
-        static _Atomic int said;
-        if (!atomic_exchange(&said, 1))
-            cumux_logf("this program uses GPU %d beside GPU %d: cumux serves a program on one GPU so far "
-                       "(CUDA_ERROR_NOT_SUPPORTED)", g, b);
-        r = CUDA_ERROR_NOT_SUPPORTED;
+        r = gpus.open ? gpus.open(*gpu, g) : CUDA_ERROR_NOT_SUPPORTED; /* its own channel (gpus.c) */
     } else if (b < 0) {
         /* Another GPU's worker, or the right one told another GPU's memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
          * of several entries): a new channel, whose hello says this GPU's. */
         uint64_t want = 0, told = 0;
-        bool limit_differs = requested_memory_limit(g, &want) == 0 && requested_memory_limit(limit_gpu, &told) == 0 &&
+        bool limit_differs = shim_requested_memory_limit(g, &want) == 0 && shim_requested_memory_limit(limit_gpu, &told) == 0 &&
                              want != told;
         if (*gpu != conn_gpu || limit_differs)
             r = move_to_gpu(*gpu, g);
@@ -828,16 +902,11 @@ static CUresult handshake(bool first)
     static uint8_t buf[CUMUX_REPLY_DATA];
     uint32_t len = 0;
     struct cumux_none none = {0};
-    CUresult r = shim_call(CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
-    struct cumux_client_info info = {
-        .priority = requested_priority(),
-        .sms = requested_count("CUMUX_SMS", 4096, "a number of SMs", limit_gpu),
-        .thread_percent = requested_percent(limit_gpu)};
-    const char *name = getenv("CUMUX_CLIENT_NAME");
-    if (name)
-        snprintf(info.name, sizeof info.name, "%s", name);
+    CUresult r = shim_call_on(&shim.main, CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
+    struct cumux_client_info info;
+    shim_client_info(limit_gpu, &info);
     if (r == CUDA_SUCCESS)
-        r = shim_send(CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
+        r = shim_send_on(&shim.main, CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
     struct cumux_init_reply rep;
     if (r != CUDA_SUCCESS)
         return r;
@@ -911,12 +980,12 @@ CUresult cuInit(unsigned int flags)
             init_result = handshake(true);
             if (init_result != CUDA_SUCCESS) {
                 shim.initialized = false;
-                munmap(shim.shm, sizeof(struct cumux_shm));
-                close(shim.sock);
-                shim.shm = NULL;
-                shim.sock = -1;
+                munmap(shim.main.shm, sizeof(struct cumux_shm));
+                close(shim.main.sock);
+                shim.main.shm = NULL;
+                shim.main.sock = -1;
             } else {
-                cumux_debugf("connected to cumuxd as client %u, %d device(s)", shim.client_id, shim.device_count);
+                cumux_debugf("connected to cumuxd as client %u, %d device(s)", shim.main.client_id, shim.device_count);
             }
         }
     }

@@ -55,6 +55,15 @@ struct CUctx_st *shim_current_ctx(void)
     return tls_ctx_depth > 0 ? tls_ctx_stack[tls_ctx_depth - 1] : NULL;
 }
 
+struct shim_chan *shim_current_chan(void)
+{
+    if (!atomic_load_explicit(&shim_extra_count, memory_order_relaxed))
+        return &shim.main;
+    struct CUctx_st *c = shim_current_ctx();
+    return c && c->device >= 0 && c->device < shim.device_count ? shim_chan_of_gpu(shim.server_gpu[c->device])
+                                                                : &shim.main;
+}
+
 /* The current context's scheduling flags: how the program asked its threads to wait for the GPU
  * (cudaSetDeviceFlags, cuCtxCreate, cuDevicePrimaryCtxSetFlags). Natively AUTO spins while the process has
  * fewer contexts than CPUs; here it spins and yields up to 20 ms, then sleeps, and sleeps after 50 us while

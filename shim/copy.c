@@ -15,23 +15,24 @@ static CUresult copy_direct(uint32_t kind, uint32_t stream, uint64_t dst, uint64
     return shim_op_copy(kind, stream, dst, src, n, sync);
 }
 
-static bool stage_wait(int slot, uint32_t want, struct cumux_reply_slot *reply, uint32_t reply_before)
+static bool stage_wait(struct shim_chan *ch, int slot, uint32_t want, struct cumux_reply_slot *reply,
+                       uint32_t reply_before)
 {
     unsigned n = 0;
     for (;;) {
-        uint32_t seq = atomic_load(&shim.shm->stage_seq[slot]);
-        if (atomic_load(&shim.shm->stage_state[slot]) == want)
+        uint32_t seq = atomic_load(&ch->shm->stage_seq[slot]);
+        if (atomic_load(&ch->shm->stage_state[slot]) == want)
             return true;
         /* The server answered: an error, or the slot became ready just before the answer (the server makes
          * the last slot ready, then answers), which the look above may have missed. */
         if (reply && atomic_load(&reply->seq) != reply_before)
-            return atomic_load(&shim.shm->stage_state[slot]) == want;
+            return atomic_load(&ch->shm->stage_state[slot]) == want;
         if (++n < 2000) {
             sched_yield();
             continue;
         }
-        cumux_futex_wait(&shim.shm->stage_seq[slot], seq, 20000000);
-        if (atomic_load(&shim.shm->stage_seq[slot]) == seq && !shim_server_alive())
+        cumux_futex_wait(&ch->shm->stage_seq[slot], seq, 20000000);
+        if (atomic_load(&ch->shm->stage_seq[slot]) == seq && !shim_chan_alive(ch))
             return false;
     }
 }
@@ -43,18 +44,19 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch,
                                  uint64_t width, uint64_t n)
 {
     uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
-    CUresult r = shim_check_channel();
+    struct shim_chan *ch = shim_chan_of_handle(stream);
+    CUresult r = shim_chan_check(ch);
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&shim.stage_lock);
+    pthread_mutex_lock(&ch->stage_lock);
     for (uint64_t off = 0; off < n && r == CUDA_SUCCESS;) {
         uint64_t len = n - off < chunk ? n - off : chunk;
-        int slot = (int)(shim.stage_next++ % CUMUX_STAGING_SLOTS);
-        if (!stage_wait(slot, CUMUX_STAGE_FREE, NULL, 0)) {
-            r = shim_in_flight_lost();
+        int slot = (int)(ch->stage_next++ % CUMUX_STAGING_SLOTS);
+        if (!stage_wait(ch, slot, CUMUX_STAGE_FREE, NULL, 0)) {
+            r = shim_chan_in_flight_lost(ch);
             break;
         }
-        uint8_t *buf = shim.shm->staging[slot];
+        uint8_t *buf = ch->shm->staging[slot];
         uint64_t dev;
         if (width) {
             uint64_t row0 = off / width;
@@ -65,11 +67,11 @@ static CUresult copy_htod_staged(uint32_t stream, uint64_t dst, uint64_t dpitch,
             shim_memcpy(buf, (const char *)src + off, len);
             dev = dst + off;
         }
-        atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FULL);
+        atomic_store(&ch->shm->stage_state[slot], CUMUX_STAGE_FULL);
         r = shim_op_copy_htod_staged(stream, (uint32_t)slot, dev, len, width, dpitch);
         off += len;
     }
-    pthread_mutex_unlock(&shim.stage_lock);
+    pthread_mutex_unlock(&ch->stage_lock);
     return r;
 }
 
@@ -78,12 +80,13 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
                                  uint64_t width, uint64_t n)
 {
     uint64_t chunk = width ? (CUMUX_STAGING_BYTES / width) * width : CUMUX_STAGING_BYTES;
-    CUresult ch = shim_check_channel();
-    if (ch != CUDA_SUCCESS)
-        return ch;
-    pthread_mutex_lock(&shim.stage_lock);
+    struct shim_chan *ch = shim_chan_of_handle(stream);
+    CUresult checked = shim_chan_check(ch);
+    if (checked != CUDA_SUCCESS)
+        return checked;
+    pthread_mutex_lock(&ch->stage_lock);
     int s = shim_reply_slot();
-    struct cumux_reply_slot *reply = &shim.shm->replies[s];
+    struct cumux_reply_slot *reply = &ch->shm->replies[s];
     uint32_t before = atomic_load(&reply->seq);
     struct cumux_copy_staged m = {.stream = stream, .dev = src, .size = n, .width = width, .pitch = spitch};
     CUresult r = CUDA_SUCCESS;
@@ -92,24 +95,24 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         struct cumux_msg_hdr h;
         struct cumux_copy_staged b;
     } msg = {{CUMUX_OP_COPY_DTOH_STAGED, (uint16_t)s, cumux_msg_size(sizeof m)}, m};
-    pthread_mutex_lock(&shim.ring_lock);
-    void *p = shim_ring_reserve(msg.h.size, &r);
+    pthread_mutex_lock(&ch->ring_lock);
+    void *p = shim_ring_reserve_on(ch, msg.h.size, &r);
     if (!p) { /* only when the server is gone */
-        pthread_mutex_unlock(&shim.ring_lock);
-        pthread_mutex_unlock(&shim.stage_lock);
-        return shim_in_flight_lost();
+        pthread_mutex_unlock(&ch->ring_lock);
+        pthread_mutex_unlock(&ch->stage_lock);
+        return shim_chan_in_flight_lost(ch);
     }
     memcpy(p, &msg, sizeof msg);
-    shim_ring_commit(msg.h.op, msg.h.size);
-    pthread_mutex_unlock(&shim.ring_lock);
+    shim_ring_commit_on(ch, msg.h.op, msg.h.size);
+    pthread_mutex_unlock(&ch->ring_lock);
     uint64_t nchunks = (n + chunk - 1) / chunk, i;
     for (i = 0; i < nchunks; i++) {
         int slot = (int)(i % CUMUX_STAGING_SLOTS);
-        if (!stage_wait(slot, CUMUX_STAGE_READY, reply, before))
+        if (!stage_wait(ch, slot, CUMUX_STAGE_READY, reply, before))
             break;
         uint64_t off = i * chunk;
         uint64_t len = n - off < chunk ? n - off : chunk;
-        const uint8_t *buf = shim.shm->staging[slot];
+        const uint8_t *buf = ch->shm->staging[slot];
         if (width) {
             uint64_t row0 = off / width;
             for (uint64_t k = 0; k < len / width; k++)
@@ -117,12 +120,12 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
         } else {
             shim_memcpy((char *)dst + off, buf, len);
         }
-        atomic_store(&shim.shm->stage_state[slot], CUMUX_STAGE_FREE);
-        atomic_fetch_add(&shim.shm->stage_seq[slot], 1);
-        cumux_futex_wake(&shim.shm->stage_seq[slot], 1);
+        atomic_store(&ch->shm->stage_state[slot], CUMUX_STAGE_FREE);
+        atomic_fetch_add(&ch->shm->stage_seq[slot], 1);
+        cumux_futex_wake(&ch->shm->stage_seq[slot], 1);
     }
-    if (cumux_reply_wait_as(reply, before, shim_server_alive, shim_wait_mode()) < 0)
-        r = shim_in_flight_lost();
+    if (shim_chan_reply_wait(ch, reply, before) < 0)
+        r = shim_chan_in_flight_lost(ch);
     else
         r = shim_answer((CUresult)reply->result);
     /* Success with chunks never made ready would leave the program's buffer unwritten: never report it. */
@@ -133,8 +136,8 @@ static CUresult copy_dtoh_staged(uint32_t stream, void *dst, uint64_t dpitch, ui
     }
     /* After an error some slots may still say READY: the server's next staged copy starts from FREE. */
     for (int i = 0; i < CUMUX_STAGING_SLOTS; i++)
-        atomic_store(&shim.shm->stage_state[i], CUMUX_STAGE_FREE);
-    pthread_mutex_unlock(&shim.stage_lock);
+        atomic_store(&ch->shm->stage_state[i], CUMUX_STAGE_FREE);
+    pthread_mutex_unlock(&ch->stage_lock);
     return r;
 }
 
@@ -144,6 +147,46 @@ static CUresult sync_stream_handle(uint32_t stream)
 }
 
 enum { PTR_HOST = 0, PTR_DEVICE = 1 };
+
+/* Memory of another GPU than the stream's (a program using several): on a default stream, the work goes to
+ * the legacy stream of the memory's context, on its GPU's worker, as the driver would reach it through
+ * unified addressing; on a stream of the program's own, not yet. */
+static CUresult on_memory_gpu(CUstream hstream, uint64_t devptr, uint32_t *stream)
+{
+    struct CUctx_st *owner = shim_ptr_ctx(devptr);
+    if (hstream && hstream != CU_STREAM_LEGACY && hstream != CU_STREAM_PER_THREAD)
+        return cumux_unsupported("a copy or memset on one GPU's stream of another GPU's memory");
+    if (!owner || owner->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_VALUE;
+    *stream = owner->legacy_stream;
+    return CUDA_SUCCESS;
+}
+
+/* Device memory of two GPUs of this program, each served by its own worker: through the program's memory,
+ * chunk by chunk, from the source's context's legacy stream to the destination's, after the work of the
+ * stream the copy is ordered on (`stream`), and complete when it returns. Correct, not fast: a mapping of
+ * one worker's memory in the other (as IPC does) is the way to peer bandwidth. */
+static CUresult copy_across_gpus(uint64_t dst, uint64_t src, uint64_t n, uint32_t stream)
+{
+    struct CUctx_st *sx = shim_ptr_ctx(src), *dx = shim_ptr_ctx(dst);
+    if (!sx || !dx || sx->magic != SHIM_MAGIC_CTX || dx->magic != SHIM_MAGIC_CTX)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = shim_op_stream_sync(stream);
+    uint64_t chunk = n < (64u << 20) ? n : (64u << 20);
+    uint8_t *buf = r == CUDA_SUCCESS ? malloc(chunk) : NULL;
+    if (r == CUDA_SUCCESS && !buf)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint64_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
+        uint64_t len = n - off < chunk ? n - off : chunk;
+        r = copy_dtoh_staged(sx->legacy_stream, buf, 0, src + off, 0, 0, len);
+        if (r == CUDA_SUCCESS)
+            r = copy_htod_staged(dx->legacy_stream, dst + off, 0, buf, 0, 0, len);
+    }
+    if (r == CUDA_SUCCESS)
+        r = shim_op_stream_sync(dx->legacy_stream);
+    free(buf);
+    return r;
+}
 
 /* One copy of n bytes in any direction; `sync` for the calls that CUDA makes synchronous. */
 static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstream, bool sync, int dst_kind, int src_kind)
@@ -165,10 +208,20 @@ static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstrea
         src_kind = PTR_HOST;
     if ((dst_kind == PTR_DEVICE && !shim_is_device_ptr(dst, n)) || (src_kind == PTR_DEVICE && !shim_is_device_ptr(src, n)))
         return CUDA_ERROR_INVALID_VALUE;
+    /* A program using several GPUs: each GPU's memory is its worker's (one GPU: all is the main channel's). */
+    struct shim_chan *ch = shim_chan_of_handle(stream);
+    struct shim_chan *dc = dst_kind == PTR_DEVICE ? shim_chan_of_ptr(dst) : ch;
+    struct shim_chan *sc = src_kind == PTR_DEVICE ? shim_chan_of_ptr(src) : ch;
+    if (dc != sc)
+        return copy_across_gpus(dst, src, n, stream);
+    if (dc != ch && (r = on_memory_gpu(hstream, dst_kind == PTR_DEVICE ? dst : src, &stream)) != CUDA_SUCCESS)
+        return r;
+    ch = dc;
+    bool mapped_here = ch == &shim.main; /* pinned memory is shared with the main worker only */
     if (dst_kind == PTR_DEVICE && src_kind == PTR_DEVICE)
         return copy_direct(CUMUX_COPY_DTOD, stream, dst, src, n, false);
     if (dst_kind == PTR_DEVICE) {
-        uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)src, n);
+        uint64_t a = mapped_here ? shim_pinned_server_addr((const void *)(uintptr_t)src, n) : 0;
         if (a)
             return copy_direct(CUMUX_COPY_HTOD, stream, dst, a, n, sync);
         r = copy_htod_staged(stream, dst, 0, (const void *)(uintptr_t)src, 0, 0, n);
@@ -176,7 +229,7 @@ static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstrea
         return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
     }
     if (src_kind == PTR_DEVICE) {
-        uint64_t a = shim_pinned_server_addr((const void *)(uintptr_t)dst, n);
+        uint64_t a = mapped_here ? shim_pinned_server_addr((const void *)(uintptr_t)dst, n) : 0;
         if (a)
             return copy_direct(CUMUX_COPY_DTOH, stream, a, src, n, sync);
         return copy_dtoh_staged(stream, (void *)(uintptr_t)dst, 0, src, 0, 0, n);
@@ -237,17 +290,13 @@ CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontex
 {
     if (!dctx || !sctx || dctx->magic != SHIM_MAGIC_CTX || sctx->magic != SHIM_MAGIC_CTX)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (dctx->device != sctx->device)
-        return cumux_unsupported("cuMemcpyPeer between devices");
-    return copy_any(dst, src, n, NULL, true, PTR_DEVICE, PTR_DEVICE);
+    return copy_any(dst, src, n, NULL, true, PTR_DEVICE, PTR_DEVICE); /* between GPUs: copy_across_gpus */
 }
 
 CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s)
 {
     if (!dctx || !sctx || dctx->magic != SHIM_MAGIC_CTX || sctx->magic != SHIM_MAGIC_CTX)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (dctx->device != sctx->device)
-        return cumux_unsupported("cuMemcpyPeerAsync between devices");
     return copy_any(dst, src, n, s, false, PTR_DEVICE, PTR_DEVICE);
 }
 
@@ -379,6 +428,9 @@ static CUresult memset_any(CUdeviceptr dst, size_t pitch, uint32_t value, uint32
         dst = shim_pinned_server_addr((const void *)(uintptr_t)dst, span);
         if (!dst)
             return CUDA_ERROR_INVALID_VALUE;
+    } else if (shim_chan_of_ptr(dst) != shim_chan_of_handle(stream) &&
+               (r = on_memory_gpu(hstream, dst, &stream)) != CUDA_SUCCESS) {
+        return r;
     }
     return shim_op_memset(stream, elem, dst, pitch, width, height, value);
 }

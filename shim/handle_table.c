@@ -7,14 +7,14 @@
 #include "shim/client.h"
 
 /* A server handle's place: its index and its worker's GPU (handles of different workers share indices). */
-static uint32_t table_key(uint32_t handle)
+uint32_t shim_table_key(uint32_t handle)
 {
     return CUMUX_HANDLE_INDEX(handle) * CUMUX_MAX_DEVICES + (uint32_t)CUMUX_HANDLE_GPU(handle);
 }
 
 void **shim_table_slot(struct shim_table *t, uint32_t handle)
 {
-    uint32_t k = table_key(handle);
+    uint32_t k = shim_table_key(handle);
     if (k >= t->cap) {
         uint32_t cap = k * 2 + 64;
         void **v = realloc(t->v, cap * sizeof *v);
@@ -29,7 +29,7 @@ void **shim_table_slot(struct shim_table *t, uint32_t handle)
 
 void *shim_table_get(const struct shim_table *t, uint32_t handle)
 {
-    uint32_t k = table_key(handle);
+    uint32_t k = shim_table_key(handle);
     return k < t->cap ? t->v[k] : NULL;
 }
 

@@ -24,15 +24,16 @@ static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t thread_once = PTHREAD_ONCE_INIT;
 static bool thread_running;
 
+/* arg: the channel of a further GPU (shim_hostfn_watch), or NULL: the main one, whichever it is now. */
 static void *callback_thread(void *arg)
 {
-    (void)arg;
+    struct shim_chan *extra = arg;
     struct cumux_shm *shm = NULL;
     uint32_t consumed = 0;
     for (;;) {
         /* After another program's fault the program comes back on a new channel (connection.c): its host
          * functions are posted there from then on. */
-        struct cumux_shm *now = __atomic_load_n(&shim.shm, __ATOMIC_ACQUIRE);
+        struct cumux_shm *now = extra ? extra->shm : __atomic_load_n(&shim.main.shm, __ATOMIC_ACQUIRE);
         if (!now)
             return NULL;
         if (now != shm) {
@@ -42,8 +43,8 @@ static void *callback_thread(void *arg)
         uint32_t posted = atomic_load(&shm->hostfn_posted);
         if (posted == consumed) {
             /* A failed worker may be followed by one taking over: only without a way back does it end. */
-            if (cumux_futex_wait(&shm->hostfn_posted, posted, 200000000) < 0 && !shim_server_alive() &&
-                !shim.resume_token)
+            if (cumux_futex_wait(&shm->hostfn_posted, posted, 200000000) < 0 &&
+                (extra ? !shim_chan_alive(extra) : !shim_server_alive() && !shim.resume_token))
                 return NULL;
             continue;
         }
@@ -101,6 +102,17 @@ static void start_thread(void)
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     thread_running = pthread_create(&t, &a, callback_thread, NULL) == 0;
+    pthread_attr_destroy(&a);
+}
+
+void shim_hostfn_watch(struct shim_chan *ch)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, callback_thread, ch) != 0)
+        cumux_logf("no thread for host functions on GPU %d's stream: they will not run", ch->gpu);
     pthread_attr_destroy(&a);
 }
 

@@ -71,7 +71,8 @@ static CUresult launch(struct CUfunc_st *f, const unsigned grid[3], const unsign
     if ((r = shim_cache_config_sync(f, ctx)) != CUDA_SUCCESS)
         return r;
     size_t attr_bytes = nattrs * sizeof(struct cumux_launch_attr);
-    uint8_t *body = shim_send_begin(CUMUX_OP_LAUNCH, sizeof(struct cumux_launch) + attr_bytes + f->param_bytes, &r);
+    uint8_t *body = shim_send_begin_on(shim_chan_of_handle(stream), CUMUX_OP_LAUNCH,
+                                       sizeof(struct cumux_launch) + attr_bytes + f->param_bytes, &r);
     if (!body)
         return r;
     struct cumux_launch *m = (struct cumux_launch *)body;

@@ -123,11 +123,7 @@ CUresult cuLinkAddData(CUlinkState s, CUjitInputType type, void *data, size_t si
     int fd = shim_sealable_memfd("cumux-link", data, size);
     if (fd < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&shim.sock_lock);
-    CUresult r = shim_send_fd(fd);
-    if (r == CUDA_SUCCESS)
-        r = shim_call(CUMUX_OP_LINK_ADD, &m, sizeof m, NULL, 0, NULL);
-    pthread_mutex_unlock(&shim.sock_lock);
+    CUresult r = shim_call_fd(fd, CUMUX_OP_LINK_ADD, &m, sizeof m, NULL, 0, NULL);
     close(fd);
     copy_logs(l);
     return r;
@@ -189,11 +185,7 @@ CUresult cuLinkComplete(CUlinkState s, void **image, size_t *size)
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         struct cumux_link_read rd = {.link = l->handle, .size = n};
-        pthread_mutex_lock(&shim.sock_lock);
-        r = shim_send_fd(fd);
-        if (r == CUDA_SUCCESS)
-            r = shim_call(CUMUX_OP_LINK_READ, &rd, sizeof rd, NULL, 0, NULL);
-        pthread_mutex_unlock(&shim.sock_lock);
+        r = shim_call_fd(fd, CUMUX_OP_LINK_READ, &rd, sizeof rd, NULL, 0, NULL);
         if (r == CUDA_SUCCESS && pread(fd, img, (size_t)n, 0) != (ssize_t)n)
             r = CUDA_ERROR_UNKNOWN;
         close(fd);

@@ -13,7 +13,7 @@ static _Atomic uint64_t answered_here;
  * ended all its work. */
 static bool told_idle(uint32_t stream, uint32_t ctx)
 {
-    struct cumux_shm *m = shim.shm;
+    struct cumux_shm *m = shim_chan_of_handle(ctx ? ctx : stream)->shm; /* the marks of that worker */
     if (!m)
         return false;
     struct cumux_marks_told *t = &m->marks_told;

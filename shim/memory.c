@@ -112,6 +112,32 @@ bool shim_forget_device_range(uint64_t p)
     return ok;
 }
 
+struct CUctx_st *shim_ptr_ctx(uint64_t p)
+{
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *r = cumux_ranges_find(&shim.dev_ranges, p);
+    struct CUctx_st *c = r ? (struct CUctx_st *)(uintptr_t)r->extra : NULL;
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return c;
+}
+
+int shim_ptr_device(uint64_t p)
+{
+    pthread_rwlock_rdlock(&shim.ranges_lock);
+    const struct cumux_range *r = cumux_ranges_find(&shim.dev_ranges, p);
+    int dev = r ? (int)(r->tag & 0xffffffffu) - 1 : -1;
+    pthread_rwlock_unlock(&shim.ranges_lock);
+    return dev;
+}
+
+struct shim_chan *shim_chan_of_ptr(uint64_t p)
+{
+    if (!atomic_load_explicit(&shim_extra_count, memory_order_relaxed))
+        return &shim.main;
+    int dev = shim_ptr_device(p);
+    return dev >= 0 && dev < shim.device_count ? shim_chan_of_gpu(shim.server_gpu[dev]) : &shim.main; /* none known: the server refuses it */
+}
+
 bool shim_is_device_ptr(uint64_t p, uint64_t len)
 {
     pthread_rwlock_rdlock(&shim.ranges_lock);
@@ -194,9 +220,11 @@ CUresult cuMemFree(CUdeviceptr p)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (p == 0)
         return CUDA_SUCCESS;
+    struct shim_chan *ch = shim_chan_of_ptr(p); /* its GPU's worker, whichever context is current */
     if (!shim_forget_device_range(p))
         return managed_free(p);
-    return shim_op_mem_free(p);
+    struct cumux_mem_free m = {.ptr = p};
+    return shim_call_on(ch, CUMUX_OP_MEM_FREE, &m, sizeof m, NULL, 0, NULL);
 }
 
 CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
@@ -244,11 +272,11 @@ static CUresult share_with_server(int fd, void *mine, size_t len, unsigned flags
     struct cumux_host_alloc m = {.size = len, .flags = flags, .client_addr = (uint64_t)(uintptr_t)mine};
     struct cumux_u64_reply rep;
     /* The descriptor and the command must reach the server in the same order as other threads' pairs. */
-    pthread_mutex_lock(&shim.sock_lock);
+    pthread_mutex_lock(&shim.main.sock_lock);
     CUresult r = shim_send_fd(fd);
     if (r == CUDA_SUCCESS)
         r = shim_call(CUMUX_OP_HOST_ALLOC, &m, sizeof m, &rep, sizeof rep, NULL);
-    pthread_mutex_unlock(&shim.sock_lock);
+    pthread_mutex_unlock(&shim.main.sock_lock);
     if (r == CUDA_SUCCESS)
         *server_addr = rep.value;
     return r;
@@ -299,7 +327,7 @@ CUresult shim_host_rebind(unsigned *count)
 {
     *count = 0;
     /* sock_lock may be this thread's own (a call that found the worker gone): try, else go on. */
-    bool sock_locked = pthread_mutex_trylock(&shim.sock_lock) == 0;
+    bool sock_locked = pthread_mutex_trylock(&shim.main.sock_lock) == 0;
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&kept_host_lock);
     for (size_t i = 0; i < nkept_host && r == CUDA_SUCCESS; i++) {
@@ -321,7 +349,7 @@ CUresult shim_host_rebind(unsigned *count)
     }
     pthread_mutex_unlock(&kept_host_lock);
     if (sock_locked)
-        pthread_mutex_unlock(&shim.sock_lock);
+        pthread_mutex_unlock(&shim.main.sock_lock);
     return r;
 }
 

@@ -137,12 +137,8 @@ static CUresult load_image(const void *image, uint32_t kind, const struct jit_op
         memcpy(req.o, jit->o, jit->m.noptions * sizeof req.o[0]);
     }
     struct cumux_u64_reply rep;
-    pthread_mutex_lock(&shim.sock_lock);
-    r = shim_send_fd(fd);
-    if (r == CUDA_SUCCESS)
-        r = shim_call(CUMUX_OP_MODULE_LOAD, &req, sizeof req.m + req.m.noptions * sizeof req.o[0], &rep, sizeof rep,
-                      NULL);
-    pthread_mutex_unlock(&shim.sock_lock);
+    r = shim_call_fd(fd, CUMUX_OP_MODULE_LOAD, &req, sizeof req.m + req.m.noptions * sizeof req.o[0], &rep, sizeof rep,
+                     NULL);
     /* Kept to load it again in the worker that takes over after a fault (when this server can resume). */
     struct jit_options *keep = shim.resume_token && r == CUDA_SUCCESS ? malloc(sizeof *keep) : NULL;
     if (keep)
@@ -929,7 +925,7 @@ CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
     pthread_mutex_unlock(&fn_table_lock);
     /* sock_lock may be this thread's own (a load that found the worker gone): try, else go on; the other
      * threads wait for the resume meanwhile. */
-    bool sock_locked = pthread_mutex_trylock(&shim.sock_lock) == 0;
+    bool sock_locked = pthread_mutex_trylock(&shim.main.sock_lock) == 0;
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&all_modules.lock);
     for (size_t i = 0; i < all_modules.n && r == CUDA_SUCCESS; i++) {
@@ -973,6 +969,6 @@ CUresult shim_modules_rebind(unsigned *modules, unsigned *functions)
     }
     pthread_mutex_unlock(&all_modules.lock);
     if (sock_locked)
-        pthread_mutex_unlock(&shim.sock_lock);
+        pthread_mutex_unlock(&shim.main.sock_lock);
     return r;
 }

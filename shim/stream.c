@@ -167,6 +167,11 @@ CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags)
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
+    if (CUMUX_HANDLE_GPU(e->handle) != CUMUX_HANDLE_GPU(s)) {
+        /* An event of another GPU, whose worker is another process: the wait is done here, before the
+         * stream's later work is sent (the caller's thread waits, which CUDA's does not). */
+        return cuEventSynchronize(e);
+    }
     return shim_op_stream_wait_event(s, e->handle, flags);
 }
 
@@ -531,7 +536,7 @@ static void each_event(void (*fn)(struct CUevent_st *e, const void *arg), const 
     pthread_mutex_lock(&event_table_lock);
     for (size_t i = 0; i < events_by_handle.cap; i++) {
         struct CUevent_st *e = events_by_handle.v[i];
-        if (e && e->magic == SHIM_MAGIC_EVENT && e->handle == i)
+        if (e && e->magic == SHIM_MAGIC_EVENT && shim_table_key(e->handle) == i)
             fn(e, arg);
     }
     pthread_mutex_unlock(&event_table_lock);
@@ -603,7 +608,7 @@ CUresult shim_streams_rebind(unsigned *streams, unsigned *events)
     struct CUevent_st **evs = cap ? calloc(cap, sizeof *evs) : NULL;
     for (size_t i = 0; evs && i < cap; i++) {
         struct CUevent_st *e = events_by_handle.v[i];
-        if (e && e->magic == SHIM_MAGIC_EVENT && e->handle == i)
+        if (e && e->magic == SHIM_MAGIC_EVENT && shim_table_key(e->handle) == i)
             evs[n++] = e;
     }
     if (cap)

@@ -237,11 +237,7 @@ CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHan
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct cumux_vmm_export m = {.alloc = h};
     /* The descriptor and the command reach the server together, in the order of other threads' pairs. */
-    pthread_mutex_lock(&shim.sock_lock);
-    r = shim_send_fd(fd);
-    if (r == CUDA_SUCCESS)
-        r = shim_call(CUMUX_OP_VMM_EXPORT, &m, sizeof m, NULL, 0, NULL);
-    pthread_mutex_unlock(&shim.sock_lock);
+    r = shim_call_fd(fd, CUMUX_OP_VMM_EXPORT, &m, sizeof m, NULL, 0, NULL);
     if (r != CUDA_SUCCESS) {
         close(fd);
         return r;
@@ -263,11 +259,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     int fd = (int)(intptr_t)os_handle;
     struct cumux_vmm_import m = {0};
     struct cumux_vmm_import_reply rep;
-    pthread_mutex_lock(&shim.sock_lock);
-    r = shim_send_fd(fd);
-    if (r == CUDA_SUCCESS)
-        r = shim_call(CUMUX_OP_VMM_IMPORT, &m, sizeof m, &rep, sizeof rep, NULL);
-    pthread_mutex_unlock(&shim.sock_lock);
+    r = shim_call_fd(fd, CUMUX_OP_VMM_IMPORT, &m, sizeof m, &rep, sizeof rep, NULL);
     if (r != CUDA_SUCCESS)
         return r;
     CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -291,10 +283,10 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size,
         return cumux_unsupported("cuMemGetHandleForAddressRange of a handle type other than a dma-buf descriptor");
     if (!shim_is_device_ptr(p, size))
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&shim.sock_lock);
+    pthread_mutex_lock(&shim.main.sock_lock);
     CUresult r = shim_op_mem_range_handle(p, size, (uint32_t)type, flags);
     int fd = r == CUDA_SUCCESS ? shim_recv_fd() : -1;
-    pthread_mutex_unlock(&shim.sock_lock);
+    pthread_mutex_unlock(&shim.main.sock_lock);
     if (r == CUDA_SUCCESS && fd < 0)
         r = CUDA_ERROR_OPERATING_SYSTEM;
     if (r == CUDA_SUCCESS)

@@ -160,6 +160,13 @@ print(" ".join(out))
 PY
 )
 [ "$st" = "800 800" ] || fail "a lease and a VMM fetch asked by a program, not a worker: answered $st, not CUDA_ERROR_NOT_PERMITTED (800) twice"
+# One program on several GPUs: a channel to each GPU's worker, work on all at once, copies between them,
+# a wait on another GPU's event, a host function on the second's stream; then on all four.
+"$cli" run -- "$gdir/gpu_multi_gpu" >"$tmp/multi.out" 2>&1 && grep -q "^PASS" "$tmp/multi.out" ||
+    { fail_show="$tmp/multi.out"; fail "gpu_multi_gpu on GPUs 0 and 1"; }
+GT_MULTI_GPUS=4 CUDA_VISIBLE_DEVICES=$last,2,1,0 "$cli" run -- "$gdir/gpu_multi_gpu" >"$tmp/multi.out" 2>&1 &&
+    grep -q "^PASS" "$tmp/multi.out" || { fail_show="$tmp/multi.out"; fail "gpu_multi_gpu on GPUs $last,2,1,0"; }
+echo "ok: one program on 2 and on 4 GPUs (a channel to each GPU's worker)"
 # The owner frees and exits while the opener on GPU $last holds its memory open: it stays, the opener reads
 # and writes it, then exits holding it; then GPU 0's memory is back where it was.
 GT_IPC_OWNER_DEVICES=0 GT_IPC_OPENER_DEVICES=$last "$cli" run -- "$gdir/gpu_ipc" hold >"$tmp/ipc.out" 2>&1 ||

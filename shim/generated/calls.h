@@ -60,13 +60,6 @@ static inline CUresult shim_op_mem_alloc(uint32_t ctx, uint64_t size, uint64_t *
     return r;
 }
 
-/* MEM_FREE: answered */
-static inline CUresult shim_op_mem_free(uint64_t ptr)
-{
-    struct cumux_mem_free m = {.ptr = ptr};
-    return shim_call(CUMUX_OP_MEM_FREE, &m, sizeof m, NULL, 0, NULL);
-}
-
 /* MEM_INFO: answered */
 static inline CUresult shim_op_mem_info(uint32_t ctx, struct cumux_mem_info *reply)
 {

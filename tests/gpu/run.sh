@@ -49,6 +49,14 @@ if [ "${gpu_listed:-0}" = 0 ]; then
         exit "$skip_rc"
     fi
 fi
+# One program on several GPUs: where there are two.
+if [ -z "$only" ]; then
+    if [ "${gpu_listed:-0}" -ge 2 ]; then
+        tests+=(multi_gpu)
+    else
+        echo "SKIP multi_gpu: it needs two GPUs, this machine has ${gpu_listed:-0}"
+    fi
+fi
 for t in probe "${tests[@]}"; do
     if [ ! -x "$bindir/gpu_$t" ]; then
         echo "run.sh: $bindir/gpu_$t not built (cmake --build $build --target gpu_tests)" >&2

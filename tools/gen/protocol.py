@@ -13,7 +13,7 @@ SCALARS = {  # spec type: (C type, size)
     "gpu": ("int32_t", 4), "pad32": ("uint32_t", 4), "pad64": ("uint64_t", 8),
 }
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
-OP_FLAGS = ("question", "work", "hand")  # see the spec's header
+OP_FLAGS = ("question", "work", "hand", "main")  # see the spec's header
 
 
 class Kind:
@@ -539,6 +539,63 @@ def gen_shim_calls_h(structs, ops):
 
 
 # ---------------------------------------------------------------------------------------------------
+# shim/generated/routes.h
+
+def struct_offsets(struct):
+    """Each field's offset in the C layout (fields as written; the generator refuses misaligned u64s)."""
+    off, out = 0, {}
+    for f in struct.fields:
+        size = SCALARS[f.kind][1]
+        off = (off + size - 1) // size * size
+        out[f.name] = off
+        off += size * (int(f.count) if f.count and f.count.isdigit() else 1)
+        if f.count and not f.count.isdigit():
+            break  # a macro-sized array: nothing after it is routed by
+    return out
+
+
+def gen_shim_routes_h(structs, ops):
+    out = ["/* %s */" % NOTE,
+           "/* Which worker each op goes to in a program using several GPUs (shim/connection.c): the one whose",
+           " * handles it names (a handle carries its worker's GPU: CUMUX_HANDLE_GPU), else the GPU of its gpu",
+           " * field, else the GPU of its device address; an op with none of these goes where the calling",
+           " * thread's current context is. Offsets into the body; -1: no such field. */",
+           "#ifndef CUMUX_GENERATED_SHIM_ROUTES_H", "#define CUMUX_GENERATED_SHIM_ROUTES_H", "",
+           "#include <stdint.h>", "", "#include \"common/proto.h\"", "",
+           "#define SHIM_ROUTE_HANDLES 4", "",
+           "struct shim_op_route {",
+           "    int16_t handle[SHIM_ROUTE_HANDLES]; /* u32 handle fields (0 in the body: none) */",
+           "    int16_t gpu;                        /* an i32 GPU, as the server numbers them */",
+           "    int16_t devptr;                     /* a u64 device address */",
+           "    int16_t main;                       /* the spec's flag main: the main channel's worker */",
+           "};", "",
+           "static const struct shim_op_route shim_op_routes[CUMUX_OP_COUNT] = {"]
+    for o in ops:
+        st = structs[o.body]
+        offs = struct_offsets(st)
+        hs = [offs[f.name] for f in st.fields if f.handle and not f.count and f.name in offs]
+        gpu = [offs[f.name] for f in st.fields if f.kind == "gpu" and not f.count and f.name in offs]
+        dp = [offs[f.name] for f in st.fields if f.kind == "devptr" and not f.count and f.name in offs]
+        if len(hs) > 4:
+            raise SpecError("%s: more than 4 handle fields: SHIM_ROUTE_HANDLES" % o.name)
+        hs = hs + [-1] * (4 - len(hs))
+        out.append("    [CUMUX_OP_%s] = {{%s}, %d, %d, %d}," % (o.name, ", ".join(str(h) for h in hs),
+                                                             gpu[0] if gpu else -1, dp[0] if dp else -1,
+                                                             1 if "main" in o.flags else 0))
+    out.append("};")
+    out.append("")
+    for st in structs.values():  # the offsets above are the compiler's
+        offs = struct_offsets(st)
+        for f in st.fields:
+            if f.name in offs and (f.handle or f.kind in ("gpu", "devptr")) and not f.count:
+                out.append("_Static_assert(offsetof(struct cumux_%s, %s) == %d, \"%s.%s\");"
+                           % (st.name, f.name, offs[f.name], st.name, f.name))
+    out.append("")
+    out.append("#endif")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------
 # server/generated/kinds.h, server/generated/release.h, shim/generated/magic.h
 
 def gen_kinds_h():
@@ -716,6 +773,7 @@ def outputs(root):
         "common/generated/protocol.h": gen_protocol_h(structs, ops),
         "server/generated/routes.h": gen_routes_h(structs, ops),
         "shim/generated/calls.h": gen_shim_calls_h(structs, ops),
+        "shim/generated/routes.h": gen_shim_routes_h(structs, ops),
         "tests/generated/malformed_cases.h": gen_malformed_h(structs, ops),
         "docs/protocol.md": splice_docs(os.path.join(root, "docs", "protocol.md"), docs_ops_table(structs, ops)),
     }, len(ops)

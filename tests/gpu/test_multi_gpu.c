@@ -1,0 +1,160 @@
+/* One program on several GPUs: a context, a module, memory, a stream and a kernel on each of the first two
+ * (GT_MULTI_GPUS: more), work in flight on all at once, each context synchronized alone; copies between
+ * them (cuMemcpyPeer, cuMemcpyPeerAsync, cuMemcpyDtoD across); a stream of one waiting for an event of the
+ * other; memory of one freed while the other's context is current; a host function on the second's
+ * stream. Every result against the CPU. Skips where fewer than two GPUs are seen. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+
+#define N (1 << 18)
+#define MAX_GPUS 4
+
+struct gpu {
+    CUcontext ctx;
+    CUdevice dev;
+    CUmodule mod;
+    CUfunction add;
+    CUstream s;
+    CUdeviceptr a, b, c;
+    float *ha, *hb, *hc;
+};
+
+static void on_host(void *p)
+{
+    *(volatile int *)p = 42;
+}
+
+static void check_sum(const struct gpu *g, int k)
+{
+    for (int i = 0; i < N; i++)
+        if (g->hc[i] != g->ha[i] + g->hb[i])
+            gt_fail("GPU %d: c[%d] = %g, expected %g", k, i, (double)g->hc[i], (double)(g->ha[i] + g->hb[i]));
+}
+
+int main(void)
+{
+    gt_begin("multi_gpu");
+    gt_require_gpu();
+    int count = 0;
+    CK(cuDeviceGetCount(&count));
+    if (count < 2) {
+        printf("SKIP multi_gpu: %d GPU seen, two needed\n", count);
+        return GT_SKIP_CODE;
+    }
+    const char *want = getenv("GT_MULTI_GPUS");
+    int n = want ? atoi(want) : 2;
+    if (n < 2 || n > MAX_GPUS || n > count)
+        n = count < 2 ? count : 2;
+    size_t bytes = (size_t)N * sizeof(float);
+    struct gpu g[MAX_GPUS];
+    memset(g, 0, sizeof g);
+    for (int k = 0; k < n; k++) {
+        g[k].ctx = gt_primary_ctx(k, &g[k].dev);
+        CUdevice cur;
+        CK(cuCtxGetDevice(&cur));
+        if (cur != g[k].dev)
+            gt_fail("GPU %d: the current context's device is %d", k, (int)cur);
+        g[k].mod = gt_module_from_file_data(GT_FATBIN);
+        g[k].add = gt_function(g[k].mod, "vec_add");
+        CK(cuStreamCreate(&g[k].s, CU_STREAM_NON_BLOCKING));
+        CK(cuMemAlloc(&g[k].a, bytes));
+        CK(cuMemAlloc(&g[k].b, bytes));
+        CK(cuMemAlloc(&g[k].c, bytes));
+        g[k].ha = malloc(bytes);
+        g[k].hb = malloc(bytes);
+        g[k].hc = malloc(bytes);
+        if (!g[k].ha || !g[k].hb || !g[k].hc)
+            gt_fail("out of host memory");
+        gt_rng r;
+        gt_rng_seed(&r, 1000 + (uint64_t)k);
+        for (int i = 0; i < N; i++) {
+            g[k].ha[i] = gt_rng_float(&r) * 100.0f;
+            g[k].hb[i] = gt_rng_float(&r) * 100.0f + (float)k;
+        }
+        CK(cuMemcpyHtoDAsync(g[k].a, g[k].ha, bytes, g[k].s));
+        CK(cuMemcpyHtoDAsync(g[k].b, g[k].hb, bytes, g[k].s));
+        CK(cuMemsetD32Async(g[k].c, 0x7fc00001u, N, g[k].s)); /* poison: a NaN the kernel overwrites */
+    }
+    /* Work on every GPU at once, then each context synchronized on its own. */
+    for (int k = 0; k < n; k++) {
+        CK(cuCtxSetCurrent(g[k].ctx));
+        int nn = N;
+        void *args[] = {&g[k].a, &g[k].b, &g[k].c, &nn};
+        CK(cuLaunchKernel(g[k].add, (N + 255) / 256, 1, 1, 256, 1, 1, 0, g[k].s, args, NULL));
+    }
+    for (int k = n - 1; k >= 0; k--) {
+        CK(cuCtxSetCurrent(g[k].ctx));
+        CK(cuStreamSynchronize(g[k].s));
+        CK(cuMemcpyDtoH(g[k].hc, g[k].c, bytes));
+        check_sum(&g[k], k);
+        size_t free_b = 0, total_b = 0;
+        CK(cuMemGetInfo(&free_b, &total_b));
+        if (total_b == 0 || free_b > total_b)
+            gt_fail("GPU %d: cuMemGetInfo free %zu of %zu", k, free_b, total_b);
+    }
+
+    /* GPU 0's sums to GPU 1, three ways, each checked. */
+    CK(cuCtxSetCurrent(g[0].ctx));
+    CK(cuMemsetD32(g[1].a, 0, N));
+    CK(cuMemcpyPeer(g[1].a, g[1].ctx, g[0].c, g[0].ctx, bytes));
+    CK(cuCtxSetCurrent(g[1].ctx));
+    CK(cuMemcpyDtoH(g[1].hc, g[1].a, bytes));
+    if (memcmp(g[1].hc, g[0].hc, bytes))
+        gt_fail("cuMemcpyPeer: GPU 1 does not hold GPU 0's sums");
+    CK(cuMemsetD32(g[1].b, 0, N));
+    CK(cuMemcpyPeerAsync(g[1].b, g[1].ctx, g[0].c, g[0].ctx, bytes, g[1].s));
+    CK(cuStreamSynchronize(g[1].s));
+    CK(cuMemcpyDtoH(g[1].hc, g[1].b, bytes));
+    if (memcmp(g[1].hc, g[0].hc, bytes))
+        gt_fail("cuMemcpyPeerAsync: GPU 1 does not hold GPU 0's sums");
+    CK(cuCtxSetCurrent(g[0].ctx));
+    CK(cuMemcpyDtoD(g[1].c, g[0].a, bytes)); /* unified addresses: GPU 1's memory named from GPU 0 */
+    CK(cuCtxSetCurrent(g[1].ctx));
+    CK(cuMemcpyDtoH(g[1].hc, g[1].c, bytes));
+    if (memcmp(g[1].hc, g[0].ha, bytes))
+        gt_fail("cuMemcpyDtoD from GPU 0 to GPU 1: not GPU 0's data");
+
+    /* GPU 1's stream waits for an event GPU 0 recorded after a kernel; then its copy sees the kernel's sums. */
+    CK(cuCtxSetCurrent(g[0].ctx));
+    CUevent ev;
+    CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CK(cuMemsetD32Async(g[0].c, 0, N, g[0].s));
+    int nn = N;
+    void *args[] = {&g[0].b, &g[0].a, &g[0].c, &nn}; /* the same sums, operands swapped */
+    CK(cuLaunchKernel(g[0].add, (N + 255) / 256, 1, 1, 256, 1, 1, 0, g[0].s, args, NULL));
+    CK(cuEventRecord(ev, g[0].s));
+    CK(cuCtxSetCurrent(g[1].ctx));
+    CK(cuStreamWaitEvent(g[1].s, ev, 0));
+    CK(cuMemcpyPeerAsync(g[1].a, g[1].ctx, g[0].c, g[0].ctx, bytes, g[1].s));
+    volatile int flag = 0;
+    CK(cuLaunchHostFunc(g[1].s, on_host, (void *)&flag));
+    CK(cuStreamSynchronize(g[1].s));
+    if (flag != 42)
+        gt_fail("a host function on GPU 1's stream did not run before its synchronize returned");
+    CK(cuMemcpyDtoH(g[1].hc, g[1].a, bytes));
+    if (memcmp(g[1].hc, g[0].hc, bytes))
+        gt_fail("after a wait for GPU 0's event: GPU 1 does not hold GPU 0's sums");
+
+    /* GPU 1's memory freed while GPU 0's context is current; each context's synchronize sees no error. */
+    CK(cuCtxSetCurrent(g[0].ctx));
+    CK(cuMemFree(g[1].c));
+    CK(cuCtxSynchronize());
+    CK(cuCtxSetCurrent(g[1].ctx));
+    CK(cuCtxSynchronize());
+    for (int k = 0; k < n; k++) {
+        CK(cuCtxSetCurrent(g[k].ctx));
+        CK(cuMemFree(g[k].a));
+        CK(cuMemFree(g[k].b));
+        if (k != 1)
+            CK(cuMemFree(g[k].c));
+        CK(cuStreamDestroy(g[k].s));
+        CK(cuModuleUnload(g[k].mod));
+    }
+    CK(cuCtxSetCurrent(g[0].ctx));
+    CK(cuEventDestroy(ev));
+    printf("multi_gpu: %d GPUs in one program\n", n);
+    gt_pass();
+}
