@@ -280,6 +280,10 @@ struct shim_gpus_ops {
 };
 void shim_set_gpus_ops(const struct shim_gpus_ops *ops);
 CUresult shim_connect_gpu(int gpu, int program_gpu, struct shim_chan *ch);
+/* A new channel's first messages: INIT (its answer, at least the reply's size of it, in buf and *rep) and
+ * what the program says of itself for its GPU program_gpu (CLIENT_INFO). */
+CUresult shim_chan_hello(struct shim_chan *ch, int program_gpu, uint8_t *buf, uint32_t cap, struct cumux_init_reply *rep,
+                         uint32_t *len);
 /* requests.c: what the program says of itself to a GPU's worker (program_gpu: its number of the GPU), and
  * the device memory limit it asks for on its GPU dev (0: none; -1, logged: its variable is malformed). */
 void shim_client_info(int program_gpu, struct cumux_client_info *info);

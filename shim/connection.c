@@ -312,7 +312,7 @@ static CUresult chan_error(struct shim_chan *ch)
 
 /* Before a message on ch: the main channel comes back when its worker failed and it can; a further GPU's
  * channel whose worker went stays failed (its program does not come back: docs/faults.md). */
-static CUresult chan_check(struct shim_chan *ch)
+CUresult shim_chan_check(struct shim_chan *ch)
 {
     if (ch == &shim.main)
         return broken() ? come_back() : CUDA_SUCCESS;
@@ -322,22 +322,12 @@ static CUresult chan_check(struct shim_chan *ch)
     return CUDA_SUCCESS;
 }
 
-static CUresult chan_in_flight_lost(struct shim_chan *ch)
+CUresult shim_chan_in_flight_lost(struct shim_chan *ch)
 {
     if (ch == &shim.main)
         return shim_in_flight_lost();
     chan_lost(ch);
     return chan_error(ch);
-}
-
-CUresult shim_chan_check(struct shim_chan *ch)
-{
-    return chan_check(ch);
-}
-
-CUresult shim_chan_in_flight_lost(struct shim_chan *ch)
-{
-    return chan_in_flight_lost(ch);
 }
 
 int shim_chan_reply_wait(struct shim_chan *ch, struct cumux_reply_slot *slot, uint32_t before)
@@ -406,7 +396,7 @@ static __thread struct shim_chan *begun_chan; /* from shim_send_begin to shim_se
 
 void *shim_send_begin_on(struct shim_chan *ch, uint16_t op, size_t body_len, CUresult *err)
 {
-    if ((*err = chan_check(ch)) != CUDA_SUCCESS)
+    if ((*err = shim_chan_check(ch)) != CUDA_SUCCESS)
         return NULL;
     uint32_t size = cumux_msg_size(body_len);
     if (size > CUMUX_MAX_MSG) {
@@ -418,7 +408,7 @@ void *shim_send_begin_on(struct shim_chan *ch, uint16_t op, size_t body_len, CUr
     if (!h) {
         pthread_mutex_unlock(&ch->ring_lock);
         if (chan_is_lost(ch))
-            *err = chan_in_flight_lost(ch);
+            *err = shim_chan_in_flight_lost(ch);
         return NULL;
     }
     h->op = op;
@@ -469,11 +459,11 @@ static CUresult put(struct shim_chan *ch, uint16_t op, uint16_t reply, const voi
 CUresult shim_send_on(struct shim_chan *ch, uint16_t op, const void *body, size_t body_len, const void *payload,
                       size_t payload_len)
 {
-    CUresult e = chan_check(ch);
+    CUresult e = shim_chan_check(ch);
     if (e != CUDA_SUCCESS)
         return e;
     CUresult r = put(ch, op, CUMUX_NO_REPLY, body, body_len, payload, payload_len);
-    return r != CUDA_SUCCESS && chan_is_lost(ch) ? chan_in_flight_lost(ch) : r;
+    return r != CUDA_SUCCESS && chan_is_lost(ch) ? shim_chan_in_flight_lost(ch) : r;
 }
 
 CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *payload, size_t payload_len)
@@ -484,7 +474,7 @@ CUresult shim_send(uint16_t op, const void *body, size_t body_len, const void *p
 CUresult shim_call_on(struct shim_chan *ch, uint16_t op, const void *body, size_t body_len, void *reply, uint32_t cap,
                       uint32_t *reply_len)
 {
-    CUresult e = chan_check(ch); /* before the reply slot is looked up: it is the new channel's after */
+    CUresult e = shim_chan_check(ch); /* before the reply slot is looked up: it is the new channel's after */
     if (e != CUDA_SUCCESS)
         return e;
     int s = shim_reply_slot();
@@ -492,9 +482,9 @@ CUresult shim_call_on(struct shim_chan *ch, uint16_t op, const void *body, size_
     uint32_t before = atomic_load(&slot->seq);
     CUresult r = put(ch, op, (uint16_t)s, body, body_len, NULL, 0);
     if (r != CUDA_SUCCESS)
-        return chan_is_lost(ch) ? chan_in_flight_lost(ch) : r;
+        return chan_is_lost(ch) ? shim_chan_in_flight_lost(ch) : r;
     if (shim_chan_reply_wait(ch, slot, before) < 0)
-        return chan_in_flight_lost(ch);
+        return shim_chan_in_flight_lost(ch);
     uint32_t len = slot->len <= CUMUX_REPLY_DATA ? slot->len : CUMUX_REPLY_DATA;
     if (reply) {
         if (len > cap)
@@ -897,22 +887,30 @@ CUresult shim_gpu_route(int32_t *gpu)
 
 /* The first messages of a connection: INIT (the devices: taken the first time, the same ones after a
  * resume) and what the program says of itself (its name, priority class and SMs), before any stream. */
+CUresult shim_chan_hello(struct shim_chan *ch, int program_gpu, uint8_t *buf, uint32_t cap, struct cumux_init_reply *rep,
+                         uint32_t *len)
+{
+    struct cumux_none none = {0};
+    CUresult r = shim_call_on(ch, CUMUX_OP_INIT, &none, sizeof none, buf, cap, len);
+    struct cumux_client_info info;
+    shim_client_info(program_gpu, &info);
+    if (r == CUDA_SUCCESS)
+        r = shim_send_on(ch, CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
+    if (r == CUDA_SUCCESS && *len < sizeof *rep)
+        r = CUDA_ERROR_MPS_CONNECTION_FAILED;
+    if (r == CUDA_SUCCESS)
+        memcpy(rep, buf, sizeof *rep);
+    return r;
+}
+
 static CUresult handshake(bool first)
 {
     static uint8_t buf[CUMUX_REPLY_DATA];
     uint32_t len = 0;
-    struct cumux_none none = {0};
-    CUresult r = shim_call_on(&shim.main, CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
-    struct cumux_client_info info;
-    shim_client_info(limit_gpu, &info);
-    if (r == CUDA_SUCCESS)
-        r = shim_send_on(&shim.main, CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
     struct cumux_init_reply rep;
+    CUresult r = shim_chan_hello(&shim.main, limit_gpu, buf, sizeof buf, &rep, &len);
     if (r != CUDA_SUCCESS)
         return r;
-    if (len < sizeof rep)
-        return CUDA_ERROR_MPS_CONNECTION_FAILED;
-    memcpy(&rep, buf, sizeof rep);
     if (rep.device_count < 0 || rep.device_count > CUMUX_MAX_DEVICES ||
         len < sizeof rep + (size_t)rep.device_count * sizeof(struct cumux_device_info))
         return CUDA_ERROR_MPS_CONNECTION_FAILED;

@@ -40,19 +40,9 @@ static CUresult extra_handshake(struct shim_chan *ch, int program_gpu)
 {
     static uint8_t buf[CUMUX_REPLY_DATA]; /* under extra_lock */
     uint32_t len = 0;
-    struct cumux_none none = {0};
-    CUresult r = shim_call_on(ch, CUMUX_OP_INIT, &none, sizeof none, buf, sizeof buf, &len);
     struct cumux_init_reply rep;
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (len < sizeof rep)
-        return CUDA_ERROR_MPS_CONNECTION_FAILED;
-    memcpy(&rep, buf, sizeof rep);
-    if (rep.device_count != shim.server_device_count)
-        return CUDA_ERROR_MPS_CONNECTION_FAILED;
-    struct cumux_client_info info;
-    shim_client_info(program_gpu, &info);
-    return shim_send_on(ch, CUMUX_OP_CLIENT_INFO, &info, sizeof info, NULL, 0);
+    CUresult r = shim_chan_hello(ch, program_gpu, buf, sizeof buf, &rep, &len);
+    return r == CUDA_SUCCESS && rep.device_count != shim.server_device_count ? CUDA_ERROR_MPS_CONNECTION_FAILED : r;
 }
 
 CUresult shim_gpu_open(int gpu, int program_gpu)
