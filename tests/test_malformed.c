@@ -248,6 +248,13 @@ static void cases_bad_handles(void)
     expect_error(&c, CUMUX_OP_STREAM_SYNC, &h, sizeof h, CUDA_ERROR_INVALID_HANDLE, "STREAM_SYNC 12345");
     h.handle = 0;
     expect_error(&c, CUMUX_OP_STREAM_QUERY, &h, sizeof h, CUDA_ERROR_INVALID_HANDLE, "STREAM_QUERY 0");
+    /* Handles tagged with another GPU's worker (bits 24-27), or with every tag bit: none of this worker's. */
+    h.handle = CUMUX_HANDLE_TAG(1) | 1;
+    expect_error(&c, CUMUX_OP_STREAM_SYNC, &h, sizeof h, CUDA_ERROR_INVALID_HANDLE, "STREAM_SYNC of GPU 1's handle 1");
+    h.handle = 0xffffffffu;
+    expect_error(&c, CUMUX_OP_STREAM_SYNC, &h, sizeof h, CUDA_ERROR_INVALID_HANDLE, "STREAM_SYNC 0xffffffff");
+    struct cumux_ctx_sync xs = {.ctx = CUMUX_HANDLE_TAG(15) | 1};
+    expect_error(&c, CUMUX_OP_CTX_SYNC, &xs, sizeof xs, CUDA_ERROR_INVALID_CONTEXT, "CTX_SYNC of GPU 15's handle 1");
     struct cumux_mem_free mf = {.ptr = 0x7f1234567000ull};
     expect_error(&c, CUMUX_OP_MEM_FREE, &mf, sizeof mf, CUDA_ERROR_INVALID_VALUE, "MEM_FREE of a random pointer");
     mf.ptr = 0;
