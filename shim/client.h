@@ -95,6 +95,11 @@ struct CUmod_st {
     int image_fd;                /* its sealed image, kept to load it again after a resume; -1: not kept */
     void *load;                  /* the MODULE_LOAD request it was loaded with (module.c), for the same */
     unsigned globals_asked;      /* addresses of its globals handed out: the program cannot come back */
+    /* A library is the program's on every GPU: its copies loaded in further GPUs' workers at their first
+     * use there (module.c library_on_gpu), by the server's number of the GPU; a copy's origin. */
+    struct CUmod_st *on_gpu[CUMUX_MAX_DEVICES];
+    struct CUmod_st *origin;
+    uint32_t ctx_generation; /* a copy's primary context's, at its load: a reset drops the copy */
 };
 
 /* A kernel: CUfunction, and also CUkernel (CUDA launches accept a CUkernel cast to CUfunction). */
@@ -120,6 +125,9 @@ struct CUfunc_st {
     /* Cache preferences (CUfunc_cache): the function's own (cuFuncSetCacheConfig), and the one in effect
      * that the server's copy was last given (own, else its context's): launch.c sends a change. */
     _Atomic int cache_own, cache_sent;
+    /* A library kernel on further GPUs: its copies there (in its library's copies), and a copy's origin. */
+    struct CUfunc_st *on_gpu[CUMUX_MAX_DEVICES];
+    struct CUfunc_st *origin;
 };
 
 
@@ -340,6 +348,11 @@ CUresult shim_cache_config_sync(struct CUfunc_st *f, const struct CUctx_st *ctx)
  * attributes and cache preference as they are now (occupancy) */
 CUresult shim_function_question(struct CUfunc_st *f, uint16_t op, const void *m, size_t len, uint64_t *answer);
 CUresult shim_need_ctx(struct CUctx_st **out);
+/* f as it runs on the server's GPU gpu: f itself where it was made, a library kernel's copy loaded there
+ * at its first use (module.c); CUDA_ERROR_INVALID_HANDLE for a module's function on another GPU. */
+CUresult shim_function_on_gpu(struct CUfunc_st *f, int gpu, struct CUfunc_st **out);
+/* The same for the GPU of the calling thread's current context (f itself when none is current). */
+CUresult shim_function_here(struct CUfunc_st *f, struct CUfunc_st **out);
 /* copy.c: a 2-D copy between host and device memory (array.c's cuMemcpy2D hands it those) */
 CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync);
 /* cuStreamGetId of the legacy or a per-thread default stream. */

@@ -53,6 +53,9 @@ static CUresult launch(struct CUfunc_st *f, const unsigned grid[3], const unsign
     CUresult r = shim_resolve_stream(h, &stream, &ctx);
     if (r != CUDA_SUCCESS)
         return r;
+    int gpu = shim.server_gpu[ctx->device]; /* a library kernel runs as its copy on the stream's GPU */
+    if (CUMUX_HANDLE_GPU(f->handle) != gpu && (r = shim_function_on_gpu(f, gpu, &f)) != CUDA_SUCCESS)
+        return r;
     /* What the driver rejects at once is rejected here too, rather than at the next synchronization. */
     const int32_t *a = shim.devices[ctx->device].attrs;
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 || block[2] == 0 ||
@@ -136,6 +139,9 @@ static CUresult cluster_query(uint32_t query, int *out, CUfunction f, const CUla
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult fr = shim_function_here(f, &f);
+    if (fr != CUDA_SUCCESS)
+        return fr;
     struct {
         struct cumux_cluster_occupancy l;
         struct cumux_launch_attr a[16];

@@ -139,8 +139,10 @@ static CUresult load_image(const void *image, uint32_t kind, const struct jit_op
     struct cumux_u64_reply rep;
     r = shim_call_fd(fd, CUMUX_OP_MODULE_LOAD, &req, sizeof req.m + req.m.noptions * sizeof req.o[0], &rep, sizeof rep,
                      NULL);
-    /* Kept to load it again in the worker that takes over after a fault (when this server can resume). */
-    struct jit_options *keep = shim.resume_token && r == CUDA_SUCCESS ? malloc(sizeof *keep) : NULL;
+    /* Kept to load it again in the worker that takes over after a fault (when this server can resume), and
+     * a library's to load it in another GPU's worker (library_on_gpu). */
+    bool kept = shim.resume_token || kind == CUMUX_IMAGE_LIBRARY;
+    struct jit_options *keep = kept && r == CUDA_SUCCESS ? malloc(sizeof *keep) : NULL;
     if (keep)
         *keep = req;
     else
@@ -219,6 +221,11 @@ CUresult cuModuleLoad(CUmodule *module, const char *path)
 
 static CUresult unload(struct CUmod_st *m)
 {
+    for (int g = 0; g < CUMUX_MAX_DEVICES; g++) {
+        struct CUmod_st *copy = m->on_gpu[g];
+        if (copy && copy->magic == SHIM_MAGIC_LIBRARY)
+            unload(copy); /* its GPU's worker may be gone: the library is unloaded here all the same */
+    }
     CUresult r = shim_op_module_unload(m->handle);
     m->magic = SHIM_MAGIC_DEAD;
     if (m->image_fd >= 0)
@@ -449,6 +456,131 @@ CUresult cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const c
 }
 
 /* ---- libraries (context-independent loading, CUDA 12) ---- */
+/* A library belongs to no context: the driver loads it in each context that uses it. Here the program's
+ * library was loaded in its GPU's worker, and a kernel or global of it asked for on another GPU is looked up
+ * in a copy of it loaded there, in that GPU's primary context, at the first use (a program of the CUDA runtime
+ * loads all its code as libraries, once, and runs it on every GPU it sets). */
+static pthread_mutex_t copies_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult library_on_gpu(struct CUmod_st *lib, int gpu, struct CUmod_st **out)
+{
+    if (lib->origin)
+        lib = lib->origin;
+    if (CUMUX_HANDLE_GPU(lib->handle) == gpu) {
+        *out = lib;
+        return CUDA_SUCCESS;
+    }
+    int dev = shim_program_gpu(gpu);
+    if (gpu < 0 || gpu >= CUMUX_MAX_DEVICES || dev < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&copies_lock);
+    struct CUmod_st *copy = lib->on_gpu[gpu];
+    if (copy && copy->magic == SHIM_MAGIC_LIBRARY && copy->ctx->magic == SHIM_MAGIC_CTX &&
+        copy->ctx->generation == copy->ctx_generation) {
+        pthread_mutex_unlock(&copies_lock);
+        *out = copy;
+        return CUDA_SUCCESS;
+    }
+    if (copy) /* its context was reset: its handles are gone with it */
+        copy->magic = SHIM_MAGIC_DEAD;
+    CUresult r = lib->magic != SHIM_MAGIC_LIBRARY ? CUDA_ERROR_INVALID_HANDLE
+                 : lib->image_fd < 0 || !lib->load ? CUDA_ERROR_INVALID_IMAGE
+                                                     : CUDA_SUCCESS;
+    /* The primary context is retained once per GPU for the library copies, for the program's life. */
+    static bool retained[CUMUX_MAX_DEVICES];
+    CUcontext pc = NULL;
+    if (r == CUDA_SUCCESS && (r = cuDevicePrimaryCtxRetain(&pc, dev)) == CUDA_SUCCESS && retained[gpu])
+        cuDevicePrimaryCtxRelease(dev);
+    retained[gpu] |= r == CUDA_SUCCESS;
+    copy = r == CUDA_SUCCESS ? calloc(1, sizeof *copy) : NULL;
+    if (r == CUDA_SUCCESS && !copy)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    struct cumux_u64_reply rep;
+    if (r == CUDA_SUCCESS) {
+        struct jit_options req = *(struct jit_options *)lib->load;
+        req.m.ctx = pc->handle;
+        r = shim_call_fd(lib->image_fd, CUMUX_OP_MODULE_LOAD, &req, sizeof req.m + req.m.noptions * sizeof req.o[0],
+                         &rep, sizeof rep, NULL);
+    }
+    if (r != CUDA_SUCCESS) {
+        free(copy);
+        pthread_mutex_unlock(&copies_lock);
+        return r;
+    }
+    copy->magic = SHIM_MAGIC_LIBRARY;
+    copy->handle = (uint32_t)rep.value;
+    copy->ctx = pc;
+    copy->ctx_generation = pc->generation;
+    copy->image_fd = -1;
+    copy->origin = lib;
+    pthread_mutex_init(&copy->lock, NULL);
+    lib->on_gpu[gpu] = copy;
+    pthread_mutex_unlock(&copies_lock);
+    *out = copy;
+    return CUDA_SUCCESS;
+}
+
+CUresult shim_function_on_gpu(struct CUfunc_st *f, int gpu, struct CUfunc_st **out)
+{
+    if (CUMUX_HANDLE_GPU(f->handle) == gpu) {
+        *out = f;
+        return CUDA_SUCCESS;
+    }
+    if (f->origin)
+        f = f->origin;
+    if (CUMUX_HANDLE_GPU(f->handle) == gpu) {
+        *out = f;
+        return CUDA_SUCCESS;
+    }
+    if (f->module->magic != SHIM_MAGIC_LIBRARY || gpu < 0 || gpu >= CUMUX_MAX_DEVICES)
+        return CUDA_ERROR_INVALID_HANDLE; /* a module's function is its context's */
+    struct CUfunc_st *copy = __atomic_load_n(&f->on_gpu[gpu], __ATOMIC_ACQUIRE);
+    if (copy && copy->magic == SHIM_MAGIC_FUNCTION) {
+        *out = copy;
+        return CUDA_SUCCESS;
+    }
+    struct CUmod_st *lib;
+    CUresult r = library_on_gpu(f->module, gpu, &lib);
+    if (r == CUDA_SUCCESS)
+        r = get_function(lib, f->name, &copy);
+    if (r != CUDA_SUCCESS)
+        return r;
+    copy->origin = f;
+    __atomic_store_n(&f->on_gpu[gpu], copy, __ATOMIC_RELEASE);
+    *out = copy;
+    return CUDA_SUCCESS;
+}
+
+/* The server's GPU of the calling thread's current context; -1: none current. */
+static int current_gpu(void)
+{
+    struct CUctx_st *c = shim_current_ctx();
+    return c && c->magic == SHIM_MAGIC_CTX && c->device >= 0 && c->device < shim.device_count
+               ? shim.server_gpu[c->device]
+               : -1;
+}
+
+CUresult shim_function_here(struct CUfunc_st *f, struct CUfunc_st **out)
+{
+    int gpu = current_gpu();
+    if (gpu < 0 || !shim_several_gpus()) {
+        *out = f;
+        return CUDA_SUCCESS;
+    }
+    return shim_function_on_gpu(f, gpu, out);
+}
+
+/* A library as the current context's GPU has it. */
+static CUresult library_here(struct CUmod_st *lib, struct CUmod_st **out)
+{
+    int gpu = current_gpu();
+    if (gpu < 0 || !shim_several_gpus()) {
+        *out = lib;
+        return CUDA_SUCCESS;
+    }
+    return library_on_gpu(lib, gpu, out);
+}
+
 CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jit_opts, void **jit_vals,
                            unsigned int njit, CUlibraryOption *opts, void **vals, unsigned int nopts)
 {
@@ -518,7 +650,8 @@ CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, con
     struct CUmod_st *m = (struct CUmod_st *)lib;
     if (!m || m->magic != SHIM_MAGIC_LIBRARY)
         return CUDA_ERROR_INVALID_HANDLE;
-    return get_global(m, dptr, bytes, name);
+    CUresult r = library_here(m, &m); /* the current context's GPU's global */
+    return r != CUDA_SUCCESS ? r : get_global(m, dptr, bytes, name);
 }
 
 CUresult cuKernelGetFunction(CUfunction *fn, CUkernel k)
@@ -528,9 +661,9 @@ CUresult cuKernelGetFunction(CUfunction *fn, CUkernel k)
     struct CUfunc_st *f = (struct CUfunc_st *)k;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION || !fn)
         return CUDA_ERROR_INVALID_HANDLE;
-    /* The server launches the kernel handle in its one context, so the kernel is its own function. */
-    *fn = (CUfunction)f;
-    return CUDA_SUCCESS;
+    /* A worker launches the kernel handle in its one context: the kernel is its own function there, and its
+     * copy's on another GPU. */
+    return shim_function_here(f, (struct CUfunc_st **)fn);
 }
 
 /* The library a kernel came from (a kernel is only ever looked up in a library). */
@@ -543,7 +676,7 @@ CUresult cuKernelGetLibrary(CUlibrary *lib, CUkernel k)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!lib)
         return CUDA_ERROR_INVALID_VALUE;
-    *lib = (CUlibrary)f->module;
+    *lib = (CUlibrary)(f->module->origin ? f->module->origin : f->module);
     return CUDA_SUCCESS;
 }
 
@@ -571,211 +704,6 @@ CUresult cuFuncGetModule(CUmodule *mod, CUfunction fn)
     return CUDA_SUCCESS;
 }
 
-/* ---- attributes and parameters ---- */
-/* Attributes whose set, once it succeeded, succeeds again with no effect: each is independent of the
- * others. A cluster's required dimensions (11-13) are not: they go to the server every time, and a change
- * of them forgets every set remembered. */
-static bool attr_set_repeatable(int attr)
-{
-    return attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ||
-           attr == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT ||
-           attr == CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED ||
-           attr == CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
-}
-
-/* The tag of answers about f given now: its attribute generation plus one, never 0 (never asked). 2^32 sets
- * later a stale answer would match again: it would need exactly that many. */
-static uint32_t attr_tag(struct CUfunc_st *f)
-{
-    uint32_t tag = atomic_load(&f->attr_gen) + 1;
-    return tag ? tag : 1;
-}
-
-/* A question about f (op, message m of len bytes, a u64 answer) whose answer depends on the message and on
- * f's state in the server: its attributes, and the cache preference its copy was last given. Asked again
- * in the same state, it is answered from answers.c. Occupancy: cuBLAS asks a kernel's cluster occupancy
- * more often than it launches (47 against 18 launches in data/traces/cublas-cumux-summary.txt), and
- * cuOccupancyMaxPotentialBlockSize asks once per block size. Function objects are never freed, so the
- * object's address names it for the process's life. */
-struct function_question_key {
-    const struct CUfunc_st *f;
-    uint32_t tag;
-    int32_t cache;
-    uint8_t m[SHIM_ANSWER_KEY_MAX - 16];
-};
-
-CUresult shim_function_question(struct CUfunc_st *f, uint16_t op, const void *m, size_t len, uint64_t *answer)
-{
-    struct function_question_key key;
-    bool keep = len <= sizeof key.m;
-    size_t key_len = offsetof(struct function_question_key, m) + len;
-    if (keep) {
-        memset(&key, 0, sizeof key);
-        key.f = f;
-        key.tag = attr_tag(f);
-        key.cache = atomic_load(&f->cache_sent);
-        memcpy(key.m, m, len);
-        if (shim_answer_lookup(op, &key, key_len, answer, sizeof *answer))
-            return CUDA_SUCCESS;
-    }
-    struct cumux_u64_reply rep = {0};
-    CUresult r = shim_call(op, m, (uint32_t)len, &rep, sizeof rep, NULL);
-    if (r == CUDA_SUCCESS) {
-        *answer = rep.value;
-        if (keep)
-            shim_answer_store(op, &key, key_len, answer, sizeof *answer);
-    }
-    return r;
-}
-
-static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, int *out)
-{
-    if (!shim.initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
-        return CUDA_ERROR_INVALID_HANDLE;
-    bool known_attr = attr >= 0 && attr < CU_FUNC_ATTRIBUTE_MAX;
-    if (set) {
-        uint64_t ok = (1ull << 32) | (uint32_t)value;
-        if (known_attr && attr_set_repeatable(attr) && atomic_load(&f->attr_set_ok[attr]) == ok)
-            return CUDA_SUCCESS;
-        CUresult r = shim_op_func_set_attribute(f->handle, attr, value);
-        if (r == CUDA_SUCCESS) { /* remembered, to be set again after a resume */
-            unsigned i = 0;
-            while (i < f->nattr_set && f->attr_set[i][0] != attr)
-                i++;
-            if (i < 8) {
-                f->attr_set[i][0] = attr;
-                f->attr_set[i][1] = value;
-                if (i == f->nattr_set)
-                    f->nattr_set++;
-            }
-            /* After the server's change: an answer asked before it is of the old generation. */
-            atomic_fetch_add(&f->attr_gen, 1);
-            if (known_attr && attr_set_repeatable(attr)) {
-                atomic_store(&f->attr_set_ok[attr], ok);
-            } else {
-                for (int a = 0; a < CU_FUNC_ATTRIBUTE_MAX; a++)
-                    atomic_store(&f->attr_set_ok[a], 0);
-            }
-        }
-        return r;
-    }
-    uint32_t tag = attr_tag(f);
-    if (known_attr) {
-        uint64_t k = atomic_load(&f->attr_known[attr]);
-        if ((uint32_t)(k >> 32) == tag) {
-            if (out)
-                *out = (int)(uint32_t)k;
-            return CUDA_SUCCESS;
-        }
-    }
-    uint64_t v = 0;
-    CUresult r = shim_op_func_get_attribute(f->handle, attr, 0, &v);
-    if (r == CUDA_SUCCESS && out)
-        *out = (int)(int64_t)v;
-    if (r == CUDA_SUCCESS && known_attr)
-        atomic_store(&f->attr_known[attr], ((uint64_t)tag << 32) | (uint32_t)(int32_t)(int64_t)v);
-    return r;
-}
-
-CUresult cuFuncGetAttribute(int *v, CUfunction_attribute attr, CUfunction fn)
-{
-    if (!v)
-        return CUDA_ERROR_INVALID_VALUE;
-    return func_attr(fn, attr, 0, false, v);
-}
-
-CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attr, int value)
-{
-    return func_attr(fn, attr, value, true, NULL);
-}
-
-CUresult cuKernelGetAttribute(int *v, CUfunction_attribute attr, CUkernel k, CUdevice dev)
-{
-    (void)dev;
-    if (!v)
-        return CUDA_ERROR_INVALID_VALUE;
-    return func_attr((struct CUfunc_st *)k, attr, 0, false, v);
-}
-
-CUresult cuKernelSetAttribute(CUfunction_attribute attr, int value, CUkernel k, CUdevice dev)
-{
-    (void)dev;
-    return func_attr((struct CUfunc_st *)k, attr, value, true, NULL);
-}
-
-/* The preference is the program's, for its copy of the function in the server: given to the server before
- * the function's next launch (shim_cache_config_sync), with the context's where the function has none. */
-CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache cfg)
-{
-    if (!shim.initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if ((unsigned)cfg > CU_FUNC_CACHE_PREFER_EQUAL)
-        return CUDA_ERROR_INVALID_VALUE;
-    atomic_store(&fn->cache_own, (int)cfg);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache cfg, CUdevice dev)
-{
-    if (shim.initialized && (dev < 0 || dev >= shim.device_count))
-        return CUDA_ERROR_INVALID_DEVICE;
-    return cuFuncSetCacheConfig((CUfunction)k, cfg);
-}
-
-CUresult shim_cache_config_sync(struct CUfunc_st *f, const struct CUctx_st *ctx)
-{
-    int own = atomic_load_explicit(&f->cache_own, memory_order_relaxed);
-    int want = own != CU_FUNC_CACHE_PREFER_NONE ? own : __atomic_load_n(&ctx->cache_config, __ATOMIC_RELAXED);
-    if (want == atomic_load_explicit(&f->cache_sent, memory_order_relaxed))
-        return CUDA_SUCCESS;
-    CUresult r = shim_op_func_set_cache_config(f->handle, (uint32_t)want);
-    if (r == CUDA_SUCCESS)
-        atomic_store(&f->cache_sent, want);
-    return r;
-}
-
-static CUresult param_info(struct CUfunc_st *f, size_t index, size_t *off, size_t *size)
-{
-    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (index >= f->nparams)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (off)
-        *off = f->params[index].offset;
-    if (size)
-        *size = f->params[index].size;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuFuncGetParamInfo(CUfunction fn, size_t index, size_t *off, size_t *size)
-{
-    return param_info(fn, index, off, size);
-}
-
-CUresult cuKernelGetParamInfo(CUkernel k, size_t index, size_t *off, size_t *size)
-{
-    return param_info((struct CUfunc_st *)k, index, off, size);
-}
-
-CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction fn)
-{
-    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION || !state)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *state = CU_FUNCTION_LOADING_STATE_LOADED;
-    return CUDA_SUCCESS;
-}
-
-CUresult cuFuncLoad(CUfunction fn)
-{
-    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return CUDA_SUCCESS; /* the server loaded it when it was looked up */
-}
-
 CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary lib)
 {
     if (!shim.initialized)
@@ -785,6 +713,9 @@ CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary lib)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!pmod)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult lr = library_here(l, &l);
+    if (lr != CUDA_SUCCESS)
+        return lr;
     struct CUmod_st *m = calloc(1, sizeof *m);
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -811,93 +742,6 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     const char *e = getenv("CUDA_MODULE_LOADING");
     *mode = e && !strcmp(e, "EAGER") ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
     return CUDA_SUCCESS;
-}
-
-/* ---- occupancy ---- */
-static CUresult occupancy(struct CUfunc_st *f, uint32_t query, int a, int b, size_t dyn, unsigned flags, uint64_t *out)
-{
-    if (!shim.initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!f || f->magic != SHIM_MAGIC_FUNCTION)
-        return CUDA_ERROR_INVALID_HANDLE;
-    struct cumux_func_occupancy m;
-    memset(&m, 0, sizeof m);
-    m.function = f->handle;
-    m.query = query;
-    m.a = a;
-    m.b = b;
-    m.dyn_smem = dyn;
-    m.flags = flags;
-    return shim_function_question(f, CUMUX_OP_FUNC_OCCUPANCY, &m, sizeof m, out);
-}
-
-CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfunction fn, int block_size, size_t dyn,
-                                                              unsigned int flags)
-{
-    if (!blocks)
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t v;
-    CUresult r = occupancy(fn, CUMUX_OCC_MAX_ACTIVE_BLOCKS, block_size, 0, dyn, flags, &v);
-    if (r == CUDA_SUCCESS)
-        *blocks = (int)v;
-    return r;
-}
-
-CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction fn, int block_size, size_t dyn)
-{
-    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, fn, block_size, dyn, 0);
-}
-
-CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction fn, int blocks, int block_size)
-{
-    if (!bytes)
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t v;
-    CUresult r = occupancy(fn, CUMUX_OCC_AVAILABLE_DYN_SMEM, blocks, block_size, 0, 0, &v);
-    if (r == CUDA_SUCCESS)
-        *bytes = (size_t)v;
-    return r;
-}
-
-/* The block size with the highest occupancy, searched here: the callback that gives the dynamic shared
- * memory for a block size lives in this process. */
-CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block_size, CUfunction fn,
-                                                   CUoccupancyB2DSize dyn_of, size_t dyn, int limit, unsigned int flags)
-{
-    if (!min_grid || !block_size)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!fn || fn->magic != SHIM_MAGIC_FUNCTION)
-        return CUDA_ERROR_INVALID_HANDLE;
-    int max_threads = 0;
-    CUresult r = cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (limit > 0 && limit < max_threads)
-        max_threads = limit;
-    const int32_t *a = shim.devices[fn->module->ctx->device].attrs;
-    int warp = a[CU_DEVICE_ATTRIBUTE_WARP_SIZE] > 0 ? a[CU_DEVICE_ATTRIBUTE_WARP_SIZE] : 32;
-    int best_threads = 0, best_size = 0, best_blocks = 0;
-    for (int bs = max_threads - max_threads % warp; bs > 0; bs -= warp) {
-        size_t d = dyn_of ? dyn_of(bs) : dyn;
-        int blocks = 0;
-        r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, fn, bs, d, flags);
-        if (r != CUDA_SUCCESS)
-            return r;
-        if (blocks * bs > best_threads) {
-            best_threads = blocks * bs;
-            best_size = bs;
-            best_blocks = blocks;
-        }
-    }
-    *block_size = best_size;
-    *min_grid = best_blocks * a[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT];
-    return CUDA_SUCCESS;
-}
-
-CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block_size, CUfunction fn, CUoccupancyB2DSize dyn_of,
-                                          size_t dyn, int limit)
-{
-    return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block_size, fn, dyn_of, dyn, limit, 0);
 }
 
 /* Globals whose address the program holds, in modules still loaded. Such a program does not come back

@@ -2,7 +2,8 @@
  * (GT_MULTI_GPUS: more), work in flight on all at once, each context synchronized alone; copies between
  * them (cuMemcpyPeer, cuMemcpyPeerAsync, cuMemcpyDtoD across); a stream of one waiting for an event of the
  * other; memory of one freed while the other's context is current; a host function on the second's
- * stream. Every result against the CPU. Skips where fewer than two GPUs are seen. */
+ * stream; a library loaded once running on each GPU with its own globals. Every result against the CPU.
+ * Skips where fewer than two GPUs are seen. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,64 @@ int main(void)
     CK(cuMemcpyDtoH(g[1].hc, g[1].a, bytes));
     if (memcmp(g[1].hc, g[0].hc, bytes))
         gt_fail("after a wait for GPU 0's event: GPU 1 does not hold GPU 0's sums");
+
+    /* A library loaded once, with GPU 0's context current, as the CUDA runtime loads a program's code: its
+     * kernel runs on every GPU, on that GPU's globals, launched as a CUkernel and as the function each
+     * context has of it. */
+    CK(cuCtxSetCurrent(g[0].ctx));
+    CUlibrary lib = gt_library_from_file_data(GT_FATBIN);
+    CUkernel table_k;
+    CK(cuLibraryGetKernel(&table_k, lib, "table_modify"));
+    unsigned *table0 = malloc(GT_TABLE_LEN * sizeof *table0), *table = malloc(GT_TABLE_LEN * sizeof *table);
+    if (!table0 || !table)
+        gt_fail("out of host memory");
+    CUdeviceptr tables[MAX_GPUS];
+    for (int k = 0; k < n; k++) {
+        CK(cuCtxSetCurrent(g[k].ctx));
+        CUdeviceptr bias;
+        size_t tsize = 0, bsize = 0;
+        CK(cuLibraryGetGlobal(&tables[k], &tsize, lib, "g_table"));
+        CK(cuLibraryGetGlobal(&bias, &bsize, lib, "g_bias"));
+        if (tsize != GT_TABLE_LEN * sizeof(unsigned) || bsize != sizeof(unsigned))
+            gt_fail("GPU %d: the library's globals are %zu and %zu bytes", k, tsize, bsize);
+        int ordinal = -1;
+        CK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, tables[k]));
+        if (ordinal != (int)g[k].dev)
+            gt_fail("GPU %d: the library's g_table is on device %d", k, ordinal);
+        for (int j = 0; j < k; j++)
+            if (tables[j] == tables[k])
+                gt_fail("GPUs %d and %d share one g_table at 0x%llx", j, k, (unsigned long long)tables[k]);
+        for (int i = 0; i < GT_TABLE_LEN; i++)
+            table0[i] = (unsigned)(i * 7 + k);
+        unsigned b = 100u + (unsigned)k;
+        CK(cuMemcpyHtoD(tables[k], table0, GT_TABLE_LEN * sizeof *table0));
+        CK(cuMemcpyHtoD(bias, &b, sizeof b));
+        unsigned add = 10u * (unsigned)k;
+        void *targs[] = {&add};
+        CK(cuLaunchKernel((CUfunction)table_k, GT_TABLE_LEN / 256, 1, 1, 256, 1, 1, 0, g[k].s, targs, NULL));
+        CUfunction here;
+        CK(cuKernelGetFunction(&here, table_k));
+        CK(cuLaunchKernel(here, GT_TABLE_LEN / 256, 1, 1, 256, 1, 1, 0, g[k].s, targs, NULL));
+        CK(cuStreamSynchronize(g[k].s));
+        CK(cuMemcpyDtoH(table, tables[k], GT_TABLE_LEN * sizeof *table));
+        for (int i = 0; i < GT_TABLE_LEN; i++) {
+            unsigned want = (table0[i] * 3u + add + b) * 3u + add + b;
+            if (table[i] != want)
+                gt_fail("GPU %d: library kernel g_table[%d] = %u, expected %u", k, i, table[i], want);
+        }
+        CUlibrary back = NULL;
+        CK(cuKernelGetLibrary(&back, (CUkernel)here));
+        if (back != lib)
+            gt_fail("GPU %d: cuKernelGetLibrary of the context's function is not the library", k);
+        int threads = 0;
+        CK(cuKernelGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, table_k, g[k].dev));
+        if (threads < 256)
+            gt_fail("GPU %d: the library kernel allows %d threads a block", k, threads);
+    }
+    CK(cuCtxSetCurrent(g[0].ctx));
+    CK(cuLibraryUnload(lib));
+    free(table0);
+    free(table);
 
     /* GPU 1's memory freed while GPU 0's context is current; each context's synchronize sees no error. */
     CK(cuCtxSetCurrent(g[0].ctx));
