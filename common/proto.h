@@ -211,6 +211,9 @@ struct cumux_msg_hdr {
 #define CUMUX_HANDLE_TAG(gpu) ((uint32_t)(gpu) << CUMUX_HANDLE_GPU_SHIFT)
 #define CUMUX_MAX_ATTRS 256
 #define CUMUX_ATTR_MISSING INT32_MIN
+/* Peer attributes in a device's description: CUdevice_P2PAttribute 1-5 toward each GPU. */
+#define CUMUX_P2P_ATTRS 5
+#define CUMUX_P2P_ENTRIES (CUMUX_MAX_DEVICES * CUMUX_P2P_ATTRS)
 /* A symbol's name, its NUL included, is shorter than this: natively names have no limit, and C++ names
  * run past a kilobyte (cuDNN's CUTLASS kernels); one name must fit a message and a reply's data. */
 #define CUMUX_NAME_MAX (16u << 10)

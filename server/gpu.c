@@ -82,6 +82,18 @@ int srv_gpus_init(void)
                                  ? v
                                  : CUMUX_ATTR_MISSING;
         }
+        /* What its links to the others can do, as the driver says (the shim answers peer questions). */
+        for (int peer = 0; peer < CUMUX_MAX_DEVICES; peer++) {
+            CUdevice pd;
+            bool there = peer < n && peer != i && cuDeviceGet(&pd, peer) == CUDA_SUCCESS;
+            for (int a = 0; a < CUMUX_P2P_ATTRS; a++) {
+                int v;
+                info->p2p[peer * CUMUX_P2P_ATTRS + a] =
+                    there && cuDeviceGetP2PAttribute(&v, (CUdevice_P2PAttribute)(a + 1), g->dev, pd) == CUDA_SUCCESS
+                        ? v
+                        : CUMUX_ATTR_MISSING;
+            }
+        }
         if (i != srv_gpu_served)
             continue; /* described only: another worker serves it */
         if ((r = cuDevicePrimaryCtxSetFlags(g->dev, sched)) != CUDA_SUCCESS)

@@ -243,6 +243,16 @@ CUresult shim_host_rebind(unsigned *count);
  * bound to that GPU's worker (the first time, its channel moved there if it was another's), and *gpu
  * becomes the server's number of it. CUDA_ERROR_NOT_SUPPORTED for a second GPU: one per program so far. */
 CUresult shim_gpu_route(int32_t *gpu);
+/* What the server's driver said of the link from program device d to peer: CUdevice_P2PAttribute attr
+ * (1-5), CUMUX_ATTR_MISSING for none (device.c). */
+int shim_peer_attribute(CUdevice d, CUdevice peer, int attr);
+/* peer.c: the cuMemAlloc allocation holding p viewed by server GPU gpu's worker (now or before; false: it
+ * cannot be); an allocation's views closed before it is freed; a new allocation of GPU gpu viewed by the
+ * GPUs that enabled peer access to it; the views of a parent, forgotten in its child. */
+bool shim_peer_view(uint64_t p, int gpu);
+void shim_peer_forget(uint64_t base);
+void shim_peer_allocated(uint64_t base, int gpu);
+void shim_peer_reset(void);
 /* The program's number of the server's GPU g, or -1 when the program does not see it (device.c). */
 int shim_program_gpu(int g);
 /* A round trip: send op with body (+payload), wait for the answer; reply data (up to cap bytes) into reply.

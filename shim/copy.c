@@ -162,10 +162,10 @@ static CUresult on_memory_gpu(CUstream hstream, uint64_t devptr, uint32_t *strea
     return CUDA_SUCCESS;
 }
 
-/* Device memory of two GPUs of this program, each served by its own worker: through the program's memory,
- * chunk by chunk, from the source's context's legacy stream to the destination's, after the work of the
- * stream the copy is ordered on (`stream`), and complete when it returns. Correct, not fast: a mapping of
- * one worker's memory in the other (as IPC does) is the way to peer bandwidth. */
+/* Device memory of two GPUs of this program, each served by its own worker, where the stream's worker
+ * cannot view the other's (pool or VMM memory, no peer access): through the program's memory, chunk by
+ * chunk, from the source's context's legacy stream to the destination's, after the work of the stream the
+ * copy is ordered on (`stream`), and complete when it returns. */
 static CUresult copy_across_gpus(uint64_t dst, uint64_t src, uint64_t n, uint32_t stream)
 {
     struct CUctx_st *sx = shim_ptr_ctx(src), *dx = shim_ptr_ctx(dst);
@@ -212,11 +212,26 @@ static CUresult copy_any(uint64_t dst, uint64_t src, uint64_t n, CUstream hstrea
     struct shim_chan *ch = shim_chan_of_handle(stream);
     struct shim_chan *dc = dst_kind == PTR_DEVICE ? shim_chan_of_ptr(dst) : ch;
     struct shim_chan *sc = src_kind == PTR_DEVICE ? shim_chan_of_ptr(src) : ch;
-    if (dc != sc)
-        return copy_across_gpus(dst, src, n, stream);
-    if (dc != ch && (r = on_memory_gpu(hstream, dst_kind == PTR_DEVICE ? dst : src, &stream)) != CUDA_SUCCESS)
-        return r;
-    ch = dc;
+    if (dc != ch || sc != ch) {
+        if ((dc == ch || shim_peer_view(dst, ch->gpu)) && (sc == ch || shim_peer_view(src, ch->gpu))) {
+            /* The other GPU's memory is viewed by the stream's worker (peer.c): the copy runs there, at peer
+             * bandwidth. A synchronous one is ordered after the other GPU's legacy stream and complete when it
+             * returns, as the driver serializes it with both contexts' work. */
+            struct CUctx_st *other = shim_ptr_ctx(dc != ch ? dst : src);
+            if (sync && other && other->magic == SHIM_MAGIC_CTX && (r = shim_op_stream_sync(other->legacy_stream)) != CUDA_SUCCESS)
+                return r;
+            if (dst_kind == PTR_DEVICE && src_kind == PTR_DEVICE) {
+                r = copy_direct(CUMUX_COPY_DTOD, stream, dst, src, n, false);
+                return r == CUDA_SUCCESS && sync ? sync_stream_handle(stream) : r;
+            }
+        } else if (dst_kind == PTR_DEVICE && src_kind == PTR_DEVICE && dc != sc) {
+            return copy_across_gpus(dst, src, n, stream);
+        } else { /* on the default stream of the memory's context */
+            if ((r = on_memory_gpu(hstream, dc != ch ? dst : src, &stream)) != CUDA_SUCCESS)
+                return r;
+            ch = dc != ch ? dc : sc;
+        }
+    }
     bool mapped_here = ch == &shim.main; /* pinned memory is shared with the main worker only */
     if (dst_kind == PTR_DEVICE && src_kind == PTR_DEVICE)
         return copy_direct(CUMUX_COPY_DTOD, stream, dst, src, n, false);

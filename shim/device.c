@@ -187,7 +187,33 @@ CUresult cuDeviceCanAccessPeer(int *can, CUdevice d, CUdevice peer)
         return CUDA_ERROR_INVALID_DEVICE;
     if (!can)
         return CUDA_ERROR_INVALID_VALUE;
-    *can = 0; /* peer access between the server's contexts is not offered yet */
+    *can = shim_peer_attribute(d, peer, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED) == 1;
+    return CUDA_SUCCESS;
+}
+
+/* What the server's driver said of the link from d to peer, by the server's numbers of both; a device and
+ * itself have none (CUMUX_ATTR_MISSING). */
+int shim_peer_attribute(CUdevice d, CUdevice peer, int attr)
+{
+    const struct cumux_device_info *i = dev_info(d);
+    if (!i || !dev_info(peer) || attr < 1 || attr > CUMUX_P2P_ATTRS || d == peer)
+        return CUMUX_ATTR_MISSING;
+    return i->p2p[shim.server_gpu[peer] * CUMUX_P2P_ATTRS + attr - 1];
+}
+
+CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attr, CUdevice src, CUdevice dst)
+{
+    REQUIRE_INIT();
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_info(src) || !dev_info(dst) || src == dst)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if ((int)attr < 1 || (int)attr > CUMUX_P2P_ATTRS)
+        return CUDA_ERROR_INVALID_VALUE;
+    int v = shim_peer_attribute(src, dst, (int)attr);
+    if (v == CUMUX_ATTR_MISSING)
+        return CUDA_ERROR_INVALID_VALUE; /* the server's driver refused it */
+    *value = v;
     return CUDA_SUCCESS;
 }
 

@@ -31,6 +31,7 @@ void shim_gpus_forget(void)
     }
     atomic_store(&shim_extra_count, 0);
     pthread_mutex_init(&extra_lock, NULL);
+    shim_peer_reset(); /* the parent's views are its workers' clients', not this child's */
 }
 
 

@@ -196,6 +196,7 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t size)
     if (r != CUDA_SUCCESS)
         return r;
     shim_add_device_range(ptr, size, c, 0);
+    shim_peer_allocated(ptr, shim.server_gpu[c->device]);
     *dptr = (CUdeviceptr)ptr;
     return CUDA_SUCCESS;
 }
@@ -221,6 +222,7 @@ CUresult cuMemFree(CUdeviceptr p)
     if (p == 0)
         return CUDA_SUCCESS;
     struct shim_chan *ch = shim_chan_of_ptr(p); /* its GPU's worker, whichever context is current */
+    shim_peer_forget(p);
     if (!shim_forget_device_range(p))
         return managed_free(p);
     struct cumux_mem_free m = {.ptr = p};

@@ -434,6 +434,10 @@ static CUresult get_global(struct CUmod_st *m, CUdeviceptr *dptr, size_t *bytes,
         return r;
     if (rep.size)
         shim_add_device_range(rep.ptr, rep.size, m->ctx, SHIM_RANGE_GLOBAL);
+    /* Each GPU's worker is a process of its own, whose driver places a module's globals: should two GPUs'
+     * meet at one address, the program could not tell them apart (one address, one GPU, as in CUDA). */
+    if (rep.size && shim_ptr_device(rep.ptr) != m->ctx->device)
+        return cumux_unsupported("a module global at an address another GPU's worker gave out too");
     if (dptr && rep.size) {
         pthread_mutex_lock(&m->lock);
         m->globals_asked++;

@@ -221,6 +221,7 @@ CUresult cuMemFreeAsync(CUdeviceptr p, CUstream hstream)
     CUresult r = shim_resolve_stream(hstream, &stream, NULL);
     if (r != CUDA_SUCCESS)
         return r;
+    shim_peer_forget(p);
     if (!shim_forget_device_range(p))
         return CUDA_ERROR_INVALID_VALUE;
     return shim_op_mem_free_async(stream, p);

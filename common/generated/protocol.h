@@ -30,6 +30,9 @@ struct cumux_device_info {
     char pci_bus_id[32];
     int32_t stream_priority_least;
     int32_t stream_priority_greatest;
+    int32_t p2p[CUMUX_P2P_ENTRIES];   /* toward each GPU (the server's number) its CUdevice_P2PAttribute 1-5
+                                         (at peer*CUMUX_P2P_ATTRS + attribute-1); CUMUX_ATTR_MISSING where the
+                                         driver refused */
 };
 
 struct cumux_ctx_create {

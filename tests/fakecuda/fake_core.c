@@ -31,7 +31,11 @@ uint64_t fc_add_sat(uint64_t a, uint64_t b)
 
 _Thread_local sigjmp_buf *fc_fault_env;
 static struct sigaction prev_segv, prev_bus;
-static uint64_t region, region_size, cursor; /* the device's address space (one reservation) */
+static uint64_t region, region_size; /* the devices' address space (one reservation) */
+/* Each GPU's allocations in a window of its own, as one process's pointers of two GPUs never meet under
+ * unified addressing (and cumuxd's worker of each GPU, a process of its own, gets that GPU's); a cursor
+ * in each. */
+static uint64_t window_size, cursor[FC_MAX_GPUS];
 static uint64_t vmm_span;                      /* after it, in the same reservation: VMM's (fc_vmm_va) */
 uint64_t fc_vmm_va, fc_vmm_va_size;
 
@@ -290,7 +294,9 @@ static void init_device(void)
         return;
     }
     region = (uint64_t)(uintptr_t)p;
-    cursor = region;
+    window_size = (region_size / (uint64_t)fc_ngpus) & ~(uint64_t)0xfffff;
+    for (int d = 0; d < fc_ngpus; d++)
+        cursor[d] = region + (uint64_t)d * window_size;
     fc_vmm_va = region + region_size;
     fc_vmm_va_size = vmm_span;
     struct sigaction sa = {.sa_sigaction = on_fault, .sa_flags = SA_SIGINFO | SA_NODEFER};
@@ -377,9 +383,8 @@ CUresult cuDriverGetVersion(int *v)
 static void fc_pool_account(struct fc_pool *p, int64_t delta);
 
 /* Start of a free stretch of `need` bytes at or after `from`; 0 if none. Caller holds dev_lock. */
-static uint64_t va_find(uint64_t from, uint64_t need)
+static uint64_t va_find(uint64_t from, uint64_t end, uint64_t need)
 {
-    uint64_t end = region + region_size;
     uint64_t start = from;
     ptrdiff_t i = 0;
     /* The first object whose reserved stretch (mapped pages and a guard page) ends after start. */
@@ -411,9 +416,10 @@ CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *po
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t need = mapped + page; /* and its guard page */
-    uint64_t at = va_find(cursor, need);
+    uint64_t window = region + (uint64_t)dev * window_size, window_end = window + window_size;
+    uint64_t at = va_find(cursor[dev], window_end, need);
     if (!at)
-        at = va_find(region, need);
+        at = va_find(window, window_end, need);
     if (!at || mprotect((void *)(uintptr_t)at, mapped, PROT_READ | PROT_WRITE) != 0) {
         pthread_rwlock_unlock(&dev_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -425,7 +431,7 @@ CUresult fc_mem_alloc(uint64_t size, enum fc_alloc_kind kind, struct fc_pool *po
         pthread_rwlock_unlock(&dev_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    cursor = at + need;
+    cursor[dev] = at + need;
     used_mem[dev] += mapped;
     if (pool)
         fc_pool_account(pool, (int64_t)mapped);

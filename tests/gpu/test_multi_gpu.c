@@ -2,7 +2,8 @@
  * (GT_MULTI_GPUS: more), work in flight on all at once, each context synchronized alone; copies between
  * them (cuMemcpyPeer, cuMemcpyPeerAsync, cuMemcpyDtoD across); a stream of one waiting for an event of the
  * other; memory of one freed while the other's context is current; a host function on the second's
- * stream; a library loaded once running on each GPU with its own globals. Every result against the CPU.
+ * stream; peer access (a kernel of one GPU on the other's memory) and copies of another GPU's memory on a
+ * GPU's own stream; a library loaded once running on each GPU with its own globals. Every result against the CPU.
  * Skips where fewer than two GPUs are seen. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,57 @@ int main(void)
     if (memcmp(g[1].hc, g[0].hc, bytes))
         gt_fail("after a wait for GPU 0's event: GPU 1 does not hold GPU 0's sums");
 
+    /* Peer access as the server's driver tells it; enabled from GPU 1 to GPU 0, a kernel on GPU 1 reads GPU 0's
+     * memory, that allocated before and after; copies on a GPU's own stream of another GPU's memory. */
+    int can01 = -1, can10 = -1, rank = -1, access = -1;
+    CK(cuDeviceCanAccessPeer(&can01, g[0].dev, g[1].dev));
+    CK(cuDeviceCanAccessPeer(&can10, g[1].dev, g[0].dev));
+    EXPECT_RC(cuDeviceGetP2PAttribute(&access, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, g[0].dev, g[0].dev),
+              CUDA_ERROR_INVALID_DEVICE);
+    CK(cuDeviceGetP2PAttribute(&access, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, g[1].dev, g[0].dev));
+    CK(cuDeviceGetP2PAttribute(&rank, CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, g[1].dev, g[0].dev));
+    if (access != can10 || (can01 != 0 && can01 != 1))
+        gt_fail("peer access: can 0->1 %d, 1->0 %d, the attribute says %d", can01, can10, access);
+    CK(cuCtxSetCurrent(g[1].ctx));
+    EXPECT_RC(cuCtxEnablePeerAccess(g[1].ctx, 0), CUDA_ERROR_INVALID_DEVICE);
+    EXPECT_RC(cuCtxDisablePeerAccess(g[0].ctx), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+    if (!can10) {
+        EXPECT_RC(cuCtxEnablePeerAccess(g[0].ctx, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+        printf("multi_gpu: GPU 1 cannot reach GPU 0's memory: peer kernels not tried\n");
+    } else {
+        EXPECT_RC(cuCtxEnablePeerAccess(g[0].ctx, 1), CUDA_ERROR_INVALID_VALUE);
+        CK(cuCtxEnablePeerAccess(g[0].ctx, 0));
+        EXPECT_RC(cuCtxEnablePeerAccess(g[0].ctx, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+        CUdeviceptr late;
+        CK(cuCtxSetCurrent(g[0].ctx));
+        CK(cuMemAlloc(&late, bytes)); /* after the enabling: reachable too */
+        CK(cuMemcpyHtoD(late, g[0].hb, bytes));
+        CK(cuCtxSetCurrent(g[1].ctx));
+        CK(cuMemsetD32Async(g[1].c, 0x7fc00001u, N, g[1].s));
+        int nn1 = N;
+        void *pargs[] = {&g[0].a, &late, &g[1].c, &nn1}; /* GPU 0's operands, GPU 1's result */
+        CK(cuLaunchKernel(g[1].add, (N + 255) / 256, 1, 1, 256, 1, 1, 0, g[1].s, pargs, NULL));
+        CK(cuStreamSynchronize(g[1].s));
+        CK(cuMemcpyDtoH(g[1].hc, g[1].c, bytes));
+        for (int i = 0; i < N; i++)
+            if (g[1].hc[i] != g[0].ha[i] + g[0].hb[i])
+                gt_fail("GPU 1's kernel on GPU 0's memory: c[%d] = %g, expected %g", i, (double)g[1].hc[i],
+                        (double)(g[0].ha[i] + g[0].hb[i]));
+        /* GPU 0's memory written and read on GPU 1's own stream. */
+        CK(cuMemcpyHtoDAsync(late, g[1].ha, bytes, g[1].s));
+        CK(cuMemcpyDtoDAsync(g[1].b, late, bytes, g[1].s));
+        CK(cuStreamSynchronize(g[1].s));
+        CK(cuMemcpyDtoH(g[1].hc, g[1].b, bytes));
+        if (memcmp(g[1].hc, g[1].ha, bytes))
+            gt_fail("GPU 0's memory written and read back on GPU 1's stream: not the data");
+        CK(cuCtxDisablePeerAccess(g[0].ctx));
+        EXPECT_RC(cuCtxDisablePeerAccess(g[0].ctx), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+        CK(cuCtxSetCurrent(g[0].ctx));
+        CK(cuMemFree(late)); /* viewed by GPU 1's worker: the view goes first */
+        CK(cuCtxSetCurrent(g[1].ctx));
+        CK(cuCtxSynchronize());
+    }
+
     /* A library loaded once, with GPU 0's context current, as the CUDA runtime loads a program's code: its
      * kernel runs on every GPU, on that GPU's globals, launched as a CUkernel and as the function each
      * context has of it. */
@@ -161,7 +213,7 @@ int main(void)
         int ordinal = -1;
         CK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, tables[k]));
         if (ordinal != (int)g[k].dev)
-            gt_fail("GPU %d: the library's g_table is on device %d", k, ordinal);
+            gt_fail("GPU %d: the library's g_table 0x%llx is on device %d", k, (unsigned long long)tables[k], ordinal);
         for (int j = 0; j < k; j++)
             if (tables[j] == tables[k])
                 gt_fail("GPUs %d and %d share one g_table at 0x%llx", j, k, (unsigned long long)tables[k]);
