@@ -338,7 +338,7 @@ void shim_send_end(void);
  * sock_lock from here until that command is sent. */
 CUresult shim_send_fd(int fd);
 /* The descriptor the server sent before answering the caller's last call, or -1 (sock_lock held). */
-int shim_recv_fd(void);
+int shim_recv_fd_on(struct shim_chan *ch);
 /* A memfd the server can seal, holding those bytes (an image, a link input); -1 on failure. */
 int shim_sealable_memfd(const char *name, const void *data, size_t size);
 /* Reply slot of the calling thread (for commands that need the slot for more than one answer). */

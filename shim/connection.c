@@ -525,13 +525,13 @@ CUresult shim_call_fd(int fd, uint16_t op, const void *body, size_t body_len, vo
     return r;
 }
 
-/* The descriptor the server sent just before answering the call the caller made (sock_lock held). */
-int shim_recv_fd(void)
+/* The descriptor ch's worker sent just before answering the call the caller made (ch's sock_lock held). */
+int shim_recv_fd_on(struct shim_chan *ch)
 {
-    struct pollfd p = {.fd = shim.main.sock, .events = POLLIN};
+    struct pollfd p = {.fd = ch->sock, .events = POLLIN};
     uint64_t tag = 0;
     int fd = -1;
-    if (poll(&p, 1, 1000) != 1 || cumux_sock_recv(shim.main.sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
+    if (poll(&p, 1, 1000) != 1 || cumux_sock_recv(ch->sock, &tag, sizeof tag, &fd) < 0 || tag != CUMUX_MAGIC) {
         if (fd >= 0)
             close(fd);
         return -1;

@@ -283,10 +283,13 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size,
         return cumux_unsupported("cuMemGetHandleForAddressRange of a handle type other than a dma-buf descriptor");
     if (!shim_is_device_ptr(p, size))
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&shim.main.sock_lock);
+    /* The memory's GPU's worker asks its driver: the message goes there (by its address) and the
+     * descriptor comes on that channel's socket. */
+    struct shim_chan *ch = shim_chan_of_ptr(p);
+    pthread_mutex_lock(&ch->sock_lock);
     CUresult r = shim_op_mem_range_handle(p, size, (uint32_t)type, flags);
-    int fd = r == CUDA_SUCCESS ? shim_recv_fd() : -1;
-    pthread_mutex_unlock(&shim.main.sock_lock);
+    int fd = r == CUDA_SUCCESS ? shim_recv_fd_on(ch) : -1;
+    pthread_mutex_unlock(&ch->sock_lock);
     if (r == CUDA_SUCCESS && fd < 0)
         r = CUDA_ERROR_OPERATING_SYSTEM;
     if (r == CUDA_SUCCESS)

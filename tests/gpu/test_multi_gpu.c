@@ -3,11 +3,13 @@
  * them (cuMemcpyPeer, cuMemcpyPeerAsync, cuMemcpyDtoD across); a stream of one waiting for an event of the
  * other; memory of one freed while the other's context is current; a host function on the second's
  * stream; peer access (a kernel of one GPU on the other's memory) and copies of another GPU's memory on a
- * GPU's own stream; a library loaded once running on each GPU with its own globals. Every result against the CPU.
+ * GPU's own stream; VMM memory and a dma-buf descriptor on GPU 1; a library loaded once running on each GPU with its own globals. Every result against the CPU.
  * Skips where fewer than two GPUs are seen. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "gpu_test.h"
 
@@ -189,6 +191,49 @@ int main(void)
         CK(cuMemFree(late)); /* viewed by GPU 1's worker: the view goes first */
         CK(cuCtxSetCurrent(g[1].ctx));
         CK(cuCtxSynchronize());
+    }
+
+    /* Virtual memory management on GPU 1 (its context current): memory made, reserved, mapped, given access,
+     * written and read back; a dma-buf descriptor of GPU 1's memory, where the device has them. */
+    CK(cuCtxSetCurrent(g[1].ctx));
+    {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = g[1].dev;
+        size_t gran = 0;
+        CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        size_t vbytes = (bytes + gran - 1) / gran * gran;
+        CUmemGenericAllocationHandle vh;
+        CUdeviceptr va;
+        CK(cuMemCreate(&vh, vbytes, &prop, 0));
+        CK(cuMemAddressReserve(&va, vbytes, 0, 0, 0));
+        CK(cuMemMap(va, vbytes, 0, vh, 0));
+        CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        CK(cuMemSetAccess(va, vbytes, &acc, 1));
+        int ordinal = -1;
+        CK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va));
+        if (ordinal != (int)g[1].dev)
+            gt_fail("GPU 1's VMM memory is on device %d", ordinal);
+        CK(cuMemcpyHtoD(va, g[1].hb, bytes));
+        CK(cuMemcpyDtoD(g[1].a, va, bytes));
+        CK(cuMemcpyDtoH(g[1].hc, g[1].a, bytes));
+        if (memcmp(g[1].hc, g[1].hb, bytes))
+            gt_fail("GPU 1's VMM memory: not the data written");
+        CK(cuMemUnmap(va, vbytes));
+        CK(cuMemAddressFree(va, vbytes));
+        CK(cuMemRelease(vh));
+        int dmabuf = 0;
+        CK(cuDeviceGetAttribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, g[1].dev));
+        int fd = -1;
+        CUresult dr = cuMemGetHandleForAddressRange(&fd, g[1].a, bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+        if (dmabuf && (dr != CUDA_SUCCESS || fd < 0 || fcntl(fd, F_GETFD) < 0))
+            gt_fail("a dma-buf descriptor of GPU 1's memory: %s, descriptor %d", gt_err_name(dr), fd);
+        if (!dmabuf && dr == CUDA_SUCCESS)
+            gt_fail("a dma-buf descriptor where GPU 1 says it has none");
+        if (fd >= 0)
+            close(fd);
     }
 
     /* A library loaded once, with GPU 0's context current, as the CUDA runtime loads a program's code: its
