@@ -164,12 +164,12 @@ static CUresult peer_change(CUcontext peer, bool on)
     struct CUctx_st *c = shim_current_ctx();
     if (!c || c->magic != SHIM_MAGIC_CTX)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (!peer || peer->magic != SHIM_MAGIC_CTX)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (peer->device == c->device)
-        return CUDA_ERROR_INVALID_DEVICE;
+    if (!peer || peer->magic != SHIM_MAGIC_CTX || peer == c)
+        return CUDA_ERROR_INVALID_CONTEXT;
     int g = shim.server_gpu[c->device], h = shim.server_gpu[peer->device];
-    if (shim_peer_attribute(c->device, peer->device, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED) != 1)
+    /* A context of the same device: the device cannot "access itself" as a peer (cuDeviceCanAccessPeer 0). */
+    if (peer->device == c->device ||
+        shim_peer_attribute(c->device, peer->device, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED) != 1)
         return on ? CUDA_ERROR_PEER_ACCESS_UNSUPPORTED : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
     uint32_t bit = 1u << h, was = atomic_load(&peers_on[g]);
     if (on && (was & bit))

@@ -1256,12 +1256,8 @@ CUresult cuDeviceGetP2PAttribute(int *v, CUdevice_P2PAttribute attr, CUdevice sr
 static CUresult peer_change(CUcontext peer, bool on)
 {
     struct fc_pctx *x = current ? pctx_of(current) : NULL, *p = pctx_of(peer);
-    if (!x)
+    if (!x || !p || p == x) /* none current, no such peer, or the current one itself (cuda.h) */
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (p == x)
-        return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&x->mu);
     CUresult r = CUDA_SUCCESS;
     if (on && x->peer[p->dev])

@@ -121,7 +121,7 @@ int main(void)
     IS(cuCtxDisablePeerAccess(ctx[1]), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
     CK(cuCtxEnablePeerAccess(ctx[1], 0));
     IS(cuCtxEnablePeerAccess(ctx[1], 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
-    IS(cuCtxEnablePeerAccess(ctx[0], 0), CUDA_ERROR_INVALID_DEVICE);
+    IS(cuCtxEnablePeerAccess(ctx[0], 0), CUDA_ERROR_INVALID_CONTEXT);
     IS(cuCtxEnablePeerAccess(ctx[2], 1), CUDA_ERROR_INVALID_VALUE);
     CK(cuCtxDisablePeerAccess(ctx[1]));
 

@@ -154,7 +154,7 @@ int main(void)
     if (access != can10 || (can01 != 0 && can01 != 1))
         gt_fail("peer access: can 0->1 %d, 1->0 %d, the attribute says %d", can01, can10, access);
     CK(cuCtxSetCurrent(g[1].ctx));
-    EXPECT_RC(cuCtxEnablePeerAccess(g[1].ctx, 0), CUDA_ERROR_INVALID_DEVICE);
+    EXPECT_RC(cuCtxEnablePeerAccess(g[1].ctx, 0), CUDA_ERROR_INVALID_CONTEXT); /* the current one itself */
     EXPECT_RC(cuCtxDisablePeerAccess(g[0].ctx), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
     if (!can10) {
         EXPECT_RC(cuCtxEnablePeerAccess(g[0].ctx, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
