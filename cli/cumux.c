@@ -44,6 +44,7 @@ static void usage(FILE *f)
                "                         *_active_thread_percentage, *_client_priority, quit\n"
                "  trace [--native] [-o FILE] -- CMD [ARGS...]   run CMD with every driver call logged\n"
                "                         (also CUMUX_TRACE=1 with run; see docs/trace.md)\n"
+               "  --version              cumux's version\n"
                "Environment: CUMUX_PIPE_DIRECTORY (default %s), CUMUX_LOG_DIRECTORY, CUMUX_DEBUG.\n",
             CUMUX_DEFAULT_PIPE_DIRECTORY);
 }
@@ -431,6 +432,10 @@ int main(int argc, char **argv)
         return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))
         return cmd_trace(argc - 1, argv + 1);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("cumux %s (protocol %u)\n", CUMUX_VERSION, (unsigned)CUMUX_PROTO_VERSION);
+        return 0;
+    }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

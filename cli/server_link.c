@@ -50,17 +50,18 @@ static int cli_first_existing(char *out, size_t len, const char *env, const char
     return -1;
 }
 
-/* The server binary: $CUMUX_SERVER, beside cumux (installed), or in the build tree. */
+/* The server binary: $CUMUX_SERVER, installed (sbin beside bin, or beside cumux), or in the build tree. */
 static int server_path(char *out, size_t len)
 {
-    static const char *const c[] = {"cumuxd", "../server/cumuxd", "../libexec/cumuxd", NULL};
+    static const char *const c[] = {"../sbin/cumuxd", "cumuxd", "../server/cumuxd", NULL};
     return cli_first_existing(out, len, "CUMUX_SERVER", c, X_OK);
 }
 
 /* The directory holding the shim libcuda.so.1. */
 int cli_shim_dir(char *out, size_t len)
 {
-    static const char *const c[] = {"../lib/libcuda.so.1", "../lib/cumux/libcuda.so.1", NULL};
+    /* Installed first: under a prefix such as /usr, ../lib/libcuda.so.1 may well be NVIDIA's driver. */
+    static const char *const c[] = {"../lib/cumux/libcuda.so.1", "../lib64/cumux/libcuda.so.1", "../lib/libcuda.so.1", NULL};
     if (cli_first_existing(out, len, "CUMUX_LIB_DIRECTORY", c, R_OK) < 0)
         return -1;
     if (!getenv("CUMUX_LIB_DIRECTORY")) {
