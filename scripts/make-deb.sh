@@ -14,6 +14,11 @@ trap 'rm -rf "$stage"' EXIT
 root="$stage/root"
 DESTDIR="$root" cmake --install "$build" --prefix /usr >/dev/null
 mkdir -p "$root/DEBIAN" "$root/usr/share/doc/cumux"
+# Settings go in /etc, kept across upgrades as the administrator changed them (a conffile).
+if [ -d "$root/usr/etc" ]; then
+    mv "$root/usr/etc" "$root/etc"
+    (cd "$root" && find etc -type f | sed 's|^|/|') >"$root/DEBIAN/conffiles"
+fi
 cp "$(dirname "$0")/../LICENSE" "$root/usr/share/doc/cumux/copyright"
 gzip -9n "$root"/usr/share/man/man*/*.[0-9]
 # What it needs at run time: libc; cumuxd also NVIDIA's driver (libcuda.so.1), which Debian packages as

@@ -24,6 +24,16 @@ mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" && touch "$root/
 "${as_root[@]}" dpkg --root="$root" --log=/dev/null --force-depends -i "$deb" >"$tmp/dpkg.out" 2>&1 ||
     { fail_show="$tmp/dpkg.out"; fail "dpkg -i"; }
 "${as_root[@]}" dpkg --root="$root" -s cumux 2>/dev/null | grep -q '^Status: install ok installed$' || fail "cumux not installed in $root"
+for f in etc/cumux/cumuxd.conf usr/lib/systemd/system/cumuxd.service; do
+    [ -f "$root/$f" ] || fail "the package has no /$f"
+done
+dpkg-deb --info "$deb" conffiles | grep -qx /etc/cumux/cumuxd.conf || fail "/etc/cumux/cumuxd.conf is not a conffile"
+if command -v systemd-analyze >/dev/null 2>&1; then
+    # Its syntax and directives, as systemd reads them (the commands it names need not be here).
+    systemd-analyze verify --man=no "$root/usr/lib/systemd/system/cumuxd.service" >"$tmp/verify.out" 2>&1
+    grep -v -e "not executable" -e "Command .* is not" -e "ignoring" -e "^$" "$tmp/verify.out" |
+        grep -qi "unknown\|invalid\|error" && { fail_show="$tmp/verify.out"; fail "systemd-analyze verify cumuxd.service"; }
+fi
 cli="$root/usr/bin/cumux"
 LD_LIBRARY_PATH="$drv" "$cli" start >"$tmp/start.out" 2>&1 || { fail_show="$tmp/start.out"; fail "the package's cumux start"; }
 pid=$(pids_of_ours | head -1)
@@ -32,6 +42,9 @@ pid=$(pids_of_ours | head -1)
     { fail_show="$tmp/vecadd.out"; fail "gpu_vecadd under the package's cumux"; }
 "$cli" stop >/dev/null || fail "the package's cumux stop"
 "${as_root[@]}" dpkg --root="$root" --log=/dev/null -r cumux >"$tmp/dpkg.out" 2>&1 || { fail_show="$tmp/dpkg.out"; fail "dpkg -r"; }
-left=$(cd "$root" && find . -path ./var -prune -o -print | grep -v '^\.$' | head)
+# What dpkg -r leaves is the conffile (dpkg --purge removes it), nothing else.
+left=$(cd "$root" && find . -path ./var -prune -o -path ./etc/cumux/cumuxd.conf -prune -o -path ./etc/cumux -prune -o -path ./etc -prune -o -print | grep -v '^\.$' | head)
 [ -z "$left" ] || fail "left after dpkg -r: $left"
-echo "PASS deb: $(basename "$deb") installed into a fresh root, a program ran through it, removed cleanly"
+"${as_root[@]}" dpkg --root="$root" --log=/dev/null --purge cumux >"$tmp/dpkg.out" 2>&1 || { fail_show="$tmp/dpkg.out"; fail "dpkg --purge"; }
+[ -e "$root/etc/cumux/cumuxd.conf" ] && fail "/etc/cumux/cumuxd.conf left after dpkg --purge"
+echo "PASS deb: $(basename "$deb") installed into a fresh root, a program ran through it, removed and purged cleanly"
