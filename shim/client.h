@@ -361,8 +361,9 @@ CUresult shim_need_ctx(struct CUctx_st **out);
 /* f as it runs on the server's GPU gpu: f itself where it was made, a library kernel's copy loaded there
  * at its first use (module.c); CUDA_ERROR_INVALID_HANDLE for a module's function on another GPU. */
 CUresult shim_function_on_gpu(struct CUfunc_st *f, int gpu, struct CUfunc_st **out);
-/* The same for the GPU of the calling thread's current context (f itself when none is current). */
-CUresult shim_function_here(struct CUfunc_st *f, struct CUfunc_st **out);
+/* f as program device dev has it (dev < 0: the calling thread's current context's; f itself when none is
+ * current or the program uses one GPU). */
+CUresult shim_function_for(struct CUfunc_st *f, int dev, struct CUfunc_st **out);
 /* copy.c: a 2-D copy between host and device memory (array.c's cuMemcpy2D hands it those) */
 CUresult shim_copy_2d(const CUDA_MEMCPY2D *p, CUstream hs, bool sync);
 /* cuStreamGetId of the legacy or a per-thread default stream. */

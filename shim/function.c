@@ -69,9 +69,7 @@ static CUresult func_attr(struct CUfunc_st *f, int attr, int value, bool set, in
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
-    CUresult fr = dev < 0 ? shim_function_here(f, &f)
-                  : shim_several_gpus() ? shim_function_on_gpu(f, shim.server_gpu[dev], &f)
-                                        : CUDA_SUCCESS;
+    CUresult fr = shim_function_for(f, dev, &f);
     if (fr != CUDA_SUCCESS)
         return fr;
     bool known_attr = attr >= 0 && attr < CU_FUNC_ATTRIBUTE_MAX;
@@ -158,9 +156,7 @@ static CUresult set_cache_config(struct CUfunc_st *fn, CUfunc_cache cfg, int dev
         return CUDA_ERROR_INVALID_HANDLE;
     if ((unsigned)cfg > CU_FUNC_CACHE_PREFER_EQUAL)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = dev < 0 ? shim_function_here(fn, &fn)
-                 : shim_several_gpus() ? shim_function_on_gpu(fn, shim.server_gpu[dev], &fn)
-                                       : CUDA_SUCCESS;
+    CUresult r = shim_function_for(fn, dev, &fn);
     if (r != CUDA_SUCCESS)
         return r;
     atomic_store(&fn->cache_own, (int)cfg);
@@ -236,7 +232,7 @@ static CUresult occupancy(struct CUfunc_st *f, uint32_t query, int a, int b, siz
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
-    CUresult fr = shim_function_here(f, &f);
+    CUresult fr = shim_function_for(f, -1, &f);
     if (fr != CUDA_SUCCESS)
         return fr;
     struct cumux_func_occupancy m;

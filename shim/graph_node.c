@@ -57,7 +57,7 @@ static CUresult msg_kernel(struct node_msg *m, const CUDA_KERNEL_NODE_PARAMS *p)
     struct CUfunc_st *f = p->func ? (struct CUfunc_st *)p->func : (struct CUfunc_st *)p->kern;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult fr = shim_function_here(f, &f); /* the graph is the current context's */
+    CUresult fr = shim_function_for(f, -1, &f); /* the graph is the current context's */
     if (fr != CUDA_SUCCESS)
         return fr;
     struct cumux_launch l = {.function = f->handle, .grid = {p->gridDimX, p->gridDimY, p->gridDimZ},

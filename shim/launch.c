@@ -139,7 +139,7 @@ static CUresult cluster_query(uint32_t query, int *out, CUfunction f, const CUla
         return CUDA_ERROR_INVALID_VALUE;
     if (!f || f->magic != SHIM_MAGIC_FUNCTION)
         return CUDA_ERROR_INVALID_HANDLE;
-    CUresult fr = shim_function_here(f, &f);
+    CUresult fr = shim_function_for(f, -1, &f);
     if (fr != CUDA_SUCCESS)
         return fr;
     struct {

@@ -490,12 +490,11 @@ static CUresult library_on_gpu(struct CUmod_st *lib, int gpu, struct CUmod_st **
     CUresult r = lib->magic != SHIM_MAGIC_LIBRARY ? CUDA_ERROR_INVALID_HANDLE
                  : lib->image_fd < 0 || !lib->load ? CUDA_ERROR_INVALID_IMAGE
                                                      : CUDA_SUCCESS;
-    /* The primary context is retained once per GPU for the library copies, for the program's life. */
-    static bool retained[CUMUX_MAX_DEVICES];
-    CUcontext pc = NULL;
-    if (r == CUDA_SUCCESS && (r = cuDevicePrimaryCtxRetain(&pc, dev)) == CUDA_SUCCESS && retained[gpu])
-        cuDevicePrimaryCtxRelease(dev);
-    retained[gpu] |= r == CUDA_SUCCESS;
+    /* The copies' primary context of each GPU: retained once, for the program's life. */
+    static CUcontext primary[CUMUX_MAX_DEVICES];
+    if (r == CUDA_SUCCESS && !primary[gpu])
+        r = cuDevicePrimaryCtxRetain(&primary[gpu], dev);
+    CUcontext pc = primary[gpu];
     copy = r == CUDA_SUCCESS ? calloc(1, sizeof *copy) : NULL;
     if (r == CUDA_SUCCESS && !copy)
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -564,25 +563,23 @@ static int current_gpu(void)
                : -1;
 }
 
-CUresult shim_function_here(struct CUfunc_st *f, struct CUfunc_st **out)
+CUresult shim_function_for(struct CUfunc_st *f, int dev, struct CUfunc_st **out)
 {
-    int gpu = current_gpu();
-    if (gpu < 0 || !shim_several_gpus()) {
-        *out = f;
+    *out = f;
+    if (!shim_several_gpus()) /* first: attributes are asked tens of thousands of times */
         return CUDA_SUCCESS;
-    }
-    return shim_function_on_gpu(f, gpu, out);
+    int gpu = dev >= 0 && dev < shim.device_count ? shim.server_gpu[dev] : current_gpu();
+    return gpu < 0 ? CUDA_SUCCESS : shim_function_on_gpu(f, gpu, out);
 }
 
 /* A library as the current context's GPU has it. */
 static CUresult library_here(struct CUmod_st *lib, struct CUmod_st **out)
 {
-    int gpu = current_gpu();
-    if (gpu < 0 || !shim_several_gpus()) {
-        *out = lib;
+    *out = lib;
+    if (!shim_several_gpus())
         return CUDA_SUCCESS;
-    }
-    return library_on_gpu(lib, gpu, out);
+    int gpu = current_gpu();
+    return gpu < 0 ? CUDA_SUCCESS : library_on_gpu(lib, gpu, out);
 }
 
 CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jit_opts, void **jit_vals,
@@ -667,7 +664,7 @@ CUresult cuKernelGetFunction(CUfunction *fn, CUkernel k)
         return CUDA_ERROR_INVALID_HANDLE;
     /* A worker launches the kernel handle in its one context: the kernel is its own function there, and its
      * copy's on another GPU. */
-    return shim_function_here(f, (struct CUfunc_st **)fn);
+    return shim_function_for(f, -1, (struct CUfunc_st **)fn);
 }
 
 /* The library a kernel came from (a kernel is only ever looked up in a library). */
