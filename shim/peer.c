@@ -5,8 +5,8 @@
  * stream's worker once the other GPU's allocation is viewed there (at peer bandwidth, no host memory
  * between), and cuCtxEnablePeerAccess views every allocation of the peer's GPU, present and future, in
  * the context's worker so that its kernels may use them. Views go before the allocation is freed. Only
- * cuMemAlloc's memory is viewed: pool and VMM memory of another GPU is copied through host memory, and
- * is not reachable from kernels. */
+ * memory in the owner's chunks (cuMemAlloc and pool memory, with containment) is viewed: VMM and graph
+ * memory of another GPU is copied through host memory, and is not reachable from kernels. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,6 +200,9 @@ static CUresult peer_change(CUcontext peer, bool on)
     for (size_t i = 0; i < k && r == CUDA_SUCCESS; i++)
         view(bases[i], g, &r);
     free(bases);
+    /* The owner's worker shares only memory in its chunks (containment, the default). */
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY)
+        r = cumux_unsupported("cuCtxEnablePeerAccess of memory the peer's worker cannot share (outside its chunks: CUMUX_CONTAIN=0)");
     if (r != CUDA_SUCCESS)
         atomic_fetch_and(&peers_on[g], ~bit);
     return r;

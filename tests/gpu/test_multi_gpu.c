@@ -187,6 +187,27 @@ int main(void)
             gt_fail("GPU 0's memory written and read back on GPU 1's stream: not the data");
         CK(cuCtxDisablePeerAccess(g[0].ctx));
         EXPECT_RC(cuCtxDisablePeerAccess(g[0].ctx), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+        /* GPU 0's stream-ordered (pool) memory, there before enabling again, read by GPU 1's kernel. */
+        CK(cuCtxSetCurrent(g[0].ctx));
+        CUdeviceptr pooled;
+        CK(cuMemAllocAsync(&pooled, bytes, g[0].s));
+        CK(cuMemcpyHtoDAsync(pooled, g[0].hb, bytes, g[0].s));
+        CK(cuStreamSynchronize(g[0].s));
+        CK(cuCtxSetCurrent(g[1].ctx));
+        CK(cuCtxEnablePeerAccess(g[0].ctx, 0));
+        CK(cuMemsetD32Async(g[1].c, 0x7fc00001u, N, g[1].s));
+        void *qargs[] = {&g[0].a, &pooled, &g[1].c, &nn1};
+        CK(cuLaunchKernel(g[1].add, (N + 255) / 256, 1, 1, 256, 1, 1, 0, g[1].s, qargs, NULL));
+        CK(cuStreamSynchronize(g[1].s));
+        CK(cuMemcpyDtoH(g[1].hc, g[1].c, bytes));
+        for (int i = 0; i < N; i++)
+            if (g[1].hc[i] != g[0].ha[i] + g[0].hb[i])
+                gt_fail("GPU 1's kernel on GPU 0's pool memory: c[%d] = %g, expected %g", i, (double)g[1].hc[i],
+                        (double)(g[0].ha[i] + g[0].hb[i]));
+        CK(cuCtxDisablePeerAccess(g[0].ctx));
+        CK(cuCtxSetCurrent(g[0].ctx));
+        CK(cuMemFreeAsync(pooled, g[0].s)); /* viewed by GPU 1's worker: the view goes first */
+        CK(cuStreamSynchronize(g[0].s));
         CK(cuCtxSetCurrent(g[0].ctx));
         CK(cuMemFree(late)); /* viewed by GPU 1's worker: the view goes first */
         CK(cuCtxSetCurrent(g[1].ctx));
