@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 11u
+#define CUMUX_PROTO_VERSION 12u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -39,7 +39,10 @@ enum cumux_hello_kind {
                               * lets it take back its memory (op RESUME_MEMORY) from the worker that took over */
     CUMUX_HELLO_IPC_LEASE = 12, /* another GPU's worker (only): opens IPC export `token` (server/ipc.c); the
                                  * welcome carries the chunk's descriptor and a struct cumux_ipc_lease in
-                                 * message; the export stays open until this connection closes */
+                                 * message; the export stays open until this connection closes. With
+                                 * flags CUMUX_LEASE_EVENT: interprocess event `token` instead, the
+                                 * driver's CUipcEventHandle of it in message, no descriptor; the event
+                                 * stays while the connection does */
     CUMUX_HELLO_VMM_FETCH = 13, /* another GPU's worker (only): the driver's descriptor of the VMM allocation
                                  * a client exported as the descriptor of device `arg`, inode `token`
                                  * (server/vmm.c), with a struct cumux_vmm_fetch in message */
@@ -72,6 +75,7 @@ struct cumux_hello {
 /* hello flags */
 #define CUMUX_SMS_KEEP 0xffffffffu /* SET_SMS: this half stays as it is */
 #define CUMUX_HELLO_STDOUT 1u /* CLIENT: the client's stdout comes with the hello, for device printf */
+#define CUMUX_LEASE_EVENT 1u  /* IPC_LEASE: of an interprocess event */
 
 /* IPC_LEASE's answer: the chunk (a VMM allocation, mapped whole at chunk_base in the owner's worker) that
  * holds the exported allocation [base, base + size). */

@@ -118,6 +118,7 @@ static void conn_reply(struct conn *c, const char *text, int status)
 struct lease {
     int fd;
     uint64_t token;
+    bool event; /* of an interprocess event, not memory */
 };
 static struct lease *leases;
 static size_t nleases, capleases;
@@ -157,24 +158,31 @@ static void conn_lease(struct conn *k)
         leases = nl;
         capleases = cap;
     }
+    bool event = k->hello.flags & CUMUX_LEASE_EVENT;
+    struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0};
     struct cumux_ipc_lease info;
+    CUipcEventHandle eh;
     int fd = -1;
-    CUresult r = srv_ipc_lease(k->hello.token, &info, &fd);
+    CUresult r = event ? srv_ipc_event_lease(k->hello.token, &eh) : srv_ipc_lease(k->hello.token, &info, &fd);
     if (r != CUDA_SUCCESS) {
         conn_reply(k, "no such IPC export\n", r);
         return;
     }
-    struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .status = 0};
-    memcpy(w.message, &info, sizeof info);
+    _Static_assert(sizeof info <= sizeof w.message && sizeof eh <= sizeof w.message, "fits a welcome");
+    if (event)
+        memcpy(w.message, &eh, sizeof eh);
+    else
+        memcpy(w.message, &info, sizeof info);
     /* A small message on a fresh socket: it goes at once, or the peer is gone. */
     int sent = cumux_sock_send_now(k->fd, &w, sizeof w, fd);
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     if (sent < 0) {
-        srv_ipc_lease_end(k->hello.token);
+        (event ? srv_ipc_event_lease_end : srv_ipc_lease_end)(k->hello.token);
         conn_close(k);
         return;
     }
-    leases[nleases++] = (struct lease){.fd = k->fd, .token = k->hello.token};
+    leases[nleases++] = (struct lease){.fd = k->fd, .token = k->hello.token, .event = event};
     k->fd = -1; /* the lease's now */
     conn_close(k);
 }
@@ -594,7 +602,7 @@ int srv_serve(int lsock, int metrics_sock)
             size_t j = 0;
             for (size_t i = 0; i < nl; i++) {
                 if (fds[3 + nk + i].revents) {
-                    srv_ipc_lease_end(leases[i].token);
+                    (leases[i].event ? srv_ipc_event_lease_end : srv_ipc_lease_end)(leases[i].token);
                     close(leases[i].fd);
                 } else {
                     leases[j++] = leases[i];

@@ -104,6 +104,10 @@ void srv_ipc_lease_end(uint64_t token);
 int srv_vmm_fetch(uint64_t dev, uint64_t ino, struct cumux_vmm_fetch *info);
 /* One holder of a shared event lets go: the last one destroys the CUevent. */
 void srv_ipc_event_drop(struct ipc_event *ev);
+/* Another GPU's worker opens interprocess event `token` (IPC_LEASE, CUMUX_LEASE_EVENT): the driver's handle
+ * of it, held until srv_ipc_event_lease_end (main thread). */
+CUresult srv_ipc_event_lease(uint64_t token, CUipcEventHandle *out);
+void srv_ipc_event_lease_end(uint64_t token);
 
 /* pool.c */
 CUresult default_pool(struct srv_client *c, int gpu, struct srv_pool **out);

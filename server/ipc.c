@@ -445,15 +445,29 @@ void srv_ipc_release_all(struct srv_client *c)
     pthread_mutex_unlock(&ipc_lock);
 }
 
-/* ---- interprocess events: one CUevent, shared by the handles of its owner and its openers ---- */
+/* ---- interprocess events: one CUevent, shared by the handles of its owner and its openers ----
+ * An event of another GPU's worker (another process) is the driver's interprocess event: that worker
+ * hands its CUipcEventHandle over a lease (IPC_LEASE with CUMUX_LEASE_EVENT), which keeps the event there
+ * while this worker holds it open; this worker opens it once, and its clients' opens share that. */
 struct ipc_event {
     uint64_t token;
+    int owner_gpu; /* the worker's that made it; another's: opened here through lease */
+    int lease;     /* the connection to that worker (-1: made here) */
     CUevent cu;
-    unsigned refs; /* handles of it, in all clients */
+    unsigned refs; /* handles of it, in all clients (and leases of other workers, where made here) */
     struct ipc_event *next;
 };
 
 static struct ipc_event *ipc_events;
+
+/* Caller holds ipc_lock. */
+static struct ipc_event *event_find(uint64_t token, int owner_gpu)
+{
+    struct ipc_event *ev = ipc_events;
+    while (ev && (token == 0 || ev->token != token || ev->owner_gpu != owner_gpu))
+        ev = ev->next;
+    return ev;
+}
 
 CUresult op_ipc_get_event_handle(struct srv_client *c, struct srv_event *event, uint8_t *out, uint32_t *out_len)
 {
@@ -467,17 +481,15 @@ CUresult op_ipc_get_event_handle(struct srv_client *c, struct srv_event *event, 
             pthread_mutex_unlock(&ipc_lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        bool taken;
         do {
             if (getrandom(&ev->token, sizeof ev->token, 0) != sizeof ev->token) {
                 pthread_mutex_unlock(&ipc_lock);
                 free(ev);
                 return CUDA_ERROR_OPERATING_SYSTEM;
             }
-            taken = ev->token == 0;
-            for (struct ipc_event *x = ipc_events; x && !taken; x = x->next)
-                taken = x->token == ev->token;
-        } while (taken);
+        } while (ev->token == 0 || event_find(ev->token, srv_gpu_served));
+        ev->owner_gpu = srv_gpu_served;
+        ev->lease = -1;
         ev->cu = event->cu;
         ev->refs = 1;
         ev->next = ipc_events;
@@ -489,30 +501,84 @@ CUresult op_ipc_get_event_handle(struct srv_client *c, struct srv_event *event, 
     return reply_u64(out, out_len, token);
 }
 
+/* Another GPU's worker's event, opened here; NULL and *res when it cannot be. Caller holds ipc_lock, which
+ * this lets go while it asks. */
+static struct ipc_event *event_open_remote(struct srv_client *c, uint64_t token, int owner_gpu, CUresult *res)
+{
+    pthread_mutex_unlock(&ipc_lock);
+    char err[256] = "";
+    struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = CUMUX_HELLO_IPC_LEASE,
+                            .flags = CUMUX_LEASE_EVENT, .token = token};
+    struct cumux_welcome w;
+    int fd = -1;
+    int s = cumux_ask_open(owner_gpu, &h, 5000, &w, &fd, err, sizeof err);
+    if (fd >= 0)
+        close(fd); /* none is sent with an event's */
+    CUevent cu = NULL;
+    *res = CUDA_SUCCESS;
+    if (s < 0) {
+        cumux_logf("IPC: cannot reach GPU %d's worker: %s", owner_gpu, err[0] ? err : strerror(errno));
+        *res = CUDA_ERROR_INVALID_VALUE;
+    } else if (w.status != 0) {
+        *res = (CUresult)w.status;
+    } else {
+        CUipcEventHandle eh;
+        _Static_assert(sizeof eh <= sizeof w.message, "a CUipcEventHandle fits a welcome");
+        memcpy(&eh, w.message, sizeof eh);
+        use_gpu(c, srv_gpu_served);
+        *res = cuIpcOpenEventHandle(&cu, eh);
+    }
+    pthread_mutex_lock(&ipc_lock);
+    struct ipc_event *ev = *res == CUDA_SUCCESS ? event_find(token, owner_gpu) : NULL;
+    if (ev || *res != CUDA_SUCCESS) { /* failed, or another client's open got there first */
+        if (cu)
+            cuEventDestroy(cu);
+        if (s >= 0)
+            close(s);
+        return ev;
+    }
+    ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        cuEventDestroy(cu);
+        close(s);
+        *res = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    *ev = (struct ipc_event){.token = token, .owner_gpu = owner_gpu, .lease = s, .cu = cu, .next = ipc_events};
+    ipc_events = ev;
+    return ev;
+}
+
 CUresult op_ipc_open_event_handle(struct srv_client *c, const struct cumux_ipc_open_event_handle *m,
                                   struct srv_ctx *ctx, uint8_t *out, uint32_t *out_len)
 {
+    if (m->owner_gpu < 0 || m->owner_gpu >= srv_gpu_count || m->token == 0)
+        return CUDA_ERROR_INVALID_VALUE;
     struct srv_event *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&ipc_lock);
-    struct ipc_event *ev = ipc_events;
-    while (ev && (m->token == 0 || ev->token != m->token))
-        ev = ev->next;
-    if (!ev) {
-        pthread_mutex_unlock(&ipc_lock);
-        free(e);
-        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = CUDA_ERROR_INVALID_VALUE;
+    struct ipc_event *ev = event_find(m->token, m->owner_gpu);
+    if (!ev && m->owner_gpu != srv_gpu_served)
+        ev = event_open_remote(c, m->token, m->owner_gpu, &res);
+    if (ev) {
+        *e = (struct srv_event){.cu = ev->cu, .ctx = ctx, .flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
+                                .ipc = ev};
+        e->handle = handle_new(c, OBJ_EVENT, e);
+        res = e->handle ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+        if (e->handle)
+            ev->refs++;
     }
-    *e = (struct srv_event){.cu = ev->cu, .ctx = ctx, .flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
-                            .ipc = ev};
-    e->handle = handle_new(c, OBJ_EVENT, e);
-    if (e->handle)
-        ev->refs++;
+    struct ipc_event *unused = ev && ev->refs == 0 ? ev : NULL; /* opened for this open, which failed */
+    if (unused)
+        ev->refs = 1;
     pthread_mutex_unlock(&ipc_lock);
-    if (!e->handle) {
+    if (unused)
+        srv_ipc_event_drop(unused);
+    if (res != CUDA_SUCCESS) {
         free(e);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return res;
     }
     return reply_u64(out, out_len, e->handle);
 }
@@ -530,8 +596,34 @@ void srv_ipc_event_drop(struct ipc_event *ev)
     pthread_mutex_unlock(&ipc_lock);
     if (last) {
         cuEventDestroy(ev->cu);
+        if (ev->lease >= 0)
+            close(ev->lease); /* the owner's worker lets its event go */
         free(ev);
     }
+}
+
+CUresult srv_ipc_event_lease(uint64_t token, CUipcEventHandle *out)
+{
+    pthread_mutex_lock(&ipc_lock);
+    struct ipc_event *ev = event_find(token, srv_gpu_served);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (ev) {
+        cuCtxSetCurrent(srv_gpus[srv_gpu_served].ctx);
+        r = cuIpcGetEventHandle(out, ev->cu);
+        if (r == CUDA_SUCCESS)
+            ev->refs++;
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return r;
+}
+
+void srv_ipc_event_lease_end(uint64_t token)
+{
+    pthread_mutex_lock(&ipc_lock);
+    struct ipc_event *ev = event_find(token, srv_gpu_served); /* the lease's reference keeps it listed */
+    pthread_mutex_unlock(&ipc_lock);
+    if (ev)
+        srv_ipc_event_drop(ev);
 }
 
 /* ---- across GPUs: the owner's worker ---- */

@@ -276,8 +276,10 @@ CUresult op_event_create(struct srv_client *c, const struct cumux_event_create *
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
     use_gpu(c, ctx->gpu);
-    /* Every client is in this one context: sharing needs no interprocess event of the driver's (ipc.c). */
-    CUresult r = cuEventCreate(&e->cu, m->flags & ~(unsigned)CU_EVENT_INTERPROCESS);
+    /* Every client of this GPU is in this one context: sharing among them needs no interprocess event of
+     * the driver's; sharing with another GPU's worker (another process) does (ipc.c). */
+    unsigned flags = srv_gpu_count > 1 ? m->flags : m->flags & ~(unsigned)CU_EVENT_INTERPROCESS;
+    CUresult r = cuEventCreate(&e->cu, flags);
     if (r != CUDA_SUCCESS) {
         free(e);
         return r;

@@ -2,7 +2,8 @@
  * cuIpcCloseMemHandle) and interprocess events (cuIpcGetEventHandle, cuIpcOpenEventHandle). The server
  * keeps the exports (server/ipc.c); a handle carries the export's token and the GPU whose worker made it.
  * An opened memory handle gives the same device address as the owner's (another GPU's worker maps it
- * there) and an opened event is the same event, since every client's work on a GPU lives in one context. */
+ * there) and an opened event is the same event, since every client's work on a GPU lives in one context
+ * (another GPU's worker opens the driver's interprocess event of it). */
 #include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
@@ -156,20 +157,11 @@ CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     memcpy(&p, handle.reserved, sizeof p);
     if (!phEvent || memcmp(p.magic, ipc_magic, sizeof p.magic))
         return CUDA_ERROR_INVALID_VALUE;
-    int mine = c->device >= 0 && c->device < shim.device_count ? shim.server_gpu[c->device] : -1;
-    if (p.owner_gpu != mine) {
-        /* Another GPU's worker's event: its CUevent lives in that worker's process. Not yet. */
-        static _Atomic int said;
-        if (!atomic_exchange(&said, 1))
-            cumux_logf("cuIpcOpenEventHandle: an event of another GPU (server GPU %d; this context's: %d) is not "
-                       "supported yet", (int)p.owner_gpu, mine);
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t h;
-    r = shim_op_ipc_open_event_handle(c->handle, p.token, &h);
+    r = shim_op_ipc_open_event_handle(c->handle, p.owner_gpu, p.token, &h); /* another GPU's: its worker leases it */
     if (r != CUDA_SUCCESS) {
         free(e);
         return r;

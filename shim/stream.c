@@ -332,7 +332,17 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags)
     if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
     atomic_store(&e->recorded_on, s); /* at a fault, it lost its work if that stream did */
-    return shim_op_event_record(e->handle, s, flags);
+    r = shim_op_event_record(e->handle, s, flags);
+    if (r == CUDA_SUCCESS && (e->flags & CU_EVENT_INTERPROCESS)) {
+        /* Another process may wait on it as soon as this returns (told by a pipe, say): the record must be
+         * the driver's by then, not still in the channel. A call answered after it in the same channel
+         * (the stream's capture state: harmless in a capture too) says it was made; its answer is not
+         * this call's. */
+        struct cumux_capture_info ci;
+        CUresult q = shim_op_capture_info(s, &ci);
+        (void)q;
+    }
+    return r;
 }
 
 CUresult cuEventRecord(CUevent e, CUstream h)

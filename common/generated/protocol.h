@@ -231,8 +231,9 @@ struct cumux_ipc_get_event_handle {
 };
 
 struct cumux_ipc_open_event_handle {
-    uint32_t ctx;   /* handle of a ctx; the context the opened event belongs to in the opener */
-    uint32_t pad;
+    uint32_t ctx;      /* handle of a ctx; the context the opened event belongs to in the opener */
+    int32_t owner_gpu; /* the server's GPU whose worker made it (another's: opened through a lease,
+                          server/ipc.c) */
     uint64_t token;
 };
 

@@ -511,9 +511,10 @@ static inline CUresult shim_op_ipc_get_event_handle(uint32_t event, uint64_t *an
 }
 
 /* IPC_OPEN_EVENT_HANDLE: answered */
-static inline CUresult shim_op_ipc_open_event_handle(uint32_t ctx, uint64_t token, uint64_t *answer)
+static inline CUresult shim_op_ipc_open_event_handle(uint32_t ctx, int32_t owner_gpu, uint64_t token,
+                                                     uint64_t *answer)
 {
-    struct cumux_ipc_open_event_handle m = {.ctx = ctx, .token = token};
+    struct cumux_ipc_open_event_handle m = {.ctx = ctx, .owner_gpu = owner_gpu, .token = token};
     struct cumux_u64_reply rep = {0};
     CUresult r = shim_call(CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &m, sizeof m, &rep, sizeof rep, NULL);
     if (r == CUDA_SUCCESS && answer)

@@ -171,10 +171,12 @@ struct fc_op {
         struct {
             struct fc_event *ev;
             uint64_t gen;
+            uint64_t ipc; /* an interprocess event's: its record's number in the shared state (0: none) */
         } rec;
         struct {
-            struct fc_stream *s;
+            struct fc_stream *s; /* NULL: a wait for an interprocess event's record number seq */
             uint64_t seq;
+            struct fc_event *ipc_ev; /* then that event (a reference) */
         } wait;
         struct {
             struct fc_event *ev; /* holds a reference */

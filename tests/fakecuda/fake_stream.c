@@ -2,9 +2,12 @@
  * events name a position in a stream; cross-stream waits are ops that wait for that position. Stream
  * capture records ops into a graph instead. Copies, memsets, launches and host functions are ops. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -57,6 +60,18 @@ struct fc_event {
     uint64_t cap_id;
     struct fc_gnode **cnodes;
     size_t ncnodes;
+    /* CU_EVENT_INTERPROCESS: its state is shared with the processes that open it (fc_ipc_state) */
+    struct fc_ipc_state *sh;
+    bool sh_owner; /* made here (unlinks the name at its end), not opened */
+    char sh_name[48];
+};
+
+/* An interprocess event's state, in shared memory another process opens by the name its handle carries,
+ * so that a record in any of them is seen by all: records issued and the highest one completed. Waits
+ * and queries compare the two (the last record done means every earlier one counts as done, as an
+ * event only ever tells of its last record). */
+struct fc_ipc_state {
+    _Atomic uint64_t issued, completed;
 };
 
 pthread_mutex_t fc_graph_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -134,7 +149,10 @@ static void op_release(struct fc_op *op)
         event_unref(op->u.rec.ev);
         break;
     case OP_WAIT:
-        stream_unref(op->u.wait.s);
+        if (op->u.wait.s)
+            stream_unref(op->u.wait.s);
+        if (op->u.wait.ipc_ev)
+            event_unref(op->u.wait.ipc_ev);
         break;
     case OP_EVENT_NODE:
         event_unref(op->u.evn.ev);
@@ -296,6 +314,20 @@ void fc_op_check(const struct fc_op *op)
     }
 }
 
+/* Interprocess events: another process's record shows only in the shared state, so it is polled. */
+static void ipc_complete(struct fc_ipc_state *sh, uint64_t n)
+{
+    uint64_t c = atomic_load(&sh->completed);
+    while (c < n && !atomic_compare_exchange_weak(&sh->completed, &c, n)) {
+    }
+}
+
+static void ipc_wait(const struct fc_ipc_state *sh, uint64_t n)
+{
+    while (atomic_load(&sh->completed) < n)
+        usleep(20);
+}
+
 static void stream_wait(struct fc_stream *s, uint64_t target)
 {
     pthread_mutex_lock(&s->mu);
@@ -360,10 +392,15 @@ void fc_op_run(struct fc_op *op)
             e->time_ns = now_ns();
         }
         pthread_mutex_unlock(&ev_mu);
+        if (op->u.rec.ipc)
+            ipc_complete(e->sh, op->u.rec.ipc);
         break;
     }
     case OP_WAIT:
-        stream_wait(op->u.wait.s, op->u.wait.seq);
+        if (op->u.wait.s)
+            stream_wait(op->u.wait.s, op->u.wait.seq);
+        else
+            ipc_wait(op->u.wait.ipc_ev->sh, op->u.wait.seq);
         break;
     case OP_FREE:
         if (op->u.free_ptr)
@@ -1182,8 +1219,35 @@ static void event_unref(struct fc_event *e)
         return;
     if (e->s)
         stream_unref(e->s);
+    if (e->sh) {
+        munmap(e->sh, sizeof *e->sh);
+        if (e->sh_owner)
+            shm_unlink(e->sh_name);
+    }
     free(e->cnodes);
     free(e);
+}
+
+/* An interprocess event's shared state, made under a random name in /dev/shm. */
+static bool ipc_state_make(struct fc_event *e)
+{
+    uint64_t r;
+    if (getrandom(&r, sizeof r, 0) != sizeof r)
+        return false;
+    snprintf(e->sh_name, sizeof e->sh_name, "/fakecuda-ipc-event-%d-%016llx", (int)getpid(), (unsigned long long)r);
+    int fd = shm_open(e->sh_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return false;
+    void *m = ftruncate(fd, sizeof *e->sh) == 0
+                  ? mmap(NULL, sizeof *e->sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (m == MAP_FAILED) {
+        shm_unlink(e->sh_name);
+        return false;
+    }
+    e->sh = m; /* zeros: never recorded */
+    e->sh_owner = true;
+    return true;
 }
 
 CUresult cuEventCreate(CUevent *out, unsigned int flags)
@@ -1198,6 +1262,54 @@ CUresult cuEventCreate(CUevent *out, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = FC_MAGIC_EVENT;
     e->flags = flags;
+    atomic_store(&e->refs, 1);
+    if ((flags & CU_EVENT_INTERPROCESS) && !ipc_state_make(e)) {
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    atomic_fetch_add(&fc_stats.events, 1);
+    *out = (CUevent)e;
+    return CUDA_SUCCESS;
+}
+
+/* The handle of an interprocess event: the name of its shared state. */
+static const char ipc_event_magic[8] = "FCIPCEV";
+_Static_assert(8 + sizeof(((struct fc_event *)0)->sh_name) <= sizeof(CUipcEventHandle), "fits");
+
+CUresult cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent he)
+{
+    struct fc_event *e;
+    CHECK_RET(event_arg(he, &e));
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!e->sh)
+        return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, ipc_event_magic, sizeof ipc_event_magic);
+    memcpy(handle->reserved + sizeof ipc_event_magic, e->sh_name, sizeof e->sh_name);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenEventHandle(CUevent *out, CUipcEventHandle handle)
+{
+    CHECK_RET(fc_check_init());
+    if (!out || memcmp(handle.reserved, ipc_event_magic, sizeof ipc_event_magic))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(e->sh_name, handle.reserved + sizeof ipc_event_magic, sizeof e->sh_name - 1);
+    int fd = e->sh_name[0] == '/' ? shm_open(e->sh_name, O_RDWR | O_CLOEXEC, 0) : -1;
+    void *m = fd >= 0 ? mmap(NULL, sizeof *e->sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0)
+        close(fd);
+    if (m == MAP_FAILED) {
+        free(e);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    e->sh = m;
+    e->magic = FC_MAGIC_EVENT;
+    e->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
     atomic_store(&e->refs, 1);
     atomic_fetch_add(&fc_stats.events, 1);
     *out = (CUevent)e;
@@ -1249,6 +1361,7 @@ CUresult cuEventRecord(CUevent he, CUstream hs)
     pthread_mutex_lock(&ev_mu);
     e->cap_id = 0;
     op->u.rec.gen = ++e->gen;
+    op->u.rec.ipc = e->sh ? atomic_fetch_add(&e->sh->issued, 1) + 1 : 0;
     struct fc_stream *old = e->s;
     e->s = s;
     bool done = false;
@@ -1256,6 +1369,8 @@ CUresult cuEventRecord(CUevent he, CUstream hs)
     if (done) {
         e->time_gen = op->u.rec.gen;
         e->time_ns = now_ns();
+        if (op->u.rec.ipc)
+            ipc_complete(e->sh, op->u.rec.ipc);
     }
     pthread_mutex_unlock(&ev_mu);
     pthread_mutex_unlock(&fc_graph_mu);
@@ -1324,6 +1439,7 @@ static void resolve_event_nodes(struct fc_op *op, struct fc_event **recs, size_t
                 o->kind = OP_WAIT;
                 o->u.wait.s = e->s;
                 o->u.wait.seq = e->seq;
+                o->u.wait.ipc_ev = NULL;
             } else {
                 o->kind = OP_EMPTY; /* never recorded: nothing to wait for */
             }
@@ -1333,6 +1449,7 @@ static void resolve_event_nodes(struct fc_op *op, struct fc_event **recs, size_t
             o->kind = OP_RECORD;
             o->u.rec.ev = e;
             o->u.rec.gen = ++e->gen;
+            o->u.rec.ipc = 0; /* graphs' records of interprocess events are this process's alone */
             atomic_fetch_add(&e->refs, 1);
             recs[(*nrecs)++] = e;
         }
@@ -1412,6 +1529,8 @@ CUresult cuEventQuery(CUevent he)
     struct fc_event *e;
     CHECK_RET(event_arg(he, &e));
     CHECK_RET(capture_prohibits());
+    if (e->sh) /* any process's last record */
+        return atomic_load(&e->sh->completed) >= atomic_load(&e->sh->issued) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     uint64_t seq;
     struct fc_stream *s = event_position(e, &seq);
     if (!s)
@@ -1426,6 +1545,10 @@ CUresult cuEventSynchronize(CUevent he)
     struct fc_event *e;
     CHECK_RET(event_arg(he, &e));
     CHECK_RET(capture_prohibits());
+    if (e->sh) {
+        ipc_wait(e->sh, atomic_load(&e->sh->issued));
+        return fc_check_init();
+    }
     uint64_t seq;
     struct fc_stream *s = event_position(e, &seq);
     CUresult r = CUDA_SUCCESS;
@@ -1488,6 +1611,19 @@ CUresult cuStreamWaitEvent(CUstream hs, CUevent he, unsigned int flags)
         s->cap->invalid = true;
         pthread_mutex_unlock(&fc_graph_mu);
         return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    if (e->sh) { /* any process's last record, polled on the stream */
+        uint64_t n = atomic_load(&e->sh->issued);
+        struct fc_op *op = atomic_load(&e->sh->completed) >= n ? NULL : fc_op_new(OP_WAIT, "cuStreamWaitEvent");
+        if (op) {
+            atomic_fetch_add(&e->refs, 1);
+            op->u.wait.s = NULL;
+            op->u.wait.seq = n;
+            op->u.wait.ipc_ev = e;
+            enqueue(s, op, NULL);
+        }
+        pthread_mutex_unlock(&fc_graph_mu);
+        return op || atomic_load(&e->sh->completed) >= n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t seq;
     struct fc_stream *target = event_position(e, &seq);

@@ -7,9 +7,10 @@
  * was not opened.
  * `gpu_ipc hold`: the owner frees its memory and exits while the opener holds it open; the opener still
  * reads the owner's values, writes its own, reads them back, and exits without closing (its end closes).
+ * The opener then records the same event after its own kernel, without waiting, and the owner's
+ * cuEventSynchronize of it must see the kernel's writes.
  * GT_IPC_OWNER_DEVICES and GT_IPC_OPENER_DEVICES, when set, are each process's CUDA_VISIBLE_DEVICES: the two
- * on different GPUs, the opener's access is peer access (the event then may be refused as not supported:
- * the opener asks the owner to wait for its memset instead).
+ * on different GPUs, the opener's access is peer access.
  * The parent forks before any CUDA call (CUDA is not fork-safe) and only coordinates. */
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,13 +57,17 @@ static void owner(int to_child, int from_child)
     if (write(to_child, &hs, sizeof hs) != (ssize_t)sizeof hs)
         gt_fail("pipe write: %s", strerror(errno));
     mp_msg m;
-    if (mp_recv(from_child, &m, 60000) == 0 && m.tag == 'S') { /* the opener could not open the event */
-        CK(cuEventSynchronize(done));
-        mp_send(to_child, 'R', 0, 0, 0, 0);
-        if (mp_recv(from_child, &m, 60000) < 0)
-            m.tag = 0;
-    }
-    if (m.tag != 'C')
+    /* The opener recorded the event after its kernel and did not wait: waiting on it here waits for that. */
+    if (mp_recv(from_child, &m, 60000) < 0 || m.tag != 'K')
+        gt_fail("the other process did not say it recorded the event");
+    CK(cuEventSynchronize(done));
+    CK(cuMemcpyDtoH(h, d, bytes));
+    for (int i = N / 2; i < N; i++)
+        if (h[i] != (float)(i - N / 2) + 2.0f)
+            gt_fail("owner, after the opener's record: element %d = %g, expected %g", i, (double)h[i],
+                    (double)(i - N / 2) + 2.0f);
+    mp_send(to_child, 'R', 0, 0, 0, 0);
+    if (mp_recv(from_child, &m, 60000) < 0 || m.tag != 'C')
         gt_fail("the other process did not finish with the memory");
     CK(cuMemcpyDtoH(h, d, bytes));
     for (int i = 0; i < N; i++) {
@@ -90,31 +95,18 @@ static void opener(int from_owner, int to_owner)
         gt_fail("no handles from the owner");
     CUipcMemHandle handle = hs.small;
     /* The owner's memset of big, ordered by its interprocess event. */
-    CUevent done = NULL;
-    CUresult er = cuIpcOpenEventHandle(&done, hs.done);
-    if (er == CUDA_ERROR_NOT_SUPPORTED && getenv("GT_IPC_OPENER_DEVICES")) {
-        mp_msg m; /* the owner waits for its memset, and says so */
-        mp_send(to_owner, 'S', 0, 0, 0, 0);
-        if (mp_recv(from_owner, &m, 60000) < 0 || m.tag != 'R')
-            gt_fail("the owner did not say its memset ended");
-        done = NULL;
-    } else if (er != CUDA_SUCCESS) {
-        gt_fail("cuIpcOpenEventHandle: %d", (int)er);
-    }
+    CUevent done;
+    CK(cuIpcOpenEventHandle(&done, hs.done));
     CUdeviceptr big;
     CK(cuIpcOpenMemHandle(&big, hs.big, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
-    if (done)
-        CK(cuStreamWaitEvent(NULL, done, 0));
+    CK(cuStreamWaitEvent(NULL, done, 0));
     float tail[256];
     CK(cuMemcpyDtoH(tail, big + ((size_t)BIG - 256) * sizeof(float), sizeof tail));
     for (int i = 0; i < 256; i++)
         if (tail[i] != 1.5f)
             gt_fail("after waiting on the owner's event: big[%d] = %g, expected 1.5", BIG - 256 + i, (double)tail[i]);
-    if (done)
-        CK(cuEventSynchronize(done));
+    CK(cuEventSynchronize(done));
     CK(cuIpcCloseMemHandle(big));
-    if (done)
-        CK(cuEventDestroy(done));
     /* Never exported: refused. */
     CUipcMemHandle bogus;
     memset(&bogus, 0x5a, sizeof bogus);
@@ -137,6 +129,13 @@ static void opener(int from_owner, int to_owner)
     int n = N / 2;
     void *args[] = {&d, &second, &second, &n}; /* second[i] = first[i] + second[i] */
     CK(cuLaunchKernel(vec_add, (N / 2 + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+    /* The owner waits for the kernel through the event, recorded here without waiting. */
+    CK(cuEventRecord(done, NULL));
+    mp_send(to_owner, 'K', 0, 0, 0, 0);
+    mp_msg m;
+    if (mp_recv(from_owner, &m, 60000) < 0 || m.tag != 'R')
+        gt_fail("the owner did not see the kernel's writes");
+    CK(cuEventDestroy(done));
     CK(cuCtxSynchronize());
     /* Closing what was not opened is refused; closing what was is not. */
     CUdeviceptr mine;
