@@ -24,6 +24,8 @@ static void usage(FILE *f)
                "  start [--foreground]   start the server (cumuxd) for this pipe directory\n"
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs, clients and recent faults\n"
+               "  reload                 the server reads its settings file (cumuxd --config) again and applies\n"
+               "                         the defaults for programs that connect from then on; none is dropped\n"
                "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
                "  run [--memory SIZE] [--priority high|normal|low] [--sms N] [--threads P] -- CMD [ARGS...]\n"
                "                         run CMD under cumux (starts the server if none runs); --memory:\n"
@@ -82,6 +84,16 @@ static int cmd_kill(int argc, char **argv)
         return 2;
     }
     int st = cli_request_each(CUMUX_HELLO_KILL, (uint32_t)pid, 0, stdout);
+    if (st < 0 && errno != EPERM)
+        fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
+    return st == 0 ? 0 : 1;
+}
+
+/* cumux reload: the server reads its settings file again (as systemctl reload asks with SIGHUP) and says
+ * what it applied; clients keep running. */
+static int cmd_reload(void)
+{
+    int st = cli_request(CUMUX_HELLO_RELOAD, 0, 0, stdout);
     if (st < 0 && errno != EPERM)
         fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
     return st == 0 ? 0 : 1;
@@ -422,6 +434,8 @@ int main(int argc, char **argv)
         return cmd_status();
     if (!strcmp(cmd, "kill"))
         return cmd_kill(argc - 1, argv + 1);
+    if (!strcmp(cmd, "reload") && argc == 2)
+        return cmd_reload();
     if (!strcmp(cmd, "set"))
         return cmd_set(argc - 1, argv + 1);
     if (!strcmp(cmd, "control"))

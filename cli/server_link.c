@@ -109,6 +109,8 @@ int cli_request_gpu(int gpu, uint32_t kind, uint32_t flags, uint64_t arg, FILE *
                         "CUMUX_PIPE_DIRECTORY.\n", cumux_pipe_directory(), err);
     if (text && out)
         fputs(text, out);
+    else if (text && st > 0) /* a refusal says why, even where the answer was not wanted */
+        fprintf(stderr, "cumux: %s%s", text, text[0] && text[strlen(text) - 1] == '\n' ? "" : "\n");
     free(text);
     return st;
 }

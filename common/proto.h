@@ -46,6 +46,8 @@ enum cumux_hello_kind {
     CUMUX_HELLO_VMM_FETCH = 13, /* another GPU's worker (only): the driver's descriptor of the VMM allocation
                                  * a client exported as the descriptor of device `arg`, inode `token`
                                  * (server/vmm.c), with a struct cumux_vmm_fetch in message */
+    CUMUX_HELLO_RELOAD = 14, /* the CLI: the server reads its settings file again (server/config.c); the
+                              * answer says what it applied, or why nothing */
 };
 
 /* STATUS flags. Each GPU's worker answers for its GPU on that GPU's socket; GPU 0's also for the server as

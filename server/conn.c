@@ -28,6 +28,7 @@
 #include "server/main.h"
 #include "server/objects.h"
 #include "server/server.h"
+#include "server/supervisor.h"
 
 volatile sig_atomic_t srv_stop_requested;
 int srv_wake_pipe[2] = {-1, -1};
@@ -288,6 +289,31 @@ static void conn_client(struct conn *k)
         cumux_logf("client %u connected: pid %d uid %u", c->id, (int)c->pid, (unsigned)c->uid);
 }
 
+/* `cumux reload`: the supervisor reads the settings file again (it does on SIGHUP, as from systemctl
+ * reload); its outcome, once its page says it has one. A second of waiting at most: the supervisor answers
+ * within its loop's next turn. */
+static void conn_reload(struct conn *k)
+{
+    if (!sup_page) {
+        conn_reply(k, "this cumuxd has no supervisor to reload its settings\n", CUDA_ERROR_NOT_SUPPORTED);
+        return;
+    }
+    uint32_t before = atomic_load_explicit(&sup_page->reloads, memory_order_acquire);
+    if (kill(srv_supervisor_pid, SIGHUP) < 0) {
+        conn_reply(k, "cannot signal the supervisor\n", CUDA_ERROR_OPERATING_SYSTEM);
+        return;
+    }
+    for (int i = 0; i < 200 && atomic_load_explicit(&sup_page->reloads, memory_order_acquire) == before; i++)
+        usleep(10000);
+    if (atomic_load_explicit(&sup_page->reloads, memory_order_acquire) == before) {
+        conn_reply(k, "the supervisor did not answer within 2 s; see the server's log\n", CUDA_ERROR_TIMEOUT);
+        return;
+    }
+    char text[sizeof sup_page->reload_text + 2];
+    snprintf(text, sizeof text, "%.*s\n", (int)sizeof sup_page->reload_text - 1, sup_page->reload_text);
+    conn_reply(k, text, atomic_load(&sup_page->reload_failed) ? CUDA_ERROR_INVALID_VALUE : 0);
+}
+
 /* A whole hello has come. */
 static void conn_hello(struct conn *k)
 {
@@ -296,7 +322,10 @@ static void conn_hello(struct conn *k)
         conn_close(k);
         return;
     }
-    bool allowed = k->cred.uid == getuid() || k->cred.uid == 0;
+    /* The server's own user and root may do anything; users CUMUX_USERS lets in only run programs and read
+     * the status (access.c). */
+    bool admin = k->cred.uid == getuid() || k->cred.uid == 0;
+    bool allowed = admin || srv_access_may_use(k->cred.uid, k->cred.gid, k->cred.pid);
     if (k->out_fd >= 0 && ((h->kind != CUMUX_HELLO_CLIENT && h->kind != CUMUX_HELLO_RESUME) ||
                            !(h->flags & CUMUX_HELLO_STDOUT) ||
                            h->version != CUMUX_PROTO_VERSION || !allowed)) {
@@ -308,9 +337,15 @@ static void conn_hello(struct conn *k)
                    CUDA_ERROR_MPS_CONNECTION_FAILED);
         return;
     }
-    /* Only the server's own user (and root) may use it, as with MPS's default. */
+    /* Only the server's own user (and root) may use it, as with MPS's default, unless CUMUX_USERS says. */
     if (!allowed) {
-        conn_reply(k, "permission denied: cumuxd belongs to another user", CUDA_ERROR_MPS_CONNECTION_FAILED);
+        conn_reply(k, "permission denied: cumuxd belongs to another user (its CUMUX_USERS does not name you)",
+                   CUDA_ERROR_MPS_CONNECTION_FAILED);
+        return;
+    }
+    if (!admin && h->kind != CUMUX_HELLO_CLIENT && h->kind != CUMUX_HELLO_RESUME && h->kind != CUMUX_HELLO_STATUS) {
+        conn_reply(k, "permission denied: only cumuxd's user and root may change the server or its clients",
+                   CUDA_ERROR_NOT_PERMITTED);
         return;
     }
     switch (h->kind) {
@@ -402,6 +437,9 @@ static void conn_hello(struct conn *k)
         conn_reply(k, text, 0);
         return;
     }
+    case CUMUX_HELLO_RELOAD:
+        conn_reload(k);
+        return;
     case CUMUX_HELLO_IPC_LEASE:
         conn_lease(k);
         return;

@@ -25,6 +25,7 @@
 #include "common/size.h"
 #include "common/text.h"
 #include "common/sock.h"
+#include "server/config.h"
 #include "server/main.h"
 #include "server/objects.h"
 #include "server/server.h"
@@ -73,9 +74,14 @@ static int open_pipe_dir(const char *path)
         errno = EPERM;
         return -1;
     }
-    if (st.st_mode & 077) {
-        fprintf(stderr, "cumuxd: pipe directory %s has mode %04o: it must be closed to others (0700)\n", path,
-                (unsigned)(st.st_mode & 07777));
+    /* Writable by no one else: nobody can put, rename or remove anything in it. Closed to others too unless
+     * the server serves other users (CUMUX_USERS; then its sockets are open and connections checked), who
+     * must be able to reach its sockets: a private directory is opened to them (0755). */
+    if (srv_access_open() && !(st.st_mode & 077) && fchmod(fd, (st.st_mode & 07777) | 055) == 0)
+        st.st_mode |= 055;
+    if (st.st_mode & (srv_access_open() ? 022 : 077)) {
+        fprintf(stderr, "cumuxd: pipe directory %s has mode %04o: it must be closed to others (0700; 0755 "
+                "where CUMUX_USERS lets other users in)\n", path, (unsigned)(st.st_mode & 07777));
         close(fd);
         errno = EPERM;
         return -1;
@@ -142,11 +148,13 @@ static void write_pid_file(int dir_fd, const char *name)
 int main(int argc, char **argv)
 {
     bool foreground = false;
-    const char *max_clients_arg = getenv("CUMUX_MAX_CLIENTS"), *max_handles_arg = getenv("CUMUX_MAX_HANDLES");
+    const char *max_clients_arg = NULL, *max_handles_arg = NULL, *config = getenv("CUMUX_CONFIG");
     const char *max_clients_from = "CUMUX_MAX_CLIENTS", *max_handles_from = "CUMUX_MAX_HANDLES";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--foreground") || !strcmp(argv[i], "-f")) {
             foreground = true;
+        } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            config = argv[++i];
         } else if (!strcmp(argv[i], "--max-clients") && i + 1 < argc) {
             max_clients_arg = argv[++i];
             max_clients_from = "--max-clients";
@@ -154,7 +162,10 @@ int main(int argc, char **argv)
             max_handles_arg = argv[++i];
             max_handles_from = "--max-handles";
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: cumuxd [--foreground] [--max-clients N] [--max-handles N]\n"
+            printf("usage: cumuxd [--foreground] [--config FILE] [--max-clients N] [--max-handles N]\n"
+                   "  --config FILE     CUMUX_* settings, VARIABLE=value a line, over the environment; read again\n"
+                   "                    on SIGHUP (`cumux reload`) for the defaults that can change live (also\n"
+                   "                    CUMUX_CONFIG)\n"
                    "  --max-clients N   clients served at once (default 256; also CUMUX_MAX_CLIENTS)\n"
                    "  --max-handles N   handles (contexts, streams, events, modules...) per client (default "
                    "1048576; also CUMUX_MAX_HANDLES)\n"
@@ -168,25 +179,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!srv_config_start(config && *config ? config : NULL) || !srv_access_parse(getenv("CUMUX_USERS")))
+        return 2;
+    srv_on_reload = srv_config_reload;
+    if (!max_clients_arg)
+        max_clients_arg = getenv("CUMUX_MAX_CLIENTS");
+    if (!max_handles_arg)
+        max_handles_arg = getenv("CUMUX_MAX_HANDLES");
     if (!parse_limit(max_clients_arg, max_clients_from, MAX_CLIENTS_CAP, &srv_max_clients) ||
         !parse_limit(max_handles_arg, max_handles_from, MAX_HANDLES_CAP, &srv_max_handles))
         return 2;
-    const char *dml = getenv("CUMUX_DEFAULT_MEMORY_LIMIT");
-    for (int g = 0; g < CUMUX_MAX_DEVICES; g++) { /* each GPU its entry, as the server numbers them */
-        uint64_t dml_bytes = 0;
-        if (dml && *dml && !cumux_parse_device_limits(dml, g, &dml_bytes)) {
-            fprintf(stderr, "cumuxd: CUMUX_DEFAULT_MEMORY_LIMIT=%s: not a size (4G, 512M) nor 0=SIZE,1=SIZE\n", dml);
-            return 2;
-        }
-        srv_set_default_mem_limit(g, dml_bytes);
-    }
-    const char *dp = getenv("CUMUX_DEFAULT_PRIORITY");
-    enum cumux_priority dprio = CUMUX_PRIORITY_NORMAL;
-    if (dp && *dp && !cumux_priority_parse(dp, &dprio)) {
-        fprintf(stderr, "cumuxd: CUMUX_DEFAULT_PRIORITY=%s: not high, normal or low\n", dp);
-        return 2;
-    }
-    srv_set_default_priority((int)dprio);
     const char *sndbuf = getenv("CUMUX_TEST_SNDBUF");
     srv_test_sndbuf = sndbuf ? atoi(sndbuf) : 0;
     const char *welcome_delay = getenv("CUMUX_TEST_WELCOME_DELAY_MS");
@@ -302,8 +304,8 @@ int main(int argc, char **argv)
     const char *metrics = getenv("CUMUX_METRICS_PORT");
     if (metrics && *metrics && (metrics_sock = srv_metrics_listen(metrics)) < 0)
         goto out;
-    if (fchmodat(dir_fd, CUMUX_SOCKET_NAME, 0600, 0) < 0)
-        cumux_logf("cannot make %s owner-only: %s (the directory still is)", sock_path, strerror(errno));
+    if (fchmodat(dir_fd, CUMUX_SOCKET_NAME, srv_access_open() ? 0666 : 0600, 0) < 0)
+        cumux_logf("cannot set %s's mode: %s", sock_path, strerror(errno));
     write_pid_file(dir_fd, "cumuxd.pid");
     signal(SIGPIPE, SIG_IGN);
     /* From here on this is a worker; the supervisor stays in srv_supervise until the server stops. */

@@ -49,6 +49,12 @@ unsigned srv_set_priority(pid_t pid, int cls, char *text, size_t cap);
 unsigned srv_set_sms(pid_t pid, uint64_t arg, char *text, size_t cap, unsigned *refused);
 int srv_kills_pending(void); /* killed clients whose work has not drained yet: accept nobody meanwhile */
 
+/* access.c: who may use the server besides its user and root (CUMUX_USERS). srv_access_parse: false (said
+ * on stderr) when the list names no one it knows; srv_access_open: whether anyone else may. */
+bool srv_access_parse(const char *spec);
+bool srv_access_open(void);
+bool srv_access_may_use(uid_t uid, gid_t gid, pid_t pid);
+
 /* conn.c: the main thread's poll loop, until a stop is asked for; 0, or -1 on an error. */
 int srv_serve(int lsock, int metrics_sock);
 extern volatile sig_atomic_t srv_stop_requested;

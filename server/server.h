@@ -387,6 +387,8 @@ void srv_fault_watch_stop(void);
  * others' in dir_fd once GPU 0's worker has said how many GPUs there are, and writes 0 to *ready_fd once
  * every GPU's worker serves (the workers never see it). */
 int srv_supervise(int *ready_fd, int dir_fd, int *lsock);
+/* What the supervisor does on SIGHUP (main.c sets it: the settings file read again, config.c). */
+extern void (*srv_on_reload)(void);
 /* The device memory limit of clients that ask for none or for more (CUMUX_DEFAULT_MEMORY_LIMIT, `cumux
  * control set_default_device_pinned_mem_limit`), 0 for none: kept with the supervisor, so that a worker
  * that replaces a failed one has it too. */

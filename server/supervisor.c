@@ -38,6 +38,7 @@
 #include "common/log.h"
 #include "common/priority.h"
 #include "common/sock.h"
+#include "server/main.h"
 #include "server/supervisor.h"
 
 #define RESTARTS_FAST 20      /* restarts within RESTART_WINDOW_S before the supervisor slows down */
@@ -154,6 +155,19 @@ static void sup_on_signal(int sig)
         if (doms[i].standby > 0)
             kill(doms[i].standby, sig);
     }
+}
+
+static volatile sig_atomic_t sup_reload;
+void (*srv_on_reload)(void);
+
+static void sup_on_hangup(int sig)
+{
+    (void)sig;
+    sup_reload = 1;
+    int e = errno;
+    ssize_t w = write(chld_pipe[1], "h", 1);
+    (void)w;
+    errno = e;
 }
 
 static void sup_on_child(int sig)
@@ -314,6 +328,7 @@ static pid_t fork_worker(struct sup_domain *d, int rep[2], bool standby, int *wo
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
+        signal(SIGHUP, SIG_IGN); /* the supervisor's: a reload (a terminal's hang-up ends the supervisor's) */
         prctl(PR_SET_PDEATHSIG, SIGTERM); /* a worker never outlives its supervisor */
         if (getppid() != srv_supervisor_pid)
             _exit(1);
@@ -472,8 +487,8 @@ static int domains_add(int count)
                 close(s);
             return -1;
         }
-        if (fchmodat(sup_dir_fd, name, 0600, 0) < 0)
-            cumux_logf("cannot make %s owner-only: %s (the directory still is)", path, strerror(errno));
+        if (fchmodat(sup_dir_fd, name, srv_access_open() ? 0666 : 0600, 0) < 0)
+            cumux_logf("cannot set %s's mode: %s", path, strerror(errno));
         struct sup_domain *d = &doms[g];
         domain_init(d, g, s);
         if (doms[0].arena_hint_size)
@@ -637,6 +652,8 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
     sigaction(SIGINT, &sa, NULL);
     struct sigaction sc = {.sa_handler = sup_on_child, .sa_flags = SA_NOCLDSTOP | SA_RESTART};
     sigaction(SIGCHLD, &sc, NULL);
+    struct sigaction sh = {.sa_handler = sup_on_hangup, .sa_flags = SA_RESTART};
+    sigaction(SIGHUP, &sh, NULL);
     const char *sb = getenv("CUMUX_STANDBY");
     bool want_standby = !(sb && !strcmp(sb, "0"));
     void *page = mmap(NULL, sizeof *sup_page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -713,6 +730,13 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
         char drain[64];
         while (read(chld_pipe[0], drain, sizeof drain) > 0)
             ;
+        if (sup_reload) {
+            sup_reload = 0;
+            if (srv_on_reload)
+                srv_on_reload();
+            else
+                cumux_logf("SIGHUP: nothing to reload");
+        }
         /* Reports first: a fault is answered by the standby before the failed worker has exited. */
         struct sup_msg m;
         while (read(rep[0], &m, sizeof m) == (ssize_t)sizeof m)

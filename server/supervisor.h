@@ -38,6 +38,10 @@ struct sup_shared {
     _Atomic uint32_t nfaults, restarts;
     _Atomic uint32_t gpu_faults[CUMUX_MAX_DEVICES], gpu_restarts[CUMUX_MAX_DEVICES];
     struct srv_fault_record faults[SRV_FAULTS_KEPT];
+    /* Reloads of the settings file (config.c): the supervisor writes the outcome, then moves reloads on. */
+    _Atomic uint32_t reloads;
+    _Atomic int32_t reload_failed;
+    char reload_text[480];
 };
 extern struct sup_shared *sup_page;
 
