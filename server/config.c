@@ -188,7 +188,14 @@ static void reload_said(bool ok, const char *text)
     else
         cumux_logf("reload: %s; nothing changed", text);
     if (sup_page) {
-        snprintf(sup_page->reload_text, sizeof sup_page->reload_text, "%s%s", ok ? "" : "not reloaded: ", text);
+        /* What does not fit is in the log. */
+        const char *pre = ok ? "" : "not reloaded: ";
+        size_t cap = sizeof sup_page->reload_text, lp = strlen(pre), lt = strlen(text);
+        if (lt > cap - 1 - lp)
+            lt = cap - 1 - lp;
+        memcpy(sup_page->reload_text, pre, lp);
+        memcpy(sup_page->reload_text + lp, text, lt);
+        sup_page->reload_text[lp + lt] = 0;
         atomic_store(&sup_page->reload_failed, ok ? 0 : 1);
         atomic_fetch_add_explicit(&sup_page->reloads, 1, memory_order_release);
     }
