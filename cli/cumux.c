@@ -38,6 +38,9 @@ static void usage(FILE *f)
                "  set PID --priority P   change the class of the streams client process PID makes from now on\n"
                "  set PID --sms N|none   reserve N SMs for client process PID alone, from its next operation on\n"
                "  set PID --threads P|none   its kernels on at most P%% of the SMs, from its next operation on\n"
+               "  set --group CGROUP --memory SIZE|none | --priority P|none | --threads P|none\n"
+               "                         a client group's settings: the programs of that cgroup and below share\n"
+               "                         the memory limit (each GPU's), and each gets the priority and SMs\n"
                "  top [--once [--json]] [--interval S]   live view: per client GPU time share,\n"
                "                         kernels/s, memory and limit; per GPU utilization and SM activity\n"
                "  control [COMMAND...]   nvidia-cuda-mps-control's commands, one a line on stdin (or the\n"
@@ -101,8 +104,41 @@ static int cmd_reload(void)
 
 /* cumux set PID --memory SIZE: the client's device memory limit from its next allocation on (what it holds
  * already stays); "none" or 0 lifts it. cumux set PID --priority CLASS: its new streams' class. */
+/* cumux set --group CGROUP --memory SIZE|none | --priority CLASS|none | --threads PERCENT|none: the
+ * group's setting on every GPU's worker (server/groups.c). */
+static int cmd_set_group(int argc, char **argv)
+{
+    uint64_t value = 0;
+    uint32_t what = 0, count = 0;
+    enum cumux_priority prio;
+    bool none = argc == 4 && !strcmp(argv[3], "none");
+    if (argc == 4 && !strcmp(argv[2], "--memory") && cumux_parse_size(argv[3], &value))
+        what = CUMUX_GROUP_MEMORY;
+    else if (argc == 4 && !strcmp(argv[2], "--priority") && (none || cumux_priority_parse(argv[3], &prio)))
+        what = CUMUX_GROUP_PRIORITY, value = none ? CUMUX_GROUP_NONE : (uint64_t)prio;
+    else if (argc == 4 && !strcmp(argv[2], "--threads") && (none || cumux_parse_count(argv[3], 100, &count)))
+        what = CUMUX_GROUP_THREADS, value = none ? 0 : count;
+    struct cumux_group_name g = {{0}};
+    if (!what || strlen(argv[1]) >= sizeof g.path) {
+        fprintf(stderr, "usage: cumux set --group CGROUP --memory SIZE|none\n"
+                        "       cumux set --group CGROUP --priority high|normal|low|none\n"
+                        "       cumux set --group CGROUP --threads PERCENT|none\n"
+                        "  CGROUP: a cgroup path, as /proc/PID/cgroup names it; its programs are those at it or below\n");
+        return 2;
+    }
+    snprintf(g.path, sizeof g.path, "%s", argv[1]);
+    cli_group = &g;
+    int st = cli_request_each(CUMUX_HELLO_SET_GROUP, what, value, stdout);
+    cli_group = NULL;
+    if (st < 0 && errno != EPERM)
+        fprintf(stderr, "cumux: no cumuxd runs on %s\n", cumux_pipe_directory());
+    return st == 0 ? 0 : 1;
+}
+
 static int cmd_set(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "--group"))
+        return cmd_set_group(argc - 1, argv + 1);
     char *end = NULL;
     long pid = argc == 4 ? strtol(argv[1], &end, 10) : 0;
     uint64_t value = 0;

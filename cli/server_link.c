@@ -97,13 +97,17 @@ int cli_connect_server(void)
     return s;
 }
 
+const struct cumux_group_name *cli_group; /* set: requests carry it (SET_GROUP) */
+
 int cli_request_gpu(int gpu, uint32_t kind, uint32_t flags, uint64_t arg, FILE *out)
 {
     struct cumux_hello h = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION, .kind = kind, .flags = flags,
                             .arg = arg};
     char *text = NULL, err[512];
     /* another GPU's worker may be in the middle of a takeover: it answers within seconds, or not at all */
-    int st = cumux_ask(gpu, &h, gpu ? 5000 : 0, &text, err, sizeof err);
+    bool g = kind == CUMUX_HELLO_SET_GROUP && cli_group;
+    int st = cumux_ask_extra(gpu, &h, g ? cli_group : NULL, g ? sizeof *cli_group : 0, gpu ? 5000 : 0, &text, err,
+                             sizeof err);
     if (st < 0 && errno == EPERM)
         fprintf(stderr, "cumux: another user's process holds the pipe directory %s: %s. Use another "
                         "CUMUX_PIPE_DIRECTORY.\n", cumux_pipe_directory(), err);

@@ -8,8 +8,8 @@
 #include "common/ask.h"
 #include "common/sock.h"
 
-int cumux_ask_open(int gpu, const struct cumux_hello *h, int timeout_ms, struct cumux_welcome *w, int *fd, char *err,
-                   size_t errlen)
+static int ask_open(int gpu, const struct cumux_hello *h, const void *extra, size_t extra_len, int timeout_ms,
+                    struct cumux_welcome *w, int *fd, char *err, size_t errlen)
 {
     if (fd)
         *fd = -1;
@@ -26,7 +26,8 @@ int cumux_ask_open(int gpu, const struct cumux_hello *h, int timeout_ms, struct 
         setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     }
-    if (cumux_sock_send(s, h, sizeof *h, -1) < 0 || cumux_sock_recv(s, w, sizeof *w, fd) < 0) {
+    if (cumux_sock_send(s, h, sizeof *h, -1) < 0 || (extra_len && cumux_sock_send(s, extra, extra_len, -1) < 0) ||
+        cumux_sock_recv(s, w, sizeof *w, fd) < 0) {
         int e = errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
         if (fd && *fd >= 0)
             close(*fd), *fd = -1;
@@ -37,12 +38,24 @@ int cumux_ask_open(int gpu, const struct cumux_hello *h, int timeout_ms, struct 
     return s;
 }
 
+int cumux_ask_open(int gpu, const struct cumux_hello *h, int timeout_ms, struct cumux_welcome *w, int *fd, char *err,
+                   size_t errlen)
+{
+    return ask_open(gpu, h, NULL, 0, timeout_ms, w, fd, err, errlen);
+}
+
 int cumux_ask(int gpu, const struct cumux_hello *h, int timeout_ms, char **text, char *err, size_t errlen)
+{
+    return cumux_ask_extra(gpu, h, NULL, 0, timeout_ms, text, err, errlen);
+}
+
+int cumux_ask_extra(int gpu, const struct cumux_hello *h, const void *extra, size_t extra_len, int timeout_ms,
+                    char **text, char *err, size_t errlen)
 {
     if (text)
         *text = NULL;
     struct cumux_welcome w;
-    int s = cumux_ask_open(gpu, h, timeout_ms, &w, NULL, err, errlen);
+    int s = ask_open(gpu, h, extra, extra_len, timeout_ms, &w, NULL, err, errlen);
     if (s < 0)
         return -1;
     if (w.text_len > 0 && w.text_len < (1u << 24)) {

@@ -12,6 +12,9 @@
  * (malloc'd, NUL-ended; NULL when there was none or text is NULL), or -1 with errno: EPERM (err says why),
  * ENOENT/ECONNREFUSED (no worker there), ETIMEDOUT. */
 int cumux_ask(int gpu, const struct cumux_hello *h, int timeout_ms, char **text, char *err, size_t errlen);
+/* The same, with extra_len bytes sent after the hello (SET_GROUP's struct cumux_group_name). */
+int cumux_ask_extra(int gpu, const struct cumux_hello *h, const void *extra, size_t extra_len, int timeout_ms,
+                    char **text, char *err, size_t errlen);
 
 /* The same question, its welcome in *w and the descriptor that came with it in *fd (-1: none; fd NULL:
  * none taken): the connected socket, which the caller closes (or keeps: a lease lasts while it is open),

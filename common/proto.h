@@ -48,7 +48,19 @@ enum cumux_hello_kind {
                                  * (server/vmm.c), with a struct cumux_vmm_fetch in message */
     CUMUX_HELLO_RELOAD = 14, /* the CLI: the server reads its settings file again (server/config.c); the
                               * answer says what it applied, or why nothing */
+    CUMUX_HELLO_SET_GROUP = 15, /* the CLI: the client group named by the struct cumux_group_name that follows
+                                 * the hello gets setting `flags` (CUMUX_GROUP_*) = `arg` (server/groups.c) */
 };
+
+/* Client groups (server/groups.c): a group is a cgroup path; its programs are those at it or below. */
+#define CUMUX_GROUP_PATH 192
+struct cumux_group_name {
+    char path[CUMUX_GROUP_PATH]; /* NUL-ended */
+};
+#define CUMUX_GROUP_MEMORY 1u   /* arg: the group's device memory on each GPU at most (bytes, 0 none) */
+#define CUMUX_GROUP_PRIORITY 2u /* arg: its programs' class (enum cumux_priority), CUMUX_GROUP_NONE: none */
+#define CUMUX_GROUP_THREADS 3u  /* arg: its programs' active thread percentage, 0 none */
+#define CUMUX_GROUP_NONE 0xffffffffu
 
 /* STATUS flags. Each GPU's worker answers for its GPU on that GPU's socket; GPU 0's also for the server as
  * a whole (the first line, the faults of every GPU). The CLI asks each and puts the answers together. */
@@ -59,7 +71,10 @@ enum cumux_hello_kind {
                                  * "gpu INDEX WORKER_PID PCI_BUS_ID SMS USED_BYTES TOTAL_BYTES DEFAULT_LIMIT_BYTES
                                  *  FAULTS RESTARTS NAME" (the worker's GPU)
                                  * "client ID GPU PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS
-                                 *  GPU_NS PRIORITY SMS RESERVED PERCENT =NAME COMMAND" (GPU_NS: its GPU time so
+                                 *  GPU_NS PRIORITY SMS RESERVED PERCENT GROUP =NAME COMMAND" (GROUP: its group's
+                                 *  cgroup path, server/groups.c)
+                                 * "group GPU PATH LIMIT_BYTES USED_BYTES PROGRAMS PRIORITY PERCENT" (a group with
+                                 *  settings, what its programs on that GPU hold; PRIORITY - when none) (GPU_NS: its GPU time so
                                  *  far, estimated: server/usage.c; PRIORITY: high, normal or low; NAME: its
                                  *  CUMUX_CLIENT_NAME, no spaces, nothing after '=' when none). common/records.c
                                  *  reads them. */

@@ -48,6 +48,14 @@ int cumux_records_parse(const char *text, struct cumux_records *r, bool merge)
             }
             continue;
         }
+        if (!strncmp(line, "group ", 6)) {
+            struct cumux_record_group *g = &r->groups[r->ngroups];
+            if (r->ngroups < CUMUX_RECORD_MAX_GROUPS &&
+                sscanf(line + 6, "%d %191s %llu %llu %u %15s %u", &g->gpu, g->path, &g->limit, &g->used, &g->programs,
+                       g->priority, &g->percent) == 7)
+                r->ngroups++;
+            continue;
+        }
         if (strncmp(line, "client ", 7) != 0)
             continue;
         if (r->n == cap) {
@@ -65,9 +73,9 @@ int cumux_records_parse(const char *text, struct cumux_records *r, bool merge)
         memset(c, 0, sizeof *c);
         char name[sizeof c->name + 1];
         int used = 0;
-        if (sscanf(line + 7, "%u %d %d %u %llu %llu %llu %u %llu %llu %15s %u %d %u %64s %n", &c->id, &c->gpu, &c->pid,
-                   &c->uid, &c->device, &c->limit, &c->pinned, &c->streams, &c->kernels, &c->gpu_ns, c->priority,
-                   &c->sms, &c->reserved, &c->percent, name, &used) >= 15) {
+        if (sscanf(line + 7, "%u %d %d %u %llu %llu %llu %u %llu %llu %15s %u %d %u %191s %64s %n", &c->id, &c->gpu,
+                   &c->pid, &c->uid, &c->device, &c->limit, &c->pinned, &c->streams, &c->kernels, &c->gpu_ns,
+                   c->priority, &c->sms, &c->reserved, &c->percent, c->group, name, &used) >= 16) {
             /* the name comes after '=' (nothing after it: none), so that an empty one is still a field */
             const char *nm = name[0] == '=' ? name + 1 : name;
             size_t nl = strnlen(nm, sizeof c->name - 1);

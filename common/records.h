@@ -14,6 +14,7 @@ struct cumux_record_client {
     unsigned sms;      /* SMs its kernels may use (0: not known yet) */
     int reserved;      /* they are its alone */
     unsigned percent;  /* its active thread percentage (100: no cap) */
+    char group[192];   /* its group: the cgroup path of its group's rule, or its own cgroup */
     char name[64];     /* CUMUX_CLIENT_NAME, "" when it gave none */
     char cmd[128];
 };
@@ -24,6 +25,15 @@ struct cumux_record_gpu {
     char bus_id[32], name[128];
 };
 #define CUMUX_RECORD_MAX_GPUS 16
+/* A client group with settings, on one GPU (server/groups.c). */
+struct cumux_record_group {
+    int gpu;
+    char path[192];
+    unsigned long long limit, used; /* bytes on that GPU; limit 0: none */
+    unsigned programs, percent;
+    char priority[16]; /* "-": none */
+};
+#define CUMUX_RECORD_MAX_GROUPS 128
 struct cumux_records {
     int server_pid, worker_pid, gpu_count; /* gpu_count: the GPUs the server serves, a worker each */
     unsigned long long default_limit;      /* GPU 0's */
@@ -34,6 +44,8 @@ struct cumux_records {
     int ngpus;
     struct cumux_record_client *clients;
     size_t n;
+    struct cumux_record_group groups[CUMUX_RECORD_MAX_GROUPS]; /* of every GPU's worker */
+    size_t ngroups;
 };
 /* Adds one worker's records (text) to r: its GPU and its clients; the server line is taken from the
  * first worker's (merge false: r is reset first). 0, or -1 when memory ran out. */

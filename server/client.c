@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/sock.h"
 #include "server/objects.h"
+#include "server/groups.h"
 #include "server/handlers.h" /* the kinds' free functions, for the generated release loops */
 #include "server/server.h"
 
@@ -231,6 +232,7 @@ static void *worker_main(void *arg)
         free(prof);
     }
     srv_client_release_all(c);
+    srv_group_leave(c); /* after its memory went: what is left of its count goes with it */
     if (c->marks.marks_answered)
         cumux_debugf("client %u: %llu questions answered from completion marks", c->id,
                      (unsigned long long)c->marks.marks_answered);

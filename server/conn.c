@@ -24,6 +24,7 @@
 #include "common/size.h"
 #include "common/text.h"
 #include "common/sock.h"
+#include "server/groups.h"
 #include "server/handlers.h"
 #include "server/main.h"
 #include "server/objects.h"
@@ -50,6 +51,8 @@ struct conn {
     struct ucred cred;
     struct cumux_hello hello;
     size_t got;        /* bytes of the hello so far */
+    struct cumux_group_name group; /* SET_GROUP: after the hello */
+    size_t group_got;
     int out_fd;        /* the descriptor that came with the hello (a client's stdout), or -1 */
     char *reply;       /* welcome and text being written; NULL while reading the hello */
     size_t reply_len, reply_off;
@@ -245,6 +248,7 @@ static void conn_client(struct conn *k)
     }
     /* Its device memory limit: what it asked for (CUMUX_MEMORY_LIMIT, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT),
      * never above the server's default for everyone. */
+    srv_group_join(c); /* before its welcome: nothing of it runs before */
     uint64_t want = k->hello.arg, dflt = srv_default_mem_limit();
     atomic_store(&c->memory.mem_limit, want && (!dflt || want < dflt) ? want : dflt);
     atomic_store(&c->streams.priority, srv_default_priority()); /* its INIT may ask for another */
@@ -440,6 +444,13 @@ static void conn_hello(struct conn *k)
     case CUMUX_HELLO_RELOAD:
         conn_reload(k);
         return;
+    case CUMUX_HELLO_SET_GROUP: {
+        char text[512];
+        k->group.path[sizeof k->group.path - 1] = 0;
+        int r = srv_set_group(k->group.path, h->flags, h->arg, text, sizeof text);
+        conn_reply(k, text, r == 0 ? 0 : CUDA_ERROR_INVALID_VALUE);
+        return;
+    }
     case CUMUX_HELLO_IPC_LEASE:
         conn_lease(k);
         return;
@@ -491,15 +502,20 @@ static void conn_read(struct conn *k)
         http_read(k);
         return;
     }
-    ssize_t n = cumux_sock_recv_some(k->fd, (char *)&k->hello + k->got, sizeof k->hello - k->got, &k->out_fd);
+    bool more = k->got == sizeof k->hello; /* SET_GROUP's name after the hello */
+    ssize_t n = more ? cumux_sock_recv_some(k->fd, (char *)&k->group + k->group_got, sizeof k->group - k->group_got, NULL)
+                     : cumux_sock_recv_some(k->fd, (char *)&k->hello + k->got, sizeof k->hello - k->got, &k->out_fd);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
     if (n <= 0) {
         conn_close(k);
         return;
     }
-    k->got += (size_t)n;
-    if (k->got == sizeof k->hello)
+    if (more)
+        k->group_got += (size_t)n;
+    else
+        k->got += (size_t)n;
+    if (k->got == sizeof k->hello && (k->hello.kind != CUMUX_HELLO_SET_GROUP || k->group_got == sizeof k->group))
         conn_hello(k);
 }
 

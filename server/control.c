@@ -28,6 +28,7 @@
 #include "common/size.h"
 #include "common/text.h"
 #include "common/sock.h"
+#include "server/groups.h"
 #include "server/main.h"
 #include "server/objects.h"
 #include "server/server.h"
@@ -207,4 +208,21 @@ static void apply_kill(struct srv_client *c, uint64_t grace, char *what, size_t 
 unsigned srv_kill_clients(pid_t pid, char *text, size_t cap)
 {
     return change_clients(pid, kill_grace_ms(), apply_kill, "no client of cumuxd has pid %d\n", text, cap);
+}
+
+/* cumux set --group PATH ...: the group's rule, then this worker's clients regrouped (a new rule may take
+ * programs from a shallower one), its members given a priority or thread percentage at once. */
+int srv_set_group(const char *path, uint32_t what, uint64_t value, char *text, size_t cap)
+{
+    int rule = srv_group_rule_set(path, what, value, text, cap);
+    if (rule < 0)
+        return -1;
+    unsigned members = 0;
+    pthread_mutex_lock(&srv_clients_lock);
+    for (struct srv_client *c = srv_clients; c; c = c->next)
+        if (!atomic_load(&c->dead) && !atomic_load(&c->finished))
+            members += srv_group_regroup(c, rule, what);
+    pthread_mutex_unlock(&srv_clients_lock);
+    srv_group_describe(path, what, value, members, text, cap);
+    return 0;
 }

@@ -8,6 +8,7 @@
 #include "common/channel.h"
 #include "common/log.h"
 #include "common/priority.h"
+#include "server/groups.h"
 #include "server/handlers.h"
 #define SRV_ROUTES_IMPL
 #include "server/generated/routes.h"
@@ -19,7 +20,10 @@ CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len)
     struct cumux_init_reply rep = {.driver_version = srv_driver_version, .device_count = srv_gpu_count,
                                    .client_id = c->id};
     memcpy(out, &rep, sizeof rep);
-    uint64_t limit = atomic_load(&c->memory.mem_limit); /* a client with a limit sees a GPU of that size */
+    /* A client with a limit sees a GPU of that size; in a group with one, of what the group leaves it. */
+    uint64_t limit = atomic_load(&c->memory.mem_limit), room = srv_group_room(c);
+    if (room != UINT64_MAX && (!limit || room < limit))
+        limit = room ? room : 1;
     for (int i = 0; i < srv_gpu_count; i++) {
         struct cumux_device_info info = srv_gpus[i].info;
         if (limit && limit < info.total_mem)
@@ -42,12 +46,15 @@ CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m)
         c->name[i] = 0;
         atomic_store(&c->named, true);
     }
-    /* Its priority class, if it asked for one (else the server's default, set when it connected). */
-    if (m->priority >= CUMUX_PRIORITY_LOW && m->priority <= CUMUX_PRIORITY_HIGH)
-        atomic_store(&c->streams.priority, (int)m->priority);
-    /* Its SMs: a reservation, a thread percentage (else the server's default). A reservation that cannot
-     * be had is logged, and the program runs on the shared SMs. */
+    /* Its priority class, if it asked for one (else the server's default, set when it connected); its
+     * group's, where the group has one (the administrator's, over the program's). */
+    int prio = m->priority >= CUMUX_PRIORITY_LOW && m->priority <= CUMUX_PRIORITY_HIGH ? (int)m->priority : -1;
+    /* Its SMs: a reservation, a thread percentage (else the server's default; its group's over both). A
+     * reservation that cannot be had is logged, and the program runs on the shared SMs. */
     uint32_t pct = m->thread_percent ? m->thread_percent : srv_default_thread_percent();
+    srv_group_wants(c, &prio, &pct);
+    if (prio >= 0)
+        atomic_store(&c->streams.priority, prio);
     if (m->sms || (pct && pct < 100)) {
         char why[256];
         int rc = srv_placement_want(c, m->sms, pct, why, sizeof why);

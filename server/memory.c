@@ -10,6 +10,7 @@
 
 #include "common/map.h"
 #include "common/sock.h"
+#include "server/groups.h"
 #include "server/handlers.h"
 
 /* ---------------------------------------------------------------- memory */
@@ -222,8 +223,12 @@ CUresult op_mem_info(struct srv_client *c, struct srv_ctx *ctx, uint8_t *out, ui
     use_gpu(c, ctx->gpu);
     size_t f, t;
     CHECK(cuMemGetInfo(&f, &t));
-    /* A client with a limit sees a GPU of that size, of which what it holds is used. */
+    /* A client with a limit sees a GPU of that size, of which what it holds is used; in a group with a limit,
+     * of what the others of the group leave it. */
     uint64_t limit = atomic_load(&c->memory.mem_limit), used = atomic_load(&c->memory.mem_bytes);
+    uint64_t room = srv_group_room(c);
+    if (room != UINT64_MAX && (!limit || room < limit))
+        limit = room ? room : 1;
     if (limit && limit < t) {
         t = (size_t)limit;
         if ((uint64_t)f > (used < limit ? limit - used : 0))

@@ -1,7 +1,8 @@
-/* Prometheus metrics (`/metrics`, opt-in: CUMUX_METRICS_PORT): per client, labelled by pid, user and the
- * name the program set (CUMUX_CLIENT_NAME), its device memory and limit, pinned memory, streams, kernel
+/* Prometheus metrics (`/metrics`, opt-in: CUMUX_METRICS_PORT): per client, labelled by pid, user, the
+ * name the program set (CUMUX_CLIENT_NAME) and its group (groups.c: a cgroup path), its device memory and limit, pinned memory, streams, kernel
  * launches and GPU time (estimated: usage.c), and the GPU that serves it; per GPU its memory, clients,
- * default limit, faults and restarts; the server's clients, faults and restarts. The listening socket is
+ * default limit, faults and restarts; per group with settings and GPU, what it holds and its limit; the
+ * server's clients, faults and restarts. The listening socket is
  * the supervisor's, made before the workers: GPU 0's worker answers (one that replaces a faulted worker
  * goes on answering on the same port), with what every other GPU's worker tells it in its status records. There is no
  * authentication: it listens on 127.0.0.1 unless an address is given, and says which programs run. */
@@ -158,7 +159,7 @@ static char *metrics_text(const struct cumux_records *r)
         family(&t, fams[f].name, fams[f].type, fams[f].help);
         for (size_t i = 0; i < r->n; i++) {
             const struct cumux_record_client *c = &r->clients[i];
-            char user[64], uname[160], cname[160], pwbuf[1024];
+            char user[64], uname[160], cname[160], gname[400], pwbuf[1024];
             struct passwd pw, *res = NULL;
             if (getpwuid_r(c->uid, &pw, pwbuf, sizeof pwbuf, &res) == 0 && res)
                 snprintf(user, sizeof user, "%s", res->pw_name);
@@ -166,8 +167,9 @@ static char *metrics_text(const struct cumux_records *r)
                 snprintf(user, sizeof user, "%u", (unsigned)c->uid);
             label_value(uname, sizeof uname, user);
             label_value(cname, sizeof cname, c->name);
-            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\"} ", fams[f].name,
-                              c->pid, uname, cname, c->gpu, c->id);
+            label_value(gname, sizeof gname, c->group);
+            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\",group=\"%s\"} ",
+                              fams[f].name, c->pid, uname, cname, c->gpu, c->id, gname);
             enum cumux_priority prio = CUMUX_PRIORITY_NORMAL;
             cumux_priority_parse(c->priority, &prio);
             switch (f) {
@@ -179,6 +181,24 @@ static char *metrics_text(const struct cumux_records *r)
             case 5: cumux_text_printf(&t, "%.6f\n", c->gpu_ns / 1e9); break;
             default: cumux_text_printf(&t, "%d\n", (int)prio); break;
             }
+        }
+    }
+    /* Groups with settings (cumux set --group), per GPU: what their programs hold against their limit. */
+    static const struct {
+        const char *name, *help;
+    } gfam[] = {
+        {"cumux_group_device_memory_bytes", "Device memory the group's programs hold on the GPU."},
+        {"cumux_group_device_memory_limit_bytes", "The group's device memory limit on each GPU (0: none)."},
+        {"cumux_group_programs", "The group's programs on the GPU."},
+    };
+    for (size_t f = 0; r->ngroups && f < sizeof gfam / sizeof *gfam; f++) {
+        family(&t, gfam[f].name, "gauge", gfam[f].help);
+        for (size_t i = 0; i < r->ngroups; i++) {
+            const struct cumux_record_group *g = &r->groups[i];
+            char gname[400];
+            label_value(gname, sizeof gname, g->path);
+            cumux_text_printf(&t, "%s{group=\"%s\",gpu=\"%d\"} %llu\n", gfam[f].name, gname, g->gpu,
+                              f == 0 ? g->used : f == 1 ? g->limit : (unsigned long long)g->programs);
         }
     }
     return t.p;

@@ -17,6 +17,7 @@
 #include "server/client/conn.h"
 #include "server/client/fault.h"
 #include "server/client/graphs.h"
+#include "server/client/group.h"
 #include "server/client/hostfn.h"
 #include "server/client/marks.h"
 #include "server/client/memory.h"
@@ -241,6 +242,7 @@ struct srv_client {
     struct srv_client_fault fault;
     struct srv_client_streams streams;
     struct srv_client_placement placement;
+    struct srv_client_group group;
     struct srv_chunks *chunks; /* its device memory in VMM chunks (chunks.c, CUMUX_CONTAIN=1) */
 
     struct srv_client *next;
@@ -256,6 +258,7 @@ struct srv_client_stat {
     bool reserved; /* they are its alone */
     uint32_t percent; /* its active thread percentage, 0: none */
     char cmd[96], name[64];
+    char group[CUMUX_GROUP_PATH]; /* its group (groups.c): a rule's cgroup path, or its own cgroup */
 };
 /* The live clients, their GPU time brought up to date: *out (malloc'd) and how many; -1 when out of
  * memory. */

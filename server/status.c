@@ -24,9 +24,11 @@
 #include "common/size.h"
 #include "common/text.h"
 #include "common/sock.h"
+#include "server/groups.h"
 #include "server/main.h"
 #include "server/objects.h"
 #include "server/server.h"
+#include "server/supervisor.h"
 
 time_t srv_started_at;
 
@@ -109,8 +111,8 @@ char *srv_status_report(bool gpu_only)
         n += !atomic_load(&c->finished);
     APPEND("clients: %d\n", n);
     if (n)
-        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s %10s %8s %6s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
-               "pinned_MiB", "streams", "kernels", "gpu_s", "priority", "SMs");
+        APPEND("%6s %8s %6s %12s %12s %12s %8s %12s %10s %8s %6s  %s\n", "id", "pid", "uid", "device_MiB", "limit_MiB",
+               "pinned_MiB", "streams", "kernels", "gpu_s", "priority", "SMs", "group");
     for (struct srv_client *c = srv_clients; c; c = c->next) {
         if (atomic_load(&c->finished))
             continue;
@@ -122,12 +124,30 @@ char *srv_status_report(bool gpu_only)
         char sms[16] = "-"; /* r: reserved for it alone */
         if (atomic_load(&c->placement.sms_now))
             snprintf(sms, sizeof sms, "%u%s", atomic_load(&c->placement.sms_now), atomic_load(&c->placement.sms_reserved) ? "r" : "");
-        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu %10.3f %8s %6s\n", c->id, (int)c->pid, (unsigned)c->uid,
+        char group[CUMUX_GROUP_PATH];
+        srv_group_label(c, group, sizeof group);
+        APPEND("%6u %8d %6u %12.1f %12s %12.1f %8u %12llu %10.3f %8s %6s  %s\n", c->id, (int)c->pid, (unsigned)c->uid,
                atomic_load(&c->memory.mem_bytes) / 1048576.0, limit, atomic_load(&c->memory.host_bytes) / 1048576.0,
                atomic_load(&c->streams.nstreams), (unsigned long long)atomic_load(&c->usage.launches),
-               atomic_load(&c->usage.gpu_ns) / 1e9, cumux_priority_name((enum cumux_priority)atomic_load(&c->streams.priority)), sms);
+               atomic_load(&c->usage.gpu_ns) / 1e9, cumux_priority_name((enum cumux_priority)atomic_load(&c->streams.priority)), sms,
+               group);
     }
     pthread_mutex_unlock(&srv_clients_lock);
+    locked = false;
+    struct srv_group_stat gs[SRV_GROUPS_MAX];
+    size_t ng = srv_groups_snapshot(gs, SRV_GROUPS_MAX);
+    if (ng)
+        APPEND("groups (cumux set --group): %zu\n%12s %12s %8s %8s %8s  %s\n", ng, "device_MiB", "limit_MiB", "programs",
+               "priority", "threads", "cgroup");
+    for (size_t k = 0; k < ng; k++) {
+        char glimit[24] = "-", gpct[16] = "-";
+        if (gs[k].limit)
+            snprintf(glimit, sizeof glimit, "%.1f", gs[k].limit / 1048576.0);
+        if (gs[k].percent)
+            snprintf(gpct, sizeof gpct, "%u%%", gs[k].percent);
+        APPEND("%12.1f %12s %8u %8s %8s  %s\n", gs[k].bytes / 1048576.0, glimit, gs[k].members,
+               gs[k].priority >= 0 ? cumux_priority_name((enum cumux_priority)gs[k].priority) : "-", gpct, gs[k].path);
+    }
     return buf;
 out:
     if (locked)
@@ -164,6 +184,7 @@ ssize_t srv_clients_snapshot(struct srv_client_stat **out)
                                       .reserved = atomic_load(&c->placement.sms_reserved),
                                       .percent = atomic_load(&c->placement.want_percent)};
         snprintf(s->cmd, sizeof s->cmd, "%s", c->cmd[0] ? c->cmd : "?");
+        srv_group_label(c, s->group, sizeof s->group);
         if (atomic_load(&c->named))
             snprintf(s->name, sizeof s->name, "%s", c->name);
     }
@@ -196,12 +217,20 @@ char *srv_status_records(void)
     struct srv_client_stat *cs = NULL;
     ssize_t n = srv_clients_snapshot(&cs);
     for (ssize_t k = 0; k < n; k++)
-        cumux_text_printf(&t, "client %u %d %d %u %llu %llu %llu %u %llu %llu %s %u %d %u =%s %s\n", cs[k].id, i,
+        cumux_text_printf(&t, "client %u %d %d %u %llu %llu %llu %u %llu %llu %s %u %d %u %s =%s %s\n", cs[k].id, i,
                           (int)cs[k].pid, cs[k].uid, (unsigned long long)cs[k].mem, (unsigned long long)cs[k].limit,
                           (unsigned long long)cs[k].pinned, cs[k].streams, (unsigned long long)cs[k].launches,
                           (unsigned long long)cs[k].gpu_ns, cumux_priority_name((enum cumux_priority)cs[k].priority),
-                          cs[k].sms, (int)cs[k].reserved, cs[k].percent ? cs[k].percent : 100, cs[k].name, cs[k].cmd);
+                          cs[k].sms, (int)cs[k].reserved, cs[k].percent ? cs[k].percent : 100, cs[k].group,
+                          cs[k].name, cs[k].cmd);
     free(cs);
+    struct srv_group_stat gs[SRV_GROUPS_MAX];
+    size_t ng = srv_groups_snapshot(gs, SRV_GROUPS_MAX);
+    for (size_t k = 0; k < ng; k++)
+        cumux_text_printf(&t, "group %d %s %llu %llu %u %s %u\n", i, gs[k].path, (unsigned long long)gs[k].limit,
+                          (unsigned long long)gs[k].bytes, gs[k].members,
+                          gs[k].priority >= 0 ? cumux_priority_name((enum cumux_priority)gs[k].priority) : "-",
+                          gs[k].percent ? gs[k].percent : 100);
     if (n < 0) {
         free(t.p);
         return NULL;

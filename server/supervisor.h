@@ -25,6 +25,16 @@ struct sup_go {
 };
 
 /* What the supervisor knows of each GPU's standby, on a page every worker shares (for `cumux status`). */
+/* A client group's settings (groups.c), kept here so that every GPU's worker, and one replacing it, has
+ * them. A rule is never removed: one whose settings are all lifted stays, with none. */
+#define SRV_GROUPS_MAX 64
+struct sup_group_rule {
+    char path[CUMUX_GROUP_PATH]; /* the cgroup path; "" free. Written once, under groups_lock */
+    _Atomic uint64_t mem_limit[CUMUX_MAX_DEVICES]; /* the group's device memory on each GPU at most; 0 none */
+    _Atomic int32_t priority;  /* its programs' class; -1 none */
+    _Atomic uint32_t percent;  /* their active thread percentage; 0 none */
+};
+
 struct sup_shared {
     _Atomic int32_t enabled;
     _Atomic int32_t standby_pid[CUMUX_MAX_DEVICES]; /* 0: none */
@@ -42,6 +52,9 @@ struct sup_shared {
     _Atomic uint32_t reloads;
     _Atomic int32_t reload_failed;
     char reload_text[480];
+    _Atomic int32_t groups_lock; /* a spin lock over the rules' paths (writers, and readers of paths) */
+    _Atomic uint32_t ngroups;    /* rules in use, from the first */
+    struct sup_group_rule groups[SRV_GROUPS_MAX];
 };
 extern struct sup_shared *sup_page;
 

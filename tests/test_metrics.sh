@@ -59,11 +59,11 @@ PY
 [ "$(scrape /other)" = "HTTP 404" ] || fail "after an oversized request: $(scrape /other)"
 user=$(id -un)
 labels="pid=\"$client\",user=\"$user\",name=\"trainer__a_\""
-line=$(echo "$m" | grep "^cumux_client_gpu_seconds_total{$labels,gpu=\"0\",client=\"[0-9]*\"} ") ||
+line=$(echo "$m" | grep "^cumux_client_gpu_seconds_total{$labels,gpu=\"0\",client=\"[0-9]*\",group=\"/[^\"]*\"} ") ||
     fail "no GPU time for the client (labels $labels): $m"
 g=${line##* }
 awk -v g="$g" 'BEGIN { exit !(g >= 0.25 && g <= 1.0) }' || fail "the client's GPU time $g s, want about 0.5: $line"
-echo "$m" | grep -q "^cumux_client_kernel_launches_total{$labels,gpu=\"0\",client=\"[0-9]*\"} 100$" ||
+echo "$m" | grep -q "^cumux_client_kernel_launches_total{$labels,gpu=\"0\",client=\"[0-9]*\",group=\"/[^\"]*\"} 100$" ||
     fail "kernel launches: $(echo "$m" | grep launches)"
 echo "$m" | grep -q '^cumux_clients 1$' || fail "cumux_clients: $(echo "$m" | grep '^cumux_clients')"
 echo "$m" | grep -q '^cumux_gpu_memory_total_bytes{gpu="0",name=".*"} [1-9][0-9]*$' || fail "GPU memory: $m"

@@ -1,0 +1,336 @@
+/* Client groups (issue 41): what people share a GPU between is jobs and containers, not processes. A group
+ * is named by the kernel, never by the program: a client's cgroup, read from /proc of the pid the socket's
+ * SO_PEERCRED gave when it connected. The administrator gives a group settings with `cumux set --group
+ * PATH` (hello SET_GROUP): its programs are those whose cgroup is PATH or below it (a pod's containers lie
+ * under the pod's cgroup; the deepest rule a client falls under is its group).
+ * - Memory: the group's device memory on each GPU at most; each member sees its GPU as that much, less
+ *   what the others of the group hold (cuMemGetInfo, cuDeviceTotalMem), and an allocation past what the
+ *   group has left fails with CUDA_ERROR_OUT_OF_MEMORY. Its own limit (cumux run --memory...) holds too.
+ * - Priority and active thread percentage: every member's, as `cumux set PID` would set them, from its
+ *   connection on (and at once for members already there when the rule changes).
+ * The rules live in the supervisor's page (every GPU's worker and any replacement sees them); what a
+ * group holds on a GPU is counted by that GPU's worker (all its members there are its clients), under
+ * groups_lock. `cumux status`, the records and /metrics name each client's group. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/priority.h"
+#include "server/groups.h"
+#include "server/handlers.h"
+#include "server/supervisor.h"
+
+/* What a group's members hold on this worker's GPU. */
+struct srv_group {
+    int rule; /* index in sup_page->groups */
+    uint64_t bytes;
+    unsigned members;
+    struct srv_group *next;
+};
+
+static pthread_mutex_t groups_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct srv_group *groups;
+
+static void rules_lock(void)
+{
+    while (atomic_exchange_explicit(&sup_page->groups_lock, 1, memory_order_acquire))
+        ;
+}
+
+static void rules_unlock(void)
+{
+    atomic_store_explicit(&sup_page->groups_lock, 0, memory_order_release);
+}
+
+void srv_group_read_cgroup(pid_t pid, char *out, size_t cap)
+{
+    /* cgroup v2's line (0::PATH) where it says more than "/", else systemd's v1 hierarchy, else the first */
+    char path[64], line[CUMUX_GROUP_PATH + 64], v2[CUMUX_GROUP_PATH] = "", v1[CUMUX_GROUP_PATH] = "",
+                                               first[CUMUX_GROUP_PATH] = "";
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    FILE *f = fopen(path, "re");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b || b[1] != '/' || strlen(b + 1) >= CUMUX_GROUP_PATH)
+            continue;
+        const char *p = b + 1;
+        if (!strncmp(line, "0::", 3))
+            snprintf(v2, sizeof v2, "%s", p);
+        else if (!strncmp(a + 1, "name=systemd:", 13))
+            snprintf(v1, sizeof v1, "%s", p);
+        else if (!first[0])
+            snprintf(first, sizeof first, "%s", p);
+    }
+    if (f)
+        fclose(f);
+    const char *pick = v2[0] && strcmp(v2, "/") ? v2 : v1[0] ? v1 : first[0] ? first : v2[0] ? v2 : "/";
+    snprintf(out, cap, "%s", pick);
+    for (char *p = out; *p; p++) /* one word in the records; cgroup paths have no such characters anyway */
+        if (*p <= ' ' || *p == '"' || *p == '\\' || *p > '~')
+            *p = '_';
+}
+
+/* Is cgroup at rule (or below it)? */
+static bool under(const char *cgroup, const char *rule)
+{
+    size_t n = strlen(rule);
+    while (n > 1 && rule[n - 1] == '/')
+        n--;
+    if (n == 1 && rule[0] == '/')
+        return true;
+    return !strncmp(cgroup, rule, n) && (cgroup[n] == 0 || cgroup[n] == '/');
+}
+
+/* The deepest rule the cgroup falls under, or -1. */
+static int rule_of(const char *cgroup)
+{
+    if (!sup_page)
+        return -1;
+    int best = -1;
+    size_t best_len = 0;
+    rules_lock();
+    uint32_t n = atomic_load(&sup_page->ngroups);
+    for (uint32_t i = 0; i < n && i < SRV_GROUPS_MAX; i++) {
+        const char *r = sup_page->groups[i].path;
+        size_t l = strlen(r);
+        if (r[0] && under(cgroup, r) && (best < 0 || l > best_len)) {
+            best = (int)i;
+            best_len = l;
+        }
+    }
+    rules_unlock();
+    return best;
+}
+
+/* c joins the counter of rule r (-1: none). groups_lock held. */
+static void attach(struct srv_client *c, int r)
+{
+    struct srv_group *old = c->group.group, *g = NULL;
+    if ((old ? old->rule : -1) == r)
+        return;
+    if (r >= 0) {
+        for (g = groups; g && g->rule != r;)
+            g = g->next;
+        if (!g && (g = calloc(1, sizeof *g))) {
+            g->rule = r;
+            g->next = groups;
+            groups = g;
+        }
+        if (!g)
+            cumux_logf("client %u: out of memory for its group's count: not counted in the group", c->id);
+    }
+    uint64_t held = atomic_load(&c->memory.mem_bytes);
+    if (old) {
+        old->bytes -= held < old->bytes ? held : old->bytes;
+        old->members--;
+    }
+    if (g) {
+        g->bytes += held;
+        g->members++;
+    }
+    c->group.group = g;
+}
+
+/* A rule's priority and thread percentage, on member c. */
+static void apply_rule(struct srv_client *c, int r)
+{
+    if (r < 0)
+        return;
+    int32_t prio = atomic_load(&sup_page->groups[r].priority);
+    uint32_t pct = atomic_load(&sup_page->groups[r].percent);
+    if (prio >= 0)
+        atomic_store(&c->streams.priority, (int)prio);
+    if (pct) {
+        char why[200];
+        if (srv_placement_want(c, atomic_load(&c->placement.want_sms), pct, why, sizeof why) != 0)
+            cumux_logf("client %u: its group's thread percentage %u: %s", c->id, pct, why);
+    }
+}
+
+void srv_group_join(struct srv_client *c)
+{
+    srv_group_read_cgroup(c->pid, c->group.cgroup, sizeof c->group.cgroup);
+    int r = rule_of(c->group.cgroup);
+    pthread_mutex_lock(&groups_lock);
+    attach(c, r);
+    pthread_mutex_unlock(&groups_lock);
+    int32_t prio = r >= 0 ? atomic_load(&sup_page->groups[r].priority) : -1;
+    if (prio >= 0) /* its thread percentage comes with its INIT (srv_group_wants) */
+        atomic_store(&c->streams.priority, (int)prio);
+}
+
+void srv_group_wants(struct srv_client *c, int *priority, uint32_t *percent)
+{
+    pthread_mutex_lock(&groups_lock);
+    int r = c->group.group ? c->group.group->rule : -1;
+    pthread_mutex_unlock(&groups_lock);
+    if (r < 0)
+        return;
+    int32_t prio = atomic_load(&sup_page->groups[r].priority);
+    uint32_t pct = atomic_load(&sup_page->groups[r].percent);
+    if (prio >= 0)
+        *priority = (int)prio;
+    if (pct)
+        *percent = pct;
+}
+
+void srv_group_leave(struct srv_client *c)
+{
+    pthread_mutex_lock(&groups_lock);
+    attach(c, -1);
+    pthread_mutex_unlock(&groups_lock);
+}
+
+CUresult srv_group_charge(struct srv_client *c, uint64_t size)
+{
+    pthread_mutex_lock(&groups_lock);
+    struct srv_group *g = c->group.group;
+    uint64_t limit = g ? atomic_load(&sup_page->groups[g->rule].mem_limit[srv_gpu_served]) : 0;
+    CUresult r = limit && (size > limit || g->bytes > limit - size) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS && g)
+        g->bytes += size;
+    pthread_mutex_unlock(&groups_lock);
+    return r;
+}
+
+void srv_group_uncharge(struct srv_client *c, uint64_t size)
+{
+    pthread_mutex_lock(&groups_lock);
+    struct srv_group *g = c->group.group;
+    if (g)
+        g->bytes -= size < g->bytes ? size : g->bytes;
+    pthread_mutex_unlock(&groups_lock);
+}
+
+uint64_t srv_group_room(struct srv_client *c)
+{
+    pthread_mutex_lock(&groups_lock);
+    struct srv_group *g = c->group.group;
+    uint64_t limit = g ? atomic_load(&sup_page->groups[g->rule].mem_limit[srv_gpu_served]) : 0, room = UINT64_MAX;
+    if (limit) {
+        uint64_t mine = atomic_load(&c->memory.mem_bytes), others = g->bytes > mine ? g->bytes - mine : 0;
+        room = others < limit ? limit - others : 0;
+    }
+    pthread_mutex_unlock(&groups_lock);
+    return room;
+}
+
+void srv_group_label(struct srv_client *c, char *out, size_t cap)
+{
+    pthread_mutex_lock(&groups_lock);
+    int r = c->group.group ? c->group.group->rule : -1;
+    pthread_mutex_unlock(&groups_lock);
+    if (r >= 0) {
+        rules_lock();
+        snprintf(out, cap, "%s", sup_page->groups[r].path);
+        rules_unlock();
+    } else {
+        snprintf(out, cap, "%s", c->group.cgroup[0] ? c->group.cgroup : "/");
+    }
+}
+
+size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
+{
+    if (!sup_page)
+        return 0;
+    size_t n = 0;
+    rules_lock();
+    uint32_t nr = atomic_load(&sup_page->ngroups);
+    for (uint32_t i = 0; i < nr && i < SRV_GROUPS_MAX && n < max; i++) {
+        struct sup_group_rule *r = &sup_page->groups[i];
+        out[n] = (struct srv_group_stat){.limit = atomic_load(&r->mem_limit[srv_gpu_served]),
+                                         .priority = atomic_load(&r->priority), .percent = atomic_load(&r->percent)};
+        snprintf(out[n].path, sizeof out[n].path, "%s", r->path);
+        out[n++].rule = (int)i;
+    }
+    rules_unlock();
+    pthread_mutex_lock(&groups_lock);
+    for (size_t k = 0; k < n; k++)
+        for (struct srv_group *g = groups; g; g = g->next)
+            if (g->rule == out[k].rule) {
+                out[k].bytes = g->bytes;
+                out[k].members = g->members;
+            }
+    pthread_mutex_unlock(&groups_lock);
+    return n;
+}
+
+int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *text, size_t cap)
+{
+    if (!sup_page) {
+        snprintf(text, cap, "this cumuxd keeps no groups (no supervisor)\n");
+        return -1;
+    }
+    size_t len = strnlen(path, CUMUX_GROUP_PATH);
+    if (len == 0 || len >= CUMUX_GROUP_PATH || path[0] != '/' || strstr(path, "//") || strstr(path, "/../") ||
+        (len >= 3 && !strcmp(path + len - 3, "/..")) || strpbrk(path, " \t\n\"\\")) {
+        snprintf(text, cap, "a group is a cgroup path: /a/b (read in /proc/PID/cgroup)\n");
+        return -1;
+    }
+    if ((what == CUMUX_GROUP_PRIORITY && value != CUMUX_GROUP_NONE && value > CUMUX_PRIORITY_LOW) ||
+        (what == CUMUX_GROUP_THREADS && value > 100) ||
+        (what != CUMUX_GROUP_MEMORY && what != CUMUX_GROUP_PRIORITY && what != CUMUX_GROUP_THREADS)) {
+        snprintf(text, cap, "not a group setting\n");
+        return -1;
+    }
+    rules_lock();
+    uint32_t n = atomic_load(&sup_page->ngroups);
+    int r = -1;
+    for (uint32_t i = 0; i < n && i < SRV_GROUPS_MAX && r < 0; i++)
+        if (!strcmp(sup_page->groups[i].path, path))
+            r = (int)i;
+    if (r < 0 && n < SRV_GROUPS_MAX) {
+        struct sup_group_rule *g = &sup_page->groups[n];
+        snprintf(g->path, sizeof g->path, "%s", path);
+        atomic_store(&g->priority, -1);
+        r = (int)n;
+        atomic_store(&sup_page->ngroups, n + 1);
+    }
+    if (r >= 0) {
+        struct sup_group_rule *g = &sup_page->groups[r];
+        if (what == CUMUX_GROUP_MEMORY)
+            for (int d = 0; d < CUMUX_MAX_DEVICES; d++)
+                atomic_store(&g->mem_limit[d], value);
+        else if (what == CUMUX_GROUP_PRIORITY)
+            atomic_store(&g->priority, value == CUMUX_GROUP_NONE ? -1 : (int32_t)value);
+        else
+            atomic_store(&g->percent, value >= 100 ? 0 : (uint32_t)value);
+    }
+    rules_unlock();
+    if (r < 0) {
+        snprintf(text, cap, "cumuxd keeps at most %d groups\n", SRV_GROUPS_MAX);
+        return -1;
+    }
+    return r;
+}
+
+bool srv_group_regroup(struct srv_client *c, int rule, uint32_t what)
+{
+    int cr = rule_of(c->group.cgroup);
+    pthread_mutex_lock(&groups_lock);
+    attach(c, cr);
+    pthread_mutex_unlock(&groups_lock);
+    if (cr != rule)
+        return false;
+    if (what != CUMUX_GROUP_MEMORY)
+        apply_rule(c, rule);
+    return true;
+}
+
+void srv_group_describe(const char *path, uint32_t what, uint64_t value, unsigned members, char *text, size_t cap)
+{
+    char v[48];
+    if (what == CUMUX_GROUP_MEMORY)
+        snprintf(v, sizeof v, value ? "%.1f MiB" : "none", value / 1048576.0);
+    else if (what == CUMUX_GROUP_PRIORITY)
+        snprintf(v, sizeof v, "%s", value == CUMUX_GROUP_NONE ? "none" : cumux_priority_name((enum cumux_priority)value));
+    else
+        snprintf(v, sizeof v, value && value < 100 ? "%llu%%" : "none", (unsigned long long)value);
+    snprintf(text, cap, "GPU %d: group %s: %s %s; %u program(s) in it here\n", srv_gpu_served, path,
+             what == CUMUX_GROUP_MEMORY ? "device memory limit" : what == CUMUX_GROUP_PRIORITY ? "priority"
+                                                                                             : "thread percentage",
+             v, members);
+    cumux_logf("%.*s", (int)strcspn(text, "\n"), text);
+}

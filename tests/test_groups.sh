@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Client groups (issue 41, server/groups.c): a group is a cgroup; `cumux set --group CGROUP --memory SIZE`
+# gives its programs (those in it or below) one device memory limit together. Two groups with different
+# limits: each program sees its group's limit less what the group's others hold, and cannot allocate past
+# it; a third program, in a cgroup below the first group's, counts against that group; a live change of a
+# limit holds for the next program; a group's priority reaches its running programs; `cumux status` and
+# /metrics name each program's group. Needs root and a cgroup v2 hierarchy it can make cgroups in (cgroup
+# v1's named systemd hierarchy does too).
+# usage: test_groups.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR
+set -u
+cli=$1 drv=$2 gdir=$3
+[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (it makes cgroups)"; exit 0; }
+cgm=$(findmnt -n -t cgroup2 -o TARGET 2>/dev/null | head -1)
+[ -n "$cgm" ] || cgm=$(findmnt -n -t cgroup -o TARGET,OPTIONS 2>/dev/null | awk '$2 ~ /name=systemd/ {print $1; exit}')
+[ -n "$cgm" ] && mkdir "$cgm/cumux-test.$$" 2>/dev/null || { echo "SKIP: no cgroup hierarchy to make cgroups in"; exit 0; }
+. "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
+own_server_test --no-standby a1.out a2.out b1.out b2.out
+base=/cumux-test.$$
+pids=()
+cleanup_groups() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    for d in "$cgm$base/a/inner" "$cgm$base/a" "$cgm$base/b" "$cgm$base"; do rmdir "$d" 2>/dev/null; done
+    own_server_cleanup
+}
+trap cleanup_groups EXIT
+mkdir -p "$cgm$base/a/inner" "$cgm$base/b" || fail "cannot make cgroups under $cgm$base"
+# in_group CGROUP NAME SEE HOLD [VAR=V...]: gpu_group_member in that cgroup, output $tmp/NAME.out, stdin a
+# fifo (let_go NAME writes its line), in the background.
+in_group() {
+    local cg=$1 out=$2 see=$3 hold=$4
+    shift 4
+    mkfifo "$tmp/$out.in"
+    env "$@" sh -c 'echo $$ >"$0/cgroup.procs" && exec "$1" run -- "$2" "$3" "$4" <"$5"' "$cgm$cg" "$cli" \
+        "$gdir/gpu_group_member" "$see" "$hold" "$tmp/$out.in" >"$tmp/$out.out" 2>&1 &
+    pids+=($!)
+    eval "exec {fd_$out}>\"\$tmp/\$out.in\""
+}
+holding() { # NAME: waits until the program says HOLDING
+    for ((i = 0; i < 200; i++)); do grep -q '^HOLDING' "$tmp/$1.out" && return; grep -q '^FAIL' "$tmp/$1.out" && break; sleep 0.05; done
+    fail_show="$tmp/$1.out" fail "$1 did not get to hold its memory"
+}
+let_go() { local v="fd_$1"; echo >&"${!v}"; eval "exec {$v}>&-"; }
+
+port=$((20000 + $$ % 20000))
+start_ours CUMUX_METRICS_PORT=$port
+"$cli" set --group "$base/a" --memory 256M >"$tmp/set.out" 2>&1 || fail "cumux set --group: $(cat "$tmp/set.out")"
+grep -q "group $base/a: device memory limit 256.0 MiB" "$tmp/set.out" || fail "cumux set --group said: $(cat "$tmp/set.out")"
+"$cli" set --group "$base/b" --memory 128M >/dev/null || fail "cumux set --group b"
+"$cli" set --group relative --memory 1G >/dev/null 2>&1 && fail "a group that is no cgroup path was taken"
+# Group a: a program holding 64 MiB; later a second in a cgroup below a's, holding 64 more.
+in_group "$base/a" a1 256 64 GT_SEE_AFTER_MIB=192
+holding a1
+in_group "$base/b" b1 128 32
+holding b1
+in_group "$base/a/inner" a2 192 64
+holding a2
+let_go a1
+wait "${pids[0]}" || fail_show="$tmp/a1.out" fail "the first of group a"
+pids=("${pids[@]:1}")
+# The status: each program's group; the groups with what they hold.
+"$cli" status >"$tmp/status.out"
+grep -E "  $base/a\$" "$tmp/status.out" | grep -q . || fail_show="$tmp/status.out" fail "no program of group a in the status"
+grep -E "  $base/b\$" "$tmp/status.out" | grep -q . || fail_show="$tmp/status.out" fail "no program of group b in the status"
+awk -v g="$base/a" '$NF == g && $2 == "256.0" && $3 == 1 {f = 1} END {exit !f}' "$tmp/status.out" ||
+    fail_show="$tmp/status.out" fail "group a's line: not 256 MiB and one program"
+# A live change: group b down to 64 MiB; its next program sees 64 less b1's 32.
+"$cli" set --group "$base/b" --memory 64M >/dev/null || fail "cumux set --group b 64M"
+in_group "$base/b" b2 32 16
+holding b2
+# A group's priority reaches its programs at once.
+"$cli" set --group "$base/b" --priority low >/dev/null || fail "cumux set --group b --priority low"
+"$cli" status >"$tmp/status.out"
+n_low=$(awk -v g="$base/b" '$NF == g && $10 == "low"' "$tmp/status.out" | wc -l)
+[ "$n_low" = 2 ] || fail_show="$tmp/status.out" fail "group b's programs at priority low: $n_low of 2"
+# /metrics labels by group.
+if true; then
+    python3 -c 'import sys, urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1]).read().decode())' "$port" >"$tmp/metrics.out" ||
+        fail "no /metrics"
+    grep -q "cumux_client_device_memory_bytes{.*group=\"$base/b\"" "$tmp/metrics.out" || fail_show="$tmp/metrics.out" fail "/metrics: no client labelled group b"
+    grep -q "cumux_group_device_memory_limit_bytes{group=\"$base/b\",gpu=\"0\"} $((64 << 20))" "$tmp/metrics.out" ||
+        fail_show="$tmp/metrics.out" fail "/metrics: group b's limit"
+fi
+for o in b1 b2 a2; do let_go "$o"; done
+for p in "${pids[@]}"; do wait "$p" || fail_show="$tmp/a2.out $tmp/b1.out $tmp/b2.out" fail "a group's program failed"; done
+pids=()
+for o in a1 a2 b1 b2; do grep -q '^PASS' "$tmp/$o.out" || fail_show="$tmp/$o.out" fail "$o did not pass"; done
+echo "PASS groups"
