@@ -24,6 +24,8 @@ int cli_start_server(bool foreground, bool every_gpu);
  * writes the text that comes back to out (NULL: dropped). The worker's status (0 or a CUresult), or -1
  * with errno when it could not be asked (EPERM: said on stderr). */
 int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
+/* cdi.c: `cumux cdi`. */
+int cli_cdi(int argc, char **argv);
 /* The group a SET_GROUP request names (sent after its hello). */
 extern const struct cumux_group_name *cli_group;
 int cli_request_gpu(int gpu, uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);

@@ -24,6 +24,7 @@ static void usage(FILE *f)
                "  start [--foreground]   start the server (cumuxd) for this pipe directory\n"
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs, clients and recent faults\n"
+               "  cdi [--output FILE]    a CDI spec (cumux.io/gpu=all) that puts containers' programs on cumuxd\n"
                "  reload                 the server reads its settings file (cumuxd --config) again and applies\n"
                "                         the defaults for programs that connect from then on; none is dropped\n"
                "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
@@ -472,6 +473,8 @@ int main(int argc, char **argv)
         return cmd_kill(argc - 1, argv + 1);
     if (!strcmp(cmd, "reload") && argc == 2)
         return cmd_reload();
+    if (!strcmp(cmd, "cdi"))
+        return cli_cdi(argc - 1, argv + 1);
     if (!strcmp(cmd, "set"))
         return cmd_set(argc - 1, argv + 1);
     if (!strcmp(cmd, "control"))
