@@ -4,7 +4,8 @@
  * the file's entries are put into the environment, over what was there, before anything reads it. On
  * SIGHUP (`cumux reload`, the service's ExecReload) the supervisor reads it again and applies at once what
  * can change under running clients: the defaults that programs connecting from then on get (memory limit,
- * priority, thread percentage). A live setting the file no longer names goes back to what the
+ * priority, thread percentage) and client groups' settings (CUMUX_GROUPS; a group's memory limit holds at
+ * once for its running programs, its priority and SMs for those that connect after). A live setting the file no longer names goes back to what the
  * environment said at start. Any other change is logged as one that waits for the next start. A file
  * that does not read right changes nothing. Clients already running keep what they have. */
 #include <ctype.h>
@@ -17,6 +18,7 @@
 #include "common/priority.h"
 #include "common/size.h"
 #include "server/config.h"
+#include "server/groups.h"
 #include "server/server.h"
 #include "server/supervisor.h"
 
@@ -36,7 +38,8 @@ struct config {
 static char config_path[4096];
 static struct config config_now; /* as last read */
 /* The live settings' values in the environment at start (NULL: unset), for a file that drops them. */
-static const char *const live_keys[] = {"CUMUX_DEFAULT_MEMORY_LIMIT", "CUMUX_DEFAULT_PRIORITY", "CUMUX_DEFAULT_THREADS"};
+static const char *const live_keys[] = {"CUMUX_DEFAULT_MEMORY_LIMIT", "CUMUX_DEFAULT_PRIORITY", "CUMUX_DEFAULT_THREADS",
+                                        "CUMUX_GROUPS"};
 #define NLIVE (sizeof live_keys / sizeof live_keys[0])
 static char *live_at_start[NLIVE];
 
@@ -140,6 +143,86 @@ static bool live_parse(const char *const values[NLIVE], struct live *l, char *wh
     return true;
 }
 
+/* CUMUX_GROUPS: client groups' settings, "CGROUP:memory=8G,priority=low,threads=50 CGROUP2:memory=4G"
+ * (entries apart by spaces or semicolons; a setting not named is none), as `cumux set --group` gives. */
+#define CONFIG_MAX_GROUPS 64
+struct group_entry {
+    char path[CUMUX_GROUP_PATH];
+    uint64_t memory;
+    uint64_t priority; /* CUMUX_GROUP_NONE: none */
+    unsigned threads;  /* 0: none */
+};
+static struct group_entry groups_now[CONFIG_MAX_GROUPS]; /* as the file (or start) last gave them */
+static int ngroups_now;
+
+static bool groups_parse(const char *spec, struct group_entry *out, int *n, char *why, size_t why_len)
+{
+    *n = 0;
+    if (!spec)
+        return true;
+    char *copy = strdup(spec), *save = NULL;
+    if (!copy) {
+        snprintf(why, why_len, "CUMUX_GROUPS: out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (char *e = strtok_r(copy, " \t;", &save); ok && e; e = strtok_r(NULL, " \t;", &save)) {
+        char *colon = strrchr(e, ':');
+        ok = colon && e[0] == '/' && colon - e < CUMUX_GROUP_PATH && *n < CONFIG_MAX_GROUPS;
+        if (!ok)
+            break;
+        struct group_entry *g = &out[(*n)++];
+        *g = (struct group_entry){.priority = CUMUX_GROUP_NONE};
+        memcpy(g->path, e, (size_t)(colon - e));
+        char *save2 = NULL;
+        for (char *kv = strtok_r(colon + 1, ",", &save2); ok && kv; kv = strtok_r(NULL, ",", &save2)) {
+            char *v = strchr(kv, '=');
+            enum cumux_priority p;
+            char *end;
+            if (!v)
+                ok = false;
+            else if (!strncmp(kv, "memory=", 7))
+                ok = cumux_parse_size(v + 1, &g->memory);
+            else if (!strncmp(kv, "priority=", 9))
+                ok = !strcmp(v + 1, "none") ? true : cumux_priority_parse(v + 1, &p) && (g->priority = p, true);
+            else if (!strncmp(kv, "threads=", 8))
+                ok = !strcmp(v + 1, "none") || ((g->threads = (unsigned)strtoul(v + 1, &end, 10)) >= 1 && g->threads <= 100 && !*end);
+            else
+                ok = false;
+        }
+    }
+    if (!ok)
+        snprintf(why, why_len, "CUMUX_GROUPS=%s: not CGROUP:memory=SIZE,priority=CLASS,threads=PERCENT entries "
+                 "(a cgroup path, at most %d of them)", spec, CONFIG_MAX_GROUPS);
+    free(copy);
+    return ok;
+}
+
+/* The groups the file names get its settings (those it does not name: none); groups it named before and
+ * no longer does lose theirs. */
+static void groups_apply(const struct group_entry *g, int n)
+{
+    char text[512];
+    for (int i = 0; i < ngroups_now; i++) {
+        bool kept = false;
+        for (int j = 0; j < n && !kept; j++)
+            kept = !strcmp(groups_now[i].path, g[j].path);
+        if (!kept) {
+            srv_group_rule_set(groups_now[i].path, CUMUX_GROUP_MEMORY, 0, text, sizeof text);
+            srv_group_rule_set(groups_now[i].path, CUMUX_GROUP_PRIORITY, CUMUX_GROUP_NONE, text, sizeof text);
+            srv_group_rule_set(groups_now[i].path, CUMUX_GROUP_THREADS, 0, text, sizeof text);
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        if (srv_group_rule_set(g[j].path, CUMUX_GROUP_MEMORY, g[j].memory, text, sizeof text) < 0 ||
+            srv_group_rule_set(g[j].path, CUMUX_GROUP_PRIORITY, g[j].priority, text, sizeof text) < 0 ||
+            srv_group_rule_set(g[j].path, CUMUX_GROUP_THREADS, g[j].threads, text, sizeof text) < 0)
+            cumux_logf("CUMUX_GROUPS: %s: %.*s", g[j].path, (int)strcspn(text, "\n"), text);
+    }
+    memcpy(groups_now, g, (size_t)n * sizeof *g);
+    ngroups_now = n;
+}
+
 static void live_apply(const struct live *l)
 {
     for (int g = 0; g < CUMUX_MAX_DEVICES; g++)
@@ -172,11 +255,14 @@ bool srv_config_start(const char *path)
     for (size_t i = 0; i < NLIVE; i++)
         values[i] = getenv(live_keys[i]);
     struct live l;
-    if (!live_parse(values, &l, why, sizeof why)) {
+    static struct group_entry g[CONFIG_MAX_GROUPS];
+    int ng = 0;
+    if (!live_parse(values, &l, why, sizeof why) || !groups_parse(values[3], g, &ng, why, sizeof why)) {
         fprintf(stderr, "cumuxd: %s\n", why);
         return false;
     }
     live_apply(&l);
+    groups_apply(g, ng); /* kept until the supervisor's page exists (groups.c) */
     return true;
 }
 
@@ -220,11 +306,14 @@ void srv_config_reload(void)
             values[i] = live_at_start[i];
     }
     struct live l;
-    if (!live_parse(values, &l, why, sizeof why)) {
+    static struct group_entry g[CONFIG_MAX_GROUPS];
+    int ng = 0;
+    if (!live_parse(values, &l, why, sizeof why) || !groups_parse(values[3], g, &ng, why, sizeof why)) {
         reload_said(false, why);
         return;
     }
     live_apply(&l);
+    groups_apply(g, ng);
     /* What changed that only a start takes: set anew, changed, or no longer set. */
     char later[400] = "";
     size_t used = 0;
@@ -245,10 +334,10 @@ void srv_config_reload(void)
     }
     config_now = next;
     char *text = NULL; /* the path may be long: the page keeps what fits */
-    if (asprintf(&text, "reloaded %s: default memory limit %s, priority %s, thread percentage %s%s%s", config_path,
-                 values[0] && *values[0] ? values[0] : "none", cumux_priority_name((enum cumux_priority)l.priority),
-                 values[2] && *values[2] ? values[2] : "100", used ? "; changed, for the next start: " : "",
-                 later) < 0)
+    if (asprintf(&text, "reloaded %s: default memory limit %s, priority %s, thread percentage %s, %d group(s)%s%s",
+                 config_path, values[0] && *values[0] ? values[0] : "none",
+                 cumux_priority_name((enum cumux_priority)l.priority), values[2] && *values[2] ? values[2] : "100", ng,
+                 used ? "; changed, for the next start: " : "", later) < 0)
         text = NULL;
     reload_said(true, text ? text : "reloaded");
     free(text);

@@ -32,15 +32,29 @@ struct srv_group {
 static pthread_mutex_t groups_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct srv_group *groups;
 
+/* The rules: the supervisor's page once it is there; before (the settings file at start), these, which
+ * srv_groups_page_ready hands over. */
+static struct sup_groups pending;
+static struct sup_groups *T(void)
+{
+    return sup_page ? &sup_page->groups : &pending;
+}
+
+void srv_groups_page_ready(void)
+{
+    if (sup_page && atomic_load(&pending.n))
+        memcpy(&sup_page->groups, &pending, sizeof pending); /* before any worker: no one else reads them */
+}
+
 static void rules_lock(void)
 {
-    while (atomic_exchange_explicit(&sup_page->groups_lock, 1, memory_order_acquire))
+    while (atomic_exchange_explicit(&T()->lock, 1, memory_order_acquire))
         ;
 }
 
 static void rules_unlock(void)
 {
-    atomic_store_explicit(&sup_page->groups_lock, 0, memory_order_release);
+    atomic_store_explicit(&T()->lock, 0, memory_order_release);
 }
 
 void srv_group_read_cgroup(pid_t pid, char *out, size_t cap)
@@ -86,14 +100,12 @@ static bool under(const char *cgroup, const char *rule)
 /* The deepest rule the cgroup falls under, or -1. */
 static int rule_of(const char *cgroup)
 {
-    if (!sup_page)
-        return -1;
     int best = -1;
     size_t best_len = 0;
     rules_lock();
-    uint32_t n = atomic_load(&sup_page->ngroups);
+    uint32_t n = atomic_load(&T()->n);
     for (uint32_t i = 0; i < n && i < SRV_GROUPS_MAX; i++) {
-        const char *r = sup_page->groups[i].path;
+        const char *r = T()->rule[i].path;
         size_t l = strlen(r);
         if (r[0] && under(cgroup, r) && (best < 0 || l > best_len)) {
             best = (int)i;
@@ -133,13 +145,24 @@ static void attach(struct srv_client *c, int r)
     c->group.group = g;
 }
 
+/* A rule added since c's group was found (the settings file reloaded, another worker's `cumux set
+ * --group`) may be its group now. groups_lock held. */
+static void refresh(struct srv_client *c)
+{
+    uint32_t v = atomic_load(&T()->version);
+    if (v != c->group.seen_version) {
+        c->group.seen_version = v;
+        attach(c, rule_of(c->group.cgroup));
+    }
+}
+
 /* A rule's priority and thread percentage, on member c. */
 static void apply_rule(struct srv_client *c, int r)
 {
     if (r < 0)
         return;
-    int32_t prio = atomic_load(&sup_page->groups[r].priority);
-    uint32_t pct = atomic_load(&sup_page->groups[r].percent);
+    int32_t prio = atomic_load(&T()->rule[r].priority);
+    uint32_t pct = atomic_load(&T()->rule[r].percent);
     if (prio >= 0)
         atomic_store(&c->streams.priority, (int)prio);
     if (pct) {
@@ -152,11 +175,12 @@ static void apply_rule(struct srv_client *c, int r)
 void srv_group_join(struct srv_client *c)
 {
     srv_group_read_cgroup(c->pid, c->group.cgroup, sizeof c->group.cgroup);
+    c->group.seen_version = atomic_load(&T()->version);
     int r = rule_of(c->group.cgroup);
     pthread_mutex_lock(&groups_lock);
     attach(c, r);
     pthread_mutex_unlock(&groups_lock);
-    int32_t prio = r >= 0 ? atomic_load(&sup_page->groups[r].priority) : -1;
+    int32_t prio = r >= 0 ? atomic_load(&T()->rule[r].priority) : -1;
     if (prio >= 0) /* its thread percentage comes with its INIT (srv_group_wants) */
         atomic_store(&c->streams.priority, (int)prio);
 }
@@ -168,8 +192,8 @@ void srv_group_wants(struct srv_client *c, int *priority, uint32_t *percent)
     pthread_mutex_unlock(&groups_lock);
     if (r < 0)
         return;
-    int32_t prio = atomic_load(&sup_page->groups[r].priority);
-    uint32_t pct = atomic_load(&sup_page->groups[r].percent);
+    int32_t prio = atomic_load(&T()->rule[r].priority);
+    uint32_t pct = atomic_load(&T()->rule[r].percent);
     if (prio >= 0)
         *priority = (int)prio;
     if (pct)
@@ -186,8 +210,9 @@ void srv_group_leave(struct srv_client *c)
 CUresult srv_group_charge(struct srv_client *c, uint64_t size)
 {
     pthread_mutex_lock(&groups_lock);
+    refresh(c);
     struct srv_group *g = c->group.group;
-    uint64_t limit = g ? atomic_load(&sup_page->groups[g->rule].mem_limit[srv_gpu_served]) : 0;
+    uint64_t limit = g ? atomic_load(&T()->rule[g->rule].mem_limit[srv_gpu_served]) : 0;
     CUresult r = limit && (size > limit || g->bytes > limit - size) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS && g)
         g->bytes += size;
@@ -207,8 +232,9 @@ void srv_group_uncharge(struct srv_client *c, uint64_t size)
 uint64_t srv_group_room(struct srv_client *c)
 {
     pthread_mutex_lock(&groups_lock);
+    refresh(c);
     struct srv_group *g = c->group.group;
-    uint64_t limit = g ? atomic_load(&sup_page->groups[g->rule].mem_limit[srv_gpu_served]) : 0, room = UINT64_MAX;
+    uint64_t limit = g ? atomic_load(&T()->rule[g->rule].mem_limit[srv_gpu_served]) : 0, room = UINT64_MAX;
     if (limit) {
         uint64_t mine = atomic_load(&c->memory.mem_bytes), others = g->bytes > mine ? g->bytes - mine : 0;
         room = others < limit ? limit - others : 0;
@@ -224,7 +250,7 @@ void srv_group_label(struct srv_client *c, char *out, size_t cap)
     pthread_mutex_unlock(&groups_lock);
     if (r >= 0) {
         rules_lock();
-        snprintf(out, cap, "%s", sup_page->groups[r].path);
+        snprintf(out, cap, "%s", T()->rule[r].path);
         rules_unlock();
     } else {
         snprintf(out, cap, "%s", c->group.cgroup[0] ? c->group.cgroup : "/");
@@ -233,13 +259,11 @@ void srv_group_label(struct srv_client *c, char *out, size_t cap)
 
 size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
 {
-    if (!sup_page)
-        return 0;
     size_t n = 0;
     rules_lock();
-    uint32_t nr = atomic_load(&sup_page->ngroups);
+    uint32_t nr = atomic_load(&T()->n);
     for (uint32_t i = 0; i < nr && i < SRV_GROUPS_MAX && n < max; i++) {
-        struct sup_group_rule *r = &sup_page->groups[i];
+        struct sup_group_rule *r = &T()->rule[i];
         out[n] = (struct srv_group_stat){.limit = atomic_load(&r->mem_limit[srv_gpu_served]),
                                          .priority = atomic_load(&r->priority), .percent = atomic_load(&r->percent)};
         snprintf(out[n].path, sizeof out[n].path, "%s", r->path);
@@ -259,37 +283,34 @@ size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
 
 int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *text, size_t cap)
 {
-    if (!sup_page) {
-        snprintf(text, cap, "this cumuxd keeps no groups (no supervisor)\n");
-        return -1;
-    }
     size_t len = strnlen(path, CUMUX_GROUP_PATH);
     if (len == 0 || len >= CUMUX_GROUP_PATH || path[0] != '/' || strstr(path, "//") || strstr(path, "/../") ||
         (len >= 3 && !strcmp(path + len - 3, "/..")) || strpbrk(path, " \t\n\"\\")) {
         snprintf(text, cap, "a group is a cgroup path: /a/b (read in /proc/PID/cgroup)\n");
         return -1;
     }
-    if ((what == CUMUX_GROUP_PRIORITY && value != CUMUX_GROUP_NONE && value > CUMUX_PRIORITY_LOW) ||
+    if ((what == CUMUX_GROUP_PRIORITY && value != CUMUX_GROUP_NONE && (value < CUMUX_PRIORITY_LOW || value > CUMUX_PRIORITY_HIGH)) ||
         (what == CUMUX_GROUP_THREADS && value > 100) ||
         (what != CUMUX_GROUP_MEMORY && what != CUMUX_GROUP_PRIORITY && what != CUMUX_GROUP_THREADS)) {
         snprintf(text, cap, "not a group setting\n");
         return -1;
     }
     rules_lock();
-    uint32_t n = atomic_load(&sup_page->ngroups);
+    uint32_t n = atomic_load(&T()->n);
     int r = -1;
     for (uint32_t i = 0; i < n && i < SRV_GROUPS_MAX && r < 0; i++)
-        if (!strcmp(sup_page->groups[i].path, path))
+        if (!strcmp(T()->rule[i].path, path))
             r = (int)i;
     if (r < 0 && n < SRV_GROUPS_MAX) {
-        struct sup_group_rule *g = &sup_page->groups[n];
+        struct sup_group_rule *g = &T()->rule[n];
         snprintf(g->path, sizeof g->path, "%s", path);
         atomic_store(&g->priority, -1);
         r = (int)n;
-        atomic_store(&sup_page->ngroups, n + 1);
+        atomic_store(&T()->n, n + 1);
+        atomic_fetch_add(&T()->version, 1);
     }
     if (r >= 0) {
-        struct sup_group_rule *g = &sup_page->groups[r];
+        struct sup_group_rule *g = &T()->rule[r];
         if (what == CUMUX_GROUP_MEMORY)
             for (int d = 0; d < CUMUX_MAX_DEVICES; d++)
                 atomic_store(&g->mem_limit[d], value);
@@ -308,8 +329,10 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
 
 bool srv_group_regroup(struct srv_client *c, int rule, uint32_t what)
 {
+    uint32_t v = atomic_load(&T()->version);
     int cr = rule_of(c->group.cgroup);
     pthread_mutex_lock(&groups_lock);
+    c->group.seen_version = v;
     attach(c, cr);
     pthread_mutex_unlock(&groups_lock);
     if (cr != rule)

@@ -27,6 +27,8 @@ void srv_group_uncharge(struct srv_client *c, uint64_t size);
 uint64_t srv_group_room(struct srv_client *c);
 /* Its group's name for status and /metrics: the rule's path, or its own cgroup when in none. */
 void srv_group_label(struct srv_client *c, char *out, size_t cap);
+/* The supervisor, once its page is made: the rules set before (the settings file at start) go into it. */
+void srv_groups_page_ready(void);
 /* The rules, with what their members hold here. */
 struct srv_group_stat {
     char path[CUMUX_GROUP_PATH];

@@ -38,6 +38,7 @@
 #include "common/log.h"
 #include "common/priority.h"
 #include "common/sock.h"
+#include "server/groups.h"
 #include "server/main.h"
 #include "server/supervisor.h"
 
@@ -664,6 +665,7 @@ int srv_supervise(int *ready_fd, int dir_fd, int *lsock)
             atomic_store(&sup_page->default_mem_limit[g], initial_mem_limit[g]);
         atomic_store(&sup_page->default_priority, initial_priority);
         atomic_store(&sup_page->default_percent, initial_percent);
+        srv_groups_page_ready();
     }
     domain_init(&doms[0], 0, *lsock);
     ndoms = 1;

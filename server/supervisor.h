@@ -35,6 +35,13 @@ struct sup_group_rule {
     _Atomic uint32_t percent;  /* their active thread percentage; 0 none */
 };
 
+struct sup_groups {
+    _Atomic int32_t lock;     /* a spin lock over the rules' paths (writers, and readers of paths) */
+    _Atomic uint32_t n;       /* rules in use, from the first */
+    _Atomic uint32_t version; /* moves on when a rule is added: clients find their group again */
+    struct sup_group_rule rule[SRV_GROUPS_MAX];
+};
+
 struct sup_shared {
     _Atomic int32_t enabled;
     _Atomic int32_t standby_pid[CUMUX_MAX_DEVICES]; /* 0: none */
@@ -52,9 +59,7 @@ struct sup_shared {
     _Atomic uint32_t reloads;
     _Atomic int32_t reload_failed;
     char reload_text[480];
-    _Atomic int32_t groups_lock; /* a spin lock over the rules' paths (writers, and readers of paths) */
-    _Atomic uint32_t ngroups;    /* rules in use, from the first */
-    struct sup_group_rule groups[SRV_GROUPS_MAX];
+    struct sup_groups groups;
 };
 extern struct sup_shared *sup_page;
 

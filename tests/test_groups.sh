@@ -58,8 +58,12 @@ holding a2
 let_go a1
 wait "${pids[0]}" || fail_show="$tmp/a1.out" fail "the first of group a"
 pids=("${pids[@]:1}")
-# The status: each program's group; the groups with what they hold.
-"$cli" status >"$tmp/status.out"
+# The status: each program's group; the groups with what they hold (a1's end is cleaned up meanwhile).
+for ((i = 0; i < 100; i++)); do
+    "$cli" status >"$tmp/status.out"
+    awk -v g="$base/a" '$NF == g && $3 == 1 {f = 1} END {exit !f}' "$tmp/status.out" && break
+    sleep 0.05
+done
 grep -E "  $base/a\$" "$tmp/status.out" | grep -q . || fail_show="$tmp/status.out" fail "no program of group a in the status"
 grep -E "  $base/b\$" "$tmp/status.out" | grep -q . || fail_show="$tmp/status.out" fail "no program of group b in the status"
 awk -v g="$base/a" '$NF == g && $2 == "256.0" && $3 == 1 {f = 1} END {exit !f}' "$tmp/status.out" ||

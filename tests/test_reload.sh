@@ -18,12 +18,18 @@ cat >"$conf" <<'CONF'
 CUMUX_DEFAULT_MEMORY_LIMIT=48M
 CUMUX_DEFAULT_PRIORITY="low"
 CUMUX_SYNC=yield
+CUMUX_GROUPS="/cumux-reload-test/a:memory=64M,priority=high /cumux-reload-test/b:threads=50"
 CONF
 start_ours CUMUX_CONFIG="$conf"
 server=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd.pid") worker=$(cat "$CUMUX_PIPE_DIRECTORY/cumuxd-gpu.pid")
 [ "$(ctl get_default_device_pinned_mem_limit 0)" = 48M ] || fail "the file's limit at start: $(ctl get_default_device_pinned_mem_limit 0)"
 [ "$(ctl get_default_client_priority)" = 1 ] || fail "the file's priority (low: MPS's 1) at start: $(ctl get_default_client_priority)"
 out=$("$cli" run -- "$gdir/gpu_mem_limit" $((48 << 20)) 2>&1) || fail "a program under the file's 48M: $out"
+# The file's groups (CUMUX_GROUPS), as cumux set --group would give them.
+"$cli" status >"$tmp/status.out"
+awk '$NF == "/cumux-reload-test/a" && $2 == "64.0" && $4 == "high" {f = 1} END {exit !f}' "$tmp/status.out" &&
+    awk '$NF == "/cumux-reload-test/b" && $2 == "-" && $5 == "50%" {f = 1} END {exit !f}' "$tmp/status.out" ||
+    fail "the file's groups at start: $(grep -A3 '^groups' "$tmp/status.out")"
 
 # A program computing while the settings are read again: 40 kernels of 50 ms, checked, then it waits.
 mkfifo "$tmp/go"
@@ -37,13 +43,18 @@ CUMUX_DEFAULT_MEMORY_LIMIT=0=96M
 CUMUX_DEFAULT_THREADS=50
 CUMUX_SYNC=blocking
 CUMUX_MAX_CLIENTS=64
+CUMUX_GROUPS=/cumux-reload-test/a:memory=32M
 CONF
 "$cli" reload >"$tmp/reload.out" 2>&1 || fail "cumux reload: $(cat "$tmp/reload.out")"
-grep -q "^reloaded $conf: default memory limit 0=96M, priority normal, thread percentage 50; changed, for the next start: CUMUX_SYNC, CUMUX_MAX_CLIENTS" "$tmp/reload.out" ||
+grep -q "^reloaded $conf: default memory limit 0=96M, priority normal, thread percentage 50, 1 group(s); changed, for the next start: CUMUX_SYNC, CUMUX_MAX_CLIENTS" "$tmp/reload.out" ||
     fail "cumux reload said: $(cat "$tmp/reload.out")"
 grep -q "^busy: done" "$tmp/busy.out" && fail "the busy program was done before the reload: the test proves nothing"
 [ "$(ctl get_default_client_priority)" = 0 ] || fail "a priority the file dropped: $(ctl get_default_client_priority)"
 [ "$(ctl get_default_device_pinned_mem_limit 0)" = 96M ] || fail "after the reload: $(ctl get_default_device_pinned_mem_limit 0)"
+"$cli" status >"$tmp/status.out"
+awk '$NF == "/cumux-reload-test/a" && $2 == "32.0" && $4 == "-" {f = 1} END {exit !f}' "$tmp/status.out" &&
+    awk '$NF == "/cumux-reload-test/b" && $2 == "-" && $5 == "-" {f = 1} END {exit !f}' "$tmp/status.out" ||
+    fail "the groups after the reload (a: 32M only; b: nothing): $(grep -A3 '^groups' "$tmp/status.out")"
 [ "$(ctl get_default_active_thread_percentage)" = 50.0 ] || fail "thread percentage after the reload: $(ctl get_default_active_thread_percentage)"
 out=$("$cli" run -- "$gdir/gpu_mem_limit" $((96 << 20)) 2>&1) || fail "a program after the reload, under 96M: $out"
 for ((i = 0; i < 600; i++)); do grep -q "^busy: done" "$tmp/busy.out" && break; sleep 0.05; done
@@ -60,6 +71,9 @@ printf 'CUMUX_DEFAULT_MEMORY_LIMIT=12M\nthis is not a setting\n' >"$conf"
 "$cli" reload >"$tmp/reload.out" 2>&1 && fail "a reload of a broken file succeeded: $(cat "$tmp/reload.out")"
 grep -q "not reloaded: $conf:2: not CUMUX_VARIABLE=value" "$tmp/reload.out" || fail "a broken file's reload said: $(cat "$tmp/reload.out")"
 [ "$(ctl get_default_device_pinned_mem_limit 0)" = 96M ] || fail "a broken file changed the limit: $(ctl get_default_device_pinned_mem_limit 0)"
+printf 'CUMUX_GROUPS=relative:memory=1G\n' >"$conf"
+"$cli" reload >"$tmp/reload.out" 2>&1 && fail "a reload of a bad group succeeded"
+grep -q "CUMUX_GROUPS=relative:memory=1G: not CGROUP" "$tmp/reload.out" || fail "a bad group's reload said: $(cat "$tmp/reload.out")"
 printf 'CUMUX_DEFAULT_PRIORITY=urgent\n' >"$conf"
 "$cli" reload >"$tmp/reload.out" 2>&1 && fail "a reload of a bad priority succeeded"
 grep -q "CUMUX_DEFAULT_PRIORITY=urgent: not high, normal or low" "$tmp/reload.out" || fail "a bad value's reload said: $(cat "$tmp/reload.out")"

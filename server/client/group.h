@@ -9,6 +9,7 @@ struct srv_group;
 struct srv_client_group {
     char cgroup[CUMUX_GROUP_PATH]; /* written before the client is listed, then only read */
     struct srv_group *group;       /* under groups.c's lock; NULL: in no group that has settings */
+    uint32_t seen_version;         /* under that lock: the rules' version its group was found in */
 };
 
 #endif
