@@ -226,7 +226,7 @@ lastby=${bys[${#bys[@]} - 1]}
 "$cli" set "$lastby" --priority high >"$tmp/set.out" 2>&1 || { fail_show="$tmp/set.out"; fail "cumux set $lastby (on GPU $last) --priority high"; }
 "$cli" control ps >/dev/null
 m=$(scrape)
-echo "$m" | grep -q "^cumux_client_priority_class{pid=\"$lastby\",.*,gpu=\"$last\",client=\"[0-9]*\"} 3$" ||
+echo "$m" | grep -q "^cumux_client_priority_class{pid=\"$lastby\",.*,gpu=\"$last\",client=\"[0-9]*\",group=\"[^\"]*\"} 3$" ||
     fail "the program on GPU $last did not become high: $(echo "$m" | grep priority_class)"
 echo "ok: status, control ps, top and /metrics tell every GPU; cumux set reaches GPU $last"
 CUDA_VISIBLE_DEVICES=$fgpu "$cli" run -- "$gdir/gpu_fault" >"$tmp/fault.out" 2>&1 ||
