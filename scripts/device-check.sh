@@ -4,7 +4,7 @@
 # MPS, cumux), print a summary last. Budget: 9 minutes at most (DEVICE_CHECK_BUDGET, default 540 s).
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 #                           [--usage-cost] [--efficiency] [--kernel-times] [--latency] [--many] [--sms] [--seed] [--latency-torch]
-#                           [--fuzz S] [--faults] [--no-suites] [--ab "VAR=VALUE ..."] [--launch-cost]
+#                           [--fuzz S] [--faults] [--no-suites] [--ab "VAR=VALUE ..."] [--launch-cost] [--install]
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
 # --many: also bench/many.sh --unpaced (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
@@ -39,6 +39,9 @@
 # the environment loads the benchmarks' kernels as a library, as the CUDA runtime does).
 # --launch-cost: also bench/launch_cost.sh: a launch's host cost natively as a library kernel or its function,
 # from 1, 2 and 4 threads into one context, with 8 and 32 hardware queues (a few seconds).
+# --install: also the installed tree (issue 41): `cmake --install` into a prefix, the GPU suite under that
+# cumux (tests/gpu/run.sh --cumux, CUMUX_CLI), and tests/test_torch_group.sh with it (two PyTorch processes
+# in a 4 GiB client group); about 2 minutes.
 # --fuzz SECONDS: also fuzz_server on every core for that long (built elsewhere: FUZZ_BINARY, default
 # build-fuzz-fast/tests/fuzz/fuzz_server, carried with the run).
 # --startup: also bench/startup.sh (PyTorch ResNet-50 trainings: start-up alone, under cumux trace, a second
@@ -55,7 +58,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-540}" # hard stop for everything, build included
-do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0 do_install=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -77,6 +80,7 @@ while [ $# -gt 0 ]; do
         --ab) do_ab=1 ab_setting=$2; shift ;;
         --launch-cost) do_launch_cost=1 ;;
         --faults) do_faults=1 ;;
+        --install) do_install=1 ;;
         -h|--help) sed -n '2,/^set -u$/{/^#/p}' "$0"; exit 0 ;;
         *) echo "device-check.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -330,6 +334,23 @@ if [ -n "$build" ] && [ $do_fw = 1 ]; then
     fw_rc=${PIPESTATUS[0]}
 fi
 
+# --- the installed tree (issue 41), when asked ---
+install_rc="not run" torch_group_rc="not run"
+if [ -n "$build" ] && [ $do_install = 1 ]; then
+    prefix=$out/prefix
+    rm -rf "$prefix"
+    say "installed tree in $prefix: the GPU suite under it, then PyTorch in a 4 GiB client group"
+    if cmake --install "$build" --prefix "$prefix" >"$logs/install.log" 2>&1; then
+        CUMUX_CLI="$prefix/bin/cumux" OUT="$logs/installed-gpu" timeout -k 10 240 tests/gpu/run.sh --cumux --build "$build" 2>&1 |
+            tee "$logs/installed-gpu.txt"
+        install_rc=${PIPESTATUS[0]}
+        timeout -k 10 180 tests/test_torch_group.sh "$prefix/bin/cumux" 2>&1 | tee "$logs/torch-group.txt"
+        torch_group_rc=${PIPESTATUS[0]}
+    else
+        install_rc="cmake --install failed"
+    fi
+fi
+
 # --- start-up of a PyTorch program (bench/startup.sh), when asked ---
 startup_rc="not run"
 if [ -n "$build" ] && [ $do_startup = 1 ] && [ $native_only = 0 ]; then
@@ -401,6 +422,12 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
     if [ $do_fw = 1 ]; then
         echo "framework suite (exit $fw_rc):"
         [ -f "$logs/frameworks.txt" ] && sed -n '/^framework test/,/^logs:/p' "$logs/frameworks.txt" | grep -v '^logs:' | sed 's/^/  /'
+    fi
+    if [ $do_install = 1 ]; then
+        echo "installed tree: GPU suite under the installed cumux (exit $install_rc):"
+        [ -f "$logs/installed-gpu.txt" ] && grep -E '^(PASS|FAIL|SKIP)|passed|failed' "$logs/installed-gpu.txt" | tail -5 | sed 's/^/  /'
+        echo "PyTorch in a 4 GiB client group (exit $torch_group_rc):"
+        [ -f "$logs/torch-group.txt" ] && grep -E '^(PASS|FAIL|SKIP|OOM)' "$logs/torch-group.txt" | sed 's/^/  /'
     fi
     if [ $do_startup = 1 ]; then
         echo "start-up benchmark (exit $startup_rc):"

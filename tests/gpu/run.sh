@@ -38,7 +38,7 @@ tests=(device_api vecadd matmul memcpy uva_disjoint memcpy2d memset module_globa
 out="${OUT:-/tmp/cumux-gpu-logs}"
 mkdir -p "$out" || exit 2
 bindir="$build/tests/gpu"
-cli="$build/cli/cumux"
+cli="${CUMUX_CLI:-$build/cli/cumux}" # CUMUX_CLI: an installed cumux (scripts/device-check.sh --install)
 timeout_s="${GPU_TEST_TIMEOUT:-180}"
 
 # No GPU at all: not an error (CI machines have none).
