@@ -4,6 +4,7 @@
  * SM activity and occupancy (how much of the GPU the kernels used), with small graphs of the last minutes.
  * NVML is loaded with dlopen; without it (or on a GPU without GPM, before Hopper) those figures are "-".
  *   cumux top [--once] [--json] [--interval SECONDS]
+ * Clients first, then the same by client group (server/groups.c).
  * --once: one sample over the interval, printed, then exit (--json: as JSON, for scripts). */
 #include <dlfcn.h>
 #include <math.h>
@@ -232,11 +233,53 @@ static void print_json(const struct cumux_records *r, const struct gpu_view *gv,
         else
             printf("null");
         printf(",\"priority\":\"%s\",\"sms\":%u,\"sms_reserved\":%s,\"streams\":%u,\"kernels\":%llu,"
-               "\"kernels_per_s\":%.1f,\"gpu_time_s\":%.6f,\"gpu_share_pct\":%.2f}", c->priority, c->sms,
+               "\"kernels_per_s\":%.1f,\"gpu_time_s\":%.6f,\"gpu_share_pct\":%.2f,\"group\":", c->priority, c->sms,
                c->reserved ? "true" : "false", c->streams, c->kernels, cv[i].kernels_per_s, c->gpu_ns / 1e9,
                cv[i].share);
+        json_string(c->group);
+        printf("}");
     }
     printf("]}\n");
+}
+
+/* The clients by group (their cgroup, or their group's rule: server/groups.c) on each GPU: GPU time share,
+ * kernels/s, memory against the group's limit. */
+static void print_groups(const struct cumux_records *r, const struct client_view *cv, size_t n)
+{
+    struct group_view {
+        const char *path;
+        int gpu;
+        unsigned programs;
+        double share, kps;
+        unsigned long long mem;
+    } g[64];
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct cumux_record_client *c = cv[i].c;
+        size_t k = 0;
+        while (k < ng && !(g[k].gpu == c->gpu && !strcmp(g[k].path, c->group)))
+            k++;
+        if (k == ng) {
+            if (ng == sizeof g / sizeof *g)
+                continue;
+            g[ng++] = (struct group_view){.path = c->group, .gpu = c->gpu};
+        }
+        g[k].programs++;
+        g[k].share += cv[i].share;
+        g[k].kps += cv[i].kernels_per_s;
+        g[k].mem += c->device;
+    }
+    if (!ng)
+        return;
+    printf("\n%3s %8s %7s %9s %10s %10s  %s\n", "GPU", "PROGRAMS", "GPU%", "KERNEL/S", "MEM_MiB", "LIMIT_MiB", "GROUP");
+    for (size_t k = 0; k < ng; k++) {
+        char limit[24] = "-";
+        for (size_t j = 0; j < r->ngroups; j++)
+            if (r->groups[j].gpu == g[k].gpu && !strcmp(r->groups[j].path, g[k].path) && r->groups[j].limit)
+                snprintf(limit, sizeof limit, "%.1f", r->groups[j].limit / 1048576.0);
+        printf("%3d %8u %6.1f%% %9.0f %10.1f %10s  %.80s\n", g[k].gpu, g[k].programs, g[k].share, g[k].kps,
+               g[k].mem / 1048576.0, limit, g[k].path[0] ? g[k].path : "-");
+    }
 }
 
 static void print_screen(const struct cumux_records *r, const struct gpu_view *gv, const struct client_view *cv,
@@ -275,6 +318,7 @@ static void print_screen(const struct cumux_records *r, const struct gpu_view *g
         printf("%8d %-10.10s %3d %-6s %5s %6.1f%% %9.0f %10.1f %10s %7u  %.60s\n", c->pid, user, c->gpu, c->priority, sms,
                cv[i].share, cv[i].kernels_per_s, c->device / 1048576.0, limit, c->streams, c->cmd);
     }
+    print_groups(r, cv, n);
     fflush(stdout);
 }
 

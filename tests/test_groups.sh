@@ -77,6 +77,13 @@ holding b2
 "$cli" status >"$tmp/status.out"
 n_low=$(awk -v g="$base/b" '$NF == g && $10 == "low"' "$tmp/status.out" | wc -l)
 [ "$n_low" = 2 ] || fail_show="$tmp/status.out" fail "group b's programs at priority low: $n_low of 2"
+# cumux top by group: group b's two programs and its 64 MiB limit; the JSON names each client's group.
+"$cli" top --once --interval 0.2 >"$tmp/top.out" 2>&1 || fail "cumux top --once"
+awk -v g="$base/b" '$NF == g && $2 == 2 && $6 == "64.0" {f = 1} END {exit !f}' "$tmp/top.out" ||
+    fail_show="$tmp/top.out" fail "cumux top: no line of group b with two programs and its 64 MiB"
+"$cli" top --once --json --interval 0.2 >"$tmp/top.json" 2>&1 || fail "cumux top --once --json"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert sum(c["group"] == sys.argv[2] for c in d["clients"]) == 2, d' \
+    "$tmp/top.json" "$base/b" || fail_show="$tmp/top.json" fail "cumux top --json: not two clients of group b"
 # /metrics labels by group.
 if true; then
     python3 -c 'import sys, urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1]).read().decode())' "$port" >"$tmp/metrics.out" ||
