@@ -1,0 +1,267 @@
+/* cumux's SPANK plugin (issue 42): `srun --cumux` / `sbatch --cumux` runs a job's tasks on the node's cumuxd
+ * as one client group (server/groups.c), whatever language they are in.
+ *   --cumux                   the job's CUDA programs go through cumux (the shim first on their library path)
+ *   --cumux-memory=SIZE       the job's device memory on each GPU at most, all its tasks together
+ *   --cumux-priority=CLASS    its programs' class: high, normal or low
+ *   --cumux-threads=PERCENT   its programs' kernels on at most that share of the SMs (a gres/mps job gets
+ *                             the percentage Slurm gives it, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, by default)
+ * plugstack.conf: `optional /usr/lib/x86_64-linux-gnu/slurm/cumux_spank.so [cumux=PATH] [pipe_dir=DIR]
+ * [lib_dir=DIR] [cgroup_root=DIR]`: the cumux CLI (default /usr/bin/cumux), the server's pipe directory
+ * (default /run/cumux), the shim's directory (default /usr/lib/cumux), the cgroup hierarchy the plugin
+ * makes job cgroups in when Slurm keeps none of its own (default: the cgroup v2 mount).
+ * The group is the job's cgroup: under proctrack/cgroup (or task/cgroup), the `job_ID` level Slurm made;
+ * otherwise the plugin makes `cumux-slurm/job_ID` itself and moves each task into it before it runs. The
+ * task does that and gives the group its settings (`cumux set --group`) as root, in the privileged task
+ * hook; the environment is set in the task's own. Docs: docs/slurm.md. */
+#include <errno.h>
+#include <stdint.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(cumux, 1);
+
+#define PATH_LEN 512
+
+static int use_cumux;
+static char opt_memory[64], opt_priority[16], opt_threads[16];
+static char cumux_cli[PATH_LEN] = "/usr/bin/cumux", pipe_dir[PATH_LEN] = "/run/cumux", lib_dir[PATH_LEN] = "/usr/lib/cumux",
+            cgroup_root[PATH_LEN] = "";
+
+static int copy_opt(char *dst, size_t cap, const char *v, const char *name)
+{
+    if (!v || !*v || strlen(v) >= cap || strpbrk(v, " \t\n/")) {
+        slurm_error("cumux: --%s: a value is needed, without spaces or slashes", name);
+        return -1;
+    }
+    snprintf(dst, cap, "%s", v);
+    use_cumux = 1; /* any cumux option means --cumux */
+    return 0;
+}
+
+static int on_cumux(int val, const char *optarg, int remote)
+{
+    (void)val, (void)optarg, (void)remote;
+    use_cumux = 1;
+    return 0;
+}
+static int on_memory(int val, const char *optarg, int remote)
+{
+    (void)val, (void)remote;
+    return copy_opt(opt_memory, sizeof opt_memory, optarg, "cumux-memory");
+}
+static int on_priority(int val, const char *optarg, int remote)
+{
+    (void)val, (void)remote;
+    if (optarg && strcmp(optarg, "high") && strcmp(optarg, "normal") && strcmp(optarg, "low")) {
+        slurm_error("cumux: --cumux-priority=%s: not high, normal or low", optarg);
+        return -1;
+    }
+    return copy_opt(opt_priority, sizeof opt_priority, optarg, "cumux-priority");
+}
+static int on_threads(int val, const char *optarg, int remote)
+{
+    (void)val, (void)remote;
+    char *end;
+    long p = optarg ? strtol(optarg, &end, 10) : 0;
+    if (!optarg || *end || p < 1 || p > 100) {
+        slurm_error("cumux: --cumux-threads=%s: not a percentage from 1 to 100", optarg ? optarg : "");
+        return -1;
+    }
+    return copy_opt(opt_threads, sizeof opt_threads, optarg, "cumux-threads");
+}
+
+static struct spank_option options[] = {
+    {"cumux", NULL, "Run the job's CUDA programs on the node's cumuxd, as one client group", 0, 0, on_cumux},
+    {"cumux-memory", "SIZE", "The job's device memory on each GPU at most (4G, 512M), all its tasks together", 1, 0,
+     on_memory},
+    {"cumux-priority", "CLASS", "Its programs' GPU priority class: high, normal or low", 1, 0, on_priority},
+    {"cumux-threads", "PERCENT", "Its programs' kernels on at most PERCENT of the SMs", 1, 0, on_threads},
+    SPANK_OPTIONS_TABLE_END};
+
+static void plugin_args(int ac, char **av)
+{
+    for (int i = 0; i < ac; i++) {
+        const char *eq = strchr(av[i], '=');
+        size_t k = eq ? (size_t)(eq - av[i]) : 0;
+        char *dst = !eq ? NULL
+                    : k == 5 && !strncmp(av[i], "cumux", 5)        ? cumux_cli
+                    : k == 8 && !strncmp(av[i], "pipe_dir", 8)     ? pipe_dir
+                    : k == 7 && !strncmp(av[i], "lib_dir", 7)      ? lib_dir
+                    : k == 11 && !strncmp(av[i], "cgroup_root", 11) ? cgroup_root
+                                                                    : NULL;
+        if (dst && strlen(eq + 1) < PATH_LEN && eq[1] == '/')
+            snprintf(dst, PATH_LEN, "%s", eq + 1);
+        else
+            slurm_error("cumux: plugstack argument %s: not cumux=, pipe_dir=, lib_dir= or cgroup_root= with an absolute path",
+                        av[i]);
+    }
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    plugin_args(ac, av);
+    if (spank_context() == S_CTX_SLURMD || spank_context() == S_CTX_JOB_SCRIPT)
+        return 0;
+    for (struct spank_option *o = options; o->name; o++)
+        if (spank_option_register(sp, o) != ESPANK_SUCCESS)
+            return -1;
+    return 0;
+}
+
+/* The cgroup of this process, as cumuxd reads it (server/groups.c): v2's line where it says more than "/",
+ * else systemd's v1 hierarchy. */
+static int own_cgroup(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[PATH_LEN + 64], v2[PATH_LEN] = "", v1[PATH_LEN] = "";
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b || strlen(b + 1) >= PATH_LEN)
+            continue;
+        if (!strncmp(line, "0::", 3))
+            snprintf(v2, sizeof v2, "%s", b + 1);
+        else if (!strncmp(a + 1, "name=systemd:", 13))
+            snprintf(v1, sizeof v1, "%s", b + 1);
+    }
+    if (f)
+        fclose(f);
+    const char *p = v2[0] && strcmp(v2, "/") ? v2 : v1;
+    if (!p[0])
+        return -1;
+    snprintf(out, cap, "%s", p);
+    return 0;
+}
+
+/* Where to make job cgroups: the plugstack's cgroup_root, else the cgroup v2 mount (the unified one of a
+ * hybrid), else none. */
+static const char *cgroup_mount(void)
+{
+    static const char *const candidates[] = {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"};
+    if (cgroup_root[0])
+        return cgroup_root;
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        char probe[PATH_LEN];
+        snprintf(probe, sizeof probe, "%s/cgroup.procs", candidates[i]);
+        if (access(probe, W_OK) == 0)
+            return candidates[i];
+    }
+    return NULL;
+}
+
+/* The job's group: Slurm's job_ID cgroup where it made one, else ours, with this task moved into it. */
+static int job_group(uint32_t job, char *out, size_t cap)
+{
+    char cg[PATH_LEN], want[32];
+    snprintf(want, sizeof want, "/job_%u", job);
+    if (own_cgroup(cg, sizeof cg) == 0) {
+        char *p = strstr(cg, want);
+        if (p && (p[strlen(want)] == 0 || p[strlen(want)] == '/')) {
+            p[strlen(want)] = 0;
+            snprintf(out, cap, "%s", cg);
+            return 0;
+        }
+    }
+    const char *root = cgroup_mount();
+    if (!root) {
+        slurm_error("cumux: job %u: no cgroup of Slurm's for it and no cgroup hierarchy to make one in", job);
+        return -1;
+    }
+    char dir[PATH_LEN + 64], procs[PATH_LEN + 96];
+    snprintf(dir, sizeof dir, "%s/cumux-slurm", root);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -1;
+    snprintf(dir, sizeof dir, "%s/cumux-slurm/job_%u", root, job);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        slurm_error("cumux: job %u: cannot make %s: %s", job, dir, strerror(errno));
+        return -1;
+    }
+    snprintf(procs, sizeof procs, "%s/cgroup.procs", dir);
+    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    char pid[24];
+    int n = snprintf(pid, sizeof pid, "%d", (int)getpid());
+    if (fd < 0 || write(fd, pid, (size_t)n) != n) {
+        slurm_error("cumux: job %u: cannot move task %s into %s: %s", job, pid, dir, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    snprintf(out, cap, "/cumux-slurm/job_%u", job);
+    return 0;
+}
+
+/* cumux set --group GROUP --WHAT VALUE, against the node's server. */
+static int set_group(const char *group, const char *what, const char *value)
+{
+    pid_t p = fork();
+    if (p < 0)
+        return -1;
+    if (p == 0) {
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0)
+            dup2(null, STDOUT_FILENO);
+        setenv("CUMUX_PIPE_DIRECTORY", pipe_dir, 1);
+        execl(cumux_cli, cumux_cli, "set", "--group", group, what, value, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        slurm_error("cumux: %s set --group %s %s %s failed (is cumuxd running on %s?)", cumux_cli, group, what, value,
+                    pipe_dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* In the task, as root, before it runs: its group, the group's settings. */
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    if (!use_cumux)
+        return 0;
+    uint32_t job = 0;
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+        return -1;
+    char group[PATH_LEN];
+    if (job_group(job, group, sizeof group) < 0)
+        return -1;
+    char mps[16] = "";
+    if (!opt_threads[0] && spank_getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", mps, sizeof mps) == ESPANK_SUCCESS)
+        snprintf(opt_threads, sizeof opt_threads, "%s", mps); /* gres/mps's share of the GPU */
+    if ((opt_memory[0] && set_group(group, "--memory", opt_memory) < 0) ||
+        (opt_priority[0] && set_group(group, "--priority", opt_priority) < 0) ||
+        (opt_threads[0] && set_group(group, "--threads", opt_threads) < 0))
+        return -1;
+    return spank_setenv(sp, "CUMUX_SLURM_GROUP", group, 1) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+/* In the task, as the user: its programs find the shim first, and the server. */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    if (!use_cumux)
+        return 0;
+    char old[4096] = "", path[4096 + PATH_LEN + 2], name[64];
+    uint32_t job = 0;
+    spank_get_item(sp, S_JOB_ID, &job);
+    if (spank_getenv(sp, "LD_LIBRARY_PATH", old, sizeof old) != ESPANK_SUCCESS)
+        old[0] = 0;
+    snprintf(path, sizeof path, "%s%s%s", lib_dir, old[0] ? ":" : "", old);
+    snprintf(name, sizeof name, "slurm-job-%u", job);
+    if (spank_setenv(sp, "LD_LIBRARY_PATH", path, 1) != ESPANK_SUCCESS ||
+        spank_setenv(sp, "CUMUX_PIPE_DIRECTORY", pipe_dir, 1) != ESPANK_SUCCESS ||
+        spank_setenv(sp, "CUMUX_CLIENT_NAME", name, 0) != ESPANK_SUCCESS)
+        return -1;
+    return 0;
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Slurm jobs through cumux (issue 42): a real one-node Slurm (slurmctld and slurmd from Debian, munge, on
+# localhost, ports and state of its own) with the SPANK plugin (slurm/cumux_spank.c) and cumuxd on the fake
+# driver. Two jobs at once with different --cumux-memory each see their own limit (each job one client
+# group, /cumux-slurm/job_ID, which `cumux status` lists with its limit); a job of 4 tasks computes right;
+# a job whose program faults does not end another's, which finishes right; a job ended with scancel frees
+# all it held; a 50-job array (sbatch --cumux) completes. It stops everything it started. Needs root,
+# slurmctld, slurmd, munged; else one SKIP line.
+# usage: test_slurm.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR SPANK_PLUGIN SHIM_DIR
+set -u
+cli=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") drv=$2 gdir=$(cd "$3" && pwd) plugin=$4 shimdir=$(cd "$5" && pwd)
+[ "$(id -u)" = 0 ] || { echo "SKIP slurm: needs root (slurmd)"; exit 0; }
+for c in slurmctld slurmd srun sbatch squeue scancel munged; do command -v "$c" >/dev/null || { echo "SKIP slurm: no $c (apt install slurm-wlm munge)"; exit 0; }; done
+[ -f "$plugin" ] || { echo "SKIP slurm: the SPANK plugin $plugin was not built (slurm-wlm-plugins-dev)"; exit 0; }
+trap "" PIPE # a job that ended early must not end the test when its stdin is written
+export GT_FAULT_SYNC_MAY_PASS=1 # with GPU coredumps (the default) a faulting program's first synchronize may pass
+. "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
+own_server_test a.out b.out busy.out
+sl=$tmp/slurm
+mkdir -p "$sl/spool" "$sl/state" "$sl/out" && chmod 755 "$tmp"
+daemons=()
+cleanup_slurm() {
+    for p in "${daemons[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${daemons[@]}"; do for ((i = 0; i < 50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done; kill -9 "$p" 2>/dev/null; done
+    for d in $(find /sys/fs/cgroup -depth -type d -name "job_*" -path "*cumux-slurm*" 2>/dev/null); do rmdir "$d" 2>/dev/null; done
+    own_server_cleanup
+}
+trap cleanup_slurm EXIT
+# munge with a key and socket of its own.
+dd if=/dev/urandom of="$sl/munge.key" bs=1024 count=1 2>/dev/null && chmod 400 "$sl/munge.key"
+munged --force --key-file="$sl/munge.key" --socket="$sl/munge.sock" --pid-file="$sl/munged.pid" \
+    --log-file="$sl/munged.log" --seed-file="$sl/munged.seed" 2>"$sl/munged.err" || { fail_show="$sl/munged.err" fail "munged"; }
+for ((i = 0; i < 50; i++)); do [ -s "$sl/munged.pid" ] && break; sleep 0.1; done
+daemons+=("$(cat "$sl/munged.pid")")
+port=$((30000 + $$ % 10000))
+cat >"$sl/slurm.conf" <<CONF
+ClusterName=cumuxtest
+SlurmctldHost=localhost
+AuthType=auth/munge
+AuthInfo=socket=$sl/munge.sock
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmctldPidFile=$sl/ctld.pid
+SlurmdPidFile=$sl/d.pid
+SlurmdSpoolDir=$sl/spool
+StateSaveLocation=$sl/state
+SlurmUser=root
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+PlugStackConfig=$sl/plugstack.conf
+MpiDefault=none
+ReturnToService=2
+SlurmctldLogFile=$sl/ctld.log
+SlurmdLogFile=$sl/d.log
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=localhost CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
+CONF
+echo "required $plugin cumux=$cli pipe_dir=$CUMUX_PIPE_DIRECTORY lib_dir=$shimdir" >"$sl/plugstack.conf"
+export SLURM_CONF=$sl/slurm.conf
+slurmctld -D >"$sl/ctld.out" 2>&1 &
+daemons+=($!)
+slurmd -D -N localhost >"$sl/d.out" 2>&1 &
+daemons+=($!)
+for ((i = 0; i < 100; i++)); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 0.2; done
+sinfo -h -o %T 2>/dev/null | grep -q idle || { fail_show="$sl/ctld.log $sl/d.log" fail "the Slurm node is not idle"; }
+mkdir -p "$CUMUX_PIPE_DIRECTORY" && chmod 700 "$CUMUX_PIPE_DIRECTORY"
+start_ours
+unset CUMUX_PIPE_DIRECTORY_FOR_JOBS
+group_line() { "$cli" status | awk -v j="/cumux-slurm/job_$1" '$NF == j'; }
+
+# Two jobs at once with different limits: each sees its own.
+mkfifo "$tmp/a.in" "$tmp/b.in"
+srun --cumux --cumux-memory=256M "$gdir/gpu_group_member" 256 64 <"$tmp/a.in" >"$tmp/a.out" 2>&1 &
+ja=$!
+exec {fa}>"$tmp/a.in"
+srun --cumux --cumux-memory=128M "$gdir/gpu_group_member" 128 32 <"$tmp/b.in" >"$tmp/b.out" 2>&1 &
+jb=$!
+exec {fb}>"$tmp/b.in"
+for o in a b; do
+    for ((i = 0; i < 300; i++)); do grep -q '^HOLDING' "$tmp/$o.out" && break; grep -q 'FAIL\|error' "$tmp/$o.out" && break; sleep 0.1; done
+    grep -q '^HOLDING' "$tmp/$o.out" || fail_show="$tmp/$o.out $sl/d.log" fail "job $o did not get to hold its memory"
+done
+"$cli" status >"$tmp/status.out"
+[ "$(awk '$NF ~ /^\/cumux-slurm\/job_[0-9]+$/ && ($2 == "256.0" || $2 == "128.0")' "$tmp/status.out" | wc -l)" -ge 2 ] ||
+    fail_show="$tmp/status.out" fail "the two jobs' groups with their limits are not in the status"
+echo >&"$fa"; echo >&"$fb"
+exec {fa}>&- {fb}>&-
+wait "$ja" && wait "$jb" || fail_show="$tmp/a.out $tmp/b.out" fail "a job with a limit failed"
+grep -q '^PASS' "$tmp/a.out" && grep -q '^PASS' "$tmp/b.out" || fail_show="$tmp/a.out $tmp/b.out" fail "a job with a limit did not pass"
+echo "ok: two jobs with 256 and 128 MiB, each saw its own"
+
+# An MPI-style job of 4 tasks, one group.
+out=$(timeout 120 srun -O -n 4 --cumux "$gdir/gpu_vecadd" </dev/null 2>&1)
+[ "$(grep -c '^PASS vecadd' <<<"$out")" = 4 ] || fail "the 4-task job: $out"
+echo "ok: a job of 4 tasks computed right"
+
+# One job faults; the other's program finishes right.
+mkfifo "$tmp/busy.in"
+# (The other computes in a loop, checked, and does again what a fault loses, as a program that resumes.)
+srun --cumux "$gdir/gpu_contain_bystander" busy <"$tmp/busy.in" >"$tmp/busy.out" 2>&1 &
+jbusy=$!
+exec {fbusy}>"$tmp/busy.in"
+for ((i = 0; i < 300; i++)); do grep -q '^bystander: busy' "$tmp/busy.out" && break; sleep 0.1; done
+grep -q '^bystander: busy' "$tmp/busy.out" || fail_show="$tmp/busy.out" fail "the computing job did not start"
+timeout 120 srun --cumux "$gdir/gpu_fault" </dev/null >"$tmp/fault.out" 2>&1 || fail_show="$tmp/fault.out" fail "the faulting job did not get its error"
+sleep 1
+echo >&"$fbusy"
+exec {fbusy}>&-
+wait "$jbusy" && grep -q "^bystander: [0-9]* busy rounds, all right" "$tmp/busy.out" && grep -q "back as client" "$tmp/busy.out" || fail_show="$tmp/busy.out $tmp/fault.out" fail "the other job did not finish right after the fault"
+echo "ok: a job's fault left another's right"
+
+# scancel: what the job held is freed.
+jid=$(sbatch --parsable --cumux --cumux-memory=64M -o "$sl/out/hang.out" --wrap "$gdir/gpu_hang idle") || fail "sbatch"
+for ((i = 0; i < 300; i++)); do "$cli" status | grep -q '^clients: 1$' && break; sleep 0.1; done
+"$cli" status | grep -q '^clients: 1$' || fail_show="$sl/out/hang.out" fail "the job to cancel did not connect"
+scancel "$jid"
+for ((i = 0; i < 300; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
+"$cli" status | grep -q '^clients: 0$' || fail "the cancelled job's client is still there"
+g=$(group_line "$jid")
+[ -n "$g" ] && [ "$(awk '{print $1, $3}' <<<"$g")" = "0.0 0" ] || fail "the cancelled job's group still holds memory: $g"
+echo "ok: scancel freed all the job held"
+
+# A 50-job array.
+sbatch --parsable --cumux --array=1-50 -o "$sl/out/%a.out" --wrap "$gdir/gpu_vecadd" >/dev/null || fail "sbatch --array"
+for ((i = 0; i < 1200; i++)); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
+n=$(grep -l '^PASS vecadd' "$sl/out/"[0-9]*.out 2>/dev/null | wc -l)
+[ "$n" = 50 ] || fail "the array: $n of 50 passed"
+echo "ok: a 50-job array completed"
+echo "PASS slurm"
