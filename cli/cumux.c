@@ -28,6 +28,8 @@ static void usage(FILE *f)
                "  reload                 the server reads its settings file (cumuxd --config) again and applies\n"
                "                         the defaults for programs that connect from then on; none is dropped\n"
                "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
+               "  kill --group CGROUP    end the GPU work of every program of that cgroup and below\n"
+               "  group CGROUP           a group's programs, memory (and peak), limit and GPU time so far\n"
                "  run [--memory SIZE] [--priority high|normal|low] [--sms N] [--threads P] -- CMD [ARGS...]\n"
                "                         run CMD under cumux (starts the server if none runs); --memory:\n"
                "                         its device memory at most SIZE (4G, 512M), which it sees as the\n"
@@ -79,8 +81,58 @@ static int cmd_start(int argc, char **argv)
 
 /* cumux kill PID: as MPS's terminate_client, the client's GPU work ends and its calls fail from now on
  * (CUDA_ERROR_MPS_CLIENT_TERMINATED); the process itself is not signalled. */
+/* cumux group CGROUP: what the group's programs use and used, on every GPU (a job's end report). */
+static int cmd_group(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: cumux group CGROUP|NAME   (a group given settings with cumux set --group; NAME: the\n"
+                        "       last part of its path, e.g. job_42)\n");
+        return 2;
+    }
+    struct cumux_records r;
+    if (cli_records_get(&r) < 0)
+        return 1;
+    unsigned long long used = 0, peak = 0, gpu_ns = 0, limit = 0;
+    unsigned programs = 0, gpus = 0;
+    for (size_t i = 0; i < r.ngroups; i++) {
+        const struct cumux_record_group *g = &r.groups[i];
+        /* a path, or its last part (job_42: whatever cgroup the job's is) */
+        size_t pl = strlen(g->path), al = strlen(argv[1]);
+        bool tail = !strchr(argv[1], '/') && pl > al && g->path[pl - al - 1] == '/' && !strcmp(g->path + pl - al, argv[1]);
+        if (strcmp(g->path, argv[1]) && !tail)
+            continue;
+        gpus++;
+        used += g->used;
+        peak = g->peak > peak ? g->peak : peak;
+        gpu_ns += g->gpu_ns;
+        programs += g->programs;
+        limit = g->limit;
+    }
+    cli_records_free(&r);
+    if (!gpus) {
+        fprintf(stderr, "cumux: no group %s (cumux set --group gives one settings)\n", argv[1]);
+        return 1;
+    }
+    char lim[32] = "none";
+    if (limit)
+        snprintf(lim, sizeof lim, "%.1f MiB", limit / 1048576.0);
+    printf("group %s: %u program(s) now, device memory %.1f MiB (peak %.1f MiB on one GPU), limit %s, GPU time "
+           "%.3f s\n", argv[1], programs, used / 1048576.0, peak / 1048576.0, lim, gpu_ns / 1e9);
+    return 0;
+}
+
 static int cmd_kill(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "--group")) {
+        struct cumux_group_name g = {{0}};
+        if (strlen(argv[2]) >= sizeof g.path)
+            return 2;
+        snprintf(g.path, sizeof g.path, "%s", argv[2]);
+        cli_group = &g;
+        int st = cli_request_each(CUMUX_HELLO_SET_GROUP, CUMUX_GROUP_KILL, 0, stdout);
+        cli_group = NULL;
+        return st == 0 ? 0 : 1;
+    }
     char *end = NULL;
     long pid = argc == 2 ? strtol(argv[1], &end, 10) : 0;
     if (argc != 2 || !end || *end || pid <= 0 || pid > INT32_MAX) {
@@ -119,11 +171,14 @@ static int cmd_set_group(int argc, char **argv)
         what = CUMUX_GROUP_PRIORITY, value = none ? CUMUX_GROUP_NONE : (uint64_t)prio;
     else if (argc == 4 && !strcmp(argv[2], "--threads") && (none || cumux_parse_count(argv[3], 100, &count)))
         what = CUMUX_GROUP_THREADS, value = none ? 0 : count;
+    else if (argc == 3 && !strcmp(argv[2], "--forget"))
+        what = CUMUX_GROUP_FORGET;
     struct cumux_group_name g = {{0}};
     if (!what || strlen(argv[1]) >= sizeof g.path) {
         fprintf(stderr, "usage: cumux set --group CGROUP --memory SIZE|none\n"
                         "       cumux set --group CGROUP --priority high|normal|low|none\n"
                         "       cumux set --group CGROUP --threads PERCENT|none\n"
+                        "       cumux set --group CGROUP --forget   (its settings and counts go)\n"
                         "  CGROUP: a cgroup path, as /proc/PID/cgroup names it; its programs are those at it or below\n");
         return 2;
     }
@@ -138,7 +193,7 @@ static int cmd_set_group(int argc, char **argv)
 
 static int cmd_set(int argc, char **argv)
 {
-    if (argc == 5 && !strcmp(argv[1], "--group"))
+    if ((argc == 5 || argc == 4) && !strcmp(argv[1], "--group"))
         return cmd_set_group(argc - 1, argv + 1);
     char *end = NULL;
     long pid = argc == 4 ? strtol(argv[1], &end, 10) : 0;
@@ -471,6 +526,8 @@ int main(int argc, char **argv)
         return cmd_status();
     if (!strcmp(cmd, "kill"))
         return cmd_kill(argc - 1, argv + 1);
+    if (!strcmp(cmd, "group"))
+        return cmd_group(argc - 1, argv + 1);
     if (!strcmp(cmd, "reload") && argc == 2)
         return cmd_reload();
     if (!strcmp(cmd, "cdi"))

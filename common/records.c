@@ -49,10 +49,12 @@ int cumux_records_parse(const char *text, struct cumux_records *r, bool merge)
             continue;
         }
         if (!strncmp(line, "group ", 6)) {
+            if (r->ngroups >= CUMUX_RECORD_MAX_GROUPS)
+                continue;
             struct cumux_record_group *g = &r->groups[r->ngroups];
-            if (r->ngroups < CUMUX_RECORD_MAX_GROUPS &&
-                sscanf(line + 6, "%d %191s %llu %llu %u %15s %u", &g->gpu, g->path, &g->limit, &g->used, &g->programs,
-                       g->priority, &g->percent) == 7)
+            memset(g, 0, sizeof *g);
+            if (sscanf(line + 6, "%d %191s %llu %llu %u %15s %u %llu %llu", &g->gpu, g->path, &g->limit, &g->used,
+                       &g->programs, g->priority, &g->percent, &g->gpu_ns, &g->peak) >= 7)
                 r->ngroups++;
             continue;
         }

@@ -29,7 +29,8 @@ struct cumux_record_gpu {
 struct cumux_record_group {
     int gpu;
     char path[192];
-    unsigned long long limit, used; /* bytes on that GPU; limit 0: none */
+    unsigned long long limit, used, peak; /* bytes on that GPU; limit 0: none; peak: the most held */
+    unsigned long long gpu_ns; /* its programs' GPU time on that GPU, those gone too */
     unsigned programs, percent;
     char priority[16]; /* "-": none */
 };

@@ -215,6 +215,23 @@ unsigned srv_kill_clients(pid_t pid, char *text, size_t cap)
 int srv_set_group(const char *path, uint32_t what, uint64_t value, char *text, size_t cap)
 {
     int rule = srv_group_rule_set(path, what, value, text, cap);
+    if (rule == -2) { /* cumux kill --group: every program of it here ends */
+        unsigned n = 0;
+        pthread_mutex_lock(&srv_clients_lock);
+        for (struct srv_client *c = srv_clients; c; c = c->next) {
+            if (atomic_load(&c->dead) || !srv_group_contains(path, c))
+                continue;
+            char what_done[256];
+            apply_kill(c, kill_grace_ms(), what_done, sizeof what_done);
+            n++;
+        }
+        pthread_mutex_unlock(&srv_clients_lock);
+        snprintf(text, cap, "GPU %d: group %s: %u program(s) ended\n", srv_gpu_served, path, n);
+        cumux_logf("%.*s (cumux kill --group)", (int)strcspn(text, "\n"), text);
+        return 0;
+    }
+    if (rule == -3) /* forgotten, or there was none */
+        return 0;
     if (rule < 0)
         return -1;
     unsigned members = 0;

@@ -23,8 +23,10 @@
 
 /* What a group's members hold on this worker's GPU. */
 struct srv_group {
-    int rule; /* index in sup_page->groups */
-    uint64_t bytes;
+    int rule;     /* index in sup_page->groups */
+    uint32_t gen; /* of the rule then: another generation is another group */
+    uint64_t bytes, peak;
+    uint64_t gpu_ns_gone; /* GPU time of members that went */
     unsigned members;
     struct srv_group *next;
 };
@@ -123,10 +125,21 @@ static void attach(struct srv_client *c, int r)
     if ((old ? old->rule : -1) == r)
         return;
     if (r >= 0) {
-        for (g = groups; g && g->rule != r;)
+        uint32_t gen = atomic_load(&T()->rule[r].gen);
+        for (struct srv_group **p = &groups; *p;) { /* counts of forgotten rules that nobody holds go */
+            struct srv_group *x = *p;
+            if (x->gen != atomic_load(&T()->rule[x->rule].gen) && !x->members && x != old) {
+                *p = x->next;
+                free(x);
+            } else {
+                p = &x->next;
+            }
+        }
+        for (g = groups; g && !(g->rule == r && g->gen == gen);)
             g = g->next;
         if (!g && (g = calloc(1, sizeof *g))) {
             g->rule = r;
+            g->gen = gen;
             g->next = groups;
             groups = g;
         }
@@ -202,7 +215,10 @@ void srv_group_wants(struct srv_client *c, int *priority, uint32_t *percent)
 
 void srv_group_leave(struct srv_client *c)
 {
+    srv_usage_refresh(c);
     pthread_mutex_lock(&groups_lock);
+    if (c->group.group)
+        c->group.group->gpu_ns_gone += atomic_load(&c->usage.gpu_ns);
     attach(c, -1);
     pthread_mutex_unlock(&groups_lock);
 }
@@ -214,8 +230,8 @@ CUresult srv_group_charge(struct srv_client *c, uint64_t size)
     struct srv_group *g = c->group.group;
     uint64_t limit = g ? atomic_load(&T()->rule[g->rule].mem_limit[srv_gpu_served]) : 0;
     CUresult r = limit && (size > limit || g->bytes > limit - size) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
-    if (r == CUDA_SUCCESS && g)
-        g->bytes += size;
+    if (r == CUDA_SUCCESS && g && (g->bytes += size) > g->peak)
+        g->peak = g->bytes;
     pthread_mutex_unlock(&groups_lock);
     return r;
 }
@@ -264,6 +280,8 @@ size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
     uint32_t nr = atomic_load(&T()->n);
     for (uint32_t i = 0; i < nr && i < SRV_GROUPS_MAX && n < max; i++) {
         struct sup_group_rule *r = &T()->rule[i];
+        if (!r->path[0]) /* forgotten */
+            continue;
         out[n] = (struct srv_group_stat){.limit = atomic_load(&r->mem_limit[srv_gpu_served]),
                                          .priority = atomic_load(&r->priority), .percent = atomic_load(&r->percent)};
         snprintf(out[n].path, sizeof out[n].path, "%s", r->path);
@@ -273,8 +291,10 @@ size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
     pthread_mutex_lock(&groups_lock);
     for (size_t k = 0; k < n; k++)
         for (struct srv_group *g = groups; g; g = g->next)
-            if (g->rule == out[k].rule) {
+            if (g->rule == out[k].rule && g->gen == atomic_load(&T()->rule[g->rule].gen)) {
                 out[k].bytes = g->bytes;
+                out[k].peak = g->peak;
+                out[k].gpu_ns = g->gpu_ns_gone; /* the live members' is added by the caller */
                 out[k].members = g->members;
             }
     pthread_mutex_unlock(&groups_lock);
@@ -289,9 +309,12 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
         snprintf(text, cap, "a group is a cgroup path: /a/b (read in /proc/PID/cgroup)\n");
         return -1;
     }
+    if (what == CUMUX_GROUP_KILL)
+        return -2; /* no rule: control.c ends the programs */
     if ((what == CUMUX_GROUP_PRIORITY && value != CUMUX_GROUP_NONE && (value < CUMUX_PRIORITY_LOW || value > CUMUX_PRIORITY_HIGH)) ||
         (what == CUMUX_GROUP_THREADS && value > 100) ||
-        (what != CUMUX_GROUP_MEMORY && what != CUMUX_GROUP_PRIORITY && what != CUMUX_GROUP_THREADS)) {
+        (what != CUMUX_GROUP_MEMORY && what != CUMUX_GROUP_PRIORITY && what != CUMUX_GROUP_THREADS &&
+         what != CUMUX_GROUP_FORGET)) {
         snprintf(text, cap, "not a group setting\n");
         return -1;
     }
@@ -301,13 +324,35 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
     for (uint32_t i = 0; i < n && i < SRV_GROUPS_MAX && r < 0; i++)
         if (!strcmp(T()->rule[i].path, path))
             r = (int)i;
-    if (r < 0 && n < SRV_GROUPS_MAX) {
-        struct sup_group_rule *g = &T()->rule[n];
-        snprintf(g->path, sizeof g->path, "%s", path);
-        atomic_store(&g->priority, -1);
-        r = (int)n;
-        atomic_store(&T()->n, n + 1);
-        atomic_fetch_add(&T()->version, 1);
+    if (what == CUMUX_GROUP_FORGET) {
+        if (r >= 0) {
+            struct sup_group_rule *g = &T()->rule[r];
+            g->path[0] = 0;
+            for (int d = 0; d < CUMUX_MAX_DEVICES; d++)
+                atomic_store(&g->mem_limit[d], 0);
+            atomic_store(&g->priority, -1);
+            atomic_store(&g->percent, 0);
+            atomic_fetch_add(&g->gen, 1);
+            atomic_fetch_add(&T()->version, 1); /* its programs find their group again */
+        }
+        rules_unlock();
+        snprintf(text, cap, r >= 0 ? "group %s forgotten\n" : "no group %s\n", path);
+        return -3;
+    }
+    if (r < 0) { /* a forgotten rule's slot, else a new one */
+        uint32_t free_slot = n;
+        for (uint32_t i = 0; i < n && free_slot == n; i++)
+            if (!T()->rule[i].path[0])
+                free_slot = i;
+        if (free_slot < SRV_GROUPS_MAX) {
+            struct sup_group_rule *g = &T()->rule[free_slot];
+            snprintf(g->path, sizeof g->path, "%s", path);
+            atomic_store(&g->priority, -1);
+            r = (int)free_slot;
+            if (free_slot == n)
+                atomic_store(&T()->n, n + 1);
+            atomic_fetch_add(&T()->version, 1);
+        }
     }
     if (r >= 0) {
         struct sup_group_rule *g = &T()->rule[r];
@@ -356,4 +401,9 @@ void srv_group_describe(const char *path, uint32_t what, uint64_t value, unsigne
                                                                                              : "thread percentage",
              v, members);
     cumux_logf("%.*s", (int)strcspn(text, "\n"), text);
+}
+
+bool srv_group_contains(const char *path, const struct srv_client *c)
+{
+    return c->group.cgroup[0] && under(c->group.cgroup, path);
 }

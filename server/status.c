@@ -223,14 +223,19 @@ char *srv_status_records(void)
                           (unsigned long long)cs[k].gpu_ns, cumux_priority_name((enum cumux_priority)cs[k].priority),
                           cs[k].sms, (int)cs[k].reserved, cs[k].percent ? cs[k].percent : 100, cs[k].group,
                           cs[k].name, cs[k].cmd);
-    free(cs);
     struct srv_group_stat gs[SRV_GROUPS_MAX];
     size_t ng = srv_groups_snapshot(gs, SRV_GROUPS_MAX);
-    for (size_t k = 0; k < ng; k++)
-        cumux_text_printf(&t, "group %d %s %llu %llu %u %s %u\n", i, gs[k].path, (unsigned long long)gs[k].limit,
+    for (size_t k = 0; k < ng; k++) {
+        for (ssize_t j = 0; j < n; j++) /* the live members' GPU time */
+            if (!strcmp(cs[j].group, gs[k].path))
+                gs[k].gpu_ns += cs[j].gpu_ns;
+        cumux_text_printf(&t, "group %d %s %llu %llu %u %s %u %llu %llu\n", i, gs[k].path, (unsigned long long)gs[k].limit,
                           (unsigned long long)gs[k].bytes, gs[k].members,
                           gs[k].priority >= 0 ? cumux_priority_name((enum cumux_priority)gs[k].priority) : "-",
-                          gs[k].percent ? gs[k].percent : 100);
+                          gs[k].percent ? gs[k].percent : 100, (unsigned long long)gs[k].gpu_ns,
+                          (unsigned long long)gs[k].peak);
+    }
+    free(cs);
     if (n < 0) {
         free(t.p);
         return NULL;

@@ -33,6 +33,7 @@ struct sup_group_rule {
     _Atomic uint64_t mem_limit[CUMUX_MAX_DEVICES]; /* the group's device memory on each GPU at most; 0 none */
     _Atomic int32_t priority;  /* its programs' class; -1 none */
     _Atomic uint32_t percent;  /* their active thread percentage; 0 none */
+    _Atomic uint32_t gen;      /* moves on when the rule is forgotten (its slot may serve another) */
 };
 
 struct sup_groups {

@@ -6,9 +6,12 @@
  *   --cumux-threads=PERCENT   its programs' kernels on at most that share of the SMs (a gres/mps job gets
  *                             the percentage Slurm gives it, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, by default)
  * plugstack.conf: `optional /usr/lib/x86_64-linux-gnu/slurm/cumux_spank.so [cumux=PATH] [pipe_dir=DIR]
- * [lib_dir=DIR] [cgroup_root=DIR]`: the cumux CLI (default /usr/bin/cumux), the server's pipe directory
- * (default /run/cumux), the shim's directory (default /usr/lib/cumux), the cgroup hierarchy the plugin
- * makes job cgroups in when Slurm keeps none of its own (default: the cgroup v2 mount).
+ * [lib_dir=DIR] [cgroup_root=DIR] [state_dir=DIR]`: the cumux CLI (default /usr/bin/cumux),
+ * the server's pipe directory (default /run/cumux), the shim's directory (default /usr/lib/cumux), the
+ * cgroup hierarchy the plugin makes job cgroups in when Slurm keeps none of its own (default: the cgroup
+ * v2 mount), where a job's group is noted for its epilog (default /run/cumux-slurm).
+ * At the job's end (the epilog, as root) its GPU time and peak device memory go to slurmd's log, what is
+ * left of it is ended, and its group forgotten.
  * The group is the job's cgroup: under proctrack/cgroup (or task/cgroup), the `job_ID` level Slurm made;
  * otherwise the plugin makes `cumux-slurm/job_ID` itself and moves each task into it before it runs. The
  * task does that and gives the group its settings (`cumux set --group`) as root, in the privileged task
@@ -33,7 +36,7 @@ SPANK_PLUGIN(cumux, 1);
 static int use_cumux;
 static char opt_memory[64], opt_priority[16], opt_threads[16];
 static char cumux_cli[PATH_LEN] = "/usr/bin/cumux", pipe_dir[PATH_LEN] = "/run/cumux", lib_dir[PATH_LEN] = "/usr/lib/cumux",
-            cgroup_root[PATH_LEN] = "";
+            cgroup_root[PATH_LEN] = "", state_dir[PATH_LEN] = "/run/cumux-slurm";
 
 static int copy_opt(char *dst, size_t cap, const char *v, const char *name)
 {
@@ -96,12 +99,14 @@ static void plugin_args(int ac, char **av)
                     : k == 8 && !strncmp(av[i], "pipe_dir", 8)     ? pipe_dir
                     : k == 7 && !strncmp(av[i], "lib_dir", 7)      ? lib_dir
                     : k == 11 && !strncmp(av[i], "cgroup_root", 11) ? cgroup_root
+                    : k == 9 && !strncmp(av[i], "state_dir", 9)    ? state_dir
+
                                                                     : NULL;
         if (dst && strlen(eq + 1) < PATH_LEN && eq[1] == '/')
             snprintf(dst, PATH_LEN, "%s", eq + 1);
         else
-            slurm_error("cumux: plugstack argument %s: not cumux=, pipe_dir=, lib_dir= or cgroup_root= with an absolute path",
-                        av[i]);
+            slurm_error("cumux: plugstack argument %s: not cumux=, pipe_dir=, lib_dir=, cgroup_root= or state_dir= with "
+                        "an absolute path", av[i]);
     }
 }
 
@@ -199,29 +204,68 @@ static int job_group(uint32_t job, char *out, size_t cap)
     return 0;
 }
 
-/* cumux set --group GROUP --WHAT VALUE, against the node's server. */
-static int set_group(const char *group, const char *what, const char *value)
+/* cumux A B C D E against the node's server (NULL ends the words); its output into out (cap bytes, NULL:
+ * none). 0, or -1 (its exit status not 0). */
+static int run_cumux(char *out, size_t cap, const char *a, const char *b, const char *c, const char *d, const char *e)
 {
-    pid_t p = fork();
-    if (p < 0)
+    int fds[2];
+    if (pipe(fds) < 0)
         return -1;
+    pid_t p = fork();
+    if (p < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
     if (p == 0) {
-        int null = open("/dev/null", O_RDWR);
-        if (null >= 0)
-            dup2(null, STDOUT_FILENO);
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
         setenv("CUMUX_PIPE_DIRECTORY", pipe_dir, 1);
-        execl(cumux_cli, cumux_cli, "set", "--group", group, what, value, (char *)NULL);
+        execl(cumux_cli, cumux_cli, a, b, c, d, e, (char *)NULL);
         _exit(127);
     }
+    close(fds[1]);
+    size_t got = 0;
+    char sink[256];
+    for (ssize_t n; (n = read(fds[0], out && got + 1 < cap ? out + got : sink,
+                              out && got + 1 < cap ? cap - 1 - got : sizeof sink)) != 0;)
+        if (n > 0 && out && got + 1 < cap)
+            got += (size_t)n;
+        else if (n < 0 && errno != EINTR)
+            break;
+    close(fds[0]);
+    if (out && cap)
+        out[got] = 0;
     int st;
     while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
     }
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        slurm_error("cumux: %s set --group %s %s %s failed (is cumuxd running on %s?)", cumux_cli, group, what, value,
-                    pipe_dir);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* cumux set --group GROUP --WHAT VALUE. */
+static int set_group(const char *group, const char *what, const char *value)
+{
+    if (run_cumux(NULL, 0, "set", "--group", group, what, value) < 0) {
+        slurm_error("cumux: %s set --group %s %s %s failed (is cumuxd running on %s?)", cumux_cli, group, what,
+                    value ? value : "", pipe_dir);
         return -1;
     }
     return 0;
+}
+
+/* The job's group is kept in state_dir/job_ID for its epilog, which ends what is left and forgets it. */
+static void remember_group(uint32_t job, const char *group)
+{
+    char path[PATH_LEN + 32];
+    mkdir(state_dir, 0700);
+    snprintf(path, sizeof path, "%s/job_%u", state_dir, job);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        ssize_t w = write(fd, group, strlen(group));
+        (void)w;
+        close(fd);
+    }
 }
 
 /* In the task, as root, before it runs: its group, the group's settings. */
@@ -239,7 +283,9 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
     char mps[16] = "";
     if (!opt_threads[0] && spank_getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", mps, sizeof mps) == ESPANK_SUCCESS)
         snprintf(opt_threads, sizeof opt_threads, "%s", mps); /* gres/mps's share of the GPU */
-    if ((opt_memory[0] && set_group(group, "--memory", opt_memory) < 0) ||
+    /* Always a rule of its own: its programs are counted as one group, for its report. */
+    remember_group(job, group);
+    if (set_group(group, "--memory", opt_memory[0] ? opt_memory : "none") < 0 ||
         (opt_priority[0] && set_group(group, "--priority", opt_priority) < 0) ||
         (opt_threads[0] && set_group(group, "--threads", opt_threads) < 0))
         return -1;
@@ -263,5 +309,33 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
         spank_setenv(sp, "CUMUX_PIPE_DIRECTORY", pipe_dir, 1) != ESPANK_SUCCESS ||
         spank_setenv(sp, "CUMUX_CLIENT_NAME", name, 0) != ESPANK_SUCCESS)
         return -1;
+    return 0;
+}
+
+/* The node, when the job ends (as root): its report into slurmd's log, whatever of it is left ended, its
+ * group forgotten. */
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+    plugin_args(ac, av); /* slurm_spank_init is not called in every context */
+    uint32_t job = 0;
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+        return 0;
+    char path[PATH_LEN + 32], group[PATH_LEN] = "", out[512];
+    snprintf(path, sizeof path, "%s/job_%u", state_dir, job);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0; /* not a cumux job here */
+    ssize_t n = read(fd, group, sizeof group - 1);
+    close(fd);
+    unlink(path);
+    if (n <= 0)
+        return 0;
+    group[n] = 0;
+    if (run_cumux(out, sizeof out, "group", group, NULL, NULL, NULL) == 0) {
+        out[strcspn(out, "\n")] = 0;
+        slurm_info("cumux: job %u: %s", job, out);
+    }
+    run_cumux(NULL, 0, "kill", "--group", group, NULL, NULL);
+    run_cumux(NULL, 0, "set", "--group", group, "--forget", NULL);
     return 0;
 }

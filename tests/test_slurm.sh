@@ -57,10 +57,11 @@ SlurmctldLogFile=$sl/ctld.log
 SlurmdLogFile=$sl/d.log
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
+Epilog=/bin/true
 NodeName=localhost CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 CONF
-echo "required $plugin cumux=$cli pipe_dir=$CUMUX_PIPE_DIRECTORY lib_dir=$shimdir" >"$sl/plugstack.conf"
+echo "required $plugin cumux=$cli pipe_dir=$CUMUX_PIPE_DIRECTORY lib_dir=$shimdir state_dir=$sl/cumux-state" >"$sl/plugstack.conf"
 export SLURM_CONF=$sl/slurm.conf
 slurmctld -D >"$sl/ctld.out" 2>&1 &
 daemons+=($!)
@@ -92,6 +93,10 @@ echo >&"$fa"; echo >&"$fb"
 exec {fa}>&- {fb}>&-
 wait "$ja" && wait "$jb" || fail_show="$tmp/a.out $tmp/b.out" fail "a job with a limit failed"
 grep -q '^PASS' "$tmp/a.out" && grep -q '^PASS' "$tmp/b.out" || fail_show="$tmp/a.out $tmp/b.out" fail "a job with a limit did not pass"
+# Each job's end: its GPU time and peak memory in slurmd's log (the plugin's epilog).
+for ((i = 0; i < 100; i++)); do grep -q "cumux: job [0-9]*: group /cumux-slurm/job_[0-9]*: 0 program(s) now, device memory 0.0 MiB (peak 64.0 MiB on one GPU), limit 256.0 MiB, GPU time [0-9.]* s" "$sl/d.log" && break; sleep 0.1; done
+grep -q "cumux: job [0-9]*: group /cumux-slurm/job_[0-9]*: 0 program(s) now, device memory 0.0 MiB (peak 64.0 MiB on one GPU), limit 256.0 MiB, GPU time [0-9.]* s" "$sl/d.log" ||
+    fail_show="$sl/d.log" fail "job a's end did not report its peak memory and GPU time"
 echo "ok: two jobs with 256 and 128 MiB, each saw its own"
 
 # An MPI-style job of 4 tasks, one group.
@@ -123,7 +128,11 @@ for ((i = 0; i < 300; i++)); do "$cli" status | grep -q '^clients: 0$' && break;
 "$cli" status | grep -q '^clients: 0$' || fail "the cancelled job's client is still there"
 g=$(group_line "$jid")
 [ -n "$g" ] && [ "$(awk '{print $1, $3}' <<<"$g")" = "0.0 0" ] || fail "the cancelled job's group still holds memory: $g"
-echo "ok: scancel freed all the job held"
+# The job's epilog forgot its group.
+for ((i = 0; i < 100; i++)); do [ -z "$(group_line "$jid")" ] && break; sleep 0.1; done
+[ -z "$(group_line "$jid")" ] || fail "the cancelled job's group was not forgotten at its end: $(group_line "$jid")"
+grep -q "cumux: job $jid: group /cumux-slurm/job_$jid:" "$sl/d.log" || fail_show="$sl/d.log" fail "the epilog did not log job $jid's use"
+echo "ok: scancel freed all the job held; its epilog reported and forgot the group"
 
 # A 50-job array.
 sbatch --parsable --cumux --array=1-50 -o "$sl/out/%a.out" --wrap "$gdir/gpu_vecadd" >/dev/null || fail "sbatch --array"
