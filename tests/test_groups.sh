@@ -48,6 +48,46 @@ start_ours CUMUX_METRICS_PORT=$port
 grep -q "group $base/a: device memory limit 256.0 MiB" "$tmp/set.out" || fail "cumux set --group said: $(cat "$tmp/set.out")"
 "$cli" set --group "$base/b" --memory 128M >/dev/null || fail "cumux set --group b"
 "$cli" set --group relative --memory 1G >/dev/null 2>&1 && fail "a group that is no cgroup path was taken"
+# Malformed SET_GROUP hellos (a name without its NUL, paths that are no cgroup path, settings out of range,
+# a setting that does not exist, a name cut short) and an event lease asked by a program, not a worker:
+# each refused with its error, and the server serves on.
+version=$(sed -n 's/^#define CUMUX_PROTO_VERSION \([0-9]*\)u.*/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../common/proto.h")
+st=$(python3 - "$CUMUX_PIPE_DIRECTORY/cumuxd.sock" "$version" <<'PY'
+import socket, struct, sys
+def ask(kind, flags, arg, extra):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(sys.argv[1])
+    s.sendall(struct.pack("<IIIIQQ", 0x584d5543, int(sys.argv[2]), kind, flags, arg, 1234) + extra)
+    if extra is None or len(extra) < 192 and kind == 15:
+        s.shutdown(socket.SHUT_WR)
+    w = b""
+    try:
+        while len(w) < 12:
+            b = s.recv(12 - len(w))
+            if not b:
+                break
+            w += b
+    except socket.timeout:
+        return "timeout"
+    return str(struct.unpack("<IIi", w)[2]) if len(w) == 12 else "closed"
+name = lambda p: p.encode().ljust(192, b"\0")
+out = [ask(15, 1, 1 << 30, b"x" * 192),              # no NUL, no leading /
+       ask(15, 1, 1 << 30, name("/a/../b")),
+       ask(15, 1, 1 << 30, name("/a//b")),
+       ask(15, 1, 1 << 30, name("/a b")),
+       ask(15, 2, 7, name("/a")),                    # no such priority class
+       ask(15, 3, 101, name("/a")),                  # more than 100 %
+       ask(15, 99, 0, name("/a")),                   # no such setting
+       ask(15, 1, 1 << 30, name("/a")[:40]),         # cut short: the connection just closes
+       ask(12, 1, 0, b"")]                           # an event lease: for workers only
+print(" ".join(out))
+PY
+)
+[ "$st" = "1 1 1 1 1 1 1 closed 800" ] || fail "malformed SET_GROUP hellos and an event lease answered: $st (want 1 x7, closed, 800)"
+"$cli" status >/dev/null || fail "the server after malformed SET_GROUP hellos"
+"$cli" status | awk '$NF == "/a" || $NF == "/a/../b" {f = 1} END {exit !f}' && fail "a malformed SET_GROUP made a group"
+
 # Group a: a program holding 64 MiB; later a second in a cgroup below a's, holding 64 more.
 in_group "$base/a" a1 256 64 GT_SEE_AFTER_MIB=192
 holding a1

@@ -238,6 +238,13 @@ static void cases_generated(void)
     expect_clients_back("after the generated cases");
 }
 
+/* The GPUs the server has (with_server.sh says so in CUMUX_TEST_DEVICE_COUNT). */
+static int ndev_of_server(void)
+{
+    const char *n = getenv("CUMUX_TEST_DEVICE_COUNT");
+    return n ? atoi(n) : 0;
+}
+
 static void cases_bad_handles(void)
 {
     struct conn c;
@@ -270,6 +277,27 @@ static void cases_bad_handles(void)
     expect_error(&c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &io, sizeof io, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN owner GPU 2^31-1");
     io.owner_gpu = 0;
     expect_error(&c, CUMUX_OP_IPC_OPEN_MEM_HANDLE, &io, sizeof io, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN of a token never made");
+    /* The same for an interprocess event's owner GPU (another's is opened through that GPU's worker): it
+     * needs a context first, so a server with a GPU (the fake's: ctest fake_malformed_ipc). */
+    struct cumux_ctx_create ecc = {.device = 0};
+    struct cumux_ctx_reply ecr;
+    uint32_t ecr_len = 0;
+    if (ndev_of_server() > 0) {
+        REQUIRE(call_slot(&c, 1, CUMUX_OP_CTX_CREATE, &ecc, sizeof ecc, &ecr, sizeof ecr, &ecr_len) == CUDA_SUCCESS &&
+                    ecr_len == sizeof ecr, "CTX_CREATE");
+        struct cumux_ipc_open_event_handle ie = {.ctx = ecr.ctx, .owner_gpu = -1, .token = 0x1234};
+        expect_error(&c, CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &ie, sizeof ie, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN_EVENT owner GPU -1");
+        ie.owner_gpu = CUMUX_MAX_DEVICES;
+        expect_error(&c, CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &ie, sizeof ie, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN_EVENT owner GPU 16");
+        ie.owner_gpu = INT32_MIN;
+        expect_error(&c, CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &ie, sizeof ie, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN_EVENT owner GPU -2^31");
+        ie.owner_gpu = 0;
+        expect_error(&c, CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &ie, sizeof ie, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN_EVENT of a token never made");
+        ie.token = 0;
+        expect_error(&c, CUMUX_OP_IPC_OPEN_EVENT_HANDLE, &ie, sizeof ie, CUDA_ERROR_INVALID_VALUE, "IPC_OPEN_EVENT of token 0");
+        struct cumux_ctx_destroy ecd = {.ctx = ecr.ctx};
+        CHECK(call(&c, CUMUX_OP_CTX_DESTROY, &ecd, sizeof ecd) == CUDA_SUCCESS, "CTX_DESTROY of the event test's context");
+    }
     struct cumux_ctx_create cc = {.device = 5};
     const char *ndev = getenv("CUMUX_TEST_DEVICE_COUNT");
     if (ndev && atoi(ndev) <= 5) /* a device the server does not have */

@@ -46,6 +46,9 @@ grep -q "only cumuxd's user and root" "$tmp/ctl.out" || fail "nobody's refused c
 as 65534 65534 "$cli" stop >"$tmp/stop.out" 2>&1
 "$cli" status >/dev/null 2>&1 || fail "nobody stopped the server: $(cat "$tmp/stop.out")"
 as 65534 65534 "$cli" reload >/dev/null 2>&1 && fail "nobody reloaded the server's settings"
+as 65534 65534 "$cli" set --group /some/cgroup --memory 1G >/dev/null 2>&1 && fail "nobody gave a group settings"
+as 65534 65534 "$cli" kill --group / >/dev/null 2>&1 && fail "nobody ended a group's programs"
+"$cli" status | awk '$NF == "/some/cgroup" {f = 1} END {exit !f}' && fail "nobody's refused cumux set --group made a group"
 # A user it does not name.
 as 65533 65533 "$cli" run -- "$gdir/gpu_vecadd" >"$tmp/vec.out" 2>&1 && fail "uid 65533's program ran, not named in CUMUX_USERS"
 grep -q "CUMUX_USERS does not name you" "$tmp/vec.out" "$tmp/log"/*.log 2>/dev/null ||
