@@ -41,9 +41,9 @@ static void usage(FILE *f)
                "  set PID --priority P   change the class of the streams client process PID makes from now on\n"
                "  set PID --sms N|none   reserve N SMs for client process PID alone, from its next operation on\n"
                "  set PID --threads P|none   its kernels on at most P%% of the SMs, from its next operation on\n"
-               "  set --group CGROUP --memory SIZE|none | --priority P|none | --threads P|none\n"
+               "  set --group CGROUP --memory SIZE|none | --priority P|none | --threads P|none | --sms N|none\n"
                "                         a client group's settings: the programs of that cgroup and below share\n"
-               "                         the memory limit (each GPU's), and each gets the priority and SMs\n"
+               "                         the memory limit (each GPU's) and the SMs reserved; each gets the priority\n"
                "  top [--once [--json]] [--interval S]   live view: per client GPU time share,\n"
                "                         kernels/s, memory and limit; per GPU utilization and SM activity\n"
                "  control [COMMAND...]   nvidia-cuda-mps-control's commands, one a line on stdin (or the\n"
@@ -157,7 +157,7 @@ static int cmd_reload(void)
 
 /* cumux set PID --memory SIZE: the client's device memory limit from its next allocation on (what it holds
  * already stays); "none" or 0 lifts it. cumux set PID --priority CLASS: its new streams' class. */
-/* cumux set --group CGROUP --memory SIZE|none | --priority CLASS|none | --threads PERCENT|none: the
+/* cumux set --group CGROUP --memory SIZE|none | --priority CLASS|none | --threads PERCENT|none | --sms N|none: the
  * group's setting on every GPU's worker (server/groups.c). */
 static int cmd_set_group(int argc, char **argv)
 {
@@ -171,6 +171,8 @@ static int cmd_set_group(int argc, char **argv)
         what = CUMUX_GROUP_PRIORITY, value = none ? CUMUX_GROUP_NONE : (uint64_t)prio;
     else if (argc == 4 && !strcmp(argv[2], "--threads") && (none || cumux_parse_count(argv[3], 100, &count)))
         what = CUMUX_GROUP_THREADS, value = none ? 0 : count;
+    else if (argc == 4 && !strcmp(argv[2], "--sms") && (none || (cumux_parse_count(argv[3], CUMUX_GROUP_SMS_MAX, &count) && count)))
+        what = CUMUX_GROUP_SMS, value = none ? 0 : count;
     else if (argc == 3 && !strcmp(argv[2], "--forget"))
         what = CUMUX_GROUP_FORGET;
     struct cumux_group_name g = {{0}};
@@ -178,6 +180,7 @@ static int cmd_set_group(int argc, char **argv)
         fprintf(stderr, "usage: cumux set --group CGROUP --memory SIZE|none\n"
                         "       cumux set --group CGROUP --priority high|normal|low|none\n"
                         "       cumux set --group CGROUP --threads PERCENT|none\n"
+                        "       cumux set --group CGROUP --sms N|none   (N SMs of each GPU for its programs alone)\n"
                         "       cumux set --group CGROUP --forget   (its settings and counts go)\n"
                         "  CGROUP: a cgroup path, as /proc/PID/cgroup names it; its programs are those at it or below\n");
         return 2;

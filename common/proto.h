@@ -62,6 +62,8 @@ struct cumux_group_name {
 #define CUMUX_GROUP_THREADS 3u  /* arg: its programs' active thread percentage, 0 none */
 #define CUMUX_GROUP_KILL 4u     /* its programs (every client whose cgroup is at or below the path) end */
 #define CUMUX_GROUP_FORGET 5u   /* the group's settings and counts go (a job ended): its slot is free again */
+#define CUMUX_GROUP_SMS 6u      /* arg: SMs on each GPU for its programs alone (reserved from now), 0 none */
+#define CUMUX_GROUP_SMS_MAX 4096u
 #define CUMUX_GROUP_NONE 0xffffffffu
 
 /* STATUS flags. Each GPU's worker answers for its GPU on that GPU's socket; GPU 0's also for the server as
@@ -75,9 +77,10 @@ struct cumux_group_name {
                                  * "client ID GPU PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS
                                  *  GPU_NS PRIORITY SMS RESERVED PERCENT GROUP =NAME COMMAND" (GROUP: its group's
                                  *  cgroup path, server/groups.c)
-                                 * "group GPU PATH LIMIT_BYTES USED_BYTES PROGRAMS PRIORITY PERCENT GPU_NS PEAK_BYTES"
+                                 * "group GPU PATH LIMIT_BYTES USED_BYTES PROGRAMS PRIORITY PERCENT GPU_NS PEAK_BYTES SMS"
                                  *  (a group with settings, what its programs on that GPU hold; PRIORITY - when
-                                 *  none; GPU_NS: its programs' GPU time, those gone too; PEAK: the most held) (GPU_NS: its GPU time so
+                                 *  none; GPU_NS: its programs' GPU time, those gone too; PEAK: the most held;
+                                 *  SMS: SMs reserved for it on that GPU, 0 none) (GPU_NS: its GPU time so
                                  *  far, estimated: server/usage.c; PRIORITY: high, normal or low; NAME: its
                                  *  CUMUX_CLIENT_NAME, no spaces, nothing after '=' when none). common/records.c
                                  *  reads them. */

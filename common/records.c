@@ -53,8 +53,8 @@ int cumux_records_parse(const char *text, struct cumux_records *r, bool merge)
                 continue;
             struct cumux_record_group *g = &r->groups[r->ngroups];
             memset(g, 0, sizeof *g);
-            if (sscanf(line + 6, "%d %191s %llu %llu %u %15s %u %llu %llu", &g->gpu, g->path, &g->limit, &g->used,
-                       &g->programs, g->priority, &g->percent, &g->gpu_ns, &g->peak) >= 7)
+            if (sscanf(line + 6, "%d %191s %llu %llu %u %15s %u %llu %llu %u", &g->gpu, g->path, &g->limit, &g->used,
+                       &g->programs, g->priority, &g->percent, &g->gpu_ns, &g->peak, &g->sms) >= 7)
                 r->ngroups++;
             continue;
         }

@@ -32,6 +32,7 @@ struct cumux_record_group {
     unsigned long long limit, used, peak; /* bytes on that GPU; limit 0: none; peak: the most held */
     unsigned long long gpu_ns; /* its programs' GPU time on that GPU, those gone too */
     unsigned programs, percent;
+    unsigned sms; /* reserved for it on that GPU (0: none) */
     char priority[16]; /* "-": none */
 };
 #define CUMUX_RECORD_MAX_GROUPS 128

@@ -143,7 +143,7 @@ static bool live_parse(const char *const values[NLIVE], struct live *l, char *wh
     return true;
 }
 
-/* CUMUX_GROUPS: client groups' settings, "CGROUP:memory=8G,priority=low,threads=50 CGROUP2:memory=4G"
+/* CUMUX_GROUPS: client groups' settings, "CGROUP:memory=8G,priority=low,threads=50,sms=16 CGROUP2:memory=4G"
  * (entries apart by spaces or semicolons; a setting not named is none), as `cumux set --group` gives. */
 #define CONFIG_MAX_GROUPS 64
 struct group_entry {
@@ -151,6 +151,7 @@ struct group_entry {
     uint64_t memory;
     uint64_t priority; /* CUMUX_GROUP_NONE: none */
     unsigned threads;  /* 0: none */
+    unsigned sms;      /* reserved on each GPU; 0: none */
 };
 static struct group_entry groups_now[CONFIG_MAX_GROUPS]; /* as the file (or start) last gave them */
 static int ngroups_now;
@@ -187,12 +188,15 @@ static bool groups_parse(const char *spec, struct group_entry *out, int *n, char
                 ok = !strcmp(v + 1, "none") ? true : cumux_priority_parse(v + 1, &p) && (g->priority = p, true);
             else if (!strncmp(kv, "threads=", 8))
                 ok = !strcmp(v + 1, "none") || ((g->threads = (unsigned)strtoul(v + 1, &end, 10)) >= 1 && g->threads <= 100 && !*end);
+            else if (!strncmp(kv, "sms=", 4))
+                ok = !strcmp(v + 1, "none") || ((g->sms = (unsigned)strtoul(v + 1, &end, 10)) >= 1 &&
+                                                g->sms <= CUMUX_GROUP_SMS_MAX && !*end);
             else
                 ok = false;
         }
     }
     if (!ok)
-        snprintf(why, why_len, "CUMUX_GROUPS=%s: not CGROUP:memory=SIZE,priority=CLASS,threads=PERCENT entries "
+        snprintf(why, why_len, "CUMUX_GROUPS=%s: not CGROUP:memory=SIZE,priority=CLASS,threads=PERCENT,sms=N entries "
                  "(a cgroup path, at most %d of them)", spec, CONFIG_MAX_GROUPS);
     free(copy);
     return ok;
@@ -211,12 +215,14 @@ static void groups_apply(const struct group_entry *g, int n)
             srv_group_rule_set(groups_now[i].path, CUMUX_GROUP_MEMORY, 0, text, sizeof text);
             srv_group_rule_set(groups_now[i].path, CUMUX_GROUP_PRIORITY, CUMUX_GROUP_NONE, text, sizeof text);
             srv_group_rule_set(groups_now[i].path, CUMUX_GROUP_THREADS, 0, text, sizeof text);
+            srv_group_rule_set(groups_now[i].path, CUMUX_GROUP_SMS, 0, text, sizeof text);
         }
     }
     for (int j = 0; j < n; j++) {
         if (srv_group_rule_set(g[j].path, CUMUX_GROUP_MEMORY, g[j].memory, text, sizeof text) < 0 ||
             srv_group_rule_set(g[j].path, CUMUX_GROUP_PRIORITY, g[j].priority, text, sizeof text) < 0 ||
-            srv_group_rule_set(g[j].path, CUMUX_GROUP_THREADS, g[j].threads, text, sizeof text) < 0)
+            srv_group_rule_set(g[j].path, CUMUX_GROUP_THREADS, g[j].threads, text, sizeof text) < 0 ||
+            srv_group_rule_set(g[j].path, CUMUX_GROUP_SMS, g[j].sms, text, sizeof text) < 0)
             cumux_logf("CUMUX_GROUPS: %s: %.*s", g[j].path, (int)strcspn(text, "\n"), text);
     }
     memcpy(groups_now, g, (size_t)n * sizeof *g);

@@ -647,6 +647,7 @@ int srv_serve(int lsock, int metrics_sock)
         pthread_mutex_unlock(&srv_clients_lock);
         int r = poll(fds, k, timeout);
         srv_chunks_expire();
+        srv_groups_follow();
         if (r < 0 && errno != EINTR) {
             rc = -1;
             break;

@@ -122,7 +122,7 @@ static int rule_of(const char *cgroup)
 static void attach(struct srv_client *c, int r)
 {
     struct srv_group *old = c->group.group, *g = NULL;
-    if ((old ? old->rule : -1) == r)
+    if ((old ? old->rule : -1) == r && (!old || old->gen == atomic_load(&T()->rule[r].gen)))
         return;
     if (r >= 0) {
         uint32_t gen = atomic_load(&T()->rule[r].gen);
@@ -156,6 +156,7 @@ static void attach(struct srv_client *c, int r)
         g->members++;
     }
     c->group.group = g;
+    srv_placement_in_group(c, g ? g->rule : -1, g ? g->gen : 0); /* the group's SMs, where it has some */
 }
 
 /* A rule added since c's group was found (the settings file reloaded, another worker's `cumux set
@@ -230,6 +231,36 @@ static bool no_groups(void)
     return atomic_load_explicit(&T()->n, memory_order_acquire) == 0;
 }
 
+/* This worker's reservation for rule r follows the rule's SMs on its GPU (quiet: a failure said once). */
+static int follow_rule(int r, bool again, char *why, size_t cap)
+{
+    int g = srv_gpu_served;
+    if (g < 0 || g >= CUMUX_MAX_DEVICES)
+        return 0;
+    uint32_t gen = atomic_load(&T()->rule[r].gen), sms = atomic_load(&T()->rule[r].sms[g]);
+    return srv_placement_group(r, gen, sms, again, why, cap);
+}
+
+static uint32_t followed_version = 0;
+void srv_groups_follow(void)
+{
+    if (no_groups() || !sup_page)
+        return;
+    uint32_t v = atomic_load(&T()->sms_version);
+    if (v == followed_version)
+        return;
+    followed_version = v;
+    uint32_t n = atomic_load(&T()->n);
+    for (uint32_t i = 0; i < n && i < SRV_GROUPS_MAX; i++) {
+        char why[200];
+        if (follow_rule((int)i, false, why, sizeof why) == -1) {
+            rules_lock();
+            cumux_logf("group %s: its SMs: %s", T()->rule[i].path, why);
+            rules_unlock();
+        }
+    }
+}
+
 CUresult srv_group_charge(struct srv_client *c, uint64_t size)
 {
     if (no_groups())
@@ -296,7 +327,8 @@ size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
         if (!r->path[0]) /* forgotten */
             continue;
         out[n] = (struct srv_group_stat){.limit = atomic_load(&r->mem_limit[srv_gpu_served]),
-                                         .priority = atomic_load(&r->priority), .percent = atomic_load(&r->percent)};
+                                         .priority = atomic_load(&r->priority), .percent = atomic_load(&r->percent),
+                                         .sms = atomic_load(&r->sms[srv_gpu_served])};
         snprintf(out[n].path, sizeof out[n].path, "%s", r->path);
         out[n++].rule = (int)i;
     }
@@ -314,6 +346,30 @@ size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
     return n;
 }
 
+/* The rule's SMs: a worker reserves them on its GPU at once (the request fails, the old setting kept,
+ * where they cannot be had there); elsewhere (the supervisor: the settings file) every GPU's, which each
+ * worker follows. */
+static int sms_set(int r, uint32_t sms, char *text, size_t cap)
+{
+    struct sup_group_rule *g = &T()->rule[r];
+    int d = srv_gpu_served;
+    if (d < 0 || d >= CUMUX_MAX_DEVICES) {
+        for (int k = 0; k < CUMUX_MAX_DEVICES; k++)
+            atomic_store(&g->sms[k], sms);
+        atomic_fetch_add(&T()->sms_version, 1);
+        return r;
+    }
+    uint32_t before = atomic_exchange(&g->sms[d], sms);
+    char why[200];
+    if (follow_rule(r, true, why, sizeof why) != 0) {
+        atomic_store(&g->sms[d], before);
+        snprintf(text, cap, "GPU %d: %s\n", d, why);
+        return -1;
+    }
+    atomic_fetch_add(&T()->sms_version, 1);
+    return r;
+}
+
 int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *text, size_t cap)
 {
     size_t len = strnlen(path, CUMUX_GROUP_PATH);
@@ -325,9 +381,9 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
     if (what == CUMUX_GROUP_KILL)
         return -2; /* no rule: control.c ends the programs */
     if ((what == CUMUX_GROUP_PRIORITY && value != CUMUX_GROUP_NONE && (value < CUMUX_PRIORITY_LOW || value > CUMUX_PRIORITY_HIGH)) ||
-        (what == CUMUX_GROUP_THREADS && value > 100) ||
+        (what == CUMUX_GROUP_THREADS && value > 100) || (what == CUMUX_GROUP_SMS && value > CUMUX_GROUP_SMS_MAX) ||
         (what != CUMUX_GROUP_MEMORY && what != CUMUX_GROUP_PRIORITY && what != CUMUX_GROUP_THREADS &&
-         what != CUMUX_GROUP_FORGET)) {
+         what != CUMUX_GROUP_FORGET && what != CUMUX_GROUP_SMS)) {
         snprintf(text, cap, "not a group setting\n");
         return -1;
     }
@@ -345,10 +401,14 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
                 atomic_store(&g->mem_limit[d], 0);
             atomic_store(&g->priority, -1);
             atomic_store(&g->percent, 0);
+            for (int d = 0; d < CUMUX_MAX_DEVICES; d++)
+                atomic_store(&g->sms[d], 0);
             atomic_fetch_add(&g->gen, 1);
             atomic_fetch_add(&T()->version, 1); /* its programs find their group again */
+            atomic_fetch_add(&T()->sms_version, 1);
         }
         rules_unlock();
+        srv_groups_follow(); /* its SMs go (every worker does so: the rule is gone for the next one) */
         snprintf(text, cap, r >= 0 ? "group %s forgotten\n" : "no group %s\n", path);
         return -3;
     }
@@ -374,7 +434,7 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
                 atomic_store(&g->mem_limit[d], value);
         else if (what == CUMUX_GROUP_PRIORITY)
             atomic_store(&g->priority, value == CUMUX_GROUP_NONE ? -1 : (int32_t)value);
-        else
+        else if (what == CUMUX_GROUP_THREADS)
             atomic_store(&g->percent, value >= 100 ? 0 : (uint32_t)value);
     }
     rules_unlock();
@@ -382,6 +442,8 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
         snprintf(text, cap, "cumuxd keeps at most %d groups\n", SRV_GROUPS_MAX);
         return -1;
     }
+    if (what == CUMUX_GROUP_SMS)
+        return sms_set(r, (uint32_t)value, text, cap);
     return r;
 }
 
@@ -407,11 +469,15 @@ void srv_group_describe(const char *path, uint32_t what, uint64_t value, unsigne
         snprintf(v, sizeof v, value ? "%.1f MiB" : "none", value / 1048576.0);
     else if (what == CUMUX_GROUP_PRIORITY)
         snprintf(v, sizeof v, "%s", value == CUMUX_GROUP_NONE ? "none" : cumux_priority_name((enum cumux_priority)value));
+    else if (what == CUMUX_GROUP_SMS)
+        snprintf(v, sizeof v, value ? "%llu reserved" : "none", (unsigned long long)value);
     else
         snprintf(v, sizeof v, value && value < 100 ? "%llu%%" : "none", (unsigned long long)value);
     snprintf(text, cap, "GPU %d: group %s: %s %s; %u program(s) in it here\n", srv_gpu_served, path,
-             what == CUMUX_GROUP_MEMORY ? "device memory limit" : what == CUMUX_GROUP_PRIORITY ? "priority"
-                                                                                             : "thread percentage",
+             what == CUMUX_GROUP_MEMORY     ? "device memory limit"
+             : what == CUMUX_GROUP_PRIORITY ? "priority"
+             : what == CUMUX_GROUP_SMS      ? "SMs"
+                                            : "thread percentage",
              v, members);
     cumux_logf("%.*s", (int)strcspn(text, "\n"), text);
 }

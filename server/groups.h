@@ -27,13 +27,16 @@ void srv_group_uncharge(struct srv_client *c, uint64_t size);
 uint64_t srv_group_room(struct srv_client *c);
 /* Its group's name for status and /metrics: the rule's path, or its own cgroup when in none. */
 void srv_group_label(struct srv_client *c, char *out, size_t cap);
+/* A worker, now and then (its connections' loop): its GPU's SM reservations for groups follow the rules
+ * (set by another GPU's worker's request or the settings file; forgotten; a worker it replaces held them). */
+void srv_groups_follow(void);
 /* The supervisor, once its page is made: the rules set before (the settings file at start) go into it. */
 void srv_groups_page_ready(void);
 /* The rules, with what their members hold here. */
 struct srv_group_stat {
     char path[CUMUX_GROUP_PATH];
     int rule, priority;
-    uint32_t percent, members;
+    uint32_t percent, members, sms;
     uint64_t limit, bytes, peak, gpu_ns;
 };
 size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max);

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/sm_plan.h"
 #include "server/handlers.h"
+#include "server/supervisor.h"
 
 _Atomic uint64_t srv_placement_gen = 1;
 
@@ -48,6 +49,15 @@ static struct layout {
 static pthread_mutex_t place_mu = PTHREAD_MUTEX_INITIALIZER; /* layouts' making, reserved[] */
 static struct cumux_sm_set reserved[CUMUX_MAX_DEVICES];      /* every client's reserved groups */
 static int queues_of_own = -1;                                /* CUMUX_GREEN_QUEUES */
+
+/* SMs reserved for a client group (`cumux set --group PATH --sms N`, groups.c), by its rule's slot: held
+ * from the setting on, members or not (a job's SMs are its own from its start), until the rule lets go
+ * or is forgotten (another generation); its members' kernels run there, no one else's. Under place_mu. */
+static struct group_reservation {
+    uint32_t gen, sms;
+    uint32_t failed; /* the SMs last asked for at this generation that could not be had; 0 none */
+    struct cumux_sm_set set[CUMUX_MAX_DEVICES];
+} group_res[SRV_GROUPS_MAX];
 
 static const char *errname(CUresult r)
 {
@@ -202,11 +212,87 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
     return rc;
 }
 
+int srv_placement_group(int rule, uint32_t gen, uint32_t sms, bool again, char *why, size_t cap)
+{
+    if (rule < 0 || rule >= SRV_GROUPS_MAX) {
+        snprintf(why, cap, "no such group");
+        return -1;
+    }
+    int g = srv_gpu_served, rc = 0;
+    pthread_mutex_lock(&place_mu);
+    struct group_reservation *G = &group_res[rule], before = *G;
+    if (G->gen == gen && G->sms == sms) { /* held already (another worker's request, a member's arrival) */
+        pthread_mutex_unlock(&place_mu);
+        snprintf(why, cap, sms ? "%u SMs reserved already" : "no SMs reserved", sms);
+        return 0;
+    }
+    if (!again && G->gen == gen && G->failed == sms) {
+        pthread_mutex_unlock(&place_mu);
+        snprintf(why, cap, "%u SMs could not be had", sms);
+        return -2; /* said already */
+    }
+    for (int d = 0; d < CUMUX_MAX_DEVICES; d++) {
+        reserved[d] = cumux_sm_minus(reserved[d], G->set[d]);
+        G->set[d] = (struct cumux_sm_set){{0}};
+    }
+    struct layout *L = sms && srv_gpu_serves(g) ? layout_locked(g) : NULL;
+    if (sms && srv_gpu_serves(g) && !L) {
+        snprintf(why, cap, "%s", layouts[g].why);
+        rc = -1;
+    } else if (L) {
+        struct cumux_sm_set pick = cumux_sm_reserve(L->full, reserved[g], cumux_sm_groups_for(sms, L->per));
+        if (cumux_sm_empty(pick)) {
+            unsigned free_sms = cumux_sm_count(cumux_sm_minus(L->full, reserved[g]), L->sms, L->n);
+            snprintf(why, cap, "%u SMs cannot be reserved on GPU %d: %u SMs in whole groups of %u are free of "
+                     "reservations", sms, g, free_sms, L->per);
+            rc = -1;
+        } else {
+            G->set[g] = pick;
+            reserved[g] = cumux_sm_or(reserved[g], pick);
+            char text[160];
+            cumux_sm_format(pick, L->sms, L->n, text, sizeof text);
+            snprintf(why, cap, "SMs %s reserved (%u asked for)", text, sms);
+        }
+    } else {
+        snprintf(why, cap, "no SMs reserved");
+    }
+    if (rc != 0 && before.gen == gen) { /* all or nothing: the old reservation of this generation stands */
+        for (int d = 0; d < CUMUX_MAX_DEVICES; d++)
+            reserved[d] = cumux_sm_or(reserved[d], before.set[d]);
+        *G = before;
+    } else if (rc != 0) {
+        G->gen = gen;
+        G->sms = 0;
+    } else {
+        G->gen = gen;
+        G->sms = sms;
+    }
+    G->failed = rc != 0 ? sms : 0;
+    atomic_fetch_add(&srv_placement_gen, 1);
+    pthread_mutex_unlock(&place_mu);
+    return rc;
+}
+
+void srv_placement_in_group(struct srv_client *c, int rule, uint32_t gen)
+{
+    pthread_mutex_lock(&place_mu);
+    int slot = rule >= 0 && rule < SRV_GROUPS_MAX ? rule + 1 : 0;
+    bool moved = c->placement.group_slot != slot || c->placement.group_gen != gen;
+    c->placement.group_slot = slot;
+    c->placement.group_gen = gen;
+    if (moved) /* its streams find their SMs again at its next operation */
+        atomic_fetch_add(&srv_placement_gen, 1);
+    pthread_mutex_unlock(&place_mu);
+}
+
 /* The groups the client's kernels may use on gpu now (worker). */
 static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct layout *L)
 {
     pthread_mutex_lock(&place_mu);
     struct cumux_sm_set mine = c->placement.sm_reserved[gpu], shared = cumux_sm_minus(L->all, reserved[gpu]);
+    int slot = c->placement.group_slot;
+    if (cumux_sm_empty(mine) && slot > 0 && group_res[slot - 1].gen == c->placement.group_gen)
+        mine = group_res[slot - 1].set[gpu];
     pthread_mutex_unlock(&place_mu);
     if (!cumux_sm_empty(mine))
         return mine;
@@ -262,7 +348,12 @@ static void retarget(struct srv_client *c, int gpu)
     bool primary = cumux_sm_equal(mask, L->all) && !own_queues();
     struct srv_placed *cur = c->placement.placed[gpu];
     atomic_store(&c->placement.sms_now, cumux_sm_count(mask, L->sms, L->n));
-    atomic_store(&c->placement.sms_reserved, !cumux_sm_empty(c->placement.sm_reserved[gpu]));
+    pthread_mutex_lock(&place_mu);
+    int slot = c->placement.group_slot;
+    bool group_held = slot > 0 && group_res[slot - 1].gen == c->placement.group_gen &&
+                      cumux_sm_equal(group_res[slot - 1].set[gpu], mask) && !cumux_sm_empty(mask);
+    pthread_mutex_unlock(&place_mu);
+    atomic_store(&c->placement.sms_reserved, !cumux_sm_empty(c->placement.sm_reserved[gpu]) || group_held);
     if ((primary && !cur) || (cur && cumux_sm_equal(cur->mask, mask)))
         return;
     struct srv_placed *p = NULL;

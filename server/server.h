@@ -452,6 +452,12 @@ int64_t srv_wall_ms(void);
  * the SMs (0: no cap); -1 when that cannot be (why says so; the old stands), 0 (why: what it got).
  * The default percentage is for clients that ask for none, from when it is set (0: none). */
 int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, char *why, size_t cap);
+/* SMs for client group `rule` (generation gen) alone on this worker's GPU (groups.c; 0: none): -1 when that
+ * cannot be (why; the old stands), 0 (why: what it holds); a request that failed before is tried again only
+ * when `again`. A client's group (srv_placement_in_group, -1: none) gives its kernels those SMs, unless it
+ * holds a reservation of its own. */
+int srv_placement_group(int rule, uint32_t gen, uint32_t sms, bool again, char *why, size_t cap);
+void srv_placement_in_group(struct srv_client *c, int rule, uint32_t gen);
 unsigned srv_default_thread_percent(void);
 void srv_set_default_thread_percent(unsigned percent);
 

@@ -137,16 +137,19 @@ char *srv_status_report(bool gpu_only)
     struct srv_group_stat gs[SRV_GROUPS_MAX];
     size_t ng = srv_groups_snapshot(gs, SRV_GROUPS_MAX);
     if (ng)
-        APPEND("groups (cumux set --group): %zu\n%12s %12s %8s %8s %8s  %s\n", ng, "device_MiB", "limit_MiB", "programs",
-               "priority", "threads", "cgroup");
+        APPEND("groups (cumux set --group): %zu\n%12s %12s %8s %8s %8s %6s  %s\n", ng, "device_MiB", "limit_MiB",
+               "programs", "priority", "threads", "sms", "cgroup");
     for (size_t k = 0; k < ng; k++) {
-        char glimit[24] = "-", gpct[16] = "-";
+        char glimit[24] = "-", gpct[16] = "-", gsms[16] = "-";
+        if (gs[k].sms)
+            snprintf(gsms, sizeof gsms, "%ur", gs[k].sms);
         if (gs[k].limit)
             snprintf(glimit, sizeof glimit, "%.1f", gs[k].limit / 1048576.0);
         if (gs[k].percent)
             snprintf(gpct, sizeof gpct, "%u%%", gs[k].percent);
-        APPEND("%12.1f %12s %8u %8s %8s  %s\n", gs[k].bytes / 1048576.0, glimit, gs[k].members,
-               gs[k].priority >= 0 ? cumux_priority_name((enum cumux_priority)gs[k].priority) : "-", gpct, gs[k].path);
+        APPEND("%12.1f %12s %8u %8s %8s %6s  %s\n", gs[k].bytes / 1048576.0, glimit, gs[k].members,
+               gs[k].priority >= 0 ? cumux_priority_name((enum cumux_priority)gs[k].priority) : "-", gpct, gsms,
+               gs[k].path);
     }
     return buf;
 out:
@@ -229,11 +232,11 @@ char *srv_status_records(void)
         for (ssize_t j = 0; j < n; j++) /* the live members' GPU time */
             if (!strcmp(cs[j].group, gs[k].path))
                 gs[k].gpu_ns += cs[j].gpu_ns;
-        cumux_text_printf(&t, "group %d %s %llu %llu %u %s %u %llu %llu\n", i, gs[k].path, (unsigned long long)gs[k].limit,
+        cumux_text_printf(&t, "group %d %s %llu %llu %u %s %u %llu %llu %u\n", i, gs[k].path, (unsigned long long)gs[k].limit,
                           (unsigned long long)gs[k].bytes, gs[k].members,
                           gs[k].priority >= 0 ? cumux_priority_name((enum cumux_priority)gs[k].priority) : "-",
                           gs[k].percent ? gs[k].percent : 100, (unsigned long long)gs[k].gpu_ns,
-                          (unsigned long long)gs[k].peak);
+                          (unsigned long long)gs[k].peak, gs[k].sms);
     }
     free(cs);
     if (n < 0) {

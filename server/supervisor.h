@@ -33,6 +33,8 @@ struct sup_group_rule {
     _Atomic uint64_t mem_limit[CUMUX_MAX_DEVICES]; /* the group's device memory on each GPU at most; 0 none */
     _Atomic int32_t priority;  /* its programs' class; -1 none */
     _Atomic uint32_t percent;  /* their active thread percentage; 0 none */
+    _Atomic uint32_t sms[CUMUX_MAX_DEVICES]; /* SMs for them alone on each GPU; 0 none. Set by that GPU's
+                                              * worker once it holds them (placement.c) */
     _Atomic uint32_t gen;      /* moves on when the rule is forgotten (its slot may serve another) */
 };
 
@@ -40,6 +42,7 @@ struct sup_groups {
     _Atomic int32_t lock;     /* a spin lock over the rules' paths (writers, and readers of paths) */
     _Atomic uint32_t n;       /* rules in use, from the first */
     _Atomic uint32_t version; /* moves on when a rule is added: clients find their group again */
+    _Atomic uint32_t sms_version; /* moves on when a rule's SMs change: each worker's reservations follow */
     struct sup_group_rule rule[SRV_GROUPS_MAX];
 };
 

@@ -136,4 +136,42 @@ for o in b1 b2 a2; do let_go "$o"; done
 for p in "${pids[@]}"; do wait "$p" || fail_show="$tmp/a2.out $tmp/b1.out $tmp/b2.out" fail "a group's program failed"; done
 pids=()
 for o in a1 a2 b1 b2; do grep -q '^PASS' "$tmp/$o.out" || fail_show="$tmp/$o.out" fail "$o did not pass"; done
+
+# A group's SMs (cumux set --group --sms N): reserved from the setting on; every program of the group runs
+# on them, others never do; more than the GPU has is refused; none, and forgetting, give them back.
+sm_list() { grep '^sms: ' "$tmp/$1.out" | head -1 | sed 's/^sms: [^:]*: //'; }
+sm_run() { # CGROUP NAME: gpu_sm_ids, one round, in that cgroup
+    sh -c 'echo $$ >"$0/cgroup.procs" && exec "$1" run -- "$2" 1 </dev/null' "$cgm$1" "$cli" "$gdir/gpu_sm_ids" \
+        >"$tmp/$2.out" 2>&1 || fail_show="$tmp/$2.out" fail "gpu_sm_ids in $1"
+    [ -n "$(sm_list "$2")" ] || fail_show="$tmp/$2.out" fail "gpu_sm_ids in $1 printed no SMs"
+}
+count() { tr ',' '\n' <<<"$1" | grep -c .; }
+overlap() { comm -12 <(tr ',' '\n' <<<"$1" | sort) <(tr ',' '\n' <<<"$2" | sort) | tr '\n' ' '; }
+nsm=$("$cli" status | grep -o '[0-9]* SMs' | head -1 | cut -d' ' -f1)
+[ -n "$nsm" ] && [ "$nsm" -gt 32 ] || fail "no SM count in cumux status"
+"$cli" set --group "$base/a" --sms $((nsm * 2)) >"$tmp/set.out" 2>&1 && fail "a group got more SMs than the GPU has"
+grep -q "cannot be reserved" "$tmp/set.out" || fail_show="$tmp/set.out" fail "an impossible group reservation: not said why"
+"$cli" set --group "$base/a" --sms 16 >"$tmp/set.out" 2>&1 || fail_show="$tmp/set.out" fail "cumux set --group --sms 16"
+grep -q "group $base/a: SMs 16 reserved" "$tmp/set.out" || fail_show="$tmp/set.out" fail "cumux set --group --sms said"
+"$cli" status | awk -v g="$base/a" '$NF == g && $6 == "16r" {f = 1} END {exit !f}' ||
+    fail "the status does not show group a's 16 SMs: $("$cli" status | tail -4)"
+sm_run "$base/a" sa1
+sm_run "$base/a/inner" sa2
+sm_run "$base/b" sb1
+for o in sa1 sa2; do
+    n=$(count "$(sm_list $o)")
+    [ "$n" -ge 1 ] && [ "$n" -lt 32 ] || fail_show="$tmp/$o.out" fail "a program of group a ran on $n SMs (16 reserved)"
+done
+[ -z "$(overlap "$(sm_list sa1)" "$(sm_list sb1)")" ] || fail "group b's program ran on group a's SMs: $(overlap "$(sm_list sa1)" "$(sm_list sb1)")"
+[ -z "$(overlap "$(sm_list sa2)" "$(sm_list sb1)")" ] || fail "group b's program ran on group a's SMs (inner)"
+[ "$(count "$(sm_list sb1)")" -le $((nsm - 16)) ] || fail "group b's program ran on $(count "$(sm_list sb1)") SMs of $nsm, 16 reserved"
+"$cli" set --group "$base/a" --sms none >/dev/null || fail "cumux set --group --sms none"
+sm_run "$base/b" sb2
+[ "$(count "$(sm_list sb2)")" -gt $((nsm - 16)) ] || fail "after --sms none, group b ran on $(count "$(sm_list sb2)") SMs only"
+"$cli" set --group "$base/b" --sms 16 >/dev/null || fail "cumux set --group b --sms 16"
+sm_run "$base/a" sa3
+[ "$(count "$(sm_list sa3)")" -le $((nsm - 16)) ] || fail "group a ran on group b's SMs"
+"$cli" set --group "$base/b" --forget >/dev/null || fail "cumux set --group b --forget"
+sm_run "$base/a" sa4
+[ "$(count "$(sm_list sa4)")" -gt $((nsm - 16)) ] || fail "a forgotten group's SMs stayed reserved"
 echo "PASS groups"

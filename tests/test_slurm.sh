@@ -11,7 +11,7 @@ set -u
 cli=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") drv=$2 gdir=$(cd "$3" && pwd) plugin=$4 shimdir=$(cd "$5" && pwd)
 [ "$(id -u)" = 0 ] || { echo "SKIP slurm: needs root (slurmd)"; exit 0; }
 for c in slurmctld slurmd srun sbatch squeue scancel munged; do command -v "$c" >/dev/null || { echo "SKIP slurm: no $c (apt install slurm-wlm munge)"; exit 0; }; done
-[ -f "$plugin" ] || { echo "SKIP slurm: the SPANK plugin $plugin was not built (slurm-wlm-plugins-dev)"; exit 0; }
+[ -f "$plugin" ] || { echo "SKIP slurm: the SPANK plugin $plugin was not built (apt install libslurm-dev)"; exit 0; }
 trap "" PIPE # a job that ended early must not end the test when its stdin is written
 export GT_FAULT_SYNC_MAY_PASS=1 # with GPU coredumps (the default) a faulting program's first synchronize may pass
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"

@@ -17,6 +17,8 @@ struct srv_client_placement {
     _Atomic uint32_t sms_now;      /* SMs its kernels may use (status); 0 before it has a stream */
     _Atomic bool sms_reserved;     /* they are its alone */
     struct cumux_sm_set sm_reserved[CUMUX_MAX_DEVICES]; /* its reserved SM groups, under placement.c's lock */
+    int group_slot;      /* under that lock: its group's reservation (srv_placement_group): rule + 1, 0 none */
+    uint32_t group_gen;  /* of that rule */
     bool placement_closed; /* under that lock: released at its end, nothing may be reserved for it again */
     struct srv_placed *placed[CUMUX_MAX_DEVICES]; /* worker: where its streams go now (NULL: the primary
                                                    * context, every SM) */
