@@ -122,7 +122,9 @@ static int rule_of(const char *cgroup)
 static void attach(struct srv_client *c, int r)
 {
     struct srv_group *old = c->group.group, *g = NULL;
-    if ((old ? old->rule : -1) == r && (!old || old->gen == atomic_load(&T()->rule[r].gen)))
+    if (!old && r < 0)
+        return;
+    if (old && r >= 0 && r < SRV_GROUPS_MAX && old->rule == r && old->gen == atomic_load(&T()->rule[r].gen))
         return;
     if (r >= 0) {
         uint32_t gen = atomic_load(&T()->rule[r].gen);
