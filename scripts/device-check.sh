@@ -5,6 +5,9 @@
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 #                           [--usage-cost] [--efficiency] [--kernel-times] [--latency] [--many] [--sms] [--seed] [--latency-torch]
 #                           [--fuzz S] [--faults] [--no-suites] [--ab "VAR=VALUE ..."] [--launch-cost] [--install]
+#                           [--slurm]
+# --slurm: also bench/slurm_job.sh (issue 42: a Slurm job of 4 spin tasks as the SPANK plugin runs them, in
+# the job's client group, against 4 tasks under MPS; rounds MPS cumux cumux MPS; about a minute).
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
 # under MPS and under cumux normal and high priority; about 1.5 minutes).
 # --many: also bench/many.sh --unpaced (issue 13: 16 to 128 clients of 4-block kernels, MPS, cumux, and cumux
@@ -58,7 +61,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-540}" # hard stop for everything, build included
-do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0 do_install=0
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0 do_install=0 do_slurm=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -74,6 +77,7 @@ while [ $# -gt 0 ]; do
         --latency) do_latency=1 ;;
         --many) do_many=1 ;;
         --sms) do_sms=1 ;;
+        --slurm) do_slurm=1 ;;
         --seed) do_seed=1 ;;
         --latency-torch) do_latency_torch=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
@@ -382,6 +386,7 @@ extra_bench $do_ktimes kernel-times "each kernel's GPU time by Nsight Compute, n
 extra_bench $do_latency latency "latency benchmark" bench/latency.sh "${bench_opts[@]}"
 extra_bench $do_many many "many-clients benchmark" bench/many.sh --unpaced "${bench_opts[@]}"
 extra_bench $do_sms sms "reserved-SMs benchmark" bench/sms.sh "${bench_opts[@]}"
+extra_bench $do_slurm slurm "a Slurm job's 4 tasks in its group, against MPS" bench/slurm_job.sh
 extra_bench $do_seed seed "the seed's two ResNet-50 trainings" bench/seed_table.sh "${bench_opts[@]}"
 extra_bench $do_latency_torch latency-torch "ResNet-18 inference beside a training" bench/latency_torch.sh "${bench_opts[@]}"
 extra_bench $do_launch_cost launch-cost "a launch's host cost natively, the worker's ways" bench/launch_cost.sh
