@@ -46,7 +46,7 @@ tasks() {
                 CUMUX_PIPE_DIRECTORY="$CUMUX_PIPE_DIRECTORY" CUMUX_CLIENT_NAME=slurm-job-$job SLURM_JOB_ID=$job SLURM_PROCID=$((i - 1)) \
                 "$bin/bench_spin" "$start" "$dur" >"$out/$mode.$round.$i.log" 2>&1 &
         else
-            SLURM_JOB_ID=$job SLURM_PROCID=$((i - 1)) "$bin/bench_spin" "$start" "$dur" >"$out/$mode.$round.$i.log" 2>&1 &
+            CUDA_MPS_PIPE_DIRECTORY=$mps_pipe SLURM_JOB_ID=$job SLURM_PROCID=$((i - 1)) "$bin/bench_spin" "$start" "$dur" >"$out/$mode.$round.$i.log" 2>&1 &
         fi
         pids+=($!)
     done
