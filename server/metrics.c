@@ -1,5 +1,6 @@
 /* Prometheus metrics (`/metrics`, opt-in: CUMUX_METRICS_PORT): per client, labelled by pid, user, the
- * name the program set (CUMUX_CLIENT_NAME) and its group (groups.c: a cgroup path), its device memory and limit, pinned memory, streams, kernel
+ * name the program set (CUMUX_CLIENT_NAME) and its group (groups.c: a cgroup path; a Slurm job's id from it,
+ * job), its device memory and limit, pinned memory, streams, kernel
  * launches and GPU time (estimated: usage.c), and the GPU that serves it; per GPU its memory, clients,
  * default limit, faults and restarts; per group with settings and GPU, what it holds and its limit; the
  * server's clients, faults and restarts. The listening socket is
@@ -71,6 +72,21 @@ static void label_value(char *out, size_t cap, const char *in)
             out[j++] = *in;
     }
     out[j] = 0;
+}
+
+/* The labels a group's cgroup path gives beyond itself: a Slurm job's id (`,job="42"`, from its job_42
+ * level: Slurm's own job cgroup or the SPANK plugin's /cumux-slurm/job_42); "" when it names none. */
+static void owner_labels(char *out, size_t cap, const char *path)
+{
+    out[0] = 0;
+    for (const char *p = path; p && *p; p = strchr(p + 1, '/')) {
+        const char *c = *p == '/' ? p + 1 : p;
+        size_t n = strcspn(c, "/");
+        if (n > 4 && n < 24 && !strncmp(c, "job_", 4) && strspn(c + 4, "0123456789") == n - 4) {
+            snprintf(out, cap, ",job=\"%.*s\"", (int)(n - 4), c + 4);
+            return;
+        }
+    }
 }
 
 static void family(struct cumux_text *t, const char *name, const char *type, const char *help)
@@ -168,8 +184,10 @@ static char *metrics_text(const struct cumux_records *r)
             label_value(uname, sizeof uname, user);
             label_value(cname, sizeof cname, c->name);
             label_value(gname, sizeof gname, c->group);
-            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\",group=\"%s\"} ",
-                              fams[f].name, c->pid, uname, cname, c->gpu, c->id, gname);
+            char owner[64];
+            owner_labels(owner, sizeof owner, c->group);
+            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\",group=\"%s\"%s} ",
+                              fams[f].name, c->pid, uname, cname, c->gpu, c->id, gname, owner);
             enum cumux_priority prio = CUMUX_PRIORITY_NORMAL;
             cumux_priority_parse(c->priority, &prio);
             switch (f) {
@@ -190,15 +208,18 @@ static char *metrics_text(const struct cumux_records *r)
         {"cumux_group_device_memory_bytes", "Device memory the group's programs hold on the GPU."},
         {"cumux_group_device_memory_limit_bytes", "The group's device memory limit on each GPU (0: none)."},
         {"cumux_group_programs", "The group's programs on the GPU."},
+        {"cumux_group_sms_reserved", "SMs of the GPU reserved for the group's programs (0: none)."},
     };
     for (size_t f = 0; r->ngroups && f < sizeof gfam / sizeof *gfam; f++) {
         family(&t, gfam[f].name, "gauge", gfam[f].help);
         for (size_t i = 0; i < r->ngroups; i++) {
             const struct cumux_record_group *g = &r->groups[i];
-            char gname[400];
+            char gname[400], owner[64];
             label_value(gname, sizeof gname, g->path);
-            cumux_text_printf(&t, "%s{group=\"%s\",gpu=\"%d\"} %llu\n", gfam[f].name, gname, g->gpu,
-                              f == 0 ? g->used : f == 1 ? g->limit : (unsigned long long)g->programs);
+            owner_labels(owner, sizeof owner, g->path);
+            cumux_text_printf(&t, "%s{group=\"%s\",gpu=\"%d\"%s} %llu\n", gfam[f].name, gname, g->gpu, owner,
+                              f == 0 ? g->used : f == 1 ? g->limit : f == 2 ? (unsigned long long)g->programs
+                                                                          : (unsigned long long)g->sms);
         }
     }
     return t.p;

@@ -3,20 +3,28 @@
  *   --cumux                   the job's CUDA programs go through cumux (the shim first on their library path)
  *   --cumux-memory=SIZE       the job's device memory on each GPU at most, all its tasks together
  *   --cumux-priority=CLASS    its programs' class: high, normal or low
- *   --cumux-threads=PERCENT   its programs' kernels on at most that share of the SMs (a gres/mps job gets
- *                             the percentage Slurm gives it, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, by default)
- * plugstack.conf: `optional /usr/lib/x86_64-linux-gnu/slurm/cumux_spank.so [cumux=PATH] [pipe_dir=DIR]
- * [lib_dir=DIR] [cgroup_root=DIR] [state_dir=DIR]`: the cumux CLI (default /usr/bin/cumux),
- * the server's pipe directory (default /run/cumux), the shim's directory (default /usr/lib/cumux), the
- * cgroup hierarchy the plugin makes job cgroups in when Slurm keeps none of its own (default: the cgroup
- * v2 mount), where a job's group is noted for its epilog (default /run/cumux-slurm).
- * At the job's end (the epilog, as root) its GPU time and peak device memory go to slurmd's log, what is
- * left of it is ended, and its group forgotten.
+ *   --cumux-threads=PERCENT   its programs' kernels on at most that share of the SMs. Without it a gres/mps
+ *                             job's programs keep the percentage Slurm gives them (their
+ *                             CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, which the shim passes on), and a gres/shard
+ *                             job's get its shards' share of a GPU (SLURM_SHARDS_ON_NODE of the GPU's shards)
+ *   --cumux-sms=N             N SMs of each GPU reserved for the job's programs alone, from its start
+ * plugstack.conf: `optional /usr/lib/x86_64-linux-gnu/slurm-wlm/cumux_spank.so [cumux=PATH] [pipe_dir=DIR]
+ * [lib_dir=DIR] [cgroup_root=DIR] [state_dir=DIR] [gres_conf=FILE] [shards_per_gpu=N]`: the cumux CLI
+ * (default /usr/bin/cumux), the server's pipe directory (default /run/cumux), the shim's directory (default
+ * /usr/lib/cumux), the cgroup hierarchy the plugin makes job cgroups in when Slurm keeps none of its own
+ * (default: the cgroup v2 mount), where a job's group is noted for its epilog (default /run/cumux-slurm),
+ * the gres.conf whose shard and gpu counts give a GPU's shards (default: beside slurm.conf), or that
+ * number itself.
+ * As each task ends, the job's GPU time and peak device memory so far go into its AdminComment (scontrol
+ * show job; sacct where accounting is kept); at the job's end (the epilog, as root) into slurmd's log, what
+ * is left of it is ended, and its group forgotten.
  * The group is the job's cgroup: under proctrack/cgroup (or task/cgroup), the `job_ID` level Slurm made;
  * otherwise the plugin makes `cumux-slurm/job_ID` itself and moves each task into it before it runs. The
  * task does that and gives the group its settings (`cumux set --group`) as root, in the privileged task
  * hook; the environment is set in the task's own. Docs: docs/slurm.md. */
+#include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <slurm/slurm.h>
 #include <slurm/spank.h>
 
 SPANK_PLUGIN(cumux, 1);
@@ -34,9 +43,10 @@ SPANK_PLUGIN(cumux, 1);
 #define PATH_LEN 512
 
 static int use_cumux;
-static char opt_memory[64], opt_priority[16], opt_threads[16];
+static char opt_memory[64], opt_priority[16], opt_threads[16], opt_sms[16];
 static char cumux_cli[PATH_LEN] = "/usr/bin/cumux", pipe_dir[PATH_LEN] = "/run/cumux", lib_dir[PATH_LEN] = "/usr/lib/cumux",
-            cgroup_root[PATH_LEN] = "", state_dir[PATH_LEN] = "/run/cumux-slurm";
+            cgroup_root[PATH_LEN] = "", state_dir[PATH_LEN] = "/run/cumux-slurm", gres_conf[PATH_LEN] = "";
+static long shards_per_gpu; /* 0: from gres.conf */
 
 static int copy_opt(char *dst, size_t cap, const char *v, const char *name)
 {
@@ -81,12 +91,25 @@ static int on_threads(int val, const char *optarg, int remote)
     return copy_opt(opt_threads, sizeof opt_threads, optarg, "cumux-threads");
 }
 
+static int on_sms(int val, const char *optarg, int remote)
+{
+    (void)val, (void)remote;
+    char *end;
+    long n = optarg ? strtol(optarg, &end, 10) : 0;
+    if (!optarg || *end || n < 1 || n > 4096) {
+        slurm_error("cumux: --cumux-sms=%s: not a number of SMs from 1 to 4096", optarg ? optarg : "");
+        return -1;
+    }
+    return copy_opt(opt_sms, sizeof opt_sms, optarg, "cumux-sms");
+}
+
 static struct spank_option options[] = {
     {"cumux", NULL, "Run the job's CUDA programs on the node's cumuxd, as one client group", 0, 0, on_cumux},
     {"cumux-memory", "SIZE", "The job's device memory on each GPU at most (4G, 512M), all its tasks together", 1, 0,
      on_memory},
     {"cumux-priority", "CLASS", "Its programs' GPU priority class: high, normal or low", 1, 0, on_priority},
     {"cumux-threads", "PERCENT", "Its programs' kernels on at most PERCENT of the SMs", 1, 0, on_threads},
+    {"cumux-sms", "N", "N SMs of each GPU for the job's programs alone", 1, 0, on_sms},
     SPANK_OPTIONS_TABLE_END};
 
 static void plugin_args(int ac, char **av)
@@ -94,19 +117,28 @@ static void plugin_args(int ac, char **av)
     for (int i = 0; i < ac; i++) {
         const char *eq = strchr(av[i], '=');
         size_t k = eq ? (size_t)(eq - av[i]) : 0;
+        if (k == 14 && !strncmp(av[i], "shards_per_gpu", 14)) {
+            char *end;
+            long n = strtol(eq + 1, &end, 10);
+            if (*end || n < 1 || n > 1000000)
+                slurm_error("cumux: plugstack argument %s: not a number of shards", av[i]);
+            else
+                shards_per_gpu = n;
+            continue;
+        }
         char *dst = !eq ? NULL
                     : k == 5 && !strncmp(av[i], "cumux", 5)        ? cumux_cli
                     : k == 8 && !strncmp(av[i], "pipe_dir", 8)     ? pipe_dir
                     : k == 7 && !strncmp(av[i], "lib_dir", 7)      ? lib_dir
                     : k == 11 && !strncmp(av[i], "cgroup_root", 11) ? cgroup_root
                     : k == 9 && !strncmp(av[i], "state_dir", 9)    ? state_dir
-
+                    : k == 9 && !strncmp(av[i], "gres_conf", 9)    ? gres_conf
                                                                     : NULL;
         if (dst && strlen(eq + 1) < PATH_LEN && eq[1] == '/')
             snprintf(dst, PATH_LEN, "%s", eq + 1);
         else
-            slurm_error("cumux: plugstack argument %s: not cumux=, pipe_dir=, lib_dir=, cgroup_root= or state_dir= with "
-                        "an absolute path", av[i]);
+            slurm_error("cumux: plugstack argument %s: not cumux=, pipe_dir=, lib_dir=, cgroup_root=, state_dir= or "
+                        "gres_conf= with an absolute path, or shards_per_gpu=N", av[i]);
     }
 }
 
@@ -219,6 +251,7 @@ static int run_cumux(char *out, size_t cap, const char *a, const char *b, const 
     }
     if (p == 0) {
         dup2(fds[1], STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
         close(fds[0]);
         close(fds[1]);
         setenv("CUMUX_PIPE_DIRECTORY", pipe_dir, 1);
@@ -243,12 +276,16 @@ static int run_cumux(char *out, size_t cap, const char *a, const char *b, const 
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
-/* cumux set --group GROUP --WHAT VALUE. */
+/* cumux set --group GROUP --WHAT VALUE; what cumux said goes into the job's error when it fails. */
 static int set_group(const char *group, const char *what, const char *value)
 {
-    if (run_cumux(NULL, 0, "set", "--group", group, what, value) < 0) {
-        slurm_error("cumux: %s set --group %s %s %s failed (is cumuxd running on %s?)", cumux_cli, group, what,
-                    value ? value : "", pipe_dir);
+    char said[512];
+    if (run_cumux(said, sizeof said, "set", "--group", group, what, value) < 0) {
+        for (char *p = said; *p; p++)
+            if (*p == '\n')
+                *p = *(p + 1) ? ' ' : 0;
+        slurm_error("cumux: %s set --group %s %s %s failed: %s", cumux_cli, group, what, value ? value : "",
+                    said[0] ? said : "(nothing said: is cumuxd running?)");
         return -1;
     }
     return 0;
@@ -280,16 +317,55 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
     char group[PATH_LEN];
     if (job_group(job, group, sizeof group) < 0)
         return -1;
-    char mps[16] = "";
-    if (!opt_threads[0] && spank_getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", mps, sizeof mps) == ESPANK_SUCCESS)
-        snprintf(opt_threads, sizeof opt_threads, "%s", mps); /* gres/mps's share of the GPU */
-    /* Always a rule of its own: its programs are counted as one group, for its report. */
+    /* Always a rule of its own: its programs are counted as one group, for its report. (gres/mps's and
+     * gres/shard's shares reach the programs through their environment: slurm_spank_task_init.) */
     remember_group(job, group);
     if (set_group(group, "--memory", opt_memory[0] ? opt_memory : "none") < 0 ||
         (opt_priority[0] && set_group(group, "--priority", opt_priority) < 0) ||
-        (opt_threads[0] && set_group(group, "--threads", opt_threads) < 0))
+        (opt_threads[0] && set_group(group, "--threads", opt_threads) < 0) ||
+        (opt_sms[0] && set_group(group, "--sms", opt_sms) < 0))
         return -1;
     return spank_setenv(sp, "CUMUX_SLURM_GROUP", group, 1) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+/* A GPU's shards: shards_per_gpu=, else gres.conf's shard count over its GPUs (Name=gpu lines: Count=, else
+ * the devices File= names, /dev/nvidia[0-3] being 4); 0 when it does not say. */
+static long gpu_shards(spank_t sp)
+{
+    if (shards_per_gpu)
+        return shards_per_gpu;
+    char path[PATH_LEN + 16], conf[PATH_LEN] = "";
+    if (gres_conf[0]) {
+        snprintf(path, sizeof path, "%s", gres_conf);
+    } else {
+        if (spank_getenv(sp, "SLURM_CONF", conf, sizeof conf) != ESPANK_SUCCESS || !strchr(conf, '/'))
+            snprintf(conf, sizeof conf, "/etc/slurm/slurm.conf");
+        *strrchr(conf, '/') = 0;
+        snprintf(path, sizeof path, "%s/gres.conf", conf);
+    }
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    long shards = 0, gpus = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "#\n")] = 0;
+        char *name = strstr(line, "Name="), *count = strstr(line, "Count="), *file = strstr(line, "File=");
+        if (!name)
+            continue;
+        long n = count ? strtol(count + 6, NULL, 10) : 0;
+        if (!strncmp(name + 5, "shard", 5) && !isalnum((unsigned char)name[10])) {
+            shards += n;
+        } else if (!strncmp(name + 5, "gpu", 3) && !isalnum((unsigned char)name[8])) {
+            long lo, hi;
+            char *br = file ? strchr(file, '[') : NULL;
+            if (!n && br && sscanf(br, "[%ld-%ld]", &lo, &hi) == 2 && hi >= lo)
+                n = hi - lo + 1;
+            gpus += n ? n : 1;
+        }
+    }
+    fclose(f);
+    return shards > 0 && gpus > 0 ? shards / gpus : 0;
 }
 
 /* In the task, as the user: its programs find the shim first, and the server. */
@@ -298,6 +374,22 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     (void)ac, (void)av;
     if (!use_cumux)
         return 0;
+    /* gres/shard: the job's shards of a GPU become its programs' share of the SMs, as MPS's percentage (the
+     * shim asks for it), unless it gave one or gres/mps did. */
+    char v[32];
+    if (!opt_threads[0] && spank_getenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, sizeof v) != ESPANK_SUCCESS &&
+        spank_getenv(sp, "SLURM_SHARDS_ON_NODE", v, sizeof v) == ESPANK_SUCCESS) {
+        long have = strtol(v, NULL, 10), per = gpu_shards(sp);
+        if (have > 0 && per > 0) {
+            long pct = (have * 100 + per - 1) / per;
+            snprintf(v, sizeof v, "%ld", pct > 100 ? 100 : pct);
+            if (spank_setenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, 1) != ESPANK_SUCCESS)
+                return -1;
+        } else if (have > 0) {
+            slurm_error("cumux: the job has %ld shards, but how many a GPU has is not known (gres.conf or "
+                        "shards_per_gpu=): its programs may use every SM", have);
+        }
+    }
     char old[4096] = "", path[4096 + PATH_LEN + 2], name[64];
     uint32_t job = 0;
     spank_get_item(sp, S_JOB_ID, &job);
@@ -312,25 +404,58 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     return 0;
 }
 
+/* The job's group, as its first task noted it (state_dir/job_ID); -1 when it is no cumux job here. */
+static int noted_group(uint32_t job, char *group, size_t cap, bool forget)
+{
+    char path[PATH_LEN + 32];
+    snprintf(path, sizeof path, "%s/job_%u", state_dir, job);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, group, cap - 1);
+    close(fd);
+    if (forget)
+        unlink(path);
+    if (n <= 0)
+        return -1;
+    group[n] = 0;
+    return 0;
+}
+
+/* When each of its tasks ends (slurmstepd, as root, the job still running: slurmctld refuses updates
+ * to a job that is completing, as at its epilog): the job's use so far goes into its AdminComment, which
+ * `scontrol show job` shows and accounting keeps (sacct --format=AdminComment). The last task's is the
+ * job's. */
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac, (void)av;
+    if (!use_cumux || !spank_remote(sp))
+        return 0;
+    uint32_t job = 0;
+    char group[PATH_LEN] = "", out[512], comment[600];
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS || noted_group(job, group, sizeof group, false) < 0 ||
+        run_cumux(out, sizeof out, "group", group, NULL, NULL, NULL) != 0)
+        return 0;
+    out[strcspn(out, "\n")] = 0;
+    snprintf(comment, sizeof comment, "cumux: %s", out);
+    job_desc_msg_t desc;
+    slurm_init_job_desc_msg(&desc);
+    desc.job_id = job;
+    desc.admin_comment = comment;
+    if (slurm_update_job(&desc) != SLURM_SUCCESS)
+        slurm_info("cumux: job %u: its AdminComment was not set: %s", job, slurm_strerror(slurm_get_errno()));
+    return 0;
+}
+
 /* The node, when the job ends (as root): its report into slurmd's log, whatever of it is left ended, its
  * group forgotten. */
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
     plugin_args(ac, av); /* slurm_spank_init is not called in every context */
     uint32_t job = 0;
-    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
-        return 0;
-    char path[PATH_LEN + 32], group[PATH_LEN] = "", out[512];
-    snprintf(path, sizeof path, "%s/job_%u", state_dir, job);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char group[PATH_LEN] = "", out[512];
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS || noted_group(job, group, sizeof group, true) < 0)
         return 0; /* not a cumux job here */
-    ssize_t n = read(fd, group, sizeof group - 1);
-    close(fd);
-    unlink(path);
-    if (n <= 0)
-        return 0;
-    group[n] = 0;
     if (run_cumux(out, sizeof out, "group", group, NULL, NULL, NULL) == 0) {
         out[strcspn(out, "\n")] = 0;
         slurm_info("cumux: job %u: %s", job, out);

@@ -4,7 +4,8 @@
 # driver. Two jobs at once with different --cumux-memory each see their own limit (each job one client
 # group, /cumux-slurm/job_ID, which `cumux status` lists with its limit); a job of 4 tasks computes right;
 # a job whose program faults does not end another's, which finishes right; a job ended with scancel frees
-# all it held; a 50-job array (sbatch --cumux) completes. It stops everything it started. Needs root,
+# all it held, and its use is in its AdminComment; --cumux-sms and gres/shard give SMs; a 50-job array
+# (sbatch --cumux) completes. It stops everything it started. Needs root,
 # slurmctld, slurmd, munged; else one SKIP line.
 # usage: test_slurm.sh CUMUX_CLI DRIVER_DIR GPU_TEST_DIR SPANK_PLUGIN SHIM_DIR
 set -u
@@ -58,9 +59,13 @@ SlurmdLogFile=$sl/d.log
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 Epilog=/bin/true
-NodeName=localhost CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
+GresTypes=gpu,shard
+NodeName=localhost CPUs=$(nproc) RealMemory=1000 Gres=gpu:1,shard:4 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 CONF
+# gres/shard needs a gres/gpu with a device file: a character device of the test's own (as /dev/null's).
+mknod "$sl/nvidia0" c 1 3 || fail "mknod"
+printf 'Name=gpu File=%s\nName=shard Count=4 File=%s\n' "$sl/nvidia0" "$sl/nvidia0" >"$sl/gres.conf"
 echo "required $plugin cumux=$cli pipe_dir=$CUMUX_PIPE_DIRECTORY lib_dir=$shimdir state_dir=$sl/cumux-state" >"$sl/plugstack.conf"
 export SLURM_CONF=$sl/slurm.conf
 slurmctld -D >"$sl/ctld.out" 2>&1 &
@@ -70,7 +75,8 @@ daemons+=($!)
 for ((i = 0; i < 100; i++)); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 0.2; done
 sinfo -h -o %T 2>/dev/null | grep -q idle || { fail_show="$sl/ctld.log $sl/d.log" fail "the Slurm node is not idle"; }
 mkdir -p "$CUMUX_PIPE_DIRECTORY" && chmod 700 "$CUMUX_PIPE_DIRECTORY"
-start_ours
+mport=$((port + 2))
+start_ours CUMUX_METRICS_PORT=$mport
 unset CUMUX_PIPE_DIRECTORY_FOR_JOBS
 group_line() { "$cli" status | awk -v j="/cumux-slurm/job_$1" '$NF == j'; }
 
@@ -89,6 +95,17 @@ done
 "$cli" status >"$tmp/status.out"
 [ "$(awk '$NF ~ /^\/cumux-slurm\/job_[0-9]+$/ && ($2 == "256.0" || $2 == "128.0")' "$tmp/status.out" | wc -l)" -ge 2 ] ||
     fail_show="$tmp/status.out" fail "the two jobs' groups with their limits are not in the status"
+# /metrics by job: each job's program and group carry its id.
+python3 -c 'import sys, urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1]).read().decode())' "$mport" >"$tmp/metrics.out" ||
+    fail "no /metrics"
+jobs=$(awk '$NF ~ /^\/cumux-slurm\/job_[0-9]+$/ && $2 ~ /^[0-9]/ { sub(/.*job_/, "", $NF); print $NF }' "$tmp/status.out" | sort -u)
+[ "$(wc -w <<<"$jobs")" = 2 ] || { fail_show="$tmp/status.out" fail "not two jobs' groups in the status: $jobs"; }
+for j in $jobs; do
+    grep -q "^cumux_client_device_memory_bytes{.*,group=\"/cumux-slurm/job_$j\",job=\"$j\"} [1-9]" "$tmp/metrics.out" ||
+        fail_show="$tmp/metrics.out" fail "/metrics: no program of job $j labelled job=\"$j\""
+    grep -q "^cumux_group_device_memory_limit_bytes{group=\"/cumux-slurm/job_$j\",gpu=\"0\",job=\"$j\"} [1-9]" "$tmp/metrics.out" ||
+        fail_show="$tmp/metrics.out" fail "/metrics: job $j's group limit not labelled by job"
+done
 echo >&"$fa"; echo >&"$fb"
 exec {fa}>&- {fb}>&-
 wait "$ja" && wait "$jb" || fail_show="$tmp/a.out $tmp/b.out" fail "a job with a limit failed"
@@ -97,7 +114,7 @@ grep -q '^PASS' "$tmp/a.out" && grep -q '^PASS' "$tmp/b.out" || fail_show="$tmp/
 for ((i = 0; i < 100; i++)); do grep -q "cumux: job [0-9]*: group /cumux-slurm/job_[0-9]*: 0 program(s) now, device memory 0.0 MiB (peak 64.0 MiB on one GPU), limit 256.0 MiB, GPU time [0-9.]* s" "$sl/d.log" && break; sleep 0.1; done
 grep -q "cumux: job [0-9]*: group /cumux-slurm/job_[0-9]*: 0 program(s) now, device memory 0.0 MiB (peak 64.0 MiB on one GPU), limit 256.0 MiB, GPU time [0-9.]* s" "$sl/d.log" ||
     fail_show="$sl/d.log" fail "job a's end did not report its peak memory and GPU time"
-echo "ok: two jobs with 256 and 128 MiB, each saw its own"
+echo "ok: two jobs with 256 and 128 MiB, each saw its own; /metrics labelled by job"
 
 # An MPI-style job of 4 tasks, one group.
 out=$(timeout 120 srun -O -n 4 --cumux "$gdir/gpu_vecadd" </dev/null 2>&1)
@@ -127,12 +144,39 @@ scancel "$jid"
 for ((i = 0; i < 300; i++)); do "$cli" status | grep -q '^clients: 0$' && break; sleep 0.1; done
 "$cli" status | grep -q '^clients: 0$' || fail "the cancelled job's client is still there"
 g=$(group_line "$jid")
-[ -n "$g" ] && [ "$(awk '{print $1, $3}' <<<"$g")" = "0.0 0" ] || fail "the cancelled job's group still holds memory: $g"
+# (Its epilog may have forgotten the group already; else it holds nothing.)
+[ -z "$g" ] || [ "$(awk '{print $1, $3}' <<<"$g")" = "0.0 0" ] || fail "the cancelled job's group still holds memory: $g"
 # The job's epilog forgot its group.
 for ((i = 0; i < 100; i++)); do [ -z "$(group_line "$jid")" ] && break; sleep 0.1; done
 [ -z "$(group_line "$jid")" ] || fail "the cancelled job's group was not forgotten at its end: $(group_line "$jid")"
 grep -q "cumux: job $jid: group /cumux-slurm/job_$jid:" "$sl/d.log" || fail_show="$sl/d.log" fail "the epilog did not log job $jid's use"
 echo "ok: scancel freed all the job held; its epilog reported and forgot the group"
+
+# A job's use in its record: AdminComment, set as its task ended (slurmctld takes no update once the job
+# is completing); its peak is the 48 MiB gpu_vecadd holds.
+jid=$(timeout 120 sbatch --parsable --wait --cumux --cumux-memory=256M -o "$sl/out/vecadd.out" --wrap "$gdir/gpu_vecadd") ||
+    fail_show="$sl/out/vecadd.out" fail "sbatch --wait"
+scontrol show job "$jid" >"$tmp/job.out" 2>&1
+grep -q "AdminComment=cumux: group /cumux-slurm/job_$jid: .*(peak [1-9][0-9.]* MiB on one GPU), limit 256.0 MiB, GPU time [0-9.]* s" "$tmp/job.out" ||
+    fail_show="$tmp/job.out $sl/d.log" fail "the job's AdminComment does not report its use"
+echo "ok: the job's GPU time and peak memory in its AdminComment"
+
+# SMs: a job with --cumux-sms=16 runs on SMs of its own; one asking more than the GPU has is refused; a
+# gres/shard job of 2 of the GPU's 4 shards runs on half the SMs (its share, as MPS's percentage).
+nsm=$("$cli" status | grep -o '[0-9]* SMs' | head -1 | cut -d' ' -f1)
+sm_count() { grep '^sms: ' "$1" | head -1 | sed 's/^sms: [^:]*: //' | tr ',' '\n' | grep -c .; }
+timeout 120 srun --cumux --cumux-sms=16 "$gdir/gpu_sm_ids" 1 </dev/null >"$tmp/sms.out" 2>&1 || fail_show="$tmp/sms.out" fail "the --cumux-sms job"
+n=$(sm_count "$tmp/sms.out")
+[ "$n" -ge 1 ] && [ "$n" -lt 32 ] || fail_show="$tmp/sms.out" fail "the --cumux-sms=16 job ran on $n SMs"
+timeout 120 srun --cumux --cumux-sms=$((nsm * 2)) "$gdir/gpu_sm_ids" 1 </dev/null >"$tmp/sms2.out" 2>&1 &&
+    fail_show="$tmp/sms2.out" fail "a job asking for more SMs than the GPU has ran"
+grep -q "cannot be reserved" "$tmp/sms2.out" || fail_show="$tmp/sms2.out" fail "the refused --cumux-sms job was not told why"
+timeout 120 srun --cumux --gres=shard:2 "$gdir/gpu_sm_ids" 1 </dev/null >"$tmp/shard.out" 2>&1 || fail_show="$tmp/shard.out $sl/d.log" fail "the gres/shard job"
+n=$(sm_count "$tmp/shard.out")
+[ "$n" -ge 1 ] && [ "$n" -le $((nsm / 2 + 16)) ] || fail_show="$tmp/shard.out" fail "the job of 2 of 4 shards ran on $n of $nsm SMs"
+timeout 120 srun --cumux "$gdir/gpu_sm_ids" 1 </dev/null >"$tmp/whole.out" 2>&1 || fail "a job without shards"
+[ "$(sm_count "$tmp/whole.out")" -gt $((nsm / 2 + 16)) ] || fail "a job without shards or SMs ran on $(sm_count "$tmp/whole.out") SMs"
+echo "ok: --cumux-sms reserved SMs for a job, refused more than there are; 2 of 4 shards gave half the SMs"
 
 # A 50-job array.
 sbatch --parsable --cumux --array=1-50 -o "$sl/out/%a.out" --wrap "$gdir/gpu_vecadd" >/dev/null || fail "sbatch --array"
