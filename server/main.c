@@ -200,6 +200,14 @@ int main(int argc, char **argv)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    /* Started with a standard descriptor closed (a Slurm prolog's cumux start had no stdin), the pipe
+     * directory's descriptor would be 0, and the daemon's dup2 of /dev/null onto 0 would replace it:
+     * every one of 0-2 is open before anything else is. */
+    int null_fd;
+    while ((null_fd = open("/dev/null", O_RDWR)) >= 0 && null_fd <= 2) {
+    }
+    if (null_fd > 2)
+        close(null_fd);
     cumux_log_init("cumuxd");
     umask(077);
     const char *pipe_dir = cumux_pipe_directory();

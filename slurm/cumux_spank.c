@@ -45,7 +45,8 @@ SPANK_PLUGIN(cumux, 1);
 static int use_cumux;
 static char opt_memory[64], opt_priority[16], opt_threads[16], opt_sms[16];
 static char cumux_cli[PATH_LEN] = "/usr/bin/cumux", pipe_dir[PATH_LEN] = "/run/cumux", lib_dir[PATH_LEN] = "/usr/lib/cumux",
-            cgroup_root[PATH_LEN] = "", state_dir[PATH_LEN] = "/run/cumux-slurm", gres_conf[PATH_LEN] = "";
+            cgroup_root[PATH_LEN] = "", state_dir[PATH_LEN] = "/run/cumux-slurm", gres_conf[PATH_LEN] = "",
+            start_cmd[PATH_LEN] = "";
 static long shards_per_gpu; /* 0: from gres.conf */
 
 static int copy_opt(char *dst, size_t cap, const char *v, const char *name)
@@ -133,12 +134,13 @@ static void plugin_args(int ac, char **av)
                     : k == 11 && !strncmp(av[i], "cgroup_root", 11) ? cgroup_root
                     : k == 9 && !strncmp(av[i], "state_dir", 9)    ? state_dir
                     : k == 9 && !strncmp(av[i], "gres_conf", 9)    ? gres_conf
+                    : k == 5 && !strncmp(av[i], "start", 5)        ? start_cmd
                                                                     : NULL;
         if (dst && strlen(eq + 1) < PATH_LEN && eq[1] == '/')
             snprintf(dst, PATH_LEN, "%s", eq + 1);
         else
-            slurm_error("cumux: plugstack argument %s: not cumux=, pipe_dir=, lib_dir=, cgroup_root=, state_dir= or "
-                        "gres_conf= with an absolute path, or shards_per_gpu=N", av[i]);
+            slurm_error("cumux: plugstack argument %s: not cumux=, pipe_dir=, lib_dir=, cgroup_root=, state_dir=, "
+                        "gres_conf= or start= with an absolute path, or shards_per_gpu=N", av[i]);
     }
 }
 
@@ -236,9 +238,9 @@ static int job_group(uint32_t job, char *out, size_t cap)
     return 0;
 }
 
-/* cumux A B C D E against the node's server (NULL ends the words); its output into out (cap bytes, NULL:
- * none). 0, or -1 (its exit status not 0). */
-static int run_cumux(char *out, size_t cap, const char *a, const char *b, const char *c, const char *d, const char *e)
+/* argv[0] with argv against the node's server (CUMUX_PIPE_DIRECTORY); its output into out (cap bytes,
+ * NULL: none). 0, or -1 (its exit status not 0). */
+static int run_argv(char *out, size_t cap, const char *const *argv)
 {
     int fds[2];
     if (pipe(fds) < 0)
@@ -255,7 +257,7 @@ static int run_cumux(char *out, size_t cap, const char *a, const char *b, const 
         close(fds[0]);
         close(fds[1]);
         setenv("CUMUX_PIPE_DIRECTORY", pipe_dir, 1);
-        execl(cumux_cli, cumux_cli, a, b, c, d, e, (char *)NULL);
+        execv(argv[0], (char *const *)argv);
         _exit(127);
     }
     close(fds[1]);
@@ -274,6 +276,13 @@ static int run_cumux(char *out, size_t cap, const char *a, const char *b, const 
     while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
     }
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* cumux A B C D E (NULL ends the words). */
+static int run_cumux(char *out, size_t cap, const char *a, const char *b, const char *c, const char *d, const char *e)
+{
+    const char *argv[] = {cumux_cli, a, b, c, d, e, NULL};
+    return run_argv(out, cap, argv);
 }
 
 /* cumux set --group GROUP --WHAT VALUE; what cumux said goes into the job's error when it fails. */
@@ -303,6 +312,48 @@ static void remember_group(uint32_t job, const char *group)
         (void)w;
         close(fd);
     }
+}
+
+/* Did the job ask for cumux (any of its options)? */
+static bool job_wants_cumux(spank_t sp)
+{
+    for (struct spank_option *o = options; o->name; o++) {
+        char *arg = NULL;
+        if (spank_option_getopt(sp, o, &arg) == ESPANK_SUCCESS)
+            return true;
+    }
+    return false;
+}
+
+/* Before the job (slurmd's prolog, as root, outside the job's cgroups, so that a server started here is
+ * no part of the job): a job that asked for cumux finds the node's cumuxd running. Where none answers, it
+ * is started: start=COMMAND, else `systemctl start cumuxd` where systemd runs the node, else `cumux start`
+ * with /etc/cumux/cumuxd.conf's settings; then the job waits for it (10 s at most). */
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+    plugin_args(ac, av);
+    uint32_t job = 0;
+    spank_get_item(sp, S_JOB_ID, &job);
+    if (!job_wants_cumux(sp) || run_cumux(NULL, 0, "status", NULL, NULL, NULL, NULL) == 0)
+        return 0;
+    const char *systemctl[] = {"/bin/systemctl", "start", "cumuxd.service", NULL},
+               *own[] = {start_cmd, NULL}, *cli[] = {cumux_cli, "start", NULL};
+    const char *const *how = start_cmd[0] ? own : access("/run/systemd/system", F_OK) == 0 ? systemctl : cli;
+    if (how == cli && access("/etc/cumux/cumuxd.conf", R_OK) == 0)
+        setenv("CUMUX_CONFIG", "/etc/cumux/cumuxd.conf", 0);
+    char said[512] = "";
+    int rc = run_argv(said, sizeof said, how);
+    for (int i = 0; i < 100; i++) {
+        if (run_cumux(NULL, 0, "status", NULL, NULL, NULL, NULL) == 0) {
+            slurm_info("cumux: job %u: started cumuxd (%s)", job, how[0]);
+            return 0;
+        }
+        usleep(100000);
+    }
+    said[strcspn(said, "\n")] = 0;
+    slurm_error("cumux: job %u: no cumuxd answers on %s, and %s did not start one (exit %s): %s", job, pipe_dir,
+                how[0], rc == 0 ? "0" : "not 0", said);
+    return -1;
 }
 
 /* In the task, as root, before it runs: its group, the group's settings. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Slurm jobs through cumux (issue 42): a real one-node Slurm (slurmctld and slurmd from Debian, munge, on
 # localhost, ports and state of its own) with the SPANK plugin (slurm/cumux_spank.c) and cumuxd on the fake
-# driver. Two jobs at once with different --cumux-memory each see their own limit (each job one client
+# driver, which the first cumux job's prolog starts. Two jobs at once with different --cumux-memory each see their own limit (each job one client
 # group, /cumux-slurm/job_ID, which `cumux status` lists with its limit); a job of 4 tasks computes right;
 # a job whose program faults does not end another's, which finishes right; a job ended with scancel frees
 # all it held, and its use is in its AdminComment; --cumux-sms and gres/shard give SMs; a 50-job array
@@ -58,6 +58,7 @@ SlurmctldLogFile=$sl/ctld.log
 SlurmdLogFile=$sl/d.log
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
+Prolog=/bin/true
 Epilog=/bin/true
 GresTypes=gpu,shard
 NodeName=localhost CPUs=$(nproc) RealMemory=1000 Gres=gpu:1,shard:4 State=UNKNOWN
@@ -66,7 +67,14 @@ CONF
 # gres/shard needs a gres/gpu with a device file: a character device of the test's own (as /dev/null's).
 mknod "$sl/nvidia0" c 1 3 || fail "mknod"
 printf 'Name=gpu File=%s\nName=shard Count=4 File=%s\n' "$sl/nvidia0" "$sl/nvidia0" >"$sl/gres.conf"
-echo "required $plugin cumux=$cli pipe_dir=$CUMUX_PIPE_DIRECTORY lib_dir=$shimdir state_dir=$sl/cumux-state" >"$sl/plugstack.conf"
+mport=$((port + 2))
+# The first cumux job's prolog starts the server (none runs yet): here on the fake driver, by this script.
+cat >"$sl/start-cumuxd.sh" <<START
+#!/bin/sh
+exec env LD_LIBRARY_PATH="$drv" CUMUX_LOG_DIRECTORY="$CUMUX_LOG_DIRECTORY" CUMUX_METRICS_PORT=$mport "$cli" start
+START
+chmod 755 "$sl/start-cumuxd.sh"
+echo "required $plugin cumux=$cli pipe_dir=$CUMUX_PIPE_DIRECTORY lib_dir=$shimdir state_dir=$sl/cumux-state start=$sl/start-cumuxd.sh" >"$sl/plugstack.conf"
 export SLURM_CONF=$sl/slurm.conf
 slurmctld -D >"$sl/ctld.out" 2>&1 &
 daemons+=($!)
@@ -75,8 +83,7 @@ daemons+=($!)
 for ((i = 0; i < 100; i++)); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 0.2; done
 sinfo -h -o %T 2>/dev/null | grep -q idle || { fail_show="$sl/ctld.log $sl/d.log" fail "the Slurm node is not idle"; }
 mkdir -p "$CUMUX_PIPE_DIRECTORY" && chmod 700 "$CUMUX_PIPE_DIRECTORY"
-mport=$((port + 2))
-start_ours CUMUX_METRICS_PORT=$mport
+"$cli" status >/dev/null 2>&1 && fail "a cumuxd runs already"
 unset CUMUX_PIPE_DIRECTORY_FOR_JOBS
 group_line() { "$cli" status | awk -v j="/cumux-slurm/job_$1" '$NF == j'; }
 
@@ -92,6 +99,7 @@ for o in a b; do
     for ((i = 0; i < 300; i++)); do grep -q '^HOLDING' "$tmp/$o.out" && break; grep -q 'FAIL\|error' "$tmp/$o.out" && break; sleep 0.1; done
     grep -q '^HOLDING' "$tmp/$o.out" || fail_show="$tmp/$o.out $sl/d.log" fail "job $o did not get to hold its memory"
 done
+grep -q "cumux: job [0-9]*: started cumuxd ($sl/start-cumuxd.sh)" "$sl/d.log" || fail_show="$sl/d.log" fail "no job's prolog started cumuxd"
 "$cli" status >"$tmp/status.out"
 [ "$(awk '$NF ~ /^\/cumux-slurm\/job_[0-9]+$/ && ($2 == "256.0" || $2 == "128.0")' "$tmp/status.out" | wc -l)" -ge 2 ] ||
     fail_show="$tmp/status.out" fail "the two jobs' groups with their limits are not in the status"
@@ -114,7 +122,7 @@ grep -q '^PASS' "$tmp/a.out" && grep -q '^PASS' "$tmp/b.out" || fail_show="$tmp/
 for ((i = 0; i < 100; i++)); do grep -q "cumux: job [0-9]*: group /cumux-slurm/job_[0-9]*: 0 program(s) now, device memory 0.0 MiB (peak 64.0 MiB on one GPU), limit 256.0 MiB, GPU time [0-9.]* s" "$sl/d.log" && break; sleep 0.1; done
 grep -q "cumux: job [0-9]*: group /cumux-slurm/job_[0-9]*: 0 program(s) now, device memory 0.0 MiB (peak 64.0 MiB on one GPU), limit 256.0 MiB, GPU time [0-9.]* s" "$sl/d.log" ||
     fail_show="$sl/d.log" fail "job a's end did not report its peak memory and GPU time"
-echo "ok: two jobs with 256 and 128 MiB, each saw its own; /metrics labelled by job"
+echo "ok: the first jobs' prolog started cumuxd; two jobs with 256 and 128 MiB, each saw its own; /metrics labelled by job"
 
 # An MPI-style job of 4 tasks, one group.
 out=$(timeout 120 srun -O -n 4 --cumux "$gdir/gpu_vecadd" </dev/null 2>&1)
