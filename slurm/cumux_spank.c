@@ -9,12 +9,13 @@
  *                             job's get its shards' share of a GPU (SLURM_SHARDS_ON_NODE of the GPU's shards)
  *   --cumux-sms=N             N SMs of each GPU reserved for the job's programs alone, from its start
  * plugstack.conf: `optional /usr/lib/x86_64-linux-gnu/slurm-wlm/cumux_spank.so [cumux=PATH] [pipe_dir=DIR]
- * [lib_dir=DIR] [cgroup_root=DIR] [state_dir=DIR] [gres_conf=FILE] [shards_per_gpu=N]`: the cumux CLI
+ * [lib_dir=DIR] [cgroup_root=DIR] [state_dir=DIR] [gres_conf=FILE] [shards_per_gpu=N] [start=CMD]`: the cumux CLI
  * (default /usr/bin/cumux), the server's pipe directory (default /run/cumux), the shim's directory (default
  * /usr/lib/cumux), the cgroup hierarchy the plugin makes job cgroups in when Slurm keeps none of its own
  * (default: the cgroup v2 mount), where a job's group is noted for its epilog (default /run/cumux-slurm),
  * the gres.conf whose shard and gpu counts give a GPU's shards (default: beside slurm.conf), or that
- * number itself.
+ * number itself, the command that starts cumuxd where a job finds none (default: systemctl start cumuxd
+ * where systemd runs, else cumux start; the job prolog, which needs a Prolog= in slurm.conf).
  * As each task ends, the job's GPU time and peak device memory so far go into its AdminComment (scontrol
  * show job; sacct where accounting is kept); at the job's end (the epilog, as root) into slurmd's log, what
  * is left of it is ended, and its group forgotten.
