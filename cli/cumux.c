@@ -124,7 +124,8 @@ static int cmd_group(int argc, char **argv)
 static int cmd_kill(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--group")) {
-        struct cumux_group_name g = {{0}};
+        struct cumux_group_name g;
+        memset(&g, 0, sizeof g);
         if (strlen(argv[2]) >= sizeof g.path)
             return 2;
         snprintf(g.path, sizeof g.path, "%s", argv[2]);
@@ -175,12 +176,18 @@ static int cmd_set_group(int argc, char **argv)
         what = CUMUX_GROUP_SMS, value = none ? 0 : count;
     else if (argc == 3 && !strcmp(argv[2], "--forget"))
         what = CUMUX_GROUP_FORGET;
-    struct cumux_group_name g = {{0}};
+    struct cumux_group_name g;
+    memset(&g, 0, sizeof g);
+    if (argc == 4 && !strcmp(argv[2], "--labels") && strlen(argv[3]) < sizeof g.labels) {
+        what = CUMUX_GROUP_LABELS_SET;
+        snprintf(g.labels, sizeof g.labels, "%s", strcmp(argv[3], "none") ? argv[3] : "");
+    }
     if (!what || strlen(argv[1]) >= sizeof g.path) {
         fprintf(stderr, "usage: cumux set --group CGROUP --memory SIZE|none\n"
                         "       cumux set --group CGROUP --priority high|normal|low|none\n"
                         "       cumux set --group CGROUP --threads PERCENT|none\n"
                         "       cumux set --group CGROUP --sms N|none   (N SMs of each GPU for its programs alone)\n"
+                        "       cumux set --group CGROUP --labels K=V,...|none   (its /metrics labels, e.g. a pod's names)\n"
                         "       cumux set --group CGROUP --forget   (its settings and counts go)\n"
                         "  CGROUP: a cgroup path, as /proc/PID/cgroup names it; its programs are those at it or below\n");
         return 2;

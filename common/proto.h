@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 12u
+#define CUMUX_PROTO_VERSION 13u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {
@@ -53,9 +53,11 @@ enum cumux_hello_kind {
 };
 
 /* Client groups (server/groups.c): a group is a cgroup path; its programs are those at it or below. */
-#define CUMUX_GROUP_PATH 192
+#define CUMUX_GROUP_PATH 256   /* a Kubernetes container's systemd cgroup path is ~190 characters */
+#define CUMUX_GROUP_LABELS 128 /* "namespace=a,pod=b,container=c" */
 struct cumux_group_name {
-    char path[CUMUX_GROUP_PATH]; /* NUL-ended */
+    char path[CUMUX_GROUP_PATH];     /* NUL-ended */
+    char labels[CUMUX_GROUP_LABELS]; /* CUMUX_GROUP_LABELS_SET: NUL-ended; else ignored */
 };
 #define CUMUX_GROUP_MEMORY 1u   /* arg: the group's device memory on each GPU at most (bytes, 0 none) */
 #define CUMUX_GROUP_PRIORITY 2u /* arg: its programs' class (enum cumux_priority), CUMUX_GROUP_NONE: none */
@@ -64,6 +66,8 @@ struct cumux_group_name {
 #define CUMUX_GROUP_FORGET 5u   /* the group's settings and counts go (a job ended): its slot is free again */
 #define CUMUX_GROUP_SMS 6u      /* arg: SMs on each GPU for its programs alone (reserved from now), 0 none */
 #define CUMUX_GROUP_SMS_MAX 4096u
+#define CUMUX_GROUP_LABELS_SET 7u /* the name's labels (up to 4 key=value, comma-separated) label its
+                                   * programs' and its /metrics series ("": none), e.g. a pod's names */
 #define CUMUX_GROUP_NONE 0xffffffffu
 
 /* STATUS flags. Each GPU's worker answers for its GPU on that GPU's socket; GPU 0's also for the server as
@@ -77,10 +81,10 @@ struct cumux_group_name {
                                  * "client ID GPU PID UID DEVICE_BYTES LIMIT_BYTES PINNED_BYTES STREAMS KERNELS
                                  *  GPU_NS PRIORITY SMS RESERVED PERCENT GROUP =NAME COMMAND" (GROUP: its group's
                                  *  cgroup path, server/groups.c)
-                                 * "group GPU PATH LIMIT_BYTES USED_BYTES PROGRAMS PRIORITY PERCENT GPU_NS PEAK_BYTES SMS"
+                                 * "group GPU PATH LIMIT_BYTES USED_BYTES PROGRAMS PRIORITY PERCENT GPU_NS PEAK_BYTES SMS LABELS"
                                  *  (a group with settings, what its programs on that GPU hold; PRIORITY - when
                                  *  none; GPU_NS: its programs' GPU time, those gone too; PEAK: the most held;
-                                 *  SMS: SMs reserved for it on that GPU, 0 none) (GPU_NS: its GPU time so
+                                 *  SMS: SMs reserved for it on that GPU, 0 none; LABELS: k=v,k=v or -) (GPU_NS: its GPU time so
                                  *  far, estimated: server/usage.c; PRIORITY: high, normal or low; NAME: its
                                  *  CUMUX_CLIENT_NAME, no spaces, nothing after '=' when none). common/records.c
                                  *  reads them. */

@@ -53,9 +53,12 @@ int cumux_records_parse(const char *text, struct cumux_records *r, bool merge)
                 continue;
             struct cumux_record_group *g = &r->groups[r->ngroups];
             memset(g, 0, sizeof *g);
-            if (sscanf(line + 6, "%d %191s %llu %llu %u %15s %u %llu %llu %u", &g->gpu, g->path, &g->limit, &g->used,
-                       &g->programs, g->priority, &g->percent, &g->gpu_ns, &g->peak, &g->sms) >= 7)
+            if (sscanf(line + 6, "%d %255s %llu %llu %u %15s %u %llu %llu %u %127s", &g->gpu, g->path, &g->limit, &g->used,
+                       &g->programs, g->priority, &g->percent, &g->gpu_ns, &g->peak, &g->sms, g->labels) >= 7) {
+                if (!strcmp(g->labels, "-"))
+                    g->labels[0] = 0;
                 r->ngroups++;
+            }
             continue;
         }
         if (strncmp(line, "client ", 7) != 0)
@@ -75,7 +78,7 @@ int cumux_records_parse(const char *text, struct cumux_records *r, bool merge)
         memset(c, 0, sizeof *c);
         char name[sizeof c->name + 1];
         int used = 0;
-        if (sscanf(line + 7, "%u %d %d %u %llu %llu %llu %u %llu %llu %15s %u %d %u %191s %64s %n", &c->id, &c->gpu,
+        if (sscanf(line + 7, "%u %d %d %u %llu %llu %llu %u %llu %llu %15s %u %d %u %255s %64s %n", &c->id, &c->gpu,
                    &c->pid, &c->uid, &c->device, &c->limit, &c->pinned, &c->streams, &c->kernels, &c->gpu_ns,
                    c->priority, &c->sms, &c->reserved, &c->percent, c->group, name, &used) >= 16) {
             /* the name comes after '=' (nothing after it: none), so that an empty one is still a field */

@@ -14,7 +14,7 @@ struct cumux_record_client {
     unsigned sms;      /* SMs its kernels may use (0: not known yet) */
     int reserved;      /* they are its alone */
     unsigned percent;  /* its active thread percentage (100: no cap) */
-    char group[192];   /* its group: the cgroup path of its group's rule, or its own cgroup */
+    char group[256];   /* its group: the cgroup path of its group's rule, or its own cgroup */
     char name[64];     /* CUMUX_CLIENT_NAME, "" when it gave none */
     char cmd[128];
 };
@@ -28,7 +28,8 @@ struct cumux_record_gpu {
 /* A client group with settings, on one GPU (server/groups.c). */
 struct cumux_record_group {
     int gpu;
-    char path[192];
+    char path[256];
+    char labels[128]; /* its labels (cumux set --group --labels): "k=v,k=v", "" none */
     unsigned long long limit, used, peak; /* bytes on that GPU; limit 0: none; peak: the most held */
     unsigned long long gpu_ns; /* its programs' GPU time on that GPU, those gone too */
     unsigned programs, percent;

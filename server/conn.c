@@ -447,7 +447,7 @@ static void conn_hello(struct conn *k)
     case CUMUX_HELLO_SET_GROUP: {
         char text[512];
         k->group.path[sizeof k->group.path - 1] = 0;
-        int r = srv_set_group(k->group.path, h->flags, h->arg, text, sizeof text);
+        int r = srv_set_group(k->group.path, k->group.labels, h->flags, h->arg, text, sizeof text);
         conn_reply(k, text, r == 0 ? 0 : CUDA_ERROR_INVALID_VALUE);
         return;
     }

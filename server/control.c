@@ -212,8 +212,10 @@ unsigned srv_kill_clients(pid_t pid, char *text, size_t cap)
 
 /* cumux set --group PATH ...: the group's rule, then this worker's clients regrouped (a new rule may take
  * programs from a shallower one), its members given a priority or thread percentage at once. */
-int srv_set_group(const char *path, uint32_t what, uint64_t value, char *text, size_t cap)
+int srv_set_group(const char *path, const char *labels, uint32_t what, uint64_t value, char *text, size_t cap)
 {
+    if (what == CUMUX_GROUP_LABELS_SET)
+        return srv_group_rule_labels(path, labels, text, cap);
     int rule = srv_group_rule_set(path, what, value, text, cap);
     if (rule == -2) { /* cumux kill --group: every program of it here ends */
         unsigned n = 0;

@@ -332,6 +332,7 @@ size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max)
                                          .priority = atomic_load(&r->priority), .percent = atomic_load(&r->percent),
                                          .sms = atomic_load(&r->sms[srv_gpu_served])};
         snprintf(out[n].path, sizeof out[n].path, "%s", r->path);
+        snprintf(out[n].labels, sizeof out[n].labels, "%s", r->labels);
         out[n++].rule = (int)i;
     }
     rules_unlock();
@@ -385,7 +386,7 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
     if ((what == CUMUX_GROUP_PRIORITY && value != CUMUX_GROUP_NONE && (value < CUMUX_PRIORITY_LOW || value > CUMUX_PRIORITY_HIGH)) ||
         (what == CUMUX_GROUP_THREADS && value > 100) || (what == CUMUX_GROUP_SMS && value > CUMUX_GROUP_SMS_MAX) ||
         (what != CUMUX_GROUP_MEMORY && what != CUMUX_GROUP_PRIORITY && what != CUMUX_GROUP_THREADS &&
-         what != CUMUX_GROUP_FORGET && what != CUMUX_GROUP_SMS)) {
+         what != CUMUX_GROUP_FORGET && what != CUMUX_GROUP_SMS && what != CUMUX_GROUP_LABELS_SET)) {
         snprintf(text, cap, "not a group setting\n");
         return -1;
     }
@@ -399,6 +400,7 @@ int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *te
         if (r >= 0) {
             struct sup_group_rule *g = &T()->rule[r];
             g->path[0] = 0;
+            g->labels[0] = 0;
             for (int d = 0; d < CUMUX_MAX_DEVICES; d++)
                 atomic_store(&g->mem_limit[d], 0);
             atomic_store(&g->priority, -1);
@@ -482,6 +484,49 @@ void srv_group_describe(const char *path, uint32_t what, uint64_t value, unsigne
                                             : "thread percentage",
              v, members);
     cumux_logf("%.*s", (int)strcspn(text, "\n"), text);
+}
+
+/* K=V,K=V: at most 4, keys [a-z_][a-z0-9_]* (Prometheus label names, not ours), values [A-Za-z0-9._:/-]. */
+static bool labels_ok(const char *s)
+{
+    size_t n = strnlen(s, CUMUX_GROUP_LABELS);
+    if (n >= CUMUX_GROUP_LABELS)
+        return false;
+    static const char *const ours[] = {"pid", "user", "name", "gpu", "client", "group", "job"};
+    unsigned pairs = 0;
+    for (const char *p = s; *p;) {
+        size_t k = strspn(p, "abcdefghijklmnopqrstuvwxyz_0123456789");
+        if (k == 0 || (p[0] >= '0' && p[0] <= '9') || p[k] != '=' || ++pairs > 4)
+            return false;
+        for (size_t i = 0; i < sizeof ours / sizeof *ours; i++)
+            if (strlen(ours[i]) == k && !strncmp(p, ours[i], k))
+                return false;
+        const char *v = p + k + 1;
+        size_t l = strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/-");
+        if (v[l] != 0 && v[l] != ',')
+            return false;
+        p = v + l + (v[l] == ',');
+        if (v[l] == ',' && !*p)
+            return false;
+    }
+    return true;
+}
+
+int srv_group_rule_labels(const char *path, const char *labels, char *text, size_t cap)
+{
+    if (memchr(labels, 0, CUMUX_GROUP_LABELS) == NULL || !labels_ok(labels)) {
+        snprintf(text, cap, "labels are up to 4 KEY=VALUE, comma-separated: keys of a-z, 0-9 and _ (not one of "
+                 "cumux's own), values of letters, digits and ._-:/\n");
+        return -1;
+    }
+    int r = srv_group_rule_set(path, CUMUX_GROUP_LABELS_SET, 0, text, cap); /* the rule, made if need be */
+    if (r < 0)
+        return -1;
+    rules_lock();
+    snprintf(T()->rule[r].labels, sizeof T()->rule[r].labels, "%s", labels);
+    rules_unlock();
+    snprintf(text, cap, "GPU %d: group %s: labels %s\n", srv_gpu_served, path, labels[0] ? labels : "none");
+    return 0;
 }
 
 bool srv_group_contains(const char *path, const struct srv_client *c)

@@ -37,15 +37,21 @@ struct srv_group_stat {
     char path[CUMUX_GROUP_PATH];
     int rule, priority;
     uint32_t percent, members, sms;
+    char labels[CUMUX_GROUP_LABELS];
     uint64_t limit, bytes, peak, gpu_ns;
 };
 size_t srv_groups_snapshot(struct srv_group_stat *out, size_t max);
-/* `cumux set --group PATH` (hello SET_GROUP, control.c): the rule's setting `what` (CUMUX_GROUP_*) = value;
+/* `cumux set --group PATH` (hello SET_GROUP, control.c): the rule's setting `what` (CUMUX_GROUP_*) = value
+ * (CUMUX_GROUP_LABELS_SET: none, the rule only made: srv_group_rule_labels);
  * the rule's index, or -1 (text says why), or -2 for CUMUX_GROUP_KILL (the path checked, no rule made). Then each client regrouped: whether it is the rule's (and then
  * given the setting); and the answer's line. */
 int srv_group_rule_set(const char *path, uint32_t what, uint64_t value, char *text, size_t cap);
 /* Is c's cgroup path, or below it? */
 bool srv_group_contains(const char *path, const struct srv_client *c);
+/* `cumux set --group PATH --labels K=V,...` (CUMUX_GROUP_LABELS_SET): the rule's labels (checked: up to 4
+ * pairs, keys [a-z_][a-z0-9_]*, values of letters, digits and ._-:/), made with the rule if need be. 0, or
+ * -1 (text says why). */
+int srv_group_rule_labels(const char *path, const char *labels, char *text, size_t cap);
 bool srv_group_regroup(struct srv_client *c, int rule, uint32_t what);
 void srv_group_describe(const char *path, uint32_t what, uint64_t value, unsigned members, char *text, size_t cap);
 

@@ -47,7 +47,7 @@ unsigned srv_set_memory_limit(pid_t pid, uint64_t limit, char *text, size_t cap)
 unsigned srv_set_priority(pid_t pid, int cls, char *text, size_t cap);
 /* *refused: how many could not have the SMs asked for (they keep theirs). */
 unsigned srv_set_sms(pid_t pid, uint64_t arg, char *text, size_t cap, unsigned *refused);
-int srv_set_group(const char *path, uint32_t what, uint64_t value, char *text, size_t cap);
+int srv_set_group(const char *path, const char *labels, uint32_t what, uint64_t value, char *text, size_t cap);
 int srv_kills_pending(void); /* killed clients whose work has not drained yet: accept nobody meanwhile */
 
 /* access.c: who may use the server besides its user and root (CUMUX_USERS). srv_access_parse: false (said

@@ -74,19 +74,31 @@ static void label_value(char *out, size_t cap, const char *in)
     out[j] = 0;
 }
 
-/* The labels a group's cgroup path gives beyond itself: a Slurm job's id (`,job="42"`, from its job_42
- * level: Slurm's own job cgroup or the SPANK plugin's /cumux-slurm/job_42); "" when it names none. */
-static void owner_labels(char *out, size_t cap, const char *path)
+/* The labels a group gives beyond its path: a Slurm job's id (`,job="42"`, from its cgroup's job_42 level:
+ * Slurm's own job cgroup or the SPANK plugin's /cumux-slurm/job_42), and the labels its rule was given
+ * (`cumux set --group --labels namespace=a,pod=b,container=c`: a pod's names, from the device plugin's
+ * hook), checked by groups.c; "" when none. */
+static void owner_labels(char *out, size_t cap, const char *path, const char *labels)
 {
+    size_t len = 0;
     out[0] = 0;
     for (const char *p = path; p && *p; p = strchr(p + 1, '/')) {
         const char *c = *p == '/' ? p + 1 : p;
         size_t n = strcspn(c, "/");
         if (n > 4 && n < 24 && !strncmp(c, "job_", 4) && strspn(c + 4, "0123456789") == n - 4) {
-            snprintf(out, cap, ",job=\"%.*s\"", (int)(n - 4), c + 4);
-            return;
+            len = (size_t)snprintf(out, cap, ",job=\"%.*s\"", (int)(n - 4), c + 4);
+            break;
         }
     }
+    for (const char *p = labels; p && *p && len < cap;) {
+        size_t k = strcspn(p, "="), v = strcspn(p + k + 1, ",");
+        if (!p[k])
+            break;
+        len += (size_t)snprintf(out + len, cap - len, ",%.*s=\"%.*s\"", (int)k, p, (int)v, p + k + 1);
+        p += k + 1 + v + (p[k + 1 + v] == ',');
+    }
+    if (len >= cap)
+        out[0] = 0; /* cut short: none rather than half a label */
 }
 
 static void family(struct cumux_text *t, const char *name, const char *type, const char *help)
@@ -184,8 +196,12 @@ static char *metrics_text(const struct cumux_records *r)
             label_value(uname, sizeof uname, user);
             label_value(cname, sizeof cname, c->name);
             label_value(gname, sizeof gname, c->group);
-            char owner[64];
-            owner_labels(owner, sizeof owner, c->group);
+            char owner[320];
+            const char *glabels = "";
+            for (size_t k = 0; k < r->ngroups; k++)
+                if (r->groups[k].gpu == c->gpu && !strcmp(r->groups[k].path, c->group))
+                    glabels = r->groups[k].labels;
+            owner_labels(owner, sizeof owner, c->group, glabels);
             cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\",group=\"%s\"%s} ",
                               fams[f].name, c->pid, uname, cname, c->gpu, c->id, gname, owner);
             enum cumux_priority prio = CUMUX_PRIORITY_NORMAL;
@@ -214,9 +230,9 @@ static char *metrics_text(const struct cumux_records *r)
         family(&t, gfam[f].name, "gauge", gfam[f].help);
         for (size_t i = 0; i < r->ngroups; i++) {
             const struct cumux_record_group *g = &r->groups[i];
-            char gname[400], owner[64];
+            char gname[400], owner[320];
             label_value(gname, sizeof gname, g->path);
-            owner_labels(owner, sizeof owner, g->path);
+            owner_labels(owner, sizeof owner, g->path, g->labels);
             cumux_text_printf(&t, "%s{group=\"%s\",gpu=\"%d\"%s} %llu\n", gfam[f].name, gname, g->gpu, owner,
                               f == 0 ? g->used : f == 1 ? g->limit : f == 2 ? (unsigned long long)g->programs
                                                                           : (unsigned long long)g->sms);

@@ -232,11 +232,11 @@ char *srv_status_records(void)
         for (ssize_t j = 0; j < n; j++) /* the live members' GPU time */
             if (!strcmp(cs[j].group, gs[k].path))
                 gs[k].gpu_ns += cs[j].gpu_ns;
-        cumux_text_printf(&t, "group %d %s %llu %llu %u %s %u %llu %llu %u\n", i, gs[k].path, (unsigned long long)gs[k].limit,
+        cumux_text_printf(&t, "group %d %s %llu %llu %u %s %u %llu %llu %u %s\n", i, gs[k].path, (unsigned long long)gs[k].limit,
                           (unsigned long long)gs[k].bytes, gs[k].members,
                           gs[k].priority >= 0 ? cumux_priority_name((enum cumux_priority)gs[k].priority) : "-",
                           gs[k].percent ? gs[k].percent : 100, (unsigned long long)gs[k].gpu_ns,
-                          (unsigned long long)gs[k].peak, gs[k].sms);
+                          (unsigned long long)gs[k].peak, gs[k].sms, gs[k].labels[0] ? gs[k].labels : "-");
     }
     free(cs);
     if (n < 0) {

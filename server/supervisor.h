@@ -36,6 +36,7 @@ struct sup_group_rule {
     _Atomic uint32_t sms[CUMUX_MAX_DEVICES]; /* SMs for them alone on each GPU; 0 none. Set by that GPU's
                                               * worker once it holds them (placement.c) */
     _Atomic uint32_t gen;      /* moves on when the rule is forgotten (its slot may serve another) */
+    char labels[CUMUX_GROUP_LABELS]; /* its labels for /metrics ("" none); under the rules' lock */
 };
 
 struct sup_groups {

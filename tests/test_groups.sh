@@ -59,7 +59,7 @@ def ask(kind, flags, arg, extra):
     s.settimeout(5)
     s.connect(sys.argv[1])
     s.sendall(struct.pack("<IIIIQQ", 0x584d5543, int(sys.argv[2]), kind, flags, arg, 1234) + extra)
-    if extra is None or len(extra) < 192 and kind == 15:
+    if extra is None or len(extra) < 384 and kind == 15:
         s.shutdown(socket.SHUT_WR)
     w = b""
     try:
@@ -71,8 +71,8 @@ def ask(kind, flags, arg, extra):
     except socket.timeout:
         return "timeout"
     return str(struct.unpack("<IIi", w)[2]) if len(w) == 12 else "closed"
-name = lambda p: p.encode().ljust(192, b"\0")
-out = [ask(15, 1, 1 << 30, b"x" * 192),              # no NUL, no leading /
+name = lambda p: p.encode().ljust(384, b"\0")
+out = [ask(15, 1, 1 << 30, b"x" * 384),              # no NUL, no leading /
        ask(15, 1, 1 << 30, name("/a/../b")),
        ask(15, 1, 1 << 30, name("/a//b")),
        ask(15, 1, 1 << 30, name("/a b")),
@@ -124,13 +124,19 @@ awk -v g="$base/b" '$NF == g && $2 == 2 && $6 == "64.0" {f = 1} END {exit !f}' "
 "$cli" top --once --json --interval 0.2 >"$tmp/top.json" 2>&1 || fail "cumux top --once --json"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert sum(c["group"] == sys.argv[2] for c in d["clients"]) == 2, d' \
     "$tmp/top.json" "$base/b" || fail_show="$tmp/top.json" fail "cumux top --json: not two clients of group b"
-# /metrics labels by group.
+# /metrics labels by group, and by the labels a group is given (a pod's names); bad labels are refused.
+"$cli" set --group "$base/b" --labels namespace=ns1,pod=p-1,container=c.1 >/dev/null || fail "cumux set --group --labels"
+for bad in pid=1 "a=b c" A=b a=b,c=d,e=f,g=h,i=j "a=b," =b 'a=b"'; do
+    "$cli" set --group "$base/b" --labels "$bad" >/dev/null 2>&1 && fail "labels '$bad' were taken"
+done
 if true; then
     python3 -c 'import sys, urllib.request; print(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1]).read().decode())' "$port" >"$tmp/metrics.out" ||
         fail "no /metrics"
     grep -q "cumux_client_device_memory_bytes{.*group=\"$base/b\"" "$tmp/metrics.out" || fail_show="$tmp/metrics.out" fail "/metrics: no client labelled group b"
-    grep -q "cumux_group_device_memory_limit_bytes{group=\"$base/b\",gpu=\"0\"} $((64 << 20))" "$tmp/metrics.out" ||
-        fail_show="$tmp/metrics.out" fail "/metrics: group b's limit"
+    grep -q "cumux_group_device_memory_limit_bytes{group=\"$base/b\",gpu=\"0\",namespace=\"ns1\",pod=\"p-1\",container=\"c.1\"} $((64 << 20))" "$tmp/metrics.out" ||
+        fail_show="$tmp/metrics.out" fail "/metrics: group b's limit, with its labels"
+    grep -q "cumux_client_device_memory_bytes{.*group=\"$base/b\",namespace=\"ns1\",pod=\"p-1\",container=\"c.1\"}" "$tmp/metrics.out" ||
+        fail_show="$tmp/metrics.out" fail "/metrics: group b's programs without its labels"
 fi
 for o in b1 b2 a2; do let_go "$o"; done
 for p in "${pids[@]}"; do wait "$p" || fail_show="$tmp/a2.out $tmp/b1.out $tmp/b2.out" fail "a group's program failed"; done
