@@ -26,6 +26,8 @@ int cli_start_server(bool foreground, bool every_gpu);
 int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
 /* cdi.c: `cumux cdi`. */
 int cli_cdi(int argc, char **argv);
+/* cumux hook (hook.c): the OCI hook of the Kubernetes plugin's CDI devices. */
+int cli_hook(int argc, char **argv);
 /* The group a SET_GROUP request names (sent after its hello). */
 extern const struct cumux_group_name *cli_group;
 int cli_request_gpu(int gpu, uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);

@@ -25,6 +25,9 @@ static void usage(FILE *f)
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs, clients and recent faults\n"
                "  cdi [--output FILE]    a CDI spec (cumux.io/gpu=all) that puts containers' programs on cumuxd\n"
+               "  hook [--memory SIZE] [--sms N] [--threads P] [--priority C]   an OCI hook (the container's\n"
+               "                         state on stdin): its cgroup a group with those settings, the pod's names\n"
+               "                         its labels (the Kubernetes plugin's CDI devices run it)\n"
                "  reload                 the server reads its settings file (cumuxd --config) again and applies\n"
                "                         the defaults for programs that connect from then on; none is dropped\n"
                "  kill PID               end the GPU work of client process PID; its calls fail from then on\n"
@@ -542,6 +545,8 @@ int main(int argc, char **argv)
         return cmd_reload();
     if (!strcmp(cmd, "cdi"))
         return cli_cdi(argc - 1, argv + 1);
+    if (!strcmp(cmd, "hook"))
+        return cli_hook(argc - 1, argv + 1);
     if (!strcmp(cmd, "set"))
         return cmd_set(argc - 1, argv + 1);
     if (!strcmp(cmd, "control"))
