@@ -209,8 +209,8 @@ static void print_json(const struct cumux_records *r, const struct gpu_view *gv,
         json_string(g->name);
         printf(",\"pci_bus_id\":");
         json_string(g->bus_id);
-        printf(",\"sms\":%d,\"memory_used_bytes\":%llu,\"memory_total_bytes\":%llu,\"utilization_pct\":", g->sms,
-               g->used, g->total);
+        printf(",\"sms\":%d,\"memory_used_bytes\":%llu,\"memory_total_bytes\":%llu,\"faults\":%u,\"restarts\":%u,"
+               "\"utilization_pct\":", g->sms, g->used, g->total, g->faults, g->restarts);
         json_number(v->util);
         printf(",\"sm_activity_pct\":");
         json_number(v->sm_activity);

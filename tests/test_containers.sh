@@ -11,15 +11,13 @@
 set -u
 cli=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") drv=$2 gdir=$(cd "$3" && pwd)
 [ "$(id -u)" = 0 ] || { echo "SKIP containers: needs root"; exit 0; }
-rt=""
-for r in runc crun; do command -v "$r" >/dev/null && { rt=$r; break; }; done
-[ -n "$rt" ] || { echo "SKIP containers: no runc nor crun"; exit 0; }
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/oci_lib.sh"
+oci_runtime || { echo "SKIP containers: no runc nor crun"; exit 0; }
 own_server_test --no-standby c1.out c1b.out c2.out c3.out
 base=/cumux-containers.$$
-names=()
 cleanup_containers() {
-    for n in "${names[@]}"; do "$rt" delete -f "$n" >/dev/null 2>&1; done
+    oci_cleanup
     wait 2>/dev/null
     for d in $(find /sys/fs/cgroup -depth -type d -path "*$base*" 2>/dev/null); do rmdir "$d" 2>/dev/null; done
     own_server_cleanup
@@ -28,56 +26,20 @@ trap cleanup_containers EXIT
 
 port=$((20000 + $$ % 20000))
 start_ours CUMUX_METRICS_PORT=$port
-"$cli" cdi --output "$tmp/cdi.json" || fail "cumux cdi"
-python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["kind"] == "cumux.io/gpu" and d["devices"][0]["name"] == "all"' "$tmp/cdi.json" ||
-    fail "cumux cdi wrote no spec for cumux.io/gpu=all: $(cat "$tmp/cdi.json")"
+mkdir -p "$tmp/cdi"
+"$cli" cdi --output "$tmp/cdi/cumux.json" || fail "cumux cdi"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["kind"] == "cumux.io/gpu" and d["devices"][0]["name"] == "all"' "$tmp/cdi/cumux.json" ||
+    fail "cumux cdi wrote no spec for cumux.io/gpu=all: $(cat "$tmp/cdi/cumux.json")"
 
-shim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])' "$tmp/cdi.json")
+shim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])' "$tmp/cdi/cumux.json")
 [ -f "$shim" ] || fail "the spec's shim $shim is not there"
-# The rootfs: the programs at their paths (their kernels' file too), the libraries they and the shim need.
-rootfs=$tmp/rootfs
-mkdir -p "$rootfs$gdir" "$rootfs/usr/local/cumux/lib" "$rootfs/usr/lib/x86_64-linux-gnu" "$rootfs/run/cumux" "$rootfs/tmp"
-cp "$gdir/gpu_group_member" "$gdir/gpu_vecadd" "$gdir/gpu_kernels.fatbin" "$rootfs$gdir/" || fail "cannot copy the programs"
-for b in "$gdir/gpu_group_member" "$gdir/gpu_vecadd" "$shim"; do
-    for l in $(ldd "$b" 2>/dev/null | grep -o '/[^ ]*'); do
-        [ -e "$rootfs$l" ] || { mkdir -p "$rootfs$(dirname "$l")" && cp -L "$l" "$rootfs$l"; }
-    done
-done
-touch "$rootfs/usr/local/cumux/lib/libcuda.so.1" "$rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.1" # mount points
-
-# container NAME CGROUP_LEAF PROGRAM ARGS...: its bundle (the spec's edits applied), started in the
-# background with $tmp/NAME.in (a fifo) as its stdin and $tmp/NAME.out its output.
+oci_rootfs "$shim" "$gdir/gpu_group_member" "$gdir/gpu_vecadd"
+# container NAME CGROUP_LEAF PROGRAM ARGS...: with the spec's edits (cumux.io/gpu=all).
 container() {
     local name=$1 leaf=$2
     shift 2
-    local b=$tmp/bundle-$name
-    mkdir -p "$b"
-    (cd "$b" && "$rt" spec) || fail "$rt spec"
-    python3 - "$b/config.json" "$tmp/cdi.json" "$rootfs" "$base/$leaf" "$@" <<'PY' || fail "cannot write $name's config"
-import json, sys
-path, cdi, rootfs, cgroup, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-c = json.load(open(path))
-edits = json.load(open(cdi))["devices"][0]["containerEdits"]
-c["root"] = {"path": rootfs, "readonly": True}
-c["process"]["terminal"] = False
-c["process"]["args"] = args
-c["process"]["env"] = [e for e in c["process"].get("env", []) if not e.startswith("LD_LIBRARY_PATH=")] + edits.get("env", [])
-c["linux"]["cgroupsPath"] = cgroup
-for m in edits.get("mounts", []):
-    c["mounts"].append({"destination": m["containerPath"], "source": m["hostPath"], "type": "bind",
-                        "options": m.get("options", ["bind"])})
-json.dump(c, open(path, "w"), indent=1)
-PY
-    mkfifo "$tmp/$name.in"
-    "$rt" run --bundle "$b" "$name" <"$tmp/$name.in" >"$tmp/$name.out" 2>&1 &
-    names+=("$name")
-    eval "exec {fd_$name}>\"\$tmp/\$name.in\""
+    oci_container "$name" "$base/$leaf" cumux.io/gpu=all "" "$@"
 }
-holding() {
-    for ((i = 0; i < 300; i++)); do grep -q '^HOLDING' "$tmp/$1.out" && return; grep -q '^FAIL' "$tmp/$1.out" && break; sleep 0.05; done
-    fail_show="$tmp/$1.out" fail "$1 did not get to hold its memory"
-}
-let_go() { local v="fd_$1"; echo >&"${!v}"; eval "exec {$v}>&-"; }
 
 "$cli" set --group "$base/c1" --memory 256M >/dev/null || fail "cumux set --group c1"
 "$cli" set --group "$base/c2" --memory 128M >/dev/null || fail "cumux set --group c2"
