@@ -131,15 +131,16 @@ int cli_hook(int argc, char **argv)
     if (len >= sizeof g.labels)
         g.labels[0] = 0; /* too long to say: no labels rather than cut ones */
     free(json);
-    /* The memory setting first, always (none when not asked): the group is made and counted from here. */
-    int st = set(&g, CUMUX_GROUP_MEMORY, has_memory ? memory : 0);
+    /* Only what this allocation asks: a container's other allocations' hooks set the rest. The labels
+     * last, always (none where the runtime gave no names): they make the group, counted from its start. */
+    int st = has_memory ? set(&g, CUMUX_GROUP_MEMORY, memory) : 0;
     if (st == 0 && sms)
         st = set(&g, CUMUX_GROUP_SMS, sms);
     if (st == 0 && threads)
         st = set(&g, CUMUX_GROUP_THREADS, threads);
     if (st == 0 && has_prio)
         st = set(&g, CUMUX_GROUP_PRIORITY, (uint64_t)prio);
-    if (st == 0 && g.labels[0])
+    if (st == 0)
         st = set(&g, CUMUX_GROUP_LABELS_SET, 0);
     if (st != 0) {
         fprintf(stderr, "cumux hook: the group %s could not be given its settings%s\n", g.path,

@@ -112,7 +112,7 @@ type gpuState struct {
 }
 
 func readGPUs() ([]gpuState, error) {
-	cmd := exec.Command(*cumuxCLI, "top", "--once", "--json", "--interval", "0.05")
+	cmd := exec.Command(*cumuxCLI, "top", "--once", "--json", "--interval", "0.1")
 	cmd.Env = append(os.Environ(), "CUMUX_PIPE_DIRECTORY="+*pipeDir)
 	out, err := cmd.Output()
 	if err != nil {
