@@ -5,7 +5,10 @@
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 #                           [--usage-cost] [--efficiency] [--kernel-times] [--latency] [--many] [--sms] [--seed] [--latency-torch]
 #                           [--fuzz S] [--faults] [--no-suites] [--ab "VAR=VALUE ..."] [--launch-cost] [--install]
-#                           [--slurm]
+#                           [--slurm] [--pods]
+# --pods: also tests/test_torch_pods.sh (issue 43: two PyTorch "pods" with 4 and 8 GiB through the Kubernetes
+# device plugin's answers applied by hand; its Go binaries built elsewhere and carried: K8S_BIN, default
+# build/kubernetes; about a minute).
 # --slurm: also bench/slurm_job.sh (issue 42: a Slurm job of 4 spin tasks as the SPANK plugin runs them, in
 # the job's client group, against 4 tasks under MPS; rounds MPS cumux cumux MPS; about a minute).
 # --latency: also bench/latency.sh (issue 12: a latency client beside a training-like load, alone, natively,
@@ -61,7 +64,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-540}" # hard stop for everything, build included
-do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0 do_install=0 do_slurm=0
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0 do_install=0 do_slurm=0 do_pods=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -78,6 +81,7 @@ while [ $# -gt 0 ]; do
         --many) do_many=1 ;;
         --sms) do_sms=1 ;;
         --slurm) do_slurm=1 ;;
+        --pods) do_pods=1 ;;
         --seed) do_seed=1 ;;
         --latency-torch) do_latency_torch=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
@@ -355,6 +359,16 @@ if [ -n "$build" ] && [ $do_install = 1 ]; then
     fi
 fi
 
+# --- PyTorch pods through the Kubernetes plugin (issue 43), when asked ---
+pods_rc="not run"
+if [ -n "$build" ] && [ $do_pods = 1 ] && [ $native_only = 0 ]; then
+    say "two PyTorch pods (4 and 8 GiB) through the Kubernetes device plugin's answers"
+    kb=${K8S_BIN:-$build/kubernetes}
+    timeout -k 10 240 tests/test_torch_pods.sh "$build/cli/cumux" "$kb/cumux-device-plugin" "$kb/testkubelet" 2>&1 |
+        tee "$logs/torch-pods.txt"
+    pods_rc=${PIPESTATUS[0]}
+fi
+
 # --- start-up of a PyTorch program (bench/startup.sh), when asked ---
 startup_rc="not run"
 if [ -n "$build" ] && [ $do_startup = 1 ] && [ $native_only = 0 ]; then
@@ -428,6 +442,7 @@ tar -czf "$out/device-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$l
         echo "framework suite (exit $fw_rc):"
         [ -f "$logs/frameworks.txt" ] && sed -n '/^framework test/,/^logs:/p' "$logs/frameworks.txt" | grep -v '^logs:' | sed 's/^/  /'
     fi
+    [ $do_pods = 1 ] && echo "PyTorch pods through the Kubernetes plugin (exit $pods_rc): $(grep -E '^(PASS|FAIL|SKIP)' "$logs/torch-pods.txt" 2>/dev/null | tail -1)"
     if [ $do_install = 1 ]; then
         echo "installed tree: GPU suite under the installed cumux (exit $install_rc):"
         [ -f "$logs/installed-gpu.txt" ] && grep -E '^(PASS|FAIL|SKIP)|passed|failed' "$logs/installed-gpu.txt" | tail -5 | sed 's/^/  /'
