@@ -149,6 +149,18 @@ static bool own_queues(void)
     return queues_of_own;
 }
 
+/* The lowest free whole groups holding sms SMs on GPU g (empty: not to be had, why says so). Under place_mu. */
+static struct cumux_sm_set reserve_locked(int g, const struct layout *L, unsigned sms, char *why, size_t cap)
+{
+    struct cumux_sm_set pick = cumux_sm_reserve(L->full, reserved[g], cumux_sm_groups_for(sms, L->per));
+    if (cumux_sm_empty(pick)) {
+        unsigned free_sms = cumux_sm_count(cumux_sm_minus(L->full, reserved[g]), L->sms, L->n);
+        snprintf(why, cap, "%u SMs cannot be reserved on GPU %d: %u SMs in whole groups of %u are free of "
+                 "reservations", sms, g, free_sms, L->per);
+    }
+    return pick;
+}
+
 int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, char *why, size_t cap)
 {
     if (percent >= 100)
@@ -177,11 +189,8 @@ int srv_placement_want(struct srv_client *c, uint32_t sms, uint32_t percent, cha
         }
         if (!sms)
             continue;
-        struct cumux_sm_set pick = cumux_sm_reserve(L->full, reserved[g], cumux_sm_groups_for(sms, L->per));
+        struct cumux_sm_set pick = reserve_locked(g, L, sms, why, cap);
         if (cumux_sm_empty(pick)) {
-            unsigned free_sms = cumux_sm_count(cumux_sm_minus(L->full, reserved[g]), L->sms, L->n);
-            snprintf(why, cap, "%u SMs cannot be reserved on GPU %d: %u SMs in whole groups of %u are free of "
-                     "reservations", sms, g, free_sms, L->per);
             rc = -1;
             break;
         }
@@ -240,11 +249,8 @@ int srv_placement_group(int rule, uint32_t gen, uint32_t sms, bool again, char *
         snprintf(why, cap, "%s", layouts[g].why);
         rc = -1;
     } else if (L) {
-        struct cumux_sm_set pick = cumux_sm_reserve(L->full, reserved[g], cumux_sm_groups_for(sms, L->per));
+        struct cumux_sm_set pick = reserve_locked(g, L, sms, why, cap);
         if (cumux_sm_empty(pick)) {
-            unsigned free_sms = cumux_sm_count(cumux_sm_minus(L->full, reserved[g]), L->sms, L->n);
-            snprintf(why, cap, "%u SMs cannot be reserved on GPU %d: %u SMs in whole groups of %u are free of "
-                     "reservations", sms, g, free_sms, L->per);
             rc = -1;
         } else {
             G->set[g] = pick;

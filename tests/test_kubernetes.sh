@@ -16,6 +16,7 @@ cli=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") drv=$2 gdir=$(cd "$3" && pwd
 [ -x "$plugin" ] && [ -x "$kubelet" ] || { echo "SKIP kubernetes: the device plugin was not built (apt install golang-go golang-google-grpc-dev golang-goprotobuf-dev protobuf-compiler)"; exit 0; }
 . "$(dirname "${BASH_SOURCE[0]}")/server_procs.sh"
 . "$(dirname "${BASH_SOURCE[0]}")/oci_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/k8s_lib.sh"
 oci_runtime || { echo "SKIP kubernetes: no runc nor crun"; exit 0; }
 own_server_test --no-standby a.out b.out plugin.log kubelet.out
 base=/cumux-k8s.$$
@@ -39,15 +40,7 @@ spid=$("$cli" status | sed -n 's/^cumuxd pid \([0-9]*\),.*/\1/p')
 shim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["containerEdits"]["mounts"][0]["hostPath"])' "$tmp/cdi/cumux.json")
 oci_rootfs "$shim" "$gdir/gpu_group_member"
 
-# The test kubelet first (the plugin registers once its socket is there), then the plugin.
-mkfifo "$tmp/kubelet.in"
-"$kubelet" --dir "$tmp/kubelet" <"$tmp/kubelet.in" >"$tmp/kubelet.out" 2>&1 &
-pids+=($!)
-exec {kin}>"$tmp/kubelet.in"
-for ((i = 0; i < 100; i++)); do [ -S "$tmp/kubelet/kubelet.sock" ] && break; sleep 0.05; done
-"$plugin" --kubelet-dir "$tmp/kubelet" --cumux "$cli" --config "$conf" --cdi-dir "$tmp/cdi" \
-    --pipe-dir "$CUMUX_PIPE_DIRECTORY" --poll 200ms >"$tmp/plugin.log" 2>&1 &
-pids+=($!)
+k8s_up "$plugin" "$kubelet" "$conf" --poll 200ms
 ask() { echo "$*" >&"$kin"; }
 # expect PATTERN [N]: waits (20 s) until the kubelet's output has N (default 1) lines matching PATTERN.
 expect() {

@@ -34,14 +34,8 @@ mkdir -p "$tmp/kubelet" "$tmp/cdi" "$CUMUX_PIPE_DIRECTORY" && chmod 700 "$CUMUX_
 printf 'CUMUX_K8S_MEMORY_UNIT=1Gi\n' >"$tmp/cumuxd.conf"
 CUMUX_CONFIG=$tmp/cumuxd.conf "$cli" start >/dev/null || fail "cumux start"
 "$cli" cdi --output "$tmp/cdi/cumux.json" || fail "cumux cdi"
-mkfifo "$tmp/kubelet.in"
-"$kubelet" --dir "$tmp/kubelet" <"$tmp/kubelet.in" >"$tmp/kubelet.out" 2>&1 &
-pids+=($!)
-exec {kin}>"$tmp/kubelet.in"
-for ((i = 0; i < 100; i++)); do [ -S "$tmp/kubelet/kubelet.sock" ] && break; sleep 0.05; done
-"$plugin" --kubelet-dir "$tmp/kubelet" --cumux "$cli" --config "$tmp/cumuxd.conf" --cdi-dir "$tmp/cdi" \
-    --pipe-dir "$CUMUX_PIPE_DIRECTORY" >"$tmp/plugin.log" 2>&1 &
-pids+=($!)
+. "$(dirname "${BASH_SOURCE[0]}")/k8s_lib.sh"
+k8s_up "$plugin" "$kubelet" "$tmp/cumuxd.conf"
 printf 'wait cumux.io/gpu-memory\nwatch cumux.io/gpu-memory\nallocate cumux.io/gpu-memory 4\nallocate cumux.io/gpu-memory 8\n' >&"$kin"
 for ((i = 0; i < 300; i++)); do [ "$(grep -c '^allocated' "$tmp/kubelet.out")" = 2 ] && break; grep -q '^error' "$tmp/kubelet.out" && break; sleep 0.1; done
 [ "$(grep -c '^allocated' "$tmp/kubelet.out")" = 2 ] || fail "the kubelet got no two allocations"
