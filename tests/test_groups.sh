@@ -79,12 +79,15 @@ out = [ask(15, 1, 1 << 30, b"x" * 384),              # no NUL, no leading /
        ask(15, 2, 7, name("/a")),                    # no such priority class
        ask(15, 3, 101, name("/a")),                  # more than 100 %
        ask(15, 99, 0, name("/a")),                   # no such setting
+       ask(15, 6, 5000, name("/a")),                 # more SMs than any GPU has
+       ask(15, 7, 0, b"/a".ljust(256, b"\0") + b"k=v," * 32),  # labels without their NUL
+       ask(15, 7, 0, b"/a".ljust(256, b"\0") + b"pid=1".ljust(128, b"\0")),  # one of cumux's own labels
        ask(15, 1, 1 << 30, name("/a")[:40]),         # cut short: the connection just closes
        ask(12, 1, 0, b"")]                           # an event lease: for workers only
 print(" ".join(out))
 PY
 )
-[ "$st" = "1 1 1 1 1 1 1 closed 800" ] || fail "malformed SET_GROUP hellos and an event lease answered: $st (want 1 x7, closed, 800)"
+[ "$st" = "1 1 1 1 1 1 1 1 1 1 closed 800" ] || fail "malformed SET_GROUP hellos and an event lease answered: $st (want 1 x10, closed, 800)"
 "$cli" status >/dev/null || fail "the server after malformed SET_GROUP hellos"
 "$cli" status | awk '$NF == "/a" || $NF == "/a/../b" {f = 1} END {exit !f}' && fail "a malformed SET_GROUP made a group"
 
