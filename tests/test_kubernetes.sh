@@ -112,10 +112,20 @@ let_go b
 for ((i = 0; i < 300; i++)); do grep -q '^PASS' "$tmp/a.out" && grep -q '^PASS' "$tmp/b.out" && break; sleep 0.05; done
 for o in a b; do grep -q '^PASS' "$tmp/$o.out" || fail_show="$tmp/$o.out" fail "pod $o did not pass after the change"; done
 echo "ok: a settings change applied live (4 units of 256 MiB, 2 shares, cumuxd reloaded, same server), the pods ran on"
+# The kubelet restarts (it removes every socket of its directory): the plugin serves and registers again.
+ask restart now
+expect '^restarted$'
+for r in gpu gpu-memory; do
+    ask wait cumux.io/$r
+    expect "^registered cumux.io/$r cumux-$r.sock$" 2
+done
+ask watch cumux.io/gpu-memory
+expect '^devices cumux.io/gpu-memory healthy=4 unhealthy=0$' 2
+echo "ok: after the kubelet's restart the plugin made its sockets again and registered anew"
 # A GPU fault: the GPU's units are reported Unhealthy, then Healthy again once its worker serves.
 "$cli" run -- "$gdir/gpu_fault" >"$tmp/fault.out" 2>&1 </dev/null
 expect '^devices cumux.io/gpu-memory healthy=0 unhealthy=4$'
-expect '^devices cumux.io/gpu-memory healthy=4 unhealthy=0$' 2
+expect '^devices cumux.io/gpu-memory healthy=4 unhealthy=0$' 3
 echo "ok: a GPU fault was reported (Unhealthy) and the GPU came back (Healthy)"
 
 echo "PASS kubernetes"

@@ -133,6 +133,7 @@ type resource struct {
 	mu         sync.Mutex
 	devices    []*api.Device
 	watchers   map[chan []*api.Device]bool
+	server     *grpc.Server
 }
 
 func (r *resource) set(devs []*api.Device) {
@@ -339,17 +340,21 @@ func advertise(res []*resource, gpus []gpuState, st settings, faulted map[int]bo
 	}
 }
 
+// Its socket in the kubelet's directory, served anew (a kubelet at its start removes every socket there).
 func serve(r *resource) (string, error) {
 	sock := "cumux-" + strings.TrimPrefix(r.name, *prefix+"/") + ".sock"
 	path := filepath.Join(*kubeletDir, sock)
+	if r.server != nil {
+		r.server.Stop()
+	}
 	os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		return "", err
 	}
-	s := grpc.NewServer()
-	api.RegisterDevicePluginServer(s, r)
-	go s.Serve(l)
+	r.server = grpc.NewServer()
+	api.RegisterDevicePluginServer(r.server, r)
+	go r.server.Serve(l)
 	return sock, nil
 }
 
@@ -416,6 +421,14 @@ func main() {
 		if fi, err := os.Stat(filepath.Join(*kubeletDir, "kubelet.sock")); err == nil && fi.ModTime() != kubeletStamp {
 			ok := true
 			for _, r := range res {
+				if _, err := os.Stat(filepath.Join(*kubeletDir, socks[r])); err != nil { // a new kubelet removed it
+					if socks[r], err = serve(r); err != nil {
+						log.Printf("%s: its socket: %v", r.name, err)
+						ok = false
+						continue
+					}
+					log.Printf("%s: its socket made again (the kubelet restarted)", r.name)
+				}
 				if err := register(r, socks[r]); err != nil {
 					log.Printf("%s: registration: %v", r.name, err)
 					ok = false

@@ -4,8 +4,11 @@
 //   wait RESOURCE                 -> "registered RESOURCE ENDPOINT" once it registered
 //   options RESOURCE              -> "options RESOURCE {json}"
 //   watch RESOURCE                -> then "devices RESOURCE healthy=N unhealthy=M" at each ListAndWatch answer
+//                                    ("ended watch RESOURCE: WHY" when the stream ends)
 //   allocate RESOURCE N           -> GetPreferredAllocation over its healthy units not yet given out, then
 //                                    Allocate of those: "allocated RESOURCE {json of the container's answer}"
+//   restart now                   -> a kubelet's restart: every socket in DIR removed, the registrations
+//                                    forgotten, kubelet.sock made anew: "restarted"
 // Errors: "error COMMAND: WHY".
 package main
 
@@ -89,7 +92,7 @@ func (k *kubelet) watch(res string) error {
 		for {
 			r, err := s.Recv()
 			if err != nil {
-				k.say("error watch %s: %v", res, err)
+				k.say("ended watch %s: %v", res, err) // the plugin went, or the kubelet restarted
 				return
 			}
 			h, u := 0, 0
@@ -168,15 +171,19 @@ func main() {
 		out: bufio.NewWriter(os.Stdout)}
 	k.cond = sync.NewCond(&k.mu)
 	sock := filepath.Join(*dir, "kubelet.sock")
-	os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	listen := func() *grpc.Server {
+		os.Remove(sock)
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		s := grpc.NewServer()
+		api.RegisterRegistrationServer(s, k)
+		go s.Serve(l)
+		return s
 	}
-	s := grpc.NewServer()
-	api.RegisterRegistrationServer(s, k)
-	go s.Serve(l)
+	s := listen()
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		w := strings.Fields(in.Text())
@@ -206,6 +213,18 @@ func main() {
 			}
 		case "watch":
 			err = k.watch(w[1])
+		case "restart":
+			s.Stop()
+			socks, _ := filepath.Glob(filepath.Join(*dir, "*.sock"))
+			for _, f := range socks {
+				os.Remove(f)
+			}
+			k.mu.Lock()
+			k.plugins = map[string]string{}
+			k.mu.Unlock()
+			time.Sleep(1100 * time.Millisecond) // a new modification time for kubelet.sock
+			s = listen()
+			k.say("restarted")
 		case "allocate":
 			n, _ := strconv.Atoi(w[len(w)-1])
 			err = k.allocate(w[1], n)
