@@ -34,7 +34,13 @@ munged --force --key-file="$sl/munge.key" --socket="$sl/munge.sock" --pid-file="
 for ((i = 0; i < 50; i++)); do [ -s "$sl/munged.pid" ] && break; sleep 0.1; done
 daemons+=("$(cat "$sl/munged.pid")")
 port=$((30000 + $$ % 10000))
-cat >"$sl/slurm.conf" <<CONF
+# write_conf GRES_TYPES NODE_GRES GRES_CONF_LINES...: slurm.conf and gres.conf. gres/shard and gres/mps do
+# not go together on a node (Slurm gave CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=625 for mps:25 beside shard:4), so
+# the mps job runs last, on a node configured again.
+write_conf() {
+    local types=$1 node=$2
+    shift 2
+    cat >"$sl/slurm.conf" <<CONF
 ClusterName=cumuxtest
 SlurmctldHost=localhost
 AuthType=auth/munge
@@ -60,13 +66,15 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 Prolog=/bin/true
 Epilog=/bin/true
-GresTypes=gpu,shard
-NodeName=localhost CPUs=$(nproc) RealMemory=1000 Gres=gpu:1,shard:4 State=UNKNOWN
+GresTypes=$types
+NodeName=localhost CPUs=$(nproc) RealMemory=1000 Gres=$node State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 CONF
-# gres/shard needs a gres/gpu with a device file: a character device of the test's own (as /dev/null's).
+    printf '%s\n' "$@" >"$sl/gres.conf"
+}
+# gres/shard and gres/mps need a gres/gpu with a device file: a character device of the test's own (as /dev/null's).
 mknod "$sl/nvidia0" c 1 3 || fail "mknod"
-printf 'Name=gpu File=%s\nName=shard Count=4 File=%s\n' "$sl/nvidia0" "$sl/nvidia0" >"$sl/gres.conf"
+write_conf gpu,shard gpu:1,shard:4 "Name=gpu File=$sl/nvidia0" "Name=shard Count=4 File=$sl/nvidia0"
 mport=$((port + 2))
 # The first cumux job's prolog starts the server (none runs yet): here on the fake driver, by this script.
 cat >"$sl/start-cumuxd.sh" <<START
@@ -76,12 +84,20 @@ START
 chmod 755 "$sl/start-cumuxd.sh"
 echo "required $plugin cumux=$cli pipe_dir=$CUMUX_PIPE_DIRECTORY lib_dir=$shimdir state_dir=$sl/cumux-state start=$sl/start-cumuxd.sh" >"$sl/plugstack.conf"
 export SLURM_CONF=$sl/slurm.conf
-slurmctld -D >"$sl/ctld.out" 2>&1 &
-daemons+=($!)
-slurmd -D -N localhost >"$sl/d.out" 2>&1 &
-daemons+=($!)
-for ((i = 0; i < 100; i++)); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 0.2; done
-sinfo -h -o %T 2>/dev/null | grep -q idle || { fail_show="$sl/ctld.log $sl/d.log" fail "the Slurm node is not idle"; }
+slurm_up() {
+    slurmctld -D >>"$sl/ctld.out" 2>&1 &
+    ctld=$!
+    slurmd -D -N localhost >>"$sl/d.out" 2>&1 &
+    slurmd=$!
+    daemons+=("$ctld" "$slurmd")
+    for ((i = 0; i < 100; i++)); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 0.2; done
+    sinfo -h -o %T 2>/dev/null | grep -q idle || { fail_show="$sl/ctld.log $sl/d.log" fail "the Slurm node is not idle"; }
+}
+slurm_down() {
+    kill "$ctld" "$slurmd" 2>/dev/null
+    wait "$ctld" "$slurmd" 2>/dev/null
+}
+slurm_up
 mkdir -p "$CUMUX_PIPE_DIRECTORY" && chmod 700 "$CUMUX_PIPE_DIRECTORY"
 "$cli" status >/dev/null 2>&1 && fail "a cumuxd runs already"
 unset CUMUX_PIPE_DIRECTORY_FOR_JOBS
@@ -170,7 +186,8 @@ grep -q "AdminComment=cumux: group /cumux-slurm/job_$jid: .*(peak [1-9][0-9.]* M
 echo "ok: the job's GPU time and peak memory in its AdminComment"
 
 # SMs: a job with --cumux-sms=16 runs on SMs of its own; one asking more than the GPU has is refused; a
-# gres/shard job of 2 of the GPU's 4 shards runs on half the SMs (its share, as MPS's percentage).
+# gres/shard job of 2 of the GPU's 4 shards runs on half the SMs (its share, as MPS's percentage); a
+# gres/mps job of 25 of 100 on a quarter.
 nsm=$("$cli" status | grep -o '[0-9]* SMs' | head -1 | cut -d' ' -f1)
 sm_count() { grep '^sms: ' "$1" | head -1 | sed 's/^sms: [^:]*: //' | tr ',' '\n' | grep -c .; }
 timeout 120 srun --cumux --cumux-sms=16 "$gdir/gpu_sm_ids" 1 </dev/null >"$tmp/sms.out" 2>&1 || fail_show="$tmp/sms.out" fail "the --cumux-sms job"
@@ -192,4 +209,15 @@ for ((i = 0; i < 1200; i++)); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sle
 n=$(grep -l '^PASS vecadd' "$sl/out/"[0-9]*.out 2>/dev/null | wc -l)
 [ "$n" = 50 ] || fail "the array: $n of 50 passed"
 echo "ok: a 50-job array completed"
+
+# gres/mps, on the node configured again with mps instead of shards (the server runs on).
+slurm_down
+write_conf gpu,mps gpu:1,mps:100 "Name=gpu File=$sl/nvidia0" "Name=mps Count=100 File=$sl/nvidia0"
+slurm_up
+# gres/mps: 25 of the GPU's 100 gives the programs CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 (Slurm's), which the
+# shim hands to the server as MPS's clients do.
+timeout 120 srun --cumux --gres=mps:25 "$gdir/gpu_sm_ids" 1 </dev/null >"$tmp/mps.out" 2>&1 || fail_show="$tmp/mps.out $sl/d.log" fail "the gres/mps job"
+n=$(sm_count "$tmp/mps.out")
+[ "$n" -ge 1 ] && [ "$n" -le $((nsm / 4 + 16)) ] || fail_show="$tmp/mps.out" fail "the job of 25 of 100 mps ran on $n of $nsm SMs"
+echo "ok: a gres/mps job of 25 of 100 ran on a quarter of the SMs (Slurm's percentage, through the shim)"
 echo "PASS slurm"
