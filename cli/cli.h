@@ -26,6 +26,13 @@ int cli_start_server(bool foreground, bool every_gpu);
 int cli_request(uint32_t kind, uint32_t flags, uint64_t arg, FILE *out);
 /* cdi.c: `cumux cdi`. */
 int cli_cdi(int argc, char **argv);
+/* remote.c: cumux gateway, cumux keygen, and a request across the network (CUMUX_SERVER, CUMUX_KEY_FILE;
+ * as cumux_ask_extra). */
+struct cumux_hello;
+int cli_gateway(int argc, char **argv);
+int cli_keygen(int argc, char **argv);
+int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, const void *extra, size_t extra_len,
+                   char **text, char *err, size_t errlen);
 /* cumux hook (hook.c): the OCI hook of the Kubernetes plugin's CDI devices. */
 int cli_hook(int argc, char **argv);
 /* The group a SET_GROUP request names (sent after its hello). */

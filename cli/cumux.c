@@ -25,6 +25,9 @@ static void usage(FILE *f)
                "  stop                   stop it; its clients are disconnected\n"
                "  status                 the server's pid, GPUs, clients and recent faults\n"
                "  cdi [--output FILE]    a CDI spec (cumux.io/gpu=all) that puts containers' programs on cumuxd\n"
+               "  gateway --listen [ADDR:]PORT --key FILE   answer other machines' CLI requests (CUMUX_SERVER=\n"
+               "                         host:port, CUMUX_KEY_FILE there) over TLS with this pre-shared key\n"
+               "  keygen FILE [IDENTITY]  a new key file (mode 0600) for gateway and CUMUX_KEY_FILE\n"
                "  hook [--memory SIZE] [--sms N] [--threads P] [--priority C]   an OCI hook (the container's\n"
                "                         state on stdin): its cgroup a group with those settings, the pod's names\n"
                "                         its labels (the Kubernetes plugin's CDI devices run it)\n"
@@ -547,6 +550,10 @@ int main(int argc, char **argv)
         return cli_cdi(argc - 1, argv + 1);
     if (!strcmp(cmd, "hook"))
         return cli_hook(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gateway"))
+        return cli_gateway(argc - 1, argv + 1);
+    if (!strcmp(cmd, "keygen"))
+        return cli_keygen(argc - 1, argv + 1);
     if (!strcmp(cmd, "set"))
         return cmd_set(argc - 1, argv + 1);
     if (!strcmp(cmd, "control"))

@@ -106,8 +106,12 @@ int cli_request_gpu(int gpu, uint32_t kind, uint32_t flags, uint64_t arg, FILE *
     char *text = NULL, err[512];
     /* another GPU's worker may be in the middle of a takeover: it answers within seconds, or not at all */
     bool g = kind == CUMUX_HELLO_SET_GROUP && cli_group;
-    int st = cumux_ask_extra(gpu, &h, g ? cli_group : NULL, g ? sizeof *cli_group : 0, gpu ? 5000 : 0, &text, err,
-                             sizeof err);
+    const char *remote = getenv("CUMUX_SERVER");
+    int st = remote && *remote ? cli_remote_ask(remote, gpu, &h, g ? cli_group : NULL, g ? sizeof *cli_group : 0, &text, err, sizeof err)
+                               : cumux_ask_extra(gpu, &h, g ? cli_group : NULL, g ? sizeof *cli_group : 0, gpu ? 5000 : 0, &text,
+                                                 err, sizeof err);
+    if (st < 0 && remote && *remote && !text)
+        fprintf(stderr, "cumux: %s\n", err);
     if (st < 0 && errno == EPERM)
         fprintf(stderr, "cumux: another user's process holds the pipe directory %s: %s. Use another "
                         "CUMUX_PIPE_DIRECTORY.\n", cumux_pipe_directory(), err);
