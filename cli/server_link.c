@@ -50,11 +50,11 @@ static int cli_first_existing(char *out, size_t len, const char *env, const char
     return -1;
 }
 
-/* The server binary: $CUMUX_SERVER, installed (sbin beside bin, or beside cumux), or in the build tree. */
+/* The server binary: $CUMUX_SERVER_BINARY, installed (sbin beside bin, or beside cumux), or in the build tree. */
 static int server_path(char *out, size_t len)
 {
     static const char *const c[] = {"../sbin/cumuxd", "cumuxd", "../server/cumuxd", NULL};
-    return cli_first_existing(out, len, "CUMUX_SERVER", c, X_OK);
+    return cli_first_existing(out, len, "CUMUX_SERVER_BINARY", c, X_OK);
 }
 
 /* The directory holding the shim libcuda.so.1. */
@@ -213,7 +213,7 @@ int cli_start_server(bool foreground, bool every_gpu)
 {
     char srv[PATH_MAX], lib[PATH_MAX];
     if (server_path(srv, sizeof srv) < 0) {
-        fprintf(stderr, "cumux: cannot find cumuxd (set CUMUX_SERVER)\n");
+        fprintf(stderr, "cumux: cannot find cumuxd (set CUMUX_SERVER_BINARY)\n");
         return 1;
     }
     if (cli_shim_dir(lib, sizeof lib) == 0)

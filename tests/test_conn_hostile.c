@@ -320,7 +320,7 @@ static void impostor_case(const char *dir, bool dir_by_nobody)
     struct impostor im = impostor_start(dir, dir_by_nobody);
     REQUIRE(setenv("CUMUX_PIPE_DIRECTORY", dir, 1) == 0, "setenv");
     /* No server would be found: cumux must not try to start one either. */
-    REQUIRE(setenv("CUMUX_SERVER", "/bin/false", 1) == 0, "setenv");
+    REQUIRE(setenv("CUMUX_SERVER_BINARY", "/bin/false", 1) == 0, "setenv");
     char out[4096];
 
     const char *status[] = {"cumux", "status", NULL};
@@ -353,7 +353,7 @@ static void impostor_case(const char *dir, bool dir_by_nobody)
     impostor_finish(&im, got);
     CHECK(got[0] == 0 && got[1] == 0, "%s: the impostor received %ld bytes and %ld descriptors", how, got[0],
           got[1]);
-    unsetenv("CUMUX_SERVER");
+    unsetenv("CUMUX_SERVER_BINARY");
 }
 
 static void impostor(void)

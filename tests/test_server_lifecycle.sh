@@ -37,7 +37,7 @@ ok() {
 # Every server here runs without a GPU; the CLI passes the environment on to cumuxd.
 export CUMUX_ALLOW_NO_GPU=1
 export LD_LIBRARY_PATH="$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-unset CUMUX_LOG_DIRECTORY CUMUX_SERVER CUMUX_LIB_DIRECTORY
+unset CUMUX_LOG_DIRECTORY CUMUX_SERVER CUMUX_SERVER_BINARY CUMUX_LIB_DIRECTORY
 
 # use_pipe NAME: a pipe directory that does not exist yet (the server must create it, owner-only).
 use_pipe() {
