@@ -39,7 +39,7 @@ EOF
 chmod +x "$wrapper"
 
 echo "[$(date +%T)] bench_launch $launches 1 10 under cumux, the server under callgrind (fake driver)"
-CUMUX_SERVER="$wrapper" "$here/../tests/with_server.sh" "$build/cli/cumux" "$build/tests/fakecuda/driver" --fake -- \
+CUMUX_SERVER_BINARY="$wrapper" "$here/../tests/with_server.sh" "$build/cli/cumux" "$build/tests/fakecuda/driver" --fake -- \
     "$build/cli/cumux" run -- "$build/bench/bench_launch" "$launches" 1 10 >"$out/run.log" 2>&1 ||
     { tail -n 30 "$out/run.log"; echo "bench/server_cost.sh: the run failed (log: $out/run.log)" >&2; exit 1; }
 python3 "$here/server_cost.py" "$out"/callgrind/out.* | tee "$out/summary.txt"
