@@ -4,7 +4,9 @@
 # cumux.io/gpu-memory, and each answer is applied by hand as a CDI-aware runtime would: the allocation's
 # createRuntime hook (`cumux hook`, the container's state on stdin) for a process in a cgroup of the
 # pod's own, then PyTorch in that cgroup with the CDI devices' environment and mounts (the shim bound at
-# /usr/local/cumux/lib/libcuda.so.1 and the pipe directory at /run/cumux, in a mount namespace of its own).
+# /usr/local/cumux/lib/libcuda.so.1, and over the machine's libcuda.so.1 where it has one there, and the pipe
+# directory at /run/cumux, in a mount namespace of its own; mount points are made only under
+# /usr/local/cumux and /run/cumux, and removed after).
 # Each must see its size (torch.cuda.mem_get_info), fail with torch.OutOfMemoryError past it, and compute
 # right. Needs root, a GPU, PyTorch, unshare, and the plugin's binaries; else one SKIP line.
 # usage: test_torch_pods.sh CUMUX_CLI PLUGIN TESTKUBELET
@@ -21,8 +23,11 @@ base=/cumux-torch-pods.$$
 tmp=$(mktemp -d)
 export CUMUX_PIPE_DIRECTORY=$tmp/pipe CUMUX_LOG_DIRECTORY=$tmp/log
 pids=()
+made_cumux_dir=0
+[ -e /usr/local/cumux ] || made_cumux_dir=1
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    [ $made_cumux_dir = 1 ] && rm -rf /usr/local/cumux
     "$cli" stop >/dev/null 2>&1
     wait 2>/dev/null
     rmdir "$cgm$base/a" "$cgm$base/b" "$cgm$base" 2>/dev/null
@@ -79,7 +84,7 @@ PY
     sh -c 'echo $$ >"$1/cgroup.procs" || exit 1
         printf "{\"ociVersion\":\"1.0.2\",\"id\":\"%s\",\"pid\":%d,\"annotations\":{\"io.kubernetes.cri.sandbox-namespace\":\"default\",\"io.kubernetes.cri.sandbox-name\":\"%s\",\"io.kubernetes.cri.container-name\":\"main\"}}" "$2" $$ "$2" |
             env $5 $3 || exit 1
-        exec unshare -m sh -c "for m in $4; do src=\${m%%:*} dst=\${m#*:}; mkdir -p \$(dirname \$dst); [ -d \$src ] && mkdir -p \$dst || touch \$dst; mount --bind \$src \$dst || exit 1; done; exec env $6 python3 $7 $8"' \
+        exec unshare -m sh -c "for m in $4; do src=\${m%%:*} dst=\${m#*:}; if [ ! -e \$dst ]; then case \$dst in /usr/local/cumux/*|/run/cumux) mkdir -p \$(dirname \$dst); if [ -d \$src ]; then mkdir -p \$dst; else touch \$dst; fi ;; *) continue ;; esac; fi; mount --bind \$src \$dst || exit 1; done; exec env $6 python3 $7 $8"' \
         _ "$cgm$base/$name" "$name" "$HOOK" "$MOUNTS" "$HOOK_ENV" "$ENV" "$tmp/pod.py" "$gib" >"$tmp/$name.out" 2>&1
 }
 pod a 1 4 &
