@@ -128,4 +128,29 @@ expect '^devices cumux.io/gpu-memory healthy=0 unhealthy=4$'
 expect '^devices cumux.io/gpu-memory healthy=4 unhealthy=0$' 3
 echo "ok: a GPU fault was reported (Unhealthy) and the GPU came back (Healthy)"
 
+# Two GPUs (the server started again on a fake driver of two): a container's units come from one GPU, the
+# one with most left, and its CDI device shows it that GPU alone.
+n_of() { grep -cE "$1" "$tmp/kubelet.out"; }
+n_down=$(n_of '^devices cumux.io/gpu-memory healthy=0 unhealthy=4$')
+"$cli" stop >/dev/null || fail "cumux stop"
+expect '^devices cumux.io/gpu-memory healthy=0 unhealthy=4$' $((n_down + 1))
+n_up=$(n_of '^devices cumux.io/gpu-memory healthy=8 unhealthy=0$')
+start_ours CUMUX_METRICS_PORT=$port CUMUX_CONFIG=$conf CUMUX_FAKE_GPUS=2
+expect '^devices cumux.io/gpu-memory healthy=8 unhealthy=0$' $((n_up + 1))
+ask free cumux.io/gpu-memory # the pods above are gone
+expect '^freed cumux.io/gpu-memory$'
+for k in 1 2; do
+    n=$(n_of '^allocated cumux.io/gpu-memory ')
+    ask allocate cumux.io/gpu-memory 3
+    expect '^allocated cumux.io/gpu-memory ' $((n + 1))
+done
+grep -E 'cumux.io/gpu-memory: allocated \[' "$tmp/plugin.log" | tail -2 >"$tmp/two.out"
+grep -q 'allocated \[gpu0-mem-[0-9] gpu0-mem-[0-9] gpu0-mem-[0-9]\]' "$tmp/two.out" && grep -q 'allocated \[gpu1-mem-[0-9] gpu1-mem-[0-9] gpu1-mem-[0-9]\]' "$tmp/two.out" ||
+    fail_show="$tmp/two.out $tmp/plugin.log" fail "the two 3-unit allocations are not each of one GPU, GPU 0 then GPU 1"
+for g in 0 1; do
+    id=$(sed -n "$((g + 1))p" "$tmp/two.out" | grep -o 'cumux.io/alloc=mem-[0-9a-f]*' | cut -d= -f2)
+    grep -q "\"CUDA_VISIBLE_DEVICES=$g\"" "$tmp/cdi/cumux-alloc-$id.json" || fail "allocation $id on GPU $g: its CDI device does not show that GPU"
+done
+echo "ok: on two GPUs, each allocation's units came from one GPU (the one with most left), its CDI device showing it"
+
 echo "PASS kubernetes"

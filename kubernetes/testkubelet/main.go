@@ -7,6 +7,7 @@
 //                                    ("ended watch RESOURCE: WHY" when the stream ends)
 //   allocate RESOURCE N           -> GetPreferredAllocation over its healthy units not yet given out, then
 //                                    Allocate of those: "allocated RESOURCE {json of the container's answer}"
+//   free RESOURCE                 -> its pods are gone: every unit given out is free again: "freed RESOURCE"
 //   restart now                   -> a kubelet's restart: every socket in DIR removed, the registrations
 //                                    forgotten, kubelet.sock made anew: "restarted"
 // Errors: "error COMMAND: WHY".
@@ -213,6 +214,15 @@ func main() {
 			}
 		case "watch":
 			err = k.watch(w[1])
+		case "free":
+			k.mu.Lock()
+			for key := range k.given {
+				if strings.HasPrefix(key, w[1]+"/") {
+					delete(k.given, key)
+				}
+			}
+			k.mu.Unlock()
+			k.say("freed %s", w[1])
 		case "restart":
 			s.Stop()
 			socks, _ := filepath.Glob(filepath.Join(*dir, "*.sock"))
