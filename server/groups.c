@@ -60,11 +60,6 @@ static void rules_unlock(void)
     atomic_store_explicit(&T()->lock, 0, memory_order_release);
 }
 
-void srv_group_read_cgroup(pid_t pid, char *out, size_t cap)
-{
-    cumux_cgroup_of(pid, out, cap);
-}
-
 /* Is cgroup at rule (or below it)? */
 static bool under(const char *cgroup, const char *rule)
 {
@@ -167,7 +162,7 @@ static void apply_rule(struct srv_client *c, int r)
 
 void srv_group_join(struct srv_client *c)
 {
-    srv_group_read_cgroup(c->pid, c->group.cgroup, sizeof c->group.cgroup);
+    cumux_cgroup_of(c->pid, c->group.cgroup, sizeof c->group.cgroup);
     c->group.seen_version = atomic_load(&T()->version);
     int r = rule_of(c->group.cgroup);
     pthread_mutex_lock(&groups_lock);

@@ -12,8 +12,6 @@
 
 struct srv_client;
 
-/* The cgroup of process pid, as its group is named: one word, "/" when unknown. */
-void srv_group_read_cgroup(pid_t pid, char *out, size_t cap);
 /* At connection (main thread): its cgroup, its group, the group's priority. At its end: leaves it. */
 void srv_group_join(struct srv_client *c);
 void srv_group_leave(struct srv_client *c);

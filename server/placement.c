@@ -291,8 +291,9 @@ void srv_placement_in_group(struct srv_client *c, int rule, uint32_t gen)
     pthread_mutex_unlock(&place_mu);
 }
 
-/* The groups the client's kernels may use on gpu now (worker). */
-static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct layout *L)
+/* The groups the client's kernels may use on gpu now (worker); *held: they are reserved for it or its
+ * group. */
+static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct layout *L, bool *held)
 {
     pthread_mutex_lock(&place_mu);
     struct cumux_sm_set mine = c->placement.sm_reserved[gpu], shared = cumux_sm_minus(L->all, reserved[gpu]);
@@ -300,7 +301,8 @@ static struct cumux_sm_set target(struct srv_client *c, int gpu, const struct la
     if (cumux_sm_empty(mine) && slot > 0 && group_res[slot - 1].gen == c->placement.group_gen)
         mine = group_res[slot - 1].set[gpu];
     pthread_mutex_unlock(&place_mu);
-    if (!cumux_sm_empty(mine))
+    *held = !cumux_sm_empty(mine);
+    if (*held)
         return mine;
     if (cumux_sm_empty(shared)) {
         /* Reservations hold every SM: the others run anywhere rather than not at all (said). */
@@ -350,16 +352,12 @@ static void retarget(struct srv_client *c, int gpu)
         atomic_store(&c->placement.sms_now, (uint32_t)srv_gpus[gpu].info.attrs[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT]);
         return; /* nobody partitioned anything: the primary context */
     }
-    struct cumux_sm_set mask = target(c, gpu, L);
+    bool held;
+    struct cumux_sm_set mask = target(c, gpu, L, &held);
     bool primary = cumux_sm_equal(mask, L->all) && !own_queues();
     struct srv_placed *cur = c->placement.placed[gpu];
     atomic_store(&c->placement.sms_now, cumux_sm_count(mask, L->sms, L->n));
-    pthread_mutex_lock(&place_mu);
-    int slot = c->placement.group_slot;
-    bool group_held = slot > 0 && group_res[slot - 1].gen == c->placement.group_gen &&
-                      cumux_sm_equal(group_res[slot - 1].set[gpu], mask) && !cumux_sm_empty(mask);
-    pthread_mutex_unlock(&place_mu);
-    atomic_store(&c->placement.sms_reserved, !cumux_sm_empty(c->placement.sm_reserved[gpu]) || group_held);
+    atomic_store(&c->placement.sms_reserved, held);
     if ((primary && !cur) || (cur && cumux_sm_equal(cur->mask, mask)))
         return;
     struct srv_placed *p = NULL;
