@@ -103,18 +103,6 @@ static int read_frame(struct cumux_tls *t, struct one_frame *f, int big_ok)
     return rc;
 }
 
-static int send_frame(struct cumux_tls *t, uint32_t kind, const void *a, size_t al, const void *b, size_t bl)
-{
-    uint8_t h[CUMUX_FRAME_HEAD];
-    if (al + bl > CUMUX_FRAME_MAX)
-        return -1;
-    cumux_frame_head(h, kind, (uint32_t)(al + bl));
-    return cumux_tls_send(t, h, sizeof h) == 0 && (!al || cumux_tls_send(t, a, al) == 0) &&
-                   (!bl || cumux_tls_send(t, b, bl) == 0)
-               ? 0
-               : -1;
-}
-
 /* The gateway's side of one connection (a child process of its own). */
 static int serve_one(int fd, const char *key_file)
 {
@@ -148,7 +136,7 @@ static int serve_one(int fd, const char *key_file)
         } else if ((text = malloc(80))) {
             snprintf(text, 80, "not a request the gateway relays\n");
         }
-        rc = send_frame(t, CUMUX_FRAME_MSG, &st, sizeof st, text, text ? strlen(text) : 0) == 0 ? 0 : 1;
+        rc = cumux_tls_send_frame(t, CUMUX_FRAME_MSG, &st, sizeof st, text, text ? strlen(text) : 0) == 0 ? 0 : 1;
         free(text);
     }
     cumux_tls_close(t);
@@ -286,7 +274,7 @@ int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, con
         memcpy(req + 4 + sizeof *h, extra, extra_len);
     struct one_frame f;
     int32_t st = -1;
-    if (send_frame(t, CUMUX_FRAME_HELLO, req, 4 + sizeof *h + extra_len, NULL, 0) == 0 && read_frame(t, &f, 1) == 0 &&
+    if (cumux_tls_send_frame(t, CUMUX_FRAME_HELLO, req, 4 + sizeof *h + extra_len, NULL, 0) == 0 && read_frame(t, &f, 1) == 0 &&
         f.kind == CUMUX_FRAME_MSG && f.len >= sizeof st) {
         const uint8_t *p = f.big ? f.big : f.data;
         memcpy(&st, p, sizeof st);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/frame.h"
 #include "common/tls_link.h"
 
 #define KEY_MAX 64
@@ -173,6 +174,18 @@ int cumux_tls_send(struct cumux_tls *t, const void *buf, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+int cumux_tls_send_frame(struct cumux_tls *t, uint32_t kind, const void *a, size_t al, const void *b, size_t bl)
+{
+    uint8_t h[CUMUX_FRAME_HEAD];
+    if (al > CUMUX_FRAME_MAX || bl > CUMUX_FRAME_MAX - al)
+        return -1;
+    cumux_frame_head(h, kind, (uint32_t)(al + bl));
+    return cumux_tls_send(t, h, sizeof h) == 0 && (!al || cumux_tls_send(t, a, al) == 0) &&
+                   (!bl || cumux_tls_send(t, b, bl) == 0)
+               ? 0
+               : -1;
 }
 
 ssize_t cumux_tls_recv(struct cumux_tls *t, void *buf, size_t n)

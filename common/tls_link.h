@@ -7,6 +7,7 @@
 #define CUMUX_TLS_LINK_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct cumux_tls;
@@ -17,6 +18,9 @@ struct cumux_tls *cumux_tls_client(int fd, const char *key_file, char *err, size
 struct cumux_tls *cumux_tls_server(int fd, const char *key_file, char *err, size_t cap);
 /* All n bytes: 0, or -1 (the link is broken). */
 int cumux_tls_send(struct cumux_tls *t, const void *buf, size_t n);
+/* A frame (common/frame.h) of kind whose payload is a (al bytes) then b (bl bytes): 0, or -1 (broken, or
+ * past CUMUX_FRAME_MAX). */
+int cumux_tls_send_frame(struct cumux_tls *t, uint32_t kind, const void *a, size_t al, const void *b, size_t bl);
 /* Some bytes (at most n): how many, 0 at the peer's end, -1 when broken. */
 ssize_t cumux_tls_recv(struct cumux_tls *t, void *buf, size_t n);
 int cumux_tls_fd(const struct cumux_tls *t);

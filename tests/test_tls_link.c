@@ -106,9 +106,7 @@ static void frames_in_pieces(void)
 
 static int send_frame(struct cumux_tls *t, uint32_t kind, const uint8_t *p, uint32_t len)
 {
-    uint8_t h[CUMUX_FRAME_HEAD];
-    cumux_frame_head(h, kind, len);
-    return cumux_tls_send(t, h, sizeof h) == 0 && (len == 0 || cumux_tls_send(t, p, len) == 0) ? 0 : -1;
+    return cumux_tls_send_frame(t, kind, p, len, NULL, 0);
 }
 
 struct echo {
