@@ -39,6 +39,8 @@
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
+#include "common/cgroup.h"
+
 SPANK_PLUGIN(cumux, 1);
 
 #define PATH_LEN 512
@@ -156,31 +158,6 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     return 0;
 }
 
-/* The cgroup of this process, as cumuxd reads it (server/groups.c): v2's line where it says more than "/",
- * else systemd's v1 hierarchy. */
-static int own_cgroup(char *out, size_t cap)
-{
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[PATH_LEN + 64], v2[PATH_LEN] = "", v1[PATH_LEN] = "";
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-        if (!b || strlen(b + 1) >= PATH_LEN)
-            continue;
-        if (!strncmp(line, "0::", 3))
-            snprintf(v2, sizeof v2, "%s", b + 1);
-        else if (!strncmp(a + 1, "name=systemd:", 13))
-            snprintf(v1, sizeof v1, "%s", b + 1);
-    }
-    if (f)
-        fclose(f);
-    const char *p = v2[0] && strcmp(v2, "/") ? v2 : v1;
-    if (!p[0])
-        return -1;
-    snprintf(out, cap, "%s", p);
-    return 0;
-}
-
 /* Where to make job cgroups: the plugstack's cgroup_root, else the cgroup v2 mount (the unified one of a
  * hybrid), else none. */
 static const char *cgroup_mount(void)
@@ -202,7 +179,8 @@ static int job_group(uint32_t job, char *out, size_t cap)
 {
     char cg[PATH_LEN], want[32];
     snprintf(want, sizeof want, "/job_%u", job);
-    if (own_cgroup(cg, sizeof cg) == 0) {
+    cumux_cgroup_of(getpid(), cg, sizeof cg); /* as cumuxd will read the task's (common/cgroup.c) */
+    if (strcmp(cg, "/") != 0) {
         char *p = strstr(cg, want);
         if (p && (p[strlen(want)] == 0 || p[strlen(want)] == '/')) {
             p[strlen(want)] = 0;
