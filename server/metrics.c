@@ -183,27 +183,36 @@ static char *metrics_text(const struct cumux_records *r)
          "GPU time of the client's kernels, estimated from sampled launches (rate() gives its share)."},
         {"cumux_client_priority_class", "gauge", "The client's priority class: 1 low, 2 normal, 3 high."},
     };
+    /* Each client's labels, made once for all its families (a user's name, its group's labels). */
+    char(*labels)[1600] = r->n ? malloc(r->n * sizeof *labels) : NULL;
+    if (r->n && !labels) {
+        free(t.p);
+        return NULL; /* answered as out of memory */
+    }
+    for (size_t i = 0; labels && i < r->n; i++) {
+        const struct cumux_record_client *c = &r->clients[i];
+        char user[64], uname[160], cname[160], gname[400], pwbuf[1024], owner[320];
+        struct passwd pw, *res = NULL;
+        if (getpwuid_r(c->uid, &pw, pwbuf, sizeof pwbuf, &res) == 0 && res)
+            snprintf(user, sizeof user, "%s", res->pw_name);
+        else
+            snprintf(user, sizeof user, "%u", (unsigned)c->uid);
+        label_value(uname, sizeof uname, user);
+        label_value(cname, sizeof cname, c->name);
+        label_value(gname, sizeof gname, c->group);
+        const char *glabels = "";
+        for (size_t k = 0; k < r->ngroups; k++)
+            if (r->groups[k].gpu == c->gpu && !strcmp(r->groups[k].path, c->group))
+                glabels = r->groups[k].labels;
+        owner_labels(owner, sizeof owner, c->group, glabels);
+        snprintf(labels[i], sizeof labels[i], "pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\",group=\"%s\"%s",
+                 c->pid, uname, cname, c->gpu, c->id, gname, owner);
+    }
     for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
         family(&t, fams[f].name, fams[f].type, fams[f].help);
         for (size_t i = 0; i < r->n; i++) {
             const struct cumux_record_client *c = &r->clients[i];
-            char user[64], uname[160], cname[160], gname[400], pwbuf[1024];
-            struct passwd pw, *res = NULL;
-            if (getpwuid_r(c->uid, &pw, pwbuf, sizeof pwbuf, &res) == 0 && res)
-                snprintf(user, sizeof user, "%s", res->pw_name);
-            else
-                snprintf(user, sizeof user, "%u", (unsigned)c->uid);
-            label_value(uname, sizeof uname, user);
-            label_value(cname, sizeof cname, c->name);
-            label_value(gname, sizeof gname, c->group);
-            char owner[320];
-            const char *glabels = "";
-            for (size_t k = 0; k < r->ngroups; k++)
-                if (r->groups[k].gpu == c->gpu && !strcmp(r->groups[k].path, c->group))
-                    glabels = r->groups[k].labels;
-            owner_labels(owner, sizeof owner, c->group, glabels);
-            cumux_text_printf(&t, "%s{pid=\"%d\",user=\"%s\",name=\"%s\",gpu=\"%d\",client=\"%u\",group=\"%s\"%s} ",
-                              fams[f].name, c->pid, uname, cname, c->gpu, c->id, gname, owner);
+            cumux_text_printf(&t, "%s{%s} ", fams[f].name, labels[i]);
             enum cumux_priority prio = CUMUX_PRIORITY_NORMAL;
             cumux_priority_parse(c->priority, &prio);
             switch (f) {
@@ -217,6 +226,7 @@ static char *metrics_text(const struct cumux_records *r)
             }
         }
     }
+    free(labels);
     /* Groups with settings (cumux set --group), per GPU: what their programs hold against their limit. */
     static const struct {
         const char *name, *help;
