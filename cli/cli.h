@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* server_link.c */
 /* cumux's own directory, where the server and the shim are looked for; 0 or -1. */
@@ -33,6 +34,16 @@ int cli_gateway(int argc, char **argv);
 int cli_keygen(int argc, char **argv);
 int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, const void *extra, size_t extra_len,
                    char **text, char *err, size_t errlen);
+/* A TLS link to the gateway at server (host:port), reads and writes timing out after timeout_s: the link,
+ * or NULL (errno, err). */
+struct cumux_tls;
+struct cumux_tls *cli_remote_connect(const char *server, const char *key, int timeout_s, char *err, size_t errlen);
+/* gateway_program.c: a program's channel through the gateway (the connection's HELLO asked for one). */
+int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_hello *hello);
+/* relay.c: `cumux relay`, and the relay `cumux run` starts where CUMUX_SERVER names a remote server (its
+ * pipe directory into dir; the relay ends when process `program` does). 0, or -1 (said on stderr). */
+int cli_relay(int argc, char **argv);
+int cli_relay_start(const char *server, const char *key, pid_t program, char *dir, size_t dirlen);
 /* cumux hook (hook.c): the OCI hook of the Kubernetes plugin's CDI devices. */
 int cli_hook(int argc, char **argv);
 /* The group a SET_GROUP request names (sent after its hello). */

@@ -28,6 +28,8 @@ static void usage(FILE *f)
                "  gateway --listen [ADDR:]PORT --key FILE   answer other machines' CLI requests (CUMUX_SERVER=\n"
                "                         host:port, CUMUX_KEY_FILE there) over TLS with this pre-shared key\n"
                "  keygen FILE [IDENTITY]  a new key file (mode 0600) for gateway and CUMUX_KEY_FILE\n"
+               "  relay --server HOST:PORT --key FILE [--pipe-directory DIR]   programs here run on the cumuxd\n"
+               "                         behind that gateway (cumux run does it itself where CUMUX_SERVER is set)\n"
                "  hook [--memory SIZE] [--sms N] [--threads P] [--priority C]   an OCI hook (the container's\n"
                "                         state on stdin): its cgroup a group with those settings, the pod's names\n"
                "                         its labels (the Kubernetes plugin's CDI devices run it)\n"
@@ -456,8 +458,16 @@ static int cmd_run(int argc, char **argv)
         fprintf(stderr, "cumux: cannot find the shim libcuda.so.1 (set CUMUX_LIB_DIRECTORY)\n");
         return 1;
     }
-    if (cli_ensure_server() != 0)
+    /* CUMUX_SERVER: the program runs on that machine's cumuxd, through a relay of its own here. */
+    const char *remote = getenv("CUMUX_SERVER");
+    if (remote && *remote) {
+        char dir[PATH_MAX];
+        if (cli_relay_start(remote, getenv("CUMUX_KEY_FILE"), getpid(), dir, sizeof dir) < 0)
+            return 1;
+        setenv("CUMUX_PIPE_DIRECTORY", dir, 1);
+    } else if (cli_ensure_server() != 0) {
         return 1;
+    }
     if (prepend_library_path(lib) < 0)
         return 1;
     if (trace_requested()) {
@@ -560,6 +570,8 @@ int main(int argc, char **argv)
         return cli_control(argc - 1, argv + 1);
     if (!strcmp(cmd, "top"))
         return cli_top(argc - 1, argv + 1);
+    if (!strcmp(cmd, "relay"))
+        return cli_relay(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))

@@ -60,6 +60,7 @@ int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, con
 #include "common/proto.h"
 #include "common/tls_link.h"
 
+#define CLI_GATEWAY_MAX 256
 #define REQ_MAX (4 + sizeof(struct cumux_hello) + sizeof(struct cumux_group_name))
 
 struct one_frame {
@@ -126,6 +127,22 @@ static int serve_one(int fd, const char *key_file)
                         h.kind == CUMUX_HELLO_SET_DEFAULT_PRIORITY || h.kind == CUMUX_HELLO_SET_SMS ||
                         h.kind == CUMUX_HELLO_SET_DEFAULT_THREADS || h.kind == CUMUX_HELLO_RELOAD ||
                         h.kind == CUMUX_HELLO_SET_GROUP;
+        if (h.kind == CUMUX_HELLO_CLIENT && gpu < CUMUX_MAX_DEVICES && extra == 0) {
+            /* A program's channel, through a relay (cli/gateway_program.c): long-lived, so no timeout on
+             * reads; a peer gone silent is found by TCP's keepalive. */
+            int s = cumux_tls_fd(t), one = 1, idle = 15, intvl = 5, cnt = 3;
+            struct timeval none = {0};
+            setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+            setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+            setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+            setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+            setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+            setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+            setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            rc = cli_gateway_program(t, gpu, &h);
+            cumux_tls_close(t);
+            return rc;
+        }
         int32_t st = -1;
         char *text = NULL;
         if (gpu < CUMUX_MAX_DEVICES && cli_kind &&
@@ -188,16 +205,17 @@ int cli_gateway(int argc, char **argv)
         fprintf(stderr, "cumux gateway: cannot listen on %s: %s\n", listen_at, strerror(errno));
         return 1;
     }
-    int children = 0; /* connections being served: at most 64 at once (each one's handshake, request and
-                       * answer are bounded by timeouts), so that no one can fork the gateway without end */
+    int children = 0; /* connections being served: at most CLI_GATEWAY_MAX at once (a CLI request's handshake,
+                       * request and answer are bounded by timeouts; a program's lasts as long as it does), so that
+                       * no one can fork the gateway without end: past it, connections wait for one to end */
     printf("cumux gateway: listening on %s for the cumuxd of %s\n", listen_at, cumux_pipe_directory());
     fflush(stdout);
     for (;;) {
         int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
         while (children > 0 && waitpid(-1, NULL, WNOHANG) > 0)
             children--;
-        if (fd >= 0 && children >= 64) {
-            while (children >= 64 && waitpid(-1, NULL, 0) > 0) /* the oldest end within their timeouts */
+        if (fd >= 0 && children >= CLI_GATEWAY_MAX) {
+            while (children >= CLI_GATEWAY_MAX && waitpid(-1, NULL, 0) > 0)
                 children--;
         }
         if (fd < 0) {
@@ -219,18 +237,15 @@ int cli_gateway(int argc, char **argv)
     }
 }
 
-/* CUMUX_SERVER's side: a request to GPU gpu's worker there. As cumux_ask_extra: the status, -1 (errno, err). */
-int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, const void *extra, size_t extra_len,
-                   char **text, char *err, size_t errlen)
+/* A TLS link to the gateway at server (host:port) with key file key: the link, or NULL (errno, err). */
+struct cumux_tls *cli_remote_connect(const char *server, const char *key, int timeout_s, char *err, size_t errlen)
 {
-    *text = NULL;
-    const char *key = getenv("CUMUX_KEY_FILE");
     char host[256];
     const char *colon = strrchr(server, ':');
     if (!key || !*key || !colon || (size_t)(colon - server) >= sizeof host || colon == server) {
         snprintf(err, errlen, "CUMUX_SERVER=%s: wants host:port, and CUMUX_KEY_FILE the server's key file", server);
         errno = EINVAL;
-        return -1;
+        return NULL;
     }
     memcpy(host, server, (size_t)(colon - server));
     host[colon - server] = 0;
@@ -239,12 +254,12 @@ int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, con
     if (gai != 0) {
         snprintf(err, errlen, "%s: %s", server, gai_strerror(gai));
         errno = EHOSTUNREACH;
-        return -1;
+        return NULL;
     }
     int fd = -1;
     for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
-        struct timeval tv = {.tv_sec = 10};
+        struct timeval tv = {.tv_sec = timeout_s};
         if (fd >= 0) {
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -257,13 +272,24 @@ int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, con
     freeaddrinfo(ai);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", server, strerror(errno));
-        return -1;
+        return NULL;
     }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* one-way messages go at once, batched by us */
     struct cumux_tls *t = cumux_tls_client(fd, key, err, errlen);
-    if (!t) {
+    if (!t)
         errno = EACCES;
+    return t;
+}
+
+/* CUMUX_SERVER's side: a request to GPU gpu's worker there. As cumux_ask_extra: the status, -1 (errno, err). */
+int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, const void *extra, size_t extra_len,
+                   char **text, char *err, size_t errlen)
+{
+    *text = NULL;
+    struct cumux_tls *t = cli_remote_connect(server, getenv("CUMUX_KEY_FILE"), 10, err, errlen);
+    if (!t)
         return -1;
-    }
     uint8_t req[REQ_MAX];
     uint32_t g = (uint32_t)gpu;
     memcpy(req, &g, 4);

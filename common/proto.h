@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CUMUX_MAGIC 0x584d5543u /* "CUMX" */
-#define CUMUX_PROTO_VERSION 13u
+#define CUMUX_PROTO_VERSION 14u
 
 /* ---- socket: hello and welcome ---- */
 enum cumux_hello_kind {

@@ -2,6 +2,7 @@
  * the legacy-stream rule, and the cleanup of a client that is gone. The handlers are in one file per
  * concern: context.c, memory.c, copy.c, module.c, launch.c, graph.c. */
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,20 @@ CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m)
                    why);
     }
     return CUDA_SUCCESS;
+}
+
+/* A call a remote program made that its relay could not carry across the network (cli/relay.c): an error,
+ * said once per op, never a success. */
+CUresult op_not_carried(struct srv_client *c, const struct cumux_not_carried *m, const uint8_t *payload,
+                        uint32_t payload_len, bool answered)
+{
+    (void)payload, (void)payload_len, (void)answered;
+    static _Atomic uint64_t said[(CUMUX_OP_COUNT + 63) / 64];
+    unsigned op = m->op < CUMUX_OP_COUNT ? m->op : 0;
+    if (!(atomic_fetch_or(&said[op / 64], 1ull << (op % 64)) & (1ull << (op % 64))))
+        cumux_logf("client %u (pid %d): op %u of a remote program cannot cross the network: "
+                   "CUDA_ERROR_NOT_SUPPORTED (docs/remote.md)", c->id, (int)c->pid, m->op);
+    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 _Static_assert(sizeof(struct cumux_init_reply) + CUMUX_MAX_DEVICES * sizeof(struct cumux_device_info) <= CUMUX_REPLY_DATA,

@@ -962,6 +962,12 @@ struct cumux_node_get_type {
     uint32_t pad;
 };
 
+/* The op a relay could not carry (NOT_CARRIED). */
+struct cumux_not_carried {
+    uint32_t op;
+    uint32_t pad;
+};
+
 /* What the program says of itself, sent once right after INIT (before any stream is made): its name, its
  * priority class and the SMs it asks for. */
 struct cumux_client_info {
@@ -1257,6 +1263,7 @@ _Static_assert(sizeof(struct cumux_graph_get_root_nodes) % 8 == 0, "graph_get_ro
 _Static_assert(sizeof(struct cumux_graph_get_edges) % 8 == 0, "graph_get_edges: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_dependents) % 8 == 0, "node_get_dependents: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_node_get_type) % 8 == 0, "node_get_type: a multiple of 8 bytes");
+_Static_assert(sizeof(struct cumux_not_carried) % 8 == 0, "not_carried: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_client_info) % 8 == 0, "client_info: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_resume_memory) % 8 == 0, "resume_memory: a multiple of 8 bytes");
 _Static_assert(sizeof(struct cumux_resume_range) % 8 == 0, "resume_range: a multiple of 8 bytes");
@@ -1393,7 +1400,8 @@ _Static_assert(sizeof(struct cumux_func_cache_config) % 8 == 0, "func_cache_conf
     X(GRAPH_MEM_ATTR, cumux_graph_mem_attr, 0)                     \
     X(CLIENT_INFO, cumux_client_info, 1)                           \
     X(RESUME_MEMORY, cumux_resume_memory, 0)                       \
-    X(FUNC_SET_CACHE_CONFIG, cumux_func_cache_config, 1)
+    X(FUNC_SET_CACHE_CONFIG, cumux_func_cache_config, 1)           \
+    X(NOT_CARRIED, cumux_not_carried, 2)
 
 enum cumux_op {
     CUMUX_OP_PAD,
@@ -1524,6 +1532,7 @@ enum cumux_op {
     CUMUX_OP_CLIENT_INFO,
     CUMUX_OP_RESUME_MEMORY,
     CUMUX_OP_FUNC_SET_CACHE_CONFIG,
+    CUMUX_OP_NOT_CARRIED,
     CUMUX_OP_COUNT
 };
 
@@ -1537,6 +1546,42 @@ static inline int cumux_op_question(unsigned op)
 static inline int cumux_op_work(unsigned op)
 {
     return op == CUMUX_OP_CTX_SYNC || op == CUMUX_OP_STREAM_SYNC || op == CUMUX_OP_STREAM_QUERY || op == CUMUX_OP_EVENT_QUERY || op == CUMUX_OP_EVENT_SYNC || op == CUMUX_OP_COPY || op == CUMUX_OP_COPY_HTOD_STAGED || op == CUMUX_OP_COPY_DTOH_STAGED || op == CUMUX_OP_MEMSET || op == CUMUX_OP_LAUNCH || op == CUMUX_OP_GRAPH_LAUNCH;
+}
+
+/* How each op crosses the network (the spec's net=; cli/relay.c, cli/gateway_program.c). */
+enum cumux_op_net {
+    CUMUX_NET_PLAIN,
+    CUMUX_NET_STAGE_IN,
+    CUMUX_NET_STAGE_OUT,
+    CUMUX_NET_IMAGE,
+    CUMUX_NET_REFUSED,
+};
+static inline enum cumux_op_net cumux_op_net(unsigned op)
+{
+    switch (op) {
+    case CUMUX_OP_COPY_HTOD_STAGED:
+        return CUMUX_NET_STAGE_IN;
+    case CUMUX_OP_COPY_DTOH_STAGED:
+        return CUMUX_NET_STAGE_OUT;
+    case CUMUX_OP_MODULE_LOAD:
+    case CUMUX_OP_LINK_ADD:
+        return CUMUX_NET_IMAGE;
+    case CUMUX_OP_HOST_ALLOC:
+    case CUMUX_OP_VMM_EXPORT:
+    case CUMUX_OP_VMM_IMPORT:
+    case CUMUX_OP_LINK_READ:
+    case CUMUX_OP_MEM_RANGE_HANDLE:
+    case CUMUX_OP_RESUME_MEMORY:
+        return CUMUX_NET_REFUSED;
+    default:
+        return CUMUX_NET_PLAIN;
+    }
+}
+
+/* An op a descriptor comes with, over the socket just before it (the spec's `fd`). */
+static inline int cumux_op_fd(unsigned op)
+{
+    return op == CUMUX_OP_HOST_ALLOC || op == CUMUX_OP_MODULE_LOAD || op == CUMUX_OP_VMM_EXPORT || op == CUMUX_OP_VMM_IMPORT || op == CUMUX_OP_LINK_ADD || op == CUMUX_OP_LINK_READ;
 }
 
 #endif

@@ -74,6 +74,8 @@ CUresult op_memset(struct srv_client *c, const struct cumux_memset *m, struct sr
 /* server/dispatch.c */
 CUresult op_init(struct srv_client *c, uint8_t *out, uint32_t *out_len);
 CUresult op_client_info(struct srv_client *c, const struct cumux_client_info *m);
+CUresult op_not_carried(struct srv_client *c, const struct cumux_not_carried *m, const uint8_t *payload,
+                        uint32_t payload_len, bool answered);
 
 /* server/graph.c */
 CUresult op_graph_create(struct srv_client *c, const struct cumux_graph_create *m, uint8_t *out,
@@ -409,6 +411,7 @@ static const struct {
     [CUMUX_OP_CLIENT_INFO] = {sizeof(struct cumux_client_info), 1},
     [CUMUX_OP_RESUME_MEMORY] = {sizeof(struct cumux_resume_memory), 0},
     [CUMUX_OP_FUNC_SET_CACHE_CONFIG] = {sizeof(struct cumux_func_cache_config), 1},
+    [CUMUX_OP_NOT_CARRIED] = {sizeof(struct cumux_not_carried), 2},
 };
 
 /* Runs op's handler, its handles looked up first; -1 for an op that has none (PAD, or past the
@@ -1672,6 +1675,11 @@ static int srv_route(struct srv_client *c, uint16_t op, const void *body, const 
             return 0;
         }
         *result = op_func_set_cache_config(c, m, function);
+        return 0;
+    }
+    case CUMUX_OP_NOT_CARRIED: {
+        const struct cumux_not_carried *m = body;
+        *result = op_not_carried(c, m, payload, payload_len, answered);
         return 0;
     }
     default:

@@ -148,6 +148,7 @@ static const struct shim_op_route shim_op_routes[CUMUX_OP_COUNT] = {
     [CUMUX_OP_CLIENT_INFO] = {{-1, -1, -1, -1}, -1, -1, 0},
     [CUMUX_OP_RESUME_MEMORY] = {{-1, -1, -1, -1}, -1, -1, 0},
     [CUMUX_OP_FUNC_SET_CACHE_CONFIG] = {{0, -1, -1, -1}, -1, -1, 0},
+    [CUMUX_OP_NOT_CARRIED] = {{-1, -1, -1, -1}, -1, -1, 0},
 };
 
 _Static_assert(offsetof(struct cumux_ctx_create, device) == 0, "ctx_create.device");

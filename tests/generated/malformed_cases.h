@@ -271,6 +271,7 @@ static const struct malformed_drop malformed_drops[] = {
     {CUMUX_OP_RESUME_MEMORY, CUMUX_NO_REPLY, sizeof(struct cumux_resume_memory), "RESUME_MEMORY (answered) one-way"},
     {CUMUX_OP_FUNC_SET_CACHE_CONFIG, CUMUX_NO_REPLY, sizeof(struct cumux_func_cache_config) - 8, "FUNC_SET_CACHE_CONFIG with a body 8 bytes short"},
     {CUMUX_OP_FUNC_SET_CACHE_CONFIG, 1, sizeof(struct cumux_func_cache_config), "FUNC_SET_CACHE_CONFIG (one-way) with a reply slot"},
+    {CUMUX_OP_NOT_CARRIED, 1, sizeof(struct cumux_not_carried) - 8, "NOT_CARRIED with a body 8 bytes short"},
 };
 
 struct malformed_handle {

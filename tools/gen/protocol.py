@@ -14,6 +14,7 @@ SCALARS = {  # spec type: (C type, size)
 }
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
 OP_FLAGS = ("question", "work", "hand", "main")  # see the spec's header
+NET_KINDS = ("plain", "stage_in", "stage_out", "image", "refused")  # net=: see the spec's header
 
 
 class Kind:
@@ -65,8 +66,10 @@ class Struct:
 
 
 class Op:
-    def __init__(self, name, direction, body, reply, payload, handler, file, comment, line, fd=False, flags=()):
+    def __init__(self, name, direction, body, reply, payload, handler, file, comment, line, fd=False, flags=(),
+                 net="plain"):
         self.name, self.direction, self.body, self.reply, self.fd = name, direction, body, reply, fd
+        self.net = net
         self.payload, self.handler, self.file, self.comment, self.line = payload, handler, file, comment, line
         self.flags = set(flags)
 
@@ -198,27 +201,33 @@ def parse(path):
                 raise SpecError("%s: op names are upper case: %s" % (where, name))
             if direction not in DIRECTIONS:
                 raise SpecError("%s: direction is answered, oneway or either, not %s" % (where, direction))
-            opts = {"reply": "none", "payload": False, "handler": "op_" + name.lower(), "file": None, "fd": False}
+            opts = {"reply": "none", "payload": False, "handler": "op_" + name.lower(), "file": None, "fd": False,
+                    "net": "plain"}
             flags = []
             for w in words[4:]:
                 if w in ("payload", "fd"):
                     opts[w] = True
                 elif w in OP_FLAGS:
                     flags.append(w)
-                elif "=" in w and w.split("=", 1)[0] in ("reply", "handler", "file"):
+                elif "=" in w and w.split("=", 1)[0] in ("reply", "handler", "file", "net"):
                     k, v = w.split("=", 1)
                     opts[k] = v
                 else:
                     raise SpecError("%s: unknown op option %s" % (where, w))
             if any(o.name == name for o in ops):
                 raise SpecError("%s: op %s twice" % (where, name))
+            if opts["net"] not in NET_KINDS:
+                raise SpecError("%s: net= is one of %s, not %s" % (where, ", ".join(NET_KINDS), opts["net"]))
+            if opts["fd"] and opts["net"] not in ("image", "refused"):
+                raise SpecError("%s: an op with a descriptor says how it crosses the network: net=image or "
+                                "net=refused" % where)
             if opts["file"] is not None:
                 server_file(where, opts["file"])
                 src = open(os.path.join(SERVER_DIR, opts["file"] + ".c")).read()
                 if not re.search(r"^CUresult %s\(" % re.escape(opts["handler"]), src, re.M):
                     raise SpecError("%s: server/%s.c defines no handler %s" % (where, opts["file"], opts["handler"]))
             ops.append(Op(name, direction, body, opts["reply"], opts["payload"], opts["handler"],
-                          opts["file"], pending + ([comment] if comment else []), where, opts["fd"], flags))
+                          opts["file"], pending + ([comment] if comment else []), where, opts["fd"], flags, opts["net"]))
             pending = []
             current = None
             continue
@@ -332,6 +341,31 @@ def gen_protocol_h(structs, ops):
         out.extend(wrapped("    return ", [" || ".join(names) if names else "0"], ";"))
         out.append("}")
         out.append("")
+    out.append("/* How each op crosses the network (the spec's net=; cli/relay.c, cli/gateway_program.c). */")
+    out.append("enum cumux_op_net {")
+    for k in NET_KINDS:
+        out.append("    CUMUX_NET_%s," % k.upper())
+    out.append("};")
+    out.append("static inline enum cumux_op_net cumux_op_net(unsigned op)")
+    out.append("{")
+    out.append("    switch (op) {")
+    for k in NET_KINDS[1:]:
+        for o in ops:
+            if o.net == k:
+                out.append("    case CUMUX_OP_%s:" % o.name)
+        out.append("        return CUMUX_NET_%s;" % k.upper())
+    out.append("    default:")
+    out.append("        return CUMUX_NET_PLAIN;")
+    out.append("    }")
+    out.append("}")
+    out.append("")
+    out.append("/* An op a descriptor comes with, over the socket just before it (the spec's `fd`). */")
+    out.append("static inline int cumux_op_fd(unsigned op)")
+    out.append("{")
+    names = ["op == CUMUX_OP_%s" % o.name for o in ops if o.fd]
+    out.extend(wrapped("    return ", [" || ".join(names) if names else "0"], ";"))
+    out.append("}")
+    out.append("")
     out.append("#endif")
     return "\n".join(out) + "\n"
 

@@ -1,0 +1,435 @@
+/* The gateway's side of a remote program (issue 45, docs/remote.md, common/mirror.h): in the child process
+ * `cumux gateway` forks for the connection, a local client of the GPU's worker, as a shim is: its hello,
+ * its channel page, its descriptors. What the relay says the program wrote goes into that page (the ring's
+ * bytes at their positions, staging slots, host-function words, module images as files of our own); what
+ * the server and the GPU write there (answers, the tail, staging slots it filled, marks, host functions it
+ * posts) goes back as it changes. The worker validates every message as any client's: this process only
+ * carries bytes, and trusts the relay with nothing (every index and length is checked here too, and a
+ * position that is not the next is the end of the link). The link's end is the client's end: the worker
+ * frees all it held, as for a killed program. */
+#ifdef CUMUX_HAVE_NET
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/channel.h"
+#include "common/frame.h"
+#include "common/mirror.h"
+#include "common/proto.h"
+#include "common/sock.h"
+#include "common/tls_link.h"
+
+/* A copy from the device to the program's memory that the worker fills the slots for, chunk by chunk. */
+struct dtoh {
+    uint64_t left, chunk; /* bytes still to come, and a chunk's bytes */
+    uint32_t reply;       /* its reply slot: its answer ends it */
+};
+#define DTOH_QUEUE 64
+
+struct gw {
+    struct cumux_tls *t;
+    pthread_mutex_t send_lock; /* the watcher and the printf thread both send */
+    int sock;                  /* to the worker */
+    struct cumux_shm *shm;
+    uint64_t head; /* the ring's bytes written so far */
+    /* Staging slots: the state the relay's page has, as far as we know (under stage_lock). */
+    pthread_mutex_t stage_lock;
+    uint32_t known[CUMUX_STAGING_SLOTS];
+    pthread_mutex_t dtoh_lock;
+    struct dtoh dtoh[DTOH_QUEUE];
+    unsigned dtoh_first, dtoh_n;
+    int image_fd; /* the file being received (CUMUX_MIRROR_IMAGE), -1: none */
+    _Atomic int done;
+};
+
+static int send_mirror(struct gw *g, uint32_t what, uint32_t index, uint64_t value, const void *data, size_t len)
+{
+    struct cumux_mirror_head h = {what, index, value};
+    pthread_mutex_lock(&g->send_lock);
+    int r = cumux_tls_send_frame(g->t, CUMUX_FRAME_MSG, &h, sizeof h, data, len);
+    pthread_mutex_unlock(&g->send_lock);
+    if (r < 0)
+        atomic_store(&g->done, 1);
+    return r;
+}
+
+/* ---- the relay's side into our page ---- */
+
+/* The copies from the device the messages in ring bytes p[0, n) ask for, queued for the watcher. */
+static void note_dtoh(struct gw *g, const uint8_t *p, size_t n)
+{
+    for (size_t off = 0; off + sizeof(struct cumux_msg_hdr) <= n;) {
+        struct cumux_msg_hdr h;
+        memcpy(&h, p + off, sizeof h);
+        if (h.size < sizeof h || h.size % 8 || h.size > n - off)
+            return; /* malformed: the worker says so and ends the client */
+        if (h.op == CUMUX_OP_COPY_DTOH_STAGED && h.size >= sizeof h + sizeof(struct cumux_copy_staged)) {
+            struct cumux_copy_staged m;
+            memcpy(&m, p + off + sizeof h, sizeof m);
+            uint64_t chunk = m.width ? (m.width <= CUMUX_STAGING_BYTES ? (CUMUX_STAGING_BYTES / m.width) * m.width : 0)
+                                     : CUMUX_STAGING_BYTES;
+            pthread_mutex_lock(&g->dtoh_lock);
+            if (g->dtoh_n < DTOH_QUEUE && chunk)
+                g->dtoh[(g->dtoh_first + g->dtoh_n++) % DTOH_QUEUE] = (struct dtoh){m.size, chunk, h.reply};
+            pthread_mutex_unlock(&g->dtoh_lock);
+        }
+        off += h.size;
+    }
+}
+
+static int put_ring(struct gw *g, uint64_t pos, const uint8_t *p, size_t n)
+{
+    uint64_t at = pos % CUMUX_RING_BYTES;
+    if (pos != g->head || n == 0 || n % 8 || n > CUMUX_RING_BYTES - at)
+        return -1;
+    /* Room: the relay's program had it in its own page, whose tail is ours, told; wait for the worker. */
+    while (g->head + n - atomic_load(&g->shm->tail) > CUMUX_RING_BYTES) {
+        if (atomic_load(&g->done))
+            return -1;
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    }
+    memcpy(&g->shm->ring[at], p, n);
+    note_dtoh(g, p, n);
+    g->head += n;
+    cumux_ring_commit(g->shm, (uint32_t)n); /* the head, and the worker's doorbell if it sleeps */
+    return 0;
+}
+
+static void stage_set(struct gw *g, unsigned slot, uint32_t state)
+{
+    /* The state, then what we know: the watcher reads them the other way round (under the same lock). */
+    atomic_store(&g->shm->stage_state[slot], state);
+    g->known[slot] = state;
+    atomic_fetch_add(&g->shm->stage_seq[slot], 1);
+    cumux_futex_wake(&g->shm->stage_seq[slot], 1);
+}
+
+static int image_piece(struct gw *g, const uint8_t *p, size_t n, bool last)
+{
+    if (g->image_fd < 0 && (g->image_fd = memfd_create("cumux-remote-image", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
+        return -1;
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(g->image_fd, p + off, n - off);
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    if (!last)
+        return 0;
+    /* As the shim hands a descriptor: one the worker can seal (it takes no file that could change under it),
+     * with a tag, just before the message (which comes next). */
+    uint64_t tag = CUMUX_MAGIC;
+    int r = lseek(g->image_fd, 0, SEEK_SET) == 0 ? cumux_sock_send(g->sock, &tag, sizeof tag, g->image_fd) : -1;
+    close(g->image_fd);
+    g->image_fd = -1;
+    return r;
+}
+
+static int on_relay_frame(void *ctx, uint32_t kind, const uint8_t *p, uint32_t len)
+{
+    struct gw *g = ctx;
+    struct cumux_mirror_head h;
+    if (kind == CUMUX_FRAME_BYE || kind != CUMUX_FRAME_MSG || len < sizeof h)
+        return -1;
+    memcpy(&h, p, sizeof h);
+    p += sizeof h;
+    len -= (uint32_t)sizeof h;
+    switch (h.what) {
+    case CUMUX_MIRROR_RING:
+        return put_ring(g, h.value, p, len);
+    case CUMUX_MIRROR_STAGE_DATA:
+        if (h.index >= CUMUX_STAGING_SLOTS || len > CUMUX_STAGING_BYTES)
+            return -1;
+        pthread_mutex_lock(&g->stage_lock);
+        memcpy(g->shm->staging[h.index], p, len);
+        stage_set(g, h.index, CUMUX_STAGE_FULL);
+        pthread_mutex_unlock(&g->stage_lock);
+        return 0;
+    case CUMUX_MIRROR_STAGE_FREE:
+        if (h.index >= CUMUX_STAGING_SLOTS)
+            return -1;
+        pthread_mutex_lock(&g->stage_lock);
+        stage_set(g, h.index, CUMUX_STAGE_FREE);
+        pthread_mutex_unlock(&g->stage_lock);
+        return 0;
+    case CUMUX_MIRROR_IMAGE:
+        return image_piece(g, p, len, h.index == 1);
+    case CUMUX_MIRROR_HOSTFN_DONE:
+        atomic_store(&g->shm->hostfn_done, (uint32_t)h.value);
+        cumux_futex_wake(&g->shm->hostfn_done, 1 << 30);
+        return 0;
+    case CUMUX_MIRROR_HOSTFN_WORDS:
+        for (uint32_t i = 0; i + 8 <= len; i += 8) {
+            uint32_t w[2];
+            memcpy(w, p + i, sizeof w);
+            if (w[0] >= CUMUX_HOSTFN_STREAMS)
+                return -1;
+            atomic_store(&g->shm->hostfn_stream_done[w[0]], w[1]); /* the GPU reads it: the stream goes on */
+        }
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* ---- our page back to the relay ---- */
+
+struct watch {
+    uint64_t tail;
+    uint32_t reply_seq[CUMUX_REPLY_SLOTS];
+    uint32_t posted, clients, told_gen;
+    int32_t fault;
+    uint32_t marks[CUMUX_MARK_WORDS];
+};
+
+/* The length of the chunk the worker just made ready (the oldest copy's next). */
+static uint64_t dtoh_chunk(struct gw *g)
+{
+    uint64_t len = 0;
+    pthread_mutex_lock(&g->dtoh_lock);
+    if (g->dtoh_n) {
+        struct dtoh *d = &g->dtoh[g->dtoh_first];
+        len = d->left < d->chunk ? d->left : d->chunk;
+        d->left -= len;
+    }
+    pthread_mutex_unlock(&g->dtoh_lock);
+    return len;
+}
+
+/* An answer in slot `reply`: the copy it ends, if the oldest is that slot's, is over. */
+static void dtoh_answered(struct gw *g, uint32_t reply)
+{
+    pthread_mutex_lock(&g->dtoh_lock);
+    if (g->dtoh_n && g->dtoh[g->dtoh_first].reply == reply) {
+        g->dtoh_first = (g->dtoh_first + 1) % DTOH_QUEUE;
+        g->dtoh_n--;
+    }
+    pthread_mutex_unlock(&g->dtoh_lock);
+}
+
+/* One look at everything the server and the GPU write. Answers go last: whatever the worker wrote before
+ * an answer (a slot made ready, a mark) reaches the relay before it. How many things were sent, or -1. */
+static int watch_round(struct gw *g, struct watch *w)
+{
+    struct cumux_shm *m = g->shm;
+    int sent = 0;
+    uint32_t seq[CUMUX_REPLY_SLOTS];
+    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
+        seq[i] = atomic_load(&m->replies[i].seq);
+    for (unsigned s = 0; s < CUMUX_STAGING_SLOTS; s++) {
+        pthread_mutex_lock(&g->stage_lock);
+        uint32_t known = g->known[s], st = atomic_load(&m->stage_state[s]);
+        int r = 0;
+        if (st != known && st == CUMUX_STAGE_READY) {
+            uint64_t len = dtoh_chunk(g);
+            r = send_mirror(g, CUMUX_MIRROR_STAGE, s, st, m->staging[s], len);
+            g->known[s] = st, sent++;
+        } else if (st != known && st == CUMUX_STAGE_FREE) {
+            r = send_mirror(g, CUMUX_MIRROR_STAGE, s, st, NULL, 0);
+            g->known[s] = st, sent++;
+        }
+        pthread_mutex_unlock(&g->stage_lock);
+        if (r < 0)
+            return -1;
+    }
+    uint32_t posted = atomic_load(&m->hostfn_posted);
+    if (posted != w->posted) {
+        struct cumux_mirror_hostfn e[CUMUX_HOSTFN_RING];
+        uint32_t n = posted - w->posted;
+        if (n > CUMUX_HOSTFN_RING)
+            return -1; /* the server posts at most a ring's worth ahead of what was run */
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t k = (w->posted + i) % CUMUX_HOSTFN_RING;
+            e[i] = (struct cumux_mirror_hostfn){m->hostfn_ids[k], m->hostfn_slot[k], m->hostfn_seq[k]};
+        }
+        if (send_mirror(g, CUMUX_MIRROR_HOSTFN_POST, 0, posted, e, n * sizeof e[0]) < 0)
+            return -1;
+        w->posted = posted, sent++;
+    }
+    uint32_t pairs[2 * CUMUX_MARK_WORDS], np = 0;
+    for (int i = 0; i < CUMUX_MARK_WORDS; i++) {
+        uint32_t v = atomic_load_explicit(&m->mark_word[i], memory_order_acquire);
+        if (v != w->marks[i]) {
+            w->marks[i] = v;
+            pairs[np++] = (uint32_t)i, pairs[np++] = v;
+        }
+    }
+    if (np && (send_mirror(g, CUMUX_MIRROR_MARK_WORDS, 0, 0, pairs, np * 4) < 0 || !++sent))
+        return -1;
+    uint32_t gen = atomic_load(&m->marks_told.gen);
+    if (!(gen & 1) && gen != w->told_gen) {
+        struct cumux_marks_told copy;
+        memcpy(&copy, (const void *)&m->marks_told, sizeof copy);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load(&m->marks_told.gen) == gen) {
+            if (send_mirror(g, CUMUX_MIRROR_MARKS_TOLD, 0, 0, &copy, sizeof copy) < 0)
+                return -1;
+            w->told_gen = gen, sent++;
+        }
+    }
+    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++) {
+        if (seq[i] == w->reply_seq[i])
+            continue;
+        struct cumux_reply_slot *r = &m->replies[i];
+        uint32_t len = r->len <= CUMUX_REPLY_DATA ? r->len : CUMUX_REPLY_DATA;
+        uint64_t v = (uint32_t)r->result | (uint64_t)len << 32;
+        if (send_mirror(g, CUMUX_MIRROR_REPLY, (uint32_t)i, v, r->data, len) < 0)
+            return -1;
+        w->reply_seq[i] = seq[i], sent++;
+        dtoh_answered(g, (uint32_t)i);
+    }
+    uint64_t tail = atomic_load(&m->tail);
+    if (tail != w->tail) {
+        if (send_mirror(g, CUMUX_MIRROR_TAIL, 0, tail, NULL, 0) < 0)
+            return -1;
+        w->tail = tail, sent++;
+    }
+    uint32_t clients = atomic_load(&m->server_clients);
+    if (clients != w->clients) {
+        if (send_mirror(g, CUMUX_MIRROR_CLIENTS, 0, clients, NULL, 0) < 0)
+            return -1;
+        w->clients = clients, sent++;
+    }
+    int32_t fault = atomic_load(&m->server_fault);
+    if (fault && !w->fault) {
+        if (send_mirror(g, CUMUX_MIRROR_FAULT, 0, (uint32_t)fault, NULL, 0) < 0)
+            return -1;
+        w->fault = fault, sent++;
+    }
+    return sent;
+}
+
+/* Looks at the page until the link or the worker's connection ends: spinning (giving the CPU away between
+ * looks) for 2 ms after anything changed, then every 50 us. The GPU's marks change with no one told, so
+ * it is looked at, not waited on. */
+static void *watcher(void *arg)
+{
+    struct gw *g = arg;
+    struct watch *w = calloc(1, sizeof *w);
+    if (!w) {
+        atomic_store(&g->done, 1);
+        return NULL;
+    }
+    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
+        w->reply_seq[i] = atomic_load(&g->shm->replies[i].seq);
+    w->posted = atomic_load(&g->shm->hostfn_posted);
+    uint64_t busy = cumux_now_ns(), looked = 0;
+    while (!atomic_load(&g->done)) {
+        int n = watch_round(g, w);
+        if (n < 0)
+            break;
+        uint64_t now = cumux_now_ns();
+        if (n > 0)
+            busy = now;
+        if (now - looked > 100000000) { /* the worker let go of us: the client ended */
+            looked = now;
+            struct pollfd p = {.fd = g->sock, .events = POLLRDHUP};
+            if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                watch_round(g, w); /* what it said last (a fault) */
+                break;
+            }
+        }
+        if (now - busy < 2000000)
+            sched_yield();
+        else
+            nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+    free(w);
+    atomic_store(&g->done, 1);
+    shutdown(cumux_tls_fd(g->t), SHUT_RDWR); /* the reader's recv returns */
+    return NULL;
+}
+
+/* The program's kernels' printf output, written by the worker into our pipe, to the relay. */
+static void *printf_pump(void *arg)
+{
+    struct gw *g = ((void **)arg)[0];
+    int fd = (int)(intptr_t)((void **)arg)[1];
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 && send_mirror(g, CUMUX_MIRROR_STDOUT, 0, 0, buf, (size_t)n) == 0)
+        ;
+    close(fd);
+    return NULL;
+}
+
+int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_hello *hello)
+{
+    static struct gw g0;
+    struct gw *g = &g0;
+    *g = (struct gw){.t = t, .sock = -1, .image_fd = -1};
+    pthread_mutex_init(&g->send_lock, NULL);
+    pthread_mutex_init(&g->stage_lock, NULL);
+    pthread_mutex_init(&g->dtoh_lock, NULL);
+    struct cumux_welcome w = {.magic = CUMUX_MAGIC, .version = CUMUX_PROTO_VERSION,
+                              .status = CUMUX_MIRROR_CONNECTION_FAILED};
+    char path[256], err[512] = "", text[256] = "";
+    int out[2] = {-1, -1}, shm_fd = -1;
+    struct cumux_hello h = *hello;
+    if (cumux_gpu_socket_path((int)gpu, path, sizeof path) == 0 && (g->sock = cumux_connect_checked(path, err, sizeof err)) >= 0) {
+        if ((h.flags & CUMUX_HELLO_STDOUT) && pipe2(out, O_CLOEXEC) < 0)
+            h.flags &= ~CUMUX_HELLO_STDOUT;
+        if (cumux_sock_send(g->sock, &h, sizeof h, (h.flags & CUMUX_HELLO_STDOUT) ? out[1] : -1) < 0 ||
+            cumux_sock_recv(g->sock, &w, sizeof w, &shm_fd) < 0 || w.magic != CUMUX_MAGIC) {
+            snprintf(text, sizeof text, "the gateway's cumuxd (GPU %u) did not answer", gpu);
+            w.status = CUMUX_MIRROR_CONNECTION_FAILED;
+        } else if (w.status != 0 && w.text_len && w.text_len < sizeof text) {
+            cumux_sock_recv(g->sock, text, w.text_len, NULL);
+        }
+    } else {
+        snprintf(text, sizeof text, "no cumuxd for GPU %u beside the gateway: %s", gpu, err);
+    }
+    if (out[1] >= 0)
+        close(out[1]);
+    if (w.status == 0 && (shm_fd < 0 || w.shm_size != sizeof(struct cumux_shm) ||
+                          (g->shm = mmap(NULL, sizeof *g->shm, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0)) == MAP_FAILED)) {
+        g->shm = NULL;
+        w.status = CUMUX_MIRROR_CONNECTION_FAILED;
+        snprintf(text, sizeof text, "the gateway could not map the worker's channel");
+    }
+    if (shm_fd >= 0)
+        close(shm_fd);
+    w.resume_token = 0; /* no coming back across the network */
+    w.text_len = strlen(text);
+    uint8_t ans[sizeof w + sizeof text];
+    memcpy(ans, &w, sizeof w);
+    memcpy(ans + sizeof w, text, w.text_len);
+    if (send_mirror(g, CUMUX_MIRROR_WELCOME, 0, 0, ans, sizeof w + w.text_len) < 0 || w.status != 0) {
+        if (out[0] >= 0)
+            close(out[0]);
+        return 1;
+    }
+    g->head = atomic_load(&g->shm->head);
+    pthread_t wt, pt;
+    void *pump_arg[2] = {g, (void *)(intptr_t)out[0]};
+    if (pthread_create(&wt, NULL, watcher, g) != 0)
+        return 1;
+    if (out[0] >= 0 && pthread_create(&pt, NULL, printf_pump, pump_arg) == 0)
+        pthread_detach(pt); /* it ends with the process: the worker keeps its end of the pipe until it frees us */
+    struct cumux_frame_reader r;
+    memset(&r, 0, sizeof r);
+    static uint8_t buf[1 << 16];
+    while (!atomic_load(&g->done)) {
+        ssize_t n = cumux_tls_recv(t, buf, sizeof buf);
+        if (n <= 0 || cumux_frame_feed(&r, buf, (size_t)n, on_relay_frame, g) != n)
+            break;
+    }
+    /* The link's end, or the relay's BYE, or a frame out of place: the client ends here. */
+    atomic_store(&g->done, 1);
+    close(g->sock); /* the worker frees all the client held */
+    pthread_join(wt, NULL);
+    cumux_frame_reader_free(&r);
+    return 0;
+}
+#endif
