@@ -29,6 +29,7 @@
 #include "common/proto.h"
 #include "common/sock.h"
 #include "common/tls_link.h"
+#include "cli/pinned_mirror.h"
 
 /* A copy from the device to the program's memory that the worker fills the slots for, chunk by chunk. */
 struct dtoh {
@@ -50,6 +51,12 @@ struct gw {
     struct dtoh dtoh[DTOH_QUEUE];
     unsigned dtoh_first, dtoh_n;
     int image_fd; /* the file being received (CUMUX_MIRROR_IMAGE), -1: none */
+    struct pinned_set pinned;
+    pthread_mutex_t alloc_lock; /* pending: our copy of a HOST_ALLOC's memory until its answer */
+    struct {
+        uint8_t *mem;
+        uint64_t size;
+    } pending[CUMUX_REPLY_SLOTS];
     _Atomic int done;
 };
 
@@ -66,8 +73,9 @@ static int send_mirror(struct gw *g, uint32_t what, uint32_t index, uint64_t val
 
 /* ---- the relay's side into our page ---- */
 
-/* The copies from the device the messages in ring bytes p[0, n) ask for, queued for the watcher. */
-static void note_dtoh(struct gw *g, const uint8_t *p, size_t n)
+/* The copies from the device the messages in ring bytes p[0, n) ask for, queued for the watcher; pinned
+ * memory they free. */
+static void note_messages(struct gw *g, const uint8_t *p, size_t n)
 {
     for (size_t off = 0; off + sizeof(struct cumux_msg_hdr) <= n;) {
         struct cumux_msg_hdr h;
@@ -83,6 +91,11 @@ static void note_dtoh(struct gw *g, const uint8_t *p, size_t n)
             if (g->dtoh_n < DTOH_QUEUE && chunk)
                 g->dtoh[(g->dtoh_first + g->dtoh_n++) % DTOH_QUEUE] = (struct dtoh){m.size, chunk, h.reply};
             pthread_mutex_unlock(&g->dtoh_lock);
+        }
+        if (h.op == CUMUX_OP_HOST_FREE && h.size >= sizeof h + sizeof(struct cumux_mem_free)) {
+            struct cumux_mem_free f;
+            memcpy(&f, p + off + sizeof h, sizeof f);
+            pinned_remove(&g->pinned, f.ptr);
         }
         off += h.size;
     }
@@ -100,7 +113,7 @@ static int put_ring(struct gw *g, uint64_t pos, const uint8_t *p, size_t n)
         nanosleep(&(struct timespec){0, 20000}, NULL);
     }
     memcpy(&g->shm->ring[at], p, n);
-    note_dtoh(g, p, n);
+    note_messages(g, p, n);
     g->head += n;
     cumux_ring_commit(g->shm, (uint32_t)n); /* the head, and the worker's doorbell if it sleeps */
     return 0;
@@ -136,6 +149,32 @@ static int image_piece(struct gw *g, const uint8_t *p, size_t n, bool last)
     return r;
 }
 
+/* Our copy of pinned memory the program allocated: a memfd the worker maps and registers, as the shim's. */
+static int pinned_new(struct gw *g, uint32_t slot, uint64_t size)
+{
+    if (slot >= CUMUX_REPLY_SLOTS || size == 0 || size > PINNED_MAX_BYTES)
+        return -1;
+    int fd = memfd_create("cumux-remote-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void *mem = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    uint64_t tag = CUMUX_MAGIC;
+    int r = mem != MAP_FAILED ? cumux_sock_send(g->sock, &tag, sizeof tag, fd) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (r < 0) {
+        if (mem != MAP_FAILED)
+            munmap(mem, size);
+        return 0; /* no descriptor reaches the worker: it fails the HOST_ALLOC itself */
+    }
+    pthread_mutex_lock(&g->alloc_lock);
+    if (g->pending[slot].mem)
+        munmap(g->pending[slot].mem, g->pending[slot].size);
+    g->pending[slot].mem = mem, g->pending[slot].size = size;
+    pthread_mutex_unlock(&g->alloc_lock);
+    return 0;
+}
+
 static int on_relay_frame(void *ctx, uint32_t kind, const uint8_t *p, uint32_t len)
 {
     struct gw *g = ctx;
@@ -165,6 +204,10 @@ static int on_relay_frame(void *ctx, uint32_t kind, const uint8_t *p, uint32_t l
         return 0;
     case CUMUX_MIRROR_IMAGE:
         return image_piece(g, p, len, h.index == 1);
+    case CUMUX_MIRROR_PINNED_NEW:
+        return pinned_new(g, h.index, h.value);
+    case CUMUX_MIRROR_PINNED:
+        return pinned_apply(&g->pinned, p, len);
     case CUMUX_MIRROR_HOSTFN_DONE:
         atomic_store(&g->shm->hostfn_done, (uint32_t)h.value);
         cumux_futex_wake(&g->shm->hostfn_done, 1 << 30);
@@ -218,15 +261,52 @@ static void dtoh_answered(struct gw *g, uint32_t reply)
     pthread_mutex_unlock(&g->dtoh_lock);
 }
 
+static int send_pinned(void *ctx, const uint8_t *records, size_t len)
+{
+    return send_mirror(ctx, CUMUX_MIRROR_PINNED, 0, 0, records, len);
+}
+
+/* A HOST_ALLOC answered in slot i: our copy becomes the block at the server's address (or goes). */
+static void pinned_answered(struct gw *g, int i)
+{
+    pthread_mutex_lock(&g->alloc_lock);
+    if (g->pending[i].mem) {
+        struct cumux_reply_slot *r = &g->shm->replies[i];
+        uint64_t addr = 0;
+        if (r->result == 0 && r->len >= sizeof addr)
+            memcpy(&addr, r->data, sizeof addr);
+        if (!addr)
+            munmap(g->pending[i].mem, g->pending[i].size);
+        else if (pinned_add(&g->pinned, addr, g->pending[i].size, g->pending[i].mem) < 0)
+            atomic_store(&g->done, 1); /* the worker has it and we cannot keep its copy: the client ends */
+        g->pending[i].mem = NULL;
+    }
+    pthread_mutex_unlock(&g->alloc_lock);
+}
+
 /* One look at everything the server and the GPU write. Answers go last: whatever the worker wrote before
- * an answer (a slot made ready, a mark) reaches the relay before it. How many things were sent, or -1. */
+ * an answer (a slot made ready, a mark, pinned memory) reaches the relay before it. How many things were
+ * sent, or -1. */
 static int watch_round(struct gw *g, struct watch *w)
 {
     struct cumux_shm *m = g->shm;
     int sent = 0;
     uint32_t seq[CUMUX_REPLY_SLOTS];
-    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
+    bool any = atomic_load(&m->hostfn_posted) != w->posted || atomic_load(&m->marks_told.gen) != w->told_gen;
+    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++) {
         seq[i] = atomic_load(&m->replies[i].seq);
+        if (seq[i] != w->reply_seq[i]) {
+            any = true;
+            pinned_answered(g, i);
+        }
+    }
+    for (int i = 0; !any && i < CUMUX_MARK_WORDS; i++)
+        any = atomic_load_explicit(&m->mark_word[i], memory_order_relaxed) != w->marks[i];
+    for (unsigned s = 0; !any && s < CUMUX_STAGING_SLOTS; s++)
+        any = atomic_load(&m->stage_state[s]) == CUMUX_STAGE_READY;
+    /* What the GPU wrote into pinned memory goes before whatever tells the program its work is done. */
+    if (any && g->pinned.n && pinned_diff(&g->pinned, send_pinned, g) < 0)
+        return -1;
     for (unsigned s = 0; s < CUMUX_STAGING_SLOTS; s++) {
         pthread_mutex_lock(&g->stage_lock);
         uint32_t known = g->known[s], st = atomic_load(&m->stage_state[s]);
@@ -369,6 +449,8 @@ int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_he
     static struct gw g0;
     struct gw *g = &g0;
     *g = (struct gw){.t = t, .sock = -1, .image_fd = -1};
+    pinned_init(&g->pinned);
+    pthread_mutex_init(&g->alloc_lock, NULL);
     pthread_mutex_init(&g->send_lock, NULL);
     pthread_mutex_init(&g->stage_lock, NULL);
     pthread_mutex_init(&g->dtoh_lock, NULL);

@@ -48,6 +48,7 @@ int cli_relay_start(const char *server, const char *key, pid_t program, char *di
 #include "common/proto.h"
 #include "common/sock.h"
 #include "common/tls_link.h"
+#include "cli/pinned_mirror.h"
 
 struct relay {
     struct cumux_tls *t;
@@ -63,6 +64,12 @@ struct relay {
     uint32_t told_gen;
     uint32_t hostfn_done;
     uint32_t hostfn_words[CUMUX_HOSTFN_STREAMS];
+    struct pinned_set pinned;
+    pthread_mutex_t alloc_lock; /* pending: the program's pinned memory, mapped, until its HOST_ALLOC's answer */
+    struct {
+        uint8_t *mem;
+        uint64_t size;
+    } pending[CUMUX_REPLY_SLOTS];
     bool welcomed;
     int status; /* the welcome's, for the exit */
     _Atomic int done;
@@ -92,6 +99,32 @@ static int program_fd(struct relay *r)
         return -1;
     }
     return fd;
+}
+
+static int send_pinned(void *ctx, const uint8_t *records, size_t len)
+{
+    return send_mirror(ctx, CUMUX_MIRROR_PINNED, 0, 0, records, len);
+}
+
+/* A HOST_ALLOC's memory (the program's memfd): ours to map, until its answer names the server's address. */
+static int pinned_new(struct relay *r, const struct cumux_msg_hdr *h, const uint8_t *body)
+{
+    struct cumux_host_alloc m;
+    memcpy(&m, body, sizeof m);
+    int fd = program_fd(r);
+    void *mem = MAP_FAILED;
+    if (fd >= 0 && h->reply < CUMUX_REPLY_SLOTS && m.size && m.size <= PINNED_MAX_BYTES)
+        mem = mmap(NULL, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0)
+        close(fd);
+    if (mem == MAP_FAILED)
+        return -1;
+    pthread_mutex_lock(&r->alloc_lock);
+    if (r->pending[h->reply].mem)
+        munmap(r->pending[h->reply].mem, r->pending[h->reply].size);
+    r->pending[h->reply].mem = mem, r->pending[h->reply].size = m.size;
+    pthread_mutex_unlock(&r->alloc_lock);
+    return send_mirror(r, CUMUX_MIRROR_PINNED_NEW, h->reply, m.size, NULL, 0);
 }
 
 /* A file (a module's image, the program's descriptor) to the gateway, in pieces. 0, or -1. */
@@ -136,6 +169,12 @@ static int send_messages(struct relay *r, uint64_t pos, uint8_t *p, size_t n)
             if (m.slot < CUMUX_STAGING_SLOTS && m.size <= CUMUX_STAGING_BYTES &&
                 send_mirror(r, CUMUX_MIRROR_STAGE_DATA, m.slot, 0, r->shm->staging[m.slot], m.size) < 0)
                 return -1;
+        } else if (net == CUMUX_NET_PINNED && h.size >= sizeof h + sizeof(struct cumux_host_alloc)) {
+            if (pinned_new(r, &h, p + off + sizeof h) < 0) {
+                if (atomic_load(&r->done))
+                    return -1;
+                net = CUMUX_NET_REFUSED;
+            }
         } else if (net == CUMUX_NET_IMAGE || (net == CUMUX_NET_REFUSED && cumux_op_fd(h.op))) {
             int fd = program_fd(r);
             if (net == CUMUX_NET_IMAGE && fd >= 0) {
@@ -148,6 +187,11 @@ static int send_messages(struct relay *r, uint64_t pos, uint8_t *p, size_t n)
                     close(fd);
                 net = CUMUX_NET_REFUSED; /* no descriptor came: the call fails */
             }
+        }
+        if (h.op == CUMUX_OP_HOST_FREE && h.size >= sizeof h + sizeof(struct cumux_mem_free)) {
+            struct cumux_mem_free f;
+            memcpy(&f, p + off + sizeof h, sizeof f);
+            pinned_remove(&r->pinned, f.ptr); /* what it held was sent before these messages */
         }
         if (net == CUMUX_NET_REFUSED) {
             /* The same size and reply slot, so the ring's bytes stay where the program put them. */
@@ -167,6 +211,11 @@ static int up_round(struct relay *r)
     struct cumux_shm *m = r->shm;
     int sent = 0;
     uint64_t head = atomic_load(&m->head);
+    /* What the program wrote into its pinned memory goes before the work that may read it, and before a
+     * host function's end lets its stream go on. */
+    if ((head != r->sent || atomic_load(&m->hostfn_done) != r->hostfn_done) && r->pinned.n &&
+        pinned_diff(&r->pinned, send_pinned, r) < 0)
+        return -1;
     if (head != r->sent) {
         if (head - r->sent > CUMUX_RING_BYTES || (head - r->sent) % 8)
             return -1; /* not what a shim writes */
@@ -309,6 +358,21 @@ static int on_gateway_frame(void *ctx, uint32_t kind, const uint8_t *p, uint32_t
     case CUMUX_MIRROR_REPLY:
         if (h.index >= CUMUX_REPLY_SLOTS || len > CUMUX_REPLY_DATA || len != h.value >> 32)
             return -1;
+        pthread_mutex_lock(&r->alloc_lock);
+        if (r->pending[h.index].mem) { /* a HOST_ALLOC's answer: the server's address of that memory */
+            uint64_t addr = 0;
+            if ((uint32_t)h.value == 0 && len >= sizeof addr)
+                memcpy(&addr, p, sizeof addr);
+            int added = addr ? pinned_add(&r->pinned, addr, r->pending[h.index].size, r->pending[h.index].mem) : -1;
+            if (!addr)
+                munmap(r->pending[h.index].mem, r->pending[h.index].size);
+            r->pending[h.index].mem = NULL;
+            if (addr && added < 0) { /* the server has it and we cannot keep its copy: the program ends */
+                pthread_mutex_unlock(&r->alloc_lock);
+                return -1;
+            }
+        }
+        pthread_mutex_unlock(&r->alloc_lock);
         cumux_reply_post(&m->replies[h.index], (int32_t)(uint32_t)h.value, p, len);
         return 0;
     case CUMUX_MIRROR_STAGE:
@@ -359,6 +423,8 @@ static int on_gateway_frame(void *ctx, uint32_t kind, const uint8_t *p, uint32_t
         atomic_store(&m->marks_told.gen, ++r->told_gen);
         return 0;
     }
+    case CUMUX_MIRROR_PINNED:
+        return pinned_apply(&r->pinned, p, len);
     case CUMUX_MIRROR_CLIENTS:
         atomic_store(&m->server_clients, (uint32_t)h.value);
         return 0;
@@ -387,6 +453,8 @@ static int relay_one(int psock, uint32_t gpu, const char *server, const char *ke
     struct relay *r = &r0;
     *r = (struct relay){.psock = psock, .out_fd = -1, .gpu = gpu};
     pthread_mutex_init(&r->stage_lock, NULL);
+    pthread_mutex_init(&r->alloc_lock, NULL);
+    pinned_init(&r->pinned);
     struct pollfd pp = {.fd = psock, .events = POLLIN};
     if (poll(&pp, 1, 10000) != 1 || cumux_sock_recv(psock, &r->hello, sizeof r->hello, &r->out_fd) < 0)
         return 1;

@@ -18,6 +18,9 @@ enum cumux_mirror_what {
     CUMUX_MIRROR_IMAGE = 4,       /* data: a piece of the next descriptor's file; index 1: its last piece */
     CUMUX_MIRROR_HOSTFN_DONE = 5, /* value: hostfn_done */
     CUMUX_MIRROR_HOSTFN_WORDS = 6, /* data: (u32 word, u32 value) pairs of hostfn_stream_done */
+    CUMUX_MIRROR_PINNED_NEW = 7,  /* index: the reply slot of the HOST_ALLOC that follows; value: its size */
+    /* both ways: pinned memory's changed bytes (cli/pinned_mirror.h's records) */
+    CUMUX_MIRROR_PINNED = 8,
     /* gateway -> relay: what the server and the GPU wrote */
     CUMUX_MIRROR_WELCOME = 16,    /* data: the worker's struct cumux_welcome, then its text */
     CUMUX_MIRROR_TAIL = 17,       /* value: the ring's tail */

@@ -1554,6 +1554,7 @@ enum cumux_op_net {
     CUMUX_NET_STAGE_IN,
     CUMUX_NET_STAGE_OUT,
     CUMUX_NET_IMAGE,
+    CUMUX_NET_PINNED,
     CUMUX_NET_REFUSED,
 };
 static inline enum cumux_op_net cumux_op_net(unsigned op)
@@ -1567,6 +1568,7 @@ static inline enum cumux_op_net cumux_op_net(unsigned op)
     case CUMUX_OP_LINK_ADD:
         return CUMUX_NET_IMAGE;
     case CUMUX_OP_HOST_ALLOC:
+        return CUMUX_NET_PINNED;
     case CUMUX_OP_VMM_EXPORT:
     case CUMUX_OP_VMM_IMPORT:
     case CUMUX_OP_LINK_READ:

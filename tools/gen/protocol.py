@@ -14,7 +14,7 @@ SCALARS = {  # spec type: (C type, size)
 }
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
 OP_FLAGS = ("question", "work", "hand", "main")  # see the spec's header
-NET_KINDS = ("plain", "stage_in", "stage_out", "image", "refused")  # net=: see the spec's header
+NET_KINDS = ("plain", "stage_in", "stage_out", "image", "pinned", "refused")  # net=: see the spec's header
 
 
 class Kind:
@@ -218,9 +218,9 @@ def parse(path):
                 raise SpecError("%s: op %s twice" % (where, name))
             if opts["net"] not in NET_KINDS:
                 raise SpecError("%s: net= is one of %s, not %s" % (where, ", ".join(NET_KINDS), opts["net"]))
-            if opts["fd"] and opts["net"] not in ("image", "refused"):
-                raise SpecError("%s: an op with a descriptor says how it crosses the network: net=image or "
-                                "net=refused" % where)
+            if opts["fd"] and opts["net"] not in ("image", "pinned", "refused"):
+                raise SpecError("%s: an op with a descriptor says how it crosses the network: net=image, "
+                                "net=pinned or net=refused" % where)
             if opts["file"] is not None:
                 server_file(where, opts["file"])
                 src = open(os.path.join(SERVER_DIR, opts["file"] + ".c")).read()

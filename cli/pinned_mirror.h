@@ -1,0 +1,44 @@
+/* Pinned host memory across the network (cli/relay.c, cli/gateway_program.c; docs/remote.md): each side maps
+ * its own copy of every allocation (the program's memfd on the relay's side, one of the gateway's own that
+ * the worker registers), named by the server's address of it, and keeps a shadow of what the other side
+ * last had. At each synchronizing point (the relay: before the program's messages go and after a host
+ * function ran; the gateway: before answers, marks and host functions go back) the bytes that differ from
+ * the shadow are sent, as runs of changed bytes, never whole pages: bytes the other side wrote meanwhile
+ * in the same page are not overwritten. */
+#ifndef CUMUX_PINNED_MIRROR_H
+#define CUMUX_PINNED_MIRROR_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pinned_block {
+    uint64_t server_addr, size;
+    uint8_t *mem;    /* this side's copy (mapped) */
+    uint8_t *shadow; /* what the other side has, as far as we know */
+};
+
+struct pinned_set {
+    pthread_mutex_t lock;
+    struct pinned_block *v;
+    size_t n, cap;
+    uint64_t bytes; /* of all blocks */
+};
+
+#define PINNED_MAX_BYTES (64ull << 30) /* a side's shadows at most, together */
+
+void pinned_init(struct pinned_set *s);
+/* A block mapped at mem (owned from now on: unmapped when removed). 0, or -1 (no memory for its shadow,
+ * or an address range that overlaps another's). */
+int pinned_add(struct pinned_set *s, uint64_t server_addr, uint64_t size, uint8_t *mem);
+void pinned_remove(struct pinned_set *s, uint64_t server_addr);
+/* The changed runs of every block, as records {u64 addr, u32 len, u32 pad, bytes, padded to 8} in frames
+ * of at most CUMUX_FRAME_MAX, each handed to send (which returns 0, or -1 to stop). How many bytes
+ * changed, or -1. */
+typedef int (*pinned_send_fn)(void *ctx, const uint8_t *records, size_t len);
+long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx);
+/* Records from the other side into the blocks and their shadows. 0, or -1 (a record outside every block,
+ * a malformed one). */
+int pinned_apply(struct pinned_set *s, const uint8_t *records, size_t len);
+
+#endif
