@@ -291,8 +291,11 @@ static int watch_round(struct gw *g, struct watch *w)
 {
     struct cumux_shm *m = g->shm;
     int sent = 0;
-    uint32_t seq[CUMUX_REPLY_SLOTS];
-    bool any = atomic_load(&m->hostfn_posted) != w->posted || atomic_load(&m->marks_told.gen) != w->told_gen;
+    /* Everything that tells the program its work is done (answers, host functions posted, marks) is looked
+     * at before pinned memory is: the bytes the GPU wrote before any of it go first. */
+    uint32_t seq[CUMUX_REPLY_SLOTS], marks[CUMUX_MARK_WORDS];
+    uint32_t posted = atomic_load(&m->hostfn_posted), gen = atomic_load(&m->marks_told.gen);
+    bool any = posted != w->posted || gen != w->told_gen;
     for (int i = 0; i < CUMUX_REPLY_SLOTS; i++) {
         seq[i] = atomic_load(&m->replies[i].seq);
         if (seq[i] != w->reply_seq[i]) {
@@ -300,11 +303,12 @@ static int watch_round(struct gw *g, struct watch *w)
             pinned_answered(g, i);
         }
     }
-    for (int i = 0; !any && i < CUMUX_MARK_WORDS; i++)
-        any = atomic_load_explicit(&m->mark_word[i], memory_order_relaxed) != w->marks[i];
+    for (int i = 0; i < CUMUX_MARK_WORDS; i++) {
+        marks[i] = atomic_load_explicit(&m->mark_word[i], memory_order_acquire);
+        any |= marks[i] != w->marks[i];
+    }
     for (unsigned s = 0; !any && s < CUMUX_STAGING_SLOTS; s++)
         any = atomic_load(&m->stage_state[s]) == CUMUX_STAGE_READY;
-    /* What the GPU wrote into pinned memory goes before whatever tells the program its work is done. */
     if (any && g->pinned.n && pinned_diff(&g->pinned, send_pinned, g) < 0)
         return -1;
     for (unsigned s = 0; s < CUMUX_STAGING_SLOTS; s++) {
@@ -323,7 +327,6 @@ static int watch_round(struct gw *g, struct watch *w)
         if (r < 0)
             return -1;
     }
-    uint32_t posted = atomic_load(&m->hostfn_posted);
     if (posted != w->posted) {
         struct cumux_mirror_hostfn e[CUMUX_HOSTFN_RING];
         uint32_t n = posted - w->posted;
@@ -339,7 +342,7 @@ static int watch_round(struct gw *g, struct watch *w)
     }
     uint32_t pairs[2 * CUMUX_MARK_WORDS], np = 0;
     for (int i = 0; i < CUMUX_MARK_WORDS; i++) {
-        uint32_t v = atomic_load_explicit(&m->mark_word[i], memory_order_acquire);
+        uint32_t v = marks[i];
         if (v != w->marks[i]) {
             w->marks[i] = v;
             pairs[np++] = (uint32_t)i, pairs[np++] = v;
@@ -347,7 +350,6 @@ static int watch_round(struct gw *g, struct watch *w)
     }
     if (np && (send_mirror(g, CUMUX_MIRROR_MARK_WORDS, 0, 0, pairs, np * 4) < 0 || !++sent))
         return -1;
-    uint32_t gen = atomic_load(&m->marks_told.gen);
     if (!(gen & 1) && gen != w->told_gen) {
         struct cumux_marks_told copy;
         memcpy(&copy, (const void *)&m->marks_told, sizeof copy);
