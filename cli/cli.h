@@ -38,6 +38,9 @@ int cli_remote_ask(const char *server, int gpu, const struct cumux_hello *h, con
  * or NULL (errno, err). */
 struct cumux_tls;
 struct cumux_tls *cli_remote_connect(const char *server, const char *key, int timeout_s, char *err, size_t errlen);
+/* A program's link lasts as long as it does: no timeouts on its reads and writes; a peer gone silent is
+ * found by TCP's keepalive (about 30 s); small messages go at once. */
+void cli_link_long_lived(struct cumux_tls *t);
 /* gateway_program.c: a program's channel through the gateway (the connection's HELLO asked for one). */
 int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_hello *hello);
 /* relay.c: `cumux relay`, and the relay `cumux run` starts where CUMUX_SERVER names a remote server (its

@@ -472,14 +472,7 @@ static int relay_one(int psock, uint32_t gpu, const char *server, const char *ke
             cumux_sock_send(psock, why, w.text_len, -1);
         return 1;
     }
-    int s = cumux_tls_fd(r->t), one = 1, idle = 15, intvl = 5, cnt = 3;
-    struct timeval none = {0};
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
-    setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    cli_link_long_lived(r->t);
     uint8_t req[4 + sizeof r->hello];
     memcpy(req, &gpu, 4);
     memcpy(req + 4, &r->hello, sizeof r->hello);

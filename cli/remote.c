@@ -104,6 +104,19 @@ static int read_frame(struct cumux_tls *t, struct one_frame *f, int big_ok)
     return rc;
 }
 
+void cli_link_long_lived(struct cumux_tls *t)
+{
+    int s = cumux_tls_fd(t), one = 1, idle = 15, intvl = 5, cnt = 3;
+    struct timeval none = {0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+    setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 /* The gateway's side of one connection (a child process of its own). */
 static int serve_one(int fd, const char *key_file)
 {
@@ -130,15 +143,7 @@ static int serve_one(int fd, const char *key_file)
         if (h.kind == CUMUX_HELLO_CLIENT && gpu < CUMUX_MAX_DEVICES && extra == 0) {
             /* A program's channel, through a relay (cli/gateway_program.c): long-lived, so no timeout on
              * reads; a peer gone silent is found by TCP's keepalive. */
-            int s = cumux_tls_fd(t), one = 1, idle = 15, intvl = 5, cnt = 3;
-            struct timeval none = {0};
-            setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-            setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
-            setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-            setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-            setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-            setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-            setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            cli_link_long_lived(t);
             rc = cli_gateway_program(t, gpu, &h);
             cumux_tls_close(t);
             return rc;
