@@ -44,6 +44,7 @@ struct gw {
     int sock;                  /* to the worker */
     struct cumux_shm *shm;
     uint64_t head; /* the ring's bytes written so far */
+    struct watch *watch; /* the watcher's: what it last saw of the page */
     /* Staging slots: the state the relay's page has, as far as we know (under stage_lock). */
     pthread_mutex_t stage_lock;
     uint32_t known[CUMUX_STAGING_SLOTS];
@@ -309,22 +310,23 @@ static int watch_round(struct gw *g, struct watch *w)
     }
     for (unsigned s = 0; !any && s < CUMUX_STAGING_SLOTS; s++)
         any = atomic_load(&m->stage_state[s]) == CUMUX_STAGE_READY;
-    if (any && g->pinned.n && pinned_diff(&g->pinned, send_pinned, g) < 0)
-        return -1;
+    if ((any && g->pinned.n) || pinned_due(&g->pinned, cumux_now_ns())) {
+        long long changed = pinned_diff(&g->pinned, send_pinned, g);
+        if (changed < 0)
+            return -1;
+        sent += changed > 0;
+    }
     for (unsigned s = 0; s < CUMUX_STAGING_SLOTS; s++) {
+        /* Sent without the lock (the reader takes it): a ready slot stays as it is until the relay says the
+         * program took it, which comes after this. */
         pthread_mutex_lock(&g->stage_lock);
         uint32_t known = g->known[s], st = atomic_load(&m->stage_state[s]);
-        int r = 0;
-        if (st != known && st == CUMUX_STAGE_READY) {
-            uint64_t len = dtoh_chunk(g);
-            r = send_mirror(g, CUMUX_MIRROR_STAGE, s, st, m->staging[s], len);
-            g->known[s] = st, sent++;
-        } else if (st != known && st == CUMUX_STAGE_FREE) {
-            r = send_mirror(g, CUMUX_MIRROR_STAGE, s, st, NULL, 0);
-            g->known[s] = st, sent++;
-        }
+        bool tell = st != known && (st == CUMUX_STAGE_READY || st == CUMUX_STAGE_FREE);
+        uint64_t len = tell && st == CUMUX_STAGE_READY ? dtoh_chunk(g) : 0;
+        if (tell)
+            g->known[s] = st;
         pthread_mutex_unlock(&g->stage_lock);
-        if (r < 0)
+        if (tell && (send_mirror(g, CUMUX_MIRROR_STAGE, s, st, len ? m->staging[s] : NULL, len) < 0 || !++sent))
             return -1;
     }
     if (posted != w->posted) {
@@ -366,10 +368,12 @@ static int watch_round(struct gw *g, struct watch *w)
         struct cumux_reply_slot *r = &m->replies[i];
         uint32_t len = r->len <= CUMUX_REPLY_DATA ? r->len : CUMUX_REPLY_DATA;
         uint64_t v = (uint32_t)r->result | (uint64_t)len << 32;
+        /* The copy this answer ends is over before the answer goes: once the program has it, its thread's
+         * next copy (the same reply slot) can reach the gateway before this thread would look again. */
+        dtoh_answered(g, (uint32_t)i);
         if (send_mirror(g, CUMUX_MIRROR_REPLY, (uint32_t)i, v, r->data, len) < 0)
             return -1;
         w->reply_seq[i] = seq[i], sent++;
-        dtoh_answered(g, (uint32_t)i);
     }
     uint64_t tail = atomic_load(&m->tail);
     if (tail != w->tail) {
@@ -395,17 +399,23 @@ static int watch_round(struct gw *g, struct watch *w)
 /* Looks at the page until the link or the worker's connection ends: spinning (giving the CPU away between
  * looks) for 2 ms after anything changed, then every 50 us. The GPU's marks change with no one told, so
  * it is looked at, not waited on. */
-static void *watcher(void *arg)
+/* What the page holds before the relay's first message reaches the worker (taken before the watcher and the
+ * reader start: an answer to that message, the hello, is then one the watcher tells). */
+static struct watch *watch_start(struct gw *g)
 {
-    struct gw *g = arg;
     struct watch *w = calloc(1, sizeof *w);
-    if (!w) {
-        atomic_store(&g->done, 1);
+    if (!w)
         return NULL;
-    }
     for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
         w->reply_seq[i] = atomic_load(&g->shm->replies[i].seq);
     w->posted = atomic_load(&g->shm->hostfn_posted);
+    return w;
+}
+
+static void *watcher(void *arg)
+{
+    struct gw *g = arg;
+    struct watch *w = g->watch;
     uint64_t busy = cumux_now_ns(), looked = 0;
     while (!atomic_load(&g->done)) {
         int n = watch_round(g, w);
@@ -497,7 +507,7 @@ int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_he
     g->head = atomic_load(&g->shm->head);
     pthread_t wt, pt;
     void *pump_arg[2] = {g, (void *)(intptr_t)out[0]};
-    if (pthread_create(&wt, NULL, watcher, g) != 0)
+    if (!(g->watch = watch_start(g)) || pthread_create(&wt, NULL, watcher, g) != 0)
         return 1;
     if (out[0] >= 0 && pthread_create(&pt, NULL, printf_pump, pump_arg) == 0)
         pthread_detach(pt); /* it ends with the process: the worker keeps its end of the pipe until it frees us */

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include "common/frame.h"
+#include "common/channel.h"
 #include "common/mirror.h"
 
 #define PAGE 4096u
@@ -75,28 +76,58 @@ void pinned_remove(struct pinned_set *s, uint64_t server_addr)
 struct out {
     uint8_t *buf;
     size_t len, cap;
-    pinned_send_fn send;
-    void *ctx;
-    int failed;
 };
 
-static void flush(struct out *o)
+/* Whether a record of n bytes still fits. */
+static bool fits(const struct out *o, uint32_t n)
 {
-    if (o->len && !o->failed && o->send(o->ctx, o->buf, o->len) < 0)
-        o->failed = 1;
-    o->len = 0;
+    return o->len + REC_HEAD + ((n + 7u) & ~7u) <= o->cap;
 }
 
 static void record(struct out *o, uint64_t addr, const uint8_t *p, uint32_t n)
 {
     size_t need = REC_HEAD + ((n + 7u) & ~7u);
-    if (o->len + need > o->cap)
-        flush(o);
     uint32_t head[4] = {(uint32_t)addr, (uint32_t)(addr >> 32), n, 0};
     memcpy(o->buf + o->len, head, sizeof head);
     memcpy(o->buf + o->len + REC_HEAD, p, n);
     memset(o->buf + o->len + REC_HEAD + n, 0, need - REC_HEAD - n);
     o->len += need;
+}
+
+/* The changed runs of one page into o, the shadow made what was recorded. How many bytes changed. */
+static long long diff_page(struct pinned_block *b, uint64_t off, struct out *o)
+{
+    uint32_t n = b->size - off < PAGE ? (uint32_t)(b->size - off) : PAGE;
+    if (!memcmp(b->mem + off, b->shadow + off, n))
+        return 0;
+    uint8_t page[PAGE];
+    memcpy(page, b->mem + off, n); /* one look: the bytes sent are the bytes the shadow keeps */
+    uint8_t *sh = b->shadow + off;
+    long long changed = 0;
+    for (uint32_t k = 0; k < n;) {
+        if (page[k] == sh[k]) {
+            k++;
+            continue;
+        }
+        uint32_t start = k, last = k;
+        for (; k < n && k - last <= GAP; k++)
+            if (page[k] != sh[k])
+                last = k;
+        uint32_t len = last - start + 1;
+        record(o, b->server_addr + off + start, page + start, len);
+        memcpy(sh + start, page + start, len);
+        changed += len;
+        k = last + 1;
+    }
+    return changed;
+}
+
+int pinned_due(struct pinned_set *s, uint64_t now_ns)
+{
+    pthread_mutex_lock(&s->lock);
+    int due = s->n && now_ns >= s->next_look_ns;
+    pthread_mutex_unlock(&s->lock);
+    return due;
 }
 
 long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
@@ -106,38 +137,55 @@ long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
     enum { CAP = (1u << 20) };
     if (!buf && !(buf = malloc(CAP)))
         return -1;
-    struct out o = {.buf = buf, .cap = CAP, .send = send, .ctx = ctx};
+    struct out o = {.buf = buf, .cap = CAP};
     long long changed = 0;
-    uint8_t page[PAGE];
+    uint64_t t0 = cumux_now_ns();
+    /* Records are gathered under the lock and sent without it: the other side may be sending to us at the
+     * same time, and our reader, applying what it sends, takes this lock; holding it through a send that
+     * waits for the other side to read would leave both sides waiting. Blocks are found again by address
+     * after each send (one freed meanwhile is skipped; its bytes mean nothing any more). */
     pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < s->n && !o.failed; i++) {
-        struct pinned_block *b = &s->v[i];
-        for (uint64_t off = 0; off < b->size && !o.failed; off += PAGE) {
-            uint32_t n = b->size - off < PAGE ? (uint32_t)(b->size - off) : PAGE;
-            if (!memcmp(b->mem + off, b->shadow + off, n))
-                continue;
-            memcpy(page, b->mem + off, n); /* one look: the bytes sent are the bytes the shadow keeps */
-            uint8_t *sh = b->shadow + off;
-            for (uint32_t k = 0; k < n;) {
-                if (page[k] == sh[k]) {
-                    k++;
-                    continue;
-                }
-                uint32_t start = k, last = k;
-                for (; k < n && k - last <= GAP; k++)
-                    if (page[k] != sh[k])
-                        last = k;
-                uint32_t len = last - start + 1;
-                record(&o, b->server_addr + off + start, page + start, len);
-                memcpy(sh + start, page + start, len);
-                changed += len;
-                k = last + 1;
+    size_t nblocks = s->n;
+    uint64_t *addrs = nblocks ? malloc(nblocks * sizeof *addrs) : NULL;
+    for (size_t i = 0; addrs && i < nblocks; i++)
+        addrs[i] = s->v[i].server_addr;
+    if (nblocks && !addrs) {
+        pthread_mutex_unlock(&s->lock);
+        return -1;
+    }
+    int failed = 0;
+    for (size_t i = 0; i < nblocks && !failed; i++) {
+        for (uint64_t off = 0;;) {
+            struct pinned_block *b = find(s, addrs[i], 1);
+            if (!b || b->server_addr != addrs[i])
+                break;
+            while (off < b->size && fits(&o, PAGE)) {
+                changed += diff_page(b, off, &o);
+                off += PAGE;
             }
+            if (off < b->size || (i + 1 == nblocks && o.len)) {
+                /* Full (or the last block's records): out without the lock. */
+                pthread_mutex_unlock(&s->lock);
+                failed = o.len && send(ctx, o.buf, o.len) < 0;
+                o.len = 0;
+                pthread_mutex_lock(&s->lock);
+                if (failed)
+                    break;
+            }
+            if (off >= b->size)
+                break;
         }
     }
-    flush(&o);
     pthread_mutex_unlock(&s->lock);
-    return o.failed ? -1 : changed;
+    if (!failed && o.len) /* the last block freed before its records went */
+        failed = send(ctx, o.buf, o.len) < 0;
+    free(addrs);
+    uint64_t t1 = cumux_now_ns();
+    pthread_mutex_lock(&s->lock);
+    s->look_cost_ns = t1 - t0;
+    s->next_look_ns = t1 + (20 * s->look_cost_ns > 1000000 ? 20 * s->look_cost_ns : 1000000);
+    pthread_mutex_unlock(&s->lock);
+    return failed ? -1 : changed;
 }
 
 int pinned_apply(struct pinned_set *s, const uint8_t *p, size_t len)
@@ -152,13 +200,16 @@ int pinned_apply(struct pinned_set *s, const uint8_t *p, size_t len)
         }
         memcpy(head, p + off, sizeof head);
         uint64_t addr = head[0] | (uint64_t)head[1] << 32, n = head[2], need = REC_HEAD + ((n + 7u) & ~7ull);
-        struct pinned_block *b = need <= len - off ? find(s, addr, n) : NULL;
-        if (!b) {
+        if (need > len - off || n == 0 || n > PAGE) {
             rc = -1;
             break;
         }
-        memcpy(b->mem + (addr - b->server_addr), p + off + REC_HEAD, n);
-        memcpy(b->shadow + (addr - b->server_addr), p + off + REC_HEAD, n);
+        /* Outside every block: one this side freed while the other sent its bytes (nothing to write). */
+        struct pinned_block *b = find(s, addr, n);
+        if (b) {
+            memcpy(b->mem + (addr - b->server_addr), p + off + REC_HEAD, n);
+            memcpy(b->shadow + (addr - b->server_addr), p + off + REC_HEAD, n);
+        }
         off += need;
     }
     pthread_mutex_unlock(&s->lock);

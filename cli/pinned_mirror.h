@@ -23,6 +23,9 @@ struct pinned_set {
     struct pinned_block *v;
     size_t n, cap;
     uint64_t bytes; /* of all blocks */
+    /* Between synchronizing points, a look now and then (pinned_due): memory one side polls while the
+     * other writes it (a flag a kernel waits on, a word a kernel sets) must cross without a call. */
+    uint64_t next_look_ns, look_cost_ns;
 };
 
 #define PINNED_MAX_BYTES (64ull << 30) /* a side's shadows at most, together */
@@ -33,12 +36,15 @@ void pinned_init(struct pinned_set *s);
 int pinned_add(struct pinned_set *s, uint64_t server_addr, uint64_t size, uint8_t *mem);
 void pinned_remove(struct pinned_set *s, uint64_t server_addr);
 /* The changed runs of every block, as records {u64 addr, u32 len, u32 pad, bytes, padded to 8} in frames
- * of at most CUMUX_FRAME_MAX, each handed to send (which returns 0, or -1 to stop). How many bytes
- * changed, or -1. */
+ * of at most CUMUX_FRAME_MAX, each handed to send (which returns 0, or -1 to stop) without the set's lock
+ * held. How many bytes changed, or -1. */
 typedef int (*pinned_send_fn)(void *ctx, const uint8_t *records, size_t len);
 long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx);
-/* Records from the other side into the blocks and their shadows. 0, or -1 (a record outside every block,
- * a malformed one). */
+/* Whether a look between synchronizing points is due at now: every millisecond, or less often where a
+ * look costs more (a look at most a twentieth of the time). */
+int pinned_due(struct pinned_set *s, uint64_t now_ns);
+/* Records from the other side into the blocks and their shadows (a record outside every block, of memory
+ * this side freed meanwhile, is skipped). 0, or -1 (a malformed record). */
 int pinned_apply(struct pinned_set *s, const uint8_t *records, size_t len);
 
 #endif

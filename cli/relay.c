@@ -213,9 +213,13 @@ static int up_round(struct relay *r)
     uint64_t head = atomic_load(&m->head);
     /* What the program wrote into its pinned memory goes before the work that may read it, and before a
      * host function's end lets its stream go on. */
-    if ((head != r->sent || atomic_load(&m->hostfn_done) != r->hostfn_done) && r->pinned.n &&
-        pinned_diff(&r->pinned, send_pinned, r) < 0)
-        return -1;
+    if (((head != r->sent || atomic_load(&m->hostfn_done) != r->hostfn_done) && r->pinned.n) ||
+        pinned_due(&r->pinned, cumux_now_ns())) {
+        long long changed = pinned_diff(&r->pinned, send_pinned, r);
+        if (changed < 0)
+            return -1;
+        sent += changed > 0;
+    }
     if (head != r->sent) {
         if (head - r->sent > CUMUX_RING_BYTES || (head - r->sent) % 8)
             return -1; /* not what a shim writes */
@@ -231,16 +235,14 @@ static int up_round(struct relay *r)
         sent++;
     }
     for (unsigned s = 0; s < CUMUX_STAGING_SLOTS; s++) {
+        /* Sent without the lock (the downlink takes it): the gateway makes the slot ready again only after
+         * this reaches it. */
         pthread_mutex_lock(&r->stage_lock);
         uint32_t known = r->known[s], st = atomic_load(&m->stage_state[s]);
-        int rc = 0;
-        if (st != known) {
-            if (st == CUMUX_STAGE_FREE && known == CUMUX_STAGE_READY) /* the program took a chunk out */
-                rc = send_mirror(r, CUMUX_MIRROR_STAGE_FREE, s, 0, NULL, 0), sent++;
-            r->known[s] = st;
-        }
+        bool taken = st != known && st == CUMUX_STAGE_FREE && known == CUMUX_STAGE_READY; /* a chunk taken out */
+        r->known[s] = st;
         pthread_mutex_unlock(&r->stage_lock);
-        if (rc < 0)
+        if (taken && (send_mirror(r, CUMUX_MIRROR_STAGE_FREE, s, 0, NULL, 0) < 0 || !++sent))
             return -1;
     }
     uint32_t pairs[2 * CUMUX_HOSTFN_STREAMS], np = 0;

@@ -106,7 +106,10 @@ static int read_frame(struct cumux_tls *t, struct one_frame *f, int big_ok)
 
 void cli_link_long_lived(struct cumux_tls *t)
 {
+    /* A peer gone silent ends the link in about 30 s whether we were waiting (keepalive: 15 s idle, then 3
+     * probes 5 s apart) or sending (data unacknowledged for 30 s), as a killed client ends. */
     int s = cumux_tls_fd(t), one = 1, idle = 15, intvl = 5, cnt = 3;
+    unsigned user_timeout_ms = 30000;
     struct timeval none = {0};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
     setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
@@ -114,6 +117,7 @@ void cli_link_long_lived(struct cumux_tls *t)
     setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
     setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(s, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
