@@ -144,15 +144,20 @@ long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
      * same time, and our reader, applying what it sends, takes this lock; holding it through a send that
      * waits for the other side to read would leave both sides waiting. Blocks are found again by address
      * after each send (one freed meanwhile is skipped; its bytes mean nothing any more). */
+    static __thread uint64_t *addrs; /* kept between calls: this runs at every synchronizing point */
+    static __thread size_t addrs_cap;
     pthread_mutex_lock(&s->lock);
     size_t nblocks = s->n;
-    uint64_t *addrs = nblocks ? malloc(nblocks * sizeof *addrs) : NULL;
-    for (size_t i = 0; addrs && i < nblocks; i++)
-        addrs[i] = s->v[i].server_addr;
-    if (nblocks && !addrs) {
-        pthread_mutex_unlock(&s->lock);
-        return -1;
+    if (nblocks > addrs_cap) {
+        uint64_t *na = realloc(addrs, nblocks * sizeof *na);
+        if (!na) {
+            pthread_mutex_unlock(&s->lock);
+            return -1;
+        }
+        addrs = na, addrs_cap = nblocks;
     }
+    for (size_t i = 0; i < nblocks; i++)
+        addrs[i] = s->v[i].server_addr;
     int failed = 0;
     for (size_t i = 0; i < nblocks && !failed; i++) {
         for (uint64_t off = 0;;) {
@@ -179,7 +184,6 @@ long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
     pthread_mutex_unlock(&s->lock);
     if (!failed && o.len) /* the last block freed before its records went */
         failed = send(ctx, o.buf, o.len) < 0;
-    free(addrs);
     uint64_t t1 = cumux_now_ns();
     pthread_mutex_lock(&s->lock);
     s->look_cost_ns = t1 - t0;
