@@ -5,7 +5,11 @@
 #   scripts/device-check.sh [--native-only] [--no-tests] [--no-bench] [--no-mps] [--frameworks] [--startup]
 #                           [--usage-cost] [--efficiency] [--kernel-times] [--latency] [--many] [--sms] [--seed] [--latency-torch]
 #                           [--fuzz S] [--faults] [--no-suites] [--ab "VAR=VALUE ..."] [--launch-cost] [--install]
-#                           [--slurm] [--pods]
+#                           [--slurm] [--pods] [--remote]
+# --remote: also bench/remote.sh (issue 45: the GPU and runtime suites across TCP loopback through the relay, TLS
+# and `cumux gateway`, then spin, pinned copies, round trips and a ResNet-50 training remotely against locally;
+# about 6 minutes: with --no-tests --no-bench a call of its own). A machine without libgnutls28-dev can be
+# given GnuTLS unpacked from Debian's packages in .gnutls/ (carried): .gnutls/use.sh is sourced when present.
 # --pods: also tests/test_torch_pods.sh (issue 43: two PyTorch "pods" with 4 and 8 GiB through the Kubernetes
 # device plugin's answers applied by hand; its Go binaries built elsewhere and carried: K8S_BIN, default
 # build/kubernetes; about a minute).
@@ -64,7 +68,7 @@ cd "$repo" || exit 2
 out="${OUT:-/tmp/cumux-device-check}"
 logs="${DEVICE_CHECK_LOGS:-/tmp/cumux-device-check-logs}"
 budget_s="${DEVICE_CHECK_BUDGET:-540}" # hard stop for everything, build included
-do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0 do_install=0 do_slurm=0 do_pods=0
+do_suites=1 native_only=0 do_tests=1 do_bench=1 do_fw=0 do_startup=0 do_usage=0 do_eff=0 do_latency=0 do_many=0 do_sms=0 do_seed=0 do_latency_torch=0 do_ktimes=0 do_faults=0 fuzz_s=0 bench_opts=() do_ab=0 ab_setting="" do_launch_cost=0 do_install=0 do_slurm=0 do_pods=0 do_remote=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --native-only) native_only=1 ;;
@@ -82,6 +86,7 @@ while [ $# -gt 0 ]; do
         --sms) do_sms=1 ;;
         --slurm) do_slurm=1 ;;
         --pods) do_pods=1 ;;
+        --remote) do_remote=1 ;;
         --seed) do_seed=1 ;;
         --latency-torch) do_latency_torch=1 ;;
         --fuzz) fuzz_s=$2; shift ;;
@@ -101,6 +106,8 @@ left() { echo $((budget_s - (SECONDS - t0))); }
 say() { echo "[device-check +$((SECONDS - t0))s] $*"; }
 
 # --- build ---
+# GnuTLS carried where the machine has no -dev package (see --remote above).
+[ -f .gnutls/use.sh ] && . .gnutls/use.sh
 build_mode=""
 build=""
 say "configure + build (full project)"
@@ -384,7 +391,7 @@ fi
 # extra_bench FLAG NAME LABEL SCRIPT [ARGS...]: within what is left of the budget; its exit status in
 # extra_rc[NAME], its output in $logs/NAME.txt and its logs (summary.txt last) in $logs/NAME/.
 declare -A extra_rc
-extra_names=(usage-cost efficiency kernel-times latency many sms seed latency-torch launch-cost server-ab)
+extra_names=(usage-cost efficiency kernel-times latency many sms seed latency-torch launch-cost server-ab remote)
 extra_bench() {
     local flag=$1 name=$2 label=$3
     shift 3
@@ -404,6 +411,7 @@ extra_bench $do_slurm slurm "a Slurm job's 4 tasks in its group, against MPS" be
 extra_bench $do_seed seed "the seed's two ResNet-50 trainings" bench/seed_table.sh "${bench_opts[@]}"
 extra_bench $do_latency_torch latency-torch "ResNet-18 inference beside a training" bench/latency_torch.sh "${bench_opts[@]}"
 extra_bench $do_launch_cost launch-cost "a launch's host cost natively, the worker's ways" bench/launch_cost.sh
+extra_bench $do_remote remote "programs across TCP loopback against local cumux" bench/remote.sh
 extra_bench $do_ab server-ab "cumux with $ab_setting against cumux as it is" \
     bench/server_ab.sh --native --duration 3 "$ab_setting"
 

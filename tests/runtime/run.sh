@@ -61,7 +61,7 @@ tests=(props vecadd mapped symbols mempool graphs ptds multithread reset printf
 out="${OUT:-/tmp/cumux-runtime-logs}"
 mkdir -p "$out" || exit 2
 bindir="$build/tests/runtime"
-cli="$build/cli/cumux"
+cli="${CUMUX_CLI:-$build/cli/cumux}" # CUMUX_CLI: another cumux (bench/remote.sh: one whose run crosses the network)
 timeout_s="${RT_TEST_TIMEOUT:-60}"
 
 # No GPU at all: not an error (CI machines have none). The props program decides when nvidia-smi is
