@@ -37,6 +37,7 @@ struct dtoh {
     uint32_t reply;       /* its reply slot: its answer ends it */
 };
 #define DTOH_QUEUE 64
+#define GW_LOOK_RANGES 32 /* more copies' ranges at once than this: a look at all pinned memory */
 
 struct gw {
     struct cumux_tls *t;
@@ -53,6 +54,22 @@ struct gw {
     unsigned dtoh_first, dtoh_n;
     int image_fd; /* the file being received (CUMUX_MIRROR_IMAGE), -1: none */
     struct pinned_set pinned;
+    /* What the GPU may have written into pinned memory, for the watcher's looks (the spec's look=): where
+     * a message that may write anywhere (a kernel) was the last, and the copies' and memsets' ranges, each
+     * with its message's number; a look at answers covers them until an answered CTX_SYNC after them (all
+     * the client's work before it is done) or, for a synchronous copy, its own answer. Under look_lock. */
+    pthread_mutex_t look_lock;
+    struct gw_looks {
+        uint64_t seq;     /* messages noted */
+        uint64_t all_seq; /* the last look=all message's number, 0: none since an answered CTX_SYNC */
+        struct gw_range {
+            struct pinned_range r;
+            uint64_t seq;
+            uint32_t reply; /* its reply slot, CUMUX_NO_REPLY: one-way */
+        } v[GW_LOOK_RANGES];
+        unsigned n;
+        uint64_t ctx_sync_seq[CUMUX_REPLY_SLOTS]; /* a CTX_SYNC's number by its reply slot, 0: none */
+    } looks;
     pthread_mutex_t alloc_lock; /* pending: our copy of a HOST_ALLOC's memory until its answer */
     struct {
         uint8_t *mem;
@@ -73,6 +90,25 @@ static int send_mirror(struct gw *g, uint32_t what, uint32_t index, uint64_t val
 }
 
 /* ---- the relay's side into our page ---- */
+
+/* What a message the worker is about to run may write of pinned memory (struct gw_looks). */
+static void note_look(struct gw *g, const struct cumux_msg_hdr *h, const uint8_t *body, size_t len)
+{
+    struct gw_looks *l = &g->looks;
+    enum cumux_op_look lk = h->op < CUMUX_OP_COUNT ? cumux_op_look(h->op) : CUMUX_LOOK_ALL;
+    struct pinned_range two[2];
+    int k = lk == CUMUX_LOOK_RANGE ? pinned_op_ranges(h->op, body, len, true, two) : 0;
+    pthread_mutex_lock(&g->look_lock);
+    uint64_t seq = ++l->seq;
+    if (lk == CUMUX_LOOK_ALL || k < 0 || l->n + (unsigned)k > GW_LOOK_RANGES)
+        l->all_seq = seq;
+    else
+        for (int i = 0; i < k; i++)
+            l->v[l->n++] = (struct gw_range){two[i], seq, h->reply};
+    if (h->reply < CUMUX_REPLY_SLOTS)
+        l->ctx_sync_seq[h->reply] = h->op == CUMUX_OP_CTX_SYNC ? seq : 0;
+    pthread_mutex_unlock(&g->look_lock);
+}
 
 /* The copies from the device the messages in ring bytes p[0, n) ask for, queued for the watcher; pinned
  * memory they free. */
@@ -98,6 +134,7 @@ static void note_messages(struct gw *g, const uint8_t *p, size_t n)
             memcpy(&f, p + off + sizeof h, sizeof f);
             pinned_remove(&g->pinned, f.ptr);
         }
+        note_look(g, &h, p + off + sizeof h, h.size - sizeof h);
         off += h.size;
     }
 }
@@ -285,6 +322,44 @@ static void pinned_answered(struct gw *g, int i)
     pthread_mutex_unlock(&g->alloc_lock);
 }
 
+/* The look at pinned memory before what the watcher saw goes back: all of it while a message that may
+ * write anywhere is not known to be over, else the ranges of the copies not known to be over (nothing
+ * where there are none). The answers in `answered` (a bit per reply slot) end what they cover. Bytes
+ * changed, or -1. */
+static long long answered_look(struct gw *g, bool due, const uint8_t answered[CUMUX_REPLY_SLOTS])
+{
+    struct gw_looks *l = &g->looks;
+    struct pinned_range rg[GW_LOOK_RANGES];
+    pthread_mutex_lock(&g->look_lock);
+    bool all = l->all_seq != 0;
+    unsigned n = l->n;
+    for (unsigned i = 0; i < n; i++)
+        rg[i] = l->v[i].r;
+    pthread_mutex_unlock(&g->look_lock);
+    long long changed = all ? pinned_diff(&g->pinned, send_pinned, g)
+                            : pinned_diff_ranges(&g->pinned, rg, n, due, send_pinned, g);
+    if (changed < 0)
+        return -1;
+    /* Before the answers go: the program's next message on a slot (after its answer) renumbers it. */
+    pthread_mutex_lock(&g->look_lock);
+    uint64_t covered = 0; /* messages before this number are over */
+    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
+        if (answered[i] && l->ctx_sync_seq[i] > covered)
+            covered = l->ctx_sync_seq[i];
+    if (all && l->all_seq < covered)
+        l->all_seq = 0;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < l->n; i++) {
+        struct gw_range *v = &l->v[i];
+        bool over = i < n && (v->seq < covered || (v->reply < CUMUX_REPLY_SLOTS && answered[v->reply]));
+        if (!over)
+            l->v[kept++] = *v;
+    }
+    l->n = kept;
+    pthread_mutex_unlock(&g->look_lock);
+    return changed;
+}
+
 /* One look at everything the server and the GPU write. Answers go last: whatever the worker wrote before
  * an answer (a slot made ready, a mark, pinned memory) reaches the relay before it. How many things were
  * sent, or -1. */
@@ -295,11 +370,13 @@ static int watch_round(struct gw *g, struct watch *w)
     /* Everything that tells the program its work is done (answers, host functions posted, marks) is looked
      * at before pinned memory is: the bytes the GPU wrote before any of it go first. */
     uint32_t seq[CUMUX_REPLY_SLOTS], marks[CUMUX_MARK_WORDS];
+    uint8_t answered[CUMUX_REPLY_SLOTS];
     uint32_t posted = atomic_load(&m->hostfn_posted), gen = atomic_load(&m->marks_told.gen);
     bool any = posted != w->posted || gen != w->told_gen;
     for (int i = 0; i < CUMUX_REPLY_SLOTS; i++) {
         seq[i] = atomic_load(&m->replies[i].seq);
-        if (seq[i] != w->reply_seq[i]) {
+        answered[i] = seq[i] != w->reply_seq[i];
+        if (answered[i]) {
             any = true;
             pinned_answered(g, i);
         }
@@ -310,8 +387,9 @@ static int watch_round(struct gw *g, struct watch *w)
     }
     for (unsigned s = 0; !any && s < CUMUX_STAGING_SLOTS; s++)
         any = atomic_load(&m->stage_state[s]) == CUMUX_STAGE_READY;
-    if ((any && g->pinned.n) || pinned_due(&g->pinned, cumux_now_ns())) {
-        long long changed = pinned_diff(&g->pinned, send_pinned, g);
+    bool due = pinned_due(&g->pinned, cumux_now_ns());
+    if ((any && g->pinned.n) || due) {
+        long long changed = answered_look(g, due, answered);
         if (changed < 0)
             return -1;
         sent += changed > 0;
@@ -462,6 +540,7 @@ int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_he
     struct gw *g = &g0;
     *g = (struct gw){.t = t, .sock = -1, .image_fd = -1};
     pinned_init(&g->pinned);
+    pthread_mutex_init(&g->look_lock, NULL);
     pthread_mutex_init(&g->alloc_lock, NULL);
     pthread_mutex_init(&g->send_lock, NULL);
     pthread_mutex_init(&g->stage_lock, NULL);

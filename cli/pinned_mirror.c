@@ -9,6 +9,7 @@
 #include "common/frame.h"
 #include "common/channel.h"
 #include "common/mirror.h"
+#include "common/proto.h"
 
 #define PAGE 4096u
 #define GAP 32u /* changed runs closer than this go as one (a record's head is 16 bytes) */
@@ -18,6 +19,15 @@ void pinned_init(struct pinned_set *s)
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->lock, NULL);
+}
+
+void pinned_fini(struct pinned_set *s)
+{
+    while (s->n)
+        pinned_remove(s, s->v[s->n - 1].server_addr);
+    free(s->v);
+    pthread_mutex_destroy(&s->lock);
+    memset(s, 0, sizeof *s);
 }
 
 static struct pinned_block *find(struct pinned_set *s, uint64_t addr, uint64_t len)
@@ -94,7 +104,20 @@ static void record(struct out *o, uint64_t addr, const uint8_t *p, uint32_t n)
     o->len += need;
 }
 
-/* The changed runs of one page into o, the shadow made what was recorded. How many bytes changed. */
+/* Whether the 8-byte unit at k (shorter at the page's end) differs. */
+static bool unit_differs(const uint8_t *a, const uint8_t *b, uint32_t k, uint32_t n)
+{
+    if (n - k >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a + k, 8);
+        memcpy(&y, b + k, 8);
+        return x != y;
+    }
+    return memcmp(a + k, b + k, n - k) != 0;
+}
+
+/* The changed runs of one page into o, the shadow made what was recorded. How many bytes changed. Runs
+ * are found 8 bytes at a time (a byte at a time, a whole changed page cost more than sending it). */
 static long long diff_page(struct pinned_block *b, uint64_t off, struct out *o)
 {
     uint32_t n = b->size - off < PAGE ? (uint32_t)(b->size - off) : PAGE;
@@ -104,20 +127,18 @@ static long long diff_page(struct pinned_block *b, uint64_t off, struct out *o)
     memcpy(page, b->mem + off, n); /* one look: the bytes sent are the bytes the shadow keeps */
     uint8_t *sh = b->shadow + off;
     long long changed = 0;
-    for (uint32_t k = 0; k < n;) {
-        if (page[k] == sh[k]) {
-            k++;
+    for (uint32_t k = 0; k < n; k += 8) {
+        if (!unit_differs(page, sh, k, n))
             continue;
-        }
         uint32_t start = k, last = k;
-        for (; k < n && k - last <= GAP; k++)
-            if (page[k] != sh[k])
+        for (k += 8; k < n && k - last <= GAP; k += 8)
+            if (unit_differs(page, sh, k, n))
                 last = k;
-        uint32_t len = last - start + 1;
+        uint32_t end = last + 8 < n ? last + 8 : n, len = end - start;
         record(o, b->server_addr + off + start, page + start, len);
         memcpy(sh + start, page + start, len);
         changed += len;
-        k = last + 1;
+        k = last; /* the loop's step moves past it */
     }
     return changed;
 }
@@ -130,7 +151,24 @@ int pinned_due(struct pinned_set *s, uint64_t now_ns)
     return due;
 }
 
-long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
+/* The span of pages of block b that range r (NULL: all of it) touches: [*lo, *hi) offsets. false: none. */
+static bool span(const struct pinned_block *b, const struct pinned_range *r, uint64_t *lo, uint64_t *hi)
+{
+    if (!r) {
+        *lo = 0, *hi = b->size;
+        return true;
+    }
+    uint64_t end = r->addr + r->len; /* pinned_op_ranges made it fit in 64 bits */
+    if (r->len == 0 || end <= b->server_addr || r->addr >= b->server_addr + b->size)
+        return false;
+    uint64_t a = r->addr > b->server_addr ? r->addr - b->server_addr : 0;
+    uint64_t z = end - b->server_addr < b->size ? end - b->server_addr : b->size;
+    *lo = a / PAGE * PAGE, *hi = z;
+    return true;
+}
+
+/* A look at the blocks' pages that ranges r[0, nr) touch, or at all of them (r NULL). */
+static long long look(struct pinned_set *s, const struct pinned_range *r, size_t nr, pinned_send_fn send, void *ctx)
 {
     /* A frame's payload holds the mirror's head too; records of a page at most are under this. */
     static __thread uint8_t *buf;
@@ -139,7 +177,6 @@ long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
         return -1;
     struct out o = {.buf = buf, .cap = CAP};
     long long changed = 0;
-    uint64_t t0 = cumux_now_ns();
     /* Records are gathered under the lock and sent without it: the other side may be sending to us at the
      * same time, and our reader, applying what it sends, takes this lock; holding it through a send that
      * waits for the other side to read would leave both sides waiting. Blocks are found again by address
@@ -159,38 +196,115 @@ long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
     for (size_t i = 0; i < nblocks; i++)
         addrs[i] = s->v[i].server_addr;
     int failed = 0;
+    size_t nspans = r ? nr : 1;
     for (size_t i = 0; i < nblocks && !failed; i++) {
-        for (uint64_t off = 0;;) {
-            struct pinned_block *b = find(s, addrs[i], 1);
-            if (!b || b->server_addr != addrs[i])
-                break;
-            while (off < b->size && fits(&o, PAGE)) {
-                changed += diff_page(b, off, &o);
-                off += PAGE;
-            }
-            if (off < b->size || (i + 1 == nblocks && o.len)) {
-                /* Full (or the last block's records): out without the lock. */
-                pthread_mutex_unlock(&s->lock);
-                failed = o.len && send(ctx, o.buf, o.len) < 0;
-                o.len = 0;
-                pthread_mutex_lock(&s->lock);
-                if (failed)
+        for (size_t j = 0; j < nspans && !failed; j++) {
+            bool first = true;
+            for (uint64_t off = 0;;) {
+                struct pinned_block *b = find(s, addrs[i], 1);
+                uint64_t lo, hi;
+                if (!b || b->server_addr != addrs[i] || !span(b, r ? &r[j] : NULL, &lo, &hi))
                     break;
-            }
-            if (off >= b->size)
+                if (first)
+                    off = lo, first = false;
+                while (off < hi && fits(&o, PAGE)) {
+                    changed += diff_page(b, off, &o);
+                    off += PAGE;
+                }
+                if (off < hi) {
+                    /* Full: out without the lock. */
+                    pthread_mutex_unlock(&s->lock);
+                    failed = send(ctx, o.buf, o.len) < 0;
+                    o.len = 0;
+                    pthread_mutex_lock(&s->lock);
+                    continue;
+                }
                 break;
+            }
         }
     }
     pthread_mutex_unlock(&s->lock);
-    if (!failed && o.len) /* the last block freed before its records went */
+    if (!failed && o.len)
         failed = send(ctx, o.buf, o.len) < 0;
+    return failed ? -1 : changed;
+}
+
+/* A look that counts as the one now and then: the next is due in 1 ms, or 20 times what this one cost. */
+static long long scheduled_look(struct pinned_set *s, const struct pinned_range *r, size_t nr, pinned_send_fn send,
+                                void *ctx)
+{
+    uint64_t t0 = cumux_now_ns();
+    long long changed = r && !nr ? 0 : look(s, r, nr, send, ctx);
     uint64_t t1 = cumux_now_ns();
     pthread_mutex_lock(&s->lock);
     s->look_cost_ns = t1 - t0;
     s->next_look_ns = t1 + (20 * s->look_cost_ns > 1000000 ? 20 * s->look_cost_ns : 1000000);
     pthread_mutex_unlock(&s->lock);
-    return failed ? -1 : changed;
+    return changed;
 }
+
+long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
+{
+    return scheduled_look(s, NULL, 0, send, ctx);
+}
+
+long long pinned_diff_ranges(struct pinned_set *s, const struct pinned_range *r, size_t nr, bool scheduled,
+                             pinned_send_fn send, void *ctx)
+{
+    static const struct pinned_range none;
+    if (scheduled)
+        return scheduled_look(s, r ? r : &none, nr, send, ctx);
+    return nr ? look(s, r, nr, send, ctx) : 0;
+}
+
+/* [start, start + (rows - 1) * pitch + width) as a range; false where it does not fit in 64 bits. */
+static bool rows_range(uint64_t start, uint64_t pitch, uint64_t width, uint64_t rows, struct pinned_range *r)
+{
+    uint64_t len = width;
+    if (rows > 1) {
+        if (pitch && rows - 1 > (UINT64_MAX - width) / pitch)
+            return false;
+        len = (rows - 1) * pitch + width;
+    }
+    if (len > UINT64_MAX - start)
+        return false;
+    *r = (struct pinned_range){start, len};
+    return true;
+}
+
+int pinned_op_ranges(unsigned op, const uint8_t *body, size_t len, bool gateway, struct pinned_range r[2])
+{
+    struct pinned_range src, dst;
+    if (op == CUMUX_OP_COPY && len >= sizeof(struct cumux_copy)) {
+        struct cumux_copy m;
+        memcpy(&m, body, sizeof m);
+        if (!rows_range(m.src, 0, m.size, 1, &src) || !rows_range(m.dst, 0, m.size, 1, &dst))
+            return -1;
+    } else if (op == CUMUX_OP_COPY_2D && len >= sizeof(struct cumux_copy_2d)) {
+        struct cumux_copy_2d m;
+        memcpy(&m, body, sizeof m);
+        if (!rows_range(m.src, m.src_pitch, m.width, m.height, &src) ||
+            !rows_range(m.dst, m.dst_pitch, m.width, m.height, &dst))
+            return -1;
+    } else if (op == CUMUX_OP_MEMSET && len >= sizeof(struct cumux_memset)) {
+        struct cumux_memset m;
+        memcpy(&m, body, sizeof m);
+        if (m.elem_size > 4 || (m.elem_size && m.width > UINT64_MAX / m.elem_size) ||
+            !rows_range(m.dst, m.pitch, m.width * m.elem_size, m.height ? m.height : 1, &r[0]))
+            return -1;
+        return 1;
+    } else {
+        return -1;
+    }
+    /* The relay sends what the GPU reads, and what it overwrites (the program's own bytes there, which the
+     * gateway's copy must hold before the GPU's replace them: the bytes the GPU leaves as they were come
+     * back as no change); the gateway sends back what the GPU writes. Either side may be pinned memory,
+     * whatever the kind says (mapped pinned memory through its device address): the blocks tell. */
+    int n = 0;
+    if (!gateway)
+        r[n++] = src;
+    r[n++] = dst;
+    return n;}
 
 int pinned_apply(struct pinned_set *s, const uint8_t *p, size_t len)
 {

@@ -205,17 +205,68 @@ static int send_messages(struct relay *r, uint64_t pos, uint8_t *p, size_t n)
     return n > start ? send_mirror(r, CUMUX_MIRROR_RING, 0, pos + start, p + start, n - start) : 0;
 }
 
+#define LOOK_RANGES 16 /* a batch with more copies and memsets than this: a look at all pinned memory */
+
+/* What of the program's pinned memory to look at before the messages of ring [from, to) go (the spec's
+ * look=): all of it (-1) where one of them may touch any (a kernel), else the ranges of its copies and
+ * memsets into rg (how many). The ring's bytes are the program's: a message that is not what a shim writes
+ * ends the scan with a look at all (the worker refuses the message itself). */
+static int batch_look(struct relay *r, uint64_t from, uint64_t to, struct pinned_range *rg)
+{
+    int n = 0;
+    while (from < to) {
+        uint64_t at = from % CUMUX_RING_BYTES, avail = CUMUX_RING_BYTES - at;
+        if (avail > to - from)
+            avail = to - from;
+        const uint8_t *p = &r->shm->ring[at];
+        struct cumux_msg_hdr h;
+        if (avail < sizeof h)
+            return -1;
+        memcpy(&h, p, sizeof h);
+        if (h.size < sizeof h || h.size % 8 || h.size > avail || h.op >= CUMUX_OP_COUNT)
+            return -1;
+        if (h.op == CUMUX_OP_PAD) { /* the rest of the ring is skipped */
+            from += CUMUX_RING_BYTES - at;
+            continue;
+        }
+        enum cumux_op_look lk = cumux_op_look(h.op);
+        if (lk == CUMUX_LOOK_ALL)
+            return -1;
+        if (lk == CUMUX_LOOK_RANGE) {
+            struct pinned_range two[2];
+            /* The body is copied out first: the program may write its ring while we read. */
+            uint8_t body[64];
+            size_t blen = h.size - sizeof h < sizeof body ? h.size - sizeof h : sizeof body;
+            memcpy(body, p + sizeof h, blen);
+            int k = pinned_op_ranges(h.op, body, blen, false, two);
+            if (k < 0 || n + k > LOOK_RANGES)
+                return -1;
+            for (int i = 0; i < k; i++)
+                rg[n++] = two[i];
+        }
+        from += h.size;
+    }
+    return n;
+}
+
 /* One look at what the program writes; how many things were sent, or -1. */
 static int up_round(struct relay *r)
 {
     struct cumux_shm *m = r->shm;
     int sent = 0;
     uint64_t head = atomic_load(&m->head);
-    /* What the program wrote into its pinned memory goes before the work that may read it, and before a
-     * host function's end lets its stream go on. */
-    if (((head != r->sent || atomic_load(&m->hostfn_done) != r->hostfn_done) && r->pinned.n) ||
-        pinned_due(&r->pinned, cumux_now_ns())) {
-        long long changed = pinned_diff(&r->pinned, send_pinned, r);
+    /* What the program wrote into its pinned memory goes before the work that may read it (all of it before
+     * a kernel, a copy's own range before a copy, nothing before a query), and all of it before a host
+     * function's end lets its stream go on. */
+    if (r->pinned.n || pinned_due(&r->pinned, cumux_now_ns())) {
+        struct pinned_range rg[LOOK_RANGES];
+        int nr = 0;
+        if (atomic_load(&m->hostfn_done) != r->hostfn_done || pinned_due(&r->pinned, cumux_now_ns()))
+            nr = -1;
+        else if (head != r->sent && head - r->sent <= CUMUX_RING_BYTES)
+            nr = batch_look(r, r->sent, head, rg);
+        long long changed = nr < 0 ? pinned_diff(&r->pinned, send_pinned, r)
+                                   : pinned_diff_ranges(&r->pinned, rg, (size_t)nr, false, send_pinned, r);
         if (changed < 0)
             return -1;
         sent += changed > 0;

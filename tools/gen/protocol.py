@@ -15,6 +15,8 @@ SCALARS = {  # spec type: (C type, size)
 DIRECTIONS = {"answered": 0, "oneway": 1, "either": 2}
 OP_FLAGS = ("question", "work", "hand", "main")  # see the spec's header
 NET_KINDS = ("plain", "stage_in", "stage_out", "image", "pinned", "refused")  # net=: see the spec's header
+LOOK_KINDS = ("all", "none", "range")  # look=: see the spec's header
+RANGE_BODIES = ("copy", "copy_2d", "memset")  # look=range: cli/pinned_mirror.c reads these bodies' ranges
 
 
 class Kind:
@@ -67,9 +69,9 @@ class Struct:
 
 class Op:
     def __init__(self, name, direction, body, reply, payload, handler, file, comment, line, fd=False, flags=(),
-                 net="plain"):
+                 net="plain", look="all"):
         self.name, self.direction, self.body, self.reply, self.fd = name, direction, body, reply, fd
-        self.net = net
+        self.net, self.look = net, look
         self.payload, self.handler, self.file, self.comment, self.line = payload, handler, file, comment, line
         self.flags = set(flags)
 
@@ -202,14 +204,14 @@ def parse(path):
             if direction not in DIRECTIONS:
                 raise SpecError("%s: direction is answered, oneway or either, not %s" % (where, direction))
             opts = {"reply": "none", "payload": False, "handler": "op_" + name.lower(), "file": None, "fd": False,
-                    "net": "plain"}
+                    "net": "plain", "look": "all"}
             flags = []
             for w in words[4:]:
                 if w in ("payload", "fd"):
                     opts[w] = True
                 elif w in OP_FLAGS:
                     flags.append(w)
-                elif "=" in w and w.split("=", 1)[0] in ("reply", "handler", "file", "net"):
+                elif "=" in w and w.split("=", 1)[0] in ("reply", "handler", "file", "net", "look"):
                     k, v = w.split("=", 1)
                     opts[k] = v
                 else:
@@ -218,6 +220,11 @@ def parse(path):
                 raise SpecError("%s: op %s twice" % (where, name))
             if opts["net"] not in NET_KINDS:
                 raise SpecError("%s: net= is one of %s, not %s" % (where, ", ".join(NET_KINDS), opts["net"]))
+            if opts["look"] not in LOOK_KINDS:
+                raise SpecError("%s: look= is one of %s, not %s" % (where, ", ".join(LOOK_KINDS), opts["look"]))
+            if opts["look"] == "range" and body not in RANGE_BODIES:
+                raise SpecError("%s: look=range is for the bodies whose host ranges the relay and gateway know "
+                                "(%s)" % (where, ", ".join(RANGE_BODIES)))
             if opts["fd"] and opts["net"] not in ("image", "pinned", "refused"):
                 raise SpecError("%s: an op with a descriptor says how it crosses the network: net=image, "
                                 "net=pinned or net=refused" % where)
@@ -227,7 +234,7 @@ def parse(path):
                 if not re.search(r"^CUresult %s\(" % re.escape(opts["handler"]), src, re.M):
                     raise SpecError("%s: server/%s.c defines no handler %s" % (where, opts["file"], opts["handler"]))
             ops.append(Op(name, direction, body, opts["reply"], opts["payload"], opts["handler"],
-                          opts["file"], pending + ([comment] if comment else []), where, opts["fd"], flags, opts["net"]))
+                          opts["file"], pending + ([comment] if comment else []), where, opts["fd"], flags, opts["net"], opts["look"]))
             pending = []
             current = None
             continue
@@ -356,6 +363,24 @@ def gen_protocol_h(structs, ops):
         out.append("        return CUMUX_NET_%s;" % k.upper())
     out.append("    default:")
     out.append("        return CUMUX_NET_PLAIN;")
+    out.append("    }")
+    out.append("}")
+    out.append("")
+    out.append("/* What of a program's pinned memory is looked at before an op, across the network (the spec's look=). */")
+    out.append("enum cumux_op_look {")
+    for k in LOOK_KINDS:
+        out.append("    CUMUX_LOOK_%s," % k.upper())
+    out.append("};")
+    out.append("static inline enum cumux_op_look cumux_op_look(unsigned op)")
+    out.append("{")
+    out.append("    switch (op) {")
+    for k in LOOK_KINDS[1:]:
+        for o in ops:
+            if o.look == k:
+                out.append("    case CUMUX_OP_%s:" % o.name)
+        out.append("        return CUMUX_LOOK_%s;" % k.upper())
+    out.append("    default:")
+    out.append("        return CUMUX_LOOK_ALL;")
     out.append("    }")
     out.append("}")
     out.append("")
