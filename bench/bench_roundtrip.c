@@ -3,6 +3,9 @@
  *   dtoh4   cuMemcpyDtoH of 4 bytes into pageable memory (staged: a message, a chunk, an answer)
  *   sync    cuMemsetD32Async of one word then cuStreamSynchronize (one-way work, then a wait)
  *   query   cuStreamQuery right after such a memset (asked until it says done)
+ *   idle    the sync case after 5 ms of doing nothing each time (N/20 tries, at least 10): what a program
+ *           that waits now and then pays, everything on the way having gone quiet (spin's 10 ms of kernels
+ *           between synchronizes)
  * No kernels: it runs on the fake driver too. Checks the value read back each time.
  * usage: bench_roundtrip [N=2000]   (docs/performance.md: local against across the network) */
 #include "bench_util.h"
@@ -68,6 +71,18 @@ int main(int argc, char **argv)
             ns[i] = bench_ns(CLOCK_MONOTONIC) - t0;
     }
     report("query", ns, n);
+
+    int idle_n = n / 20 < 10 ? 10 : n / 20;
+    for (int i = -2; i < idle_n; i++) {
+        struct timespec gap = {0, 5000000};
+        nanosleep(&gap, NULL);
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuMemsetD32Async(d, (unsigned)i, 1, s));
+        BCK(cuStreamSynchronize(s));
+        if (i >= 0)
+            ns[i] = bench_ns(CLOCK_MONOTONIC) - t0;
+    }
+    report("idle", ns, idle_n);
     printf("n=%d\n", n);
     BCK(cuMemFree(d));
     BCK(cuStreamDestroy(s));

@@ -133,7 +133,7 @@ fi
 if has roundtrip; then
     for side in local remote; do
         timeout -k 5 120 "${pre[$side]}" run -- "$bin/bench_roundtrip" 3000 >"$out/roundtrip.$side.log" 2>&1
-        for k in dtoh4_us_median dtoh4_us_p99 sync_us_median sync_us_p99 query_us_median query_us_p99; do
+        for k in dtoh4_us_median dtoh4_us_p99 sync_us_median sync_us_p99 query_us_median query_us_p99 idle_us_median idle_us_p99; do
             R[$k,$side]=$(kv "$out/roundtrip.$side.log" $k)
         done
         log "roundtrip $side: $(tail -1 "$out/roundtrip.$side.log")"
@@ -166,6 +166,7 @@ row() { printf '%-36s %12s %12s %10s   %s\n' "$1" "${R[$2,local]:--}" "${R[$2,re
     row "round trip DtoH 4 B, p99 us" dtoh4_us_p99 ""
     row "memset + sync, median us" sync_us_median ""
     row "stream query, median us" query_us_median ""
+    row "memset + sync after 5 ms idle, median us" idle_us_median ""
     row "ResNet-50 train, images/s" train ">= 0.90x"
     row "ResNet-50 warm start-up, s" train_warm ""
     echo "suites: $suites_note"

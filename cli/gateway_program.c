@@ -58,6 +58,7 @@ struct gw {
      * a message that may write anywhere (a kernel) was the last, and the copies' and memsets' ranges, each
      * with its message's number; a look at answers covers them until an answered CTX_SYNC after them (all
      * the client's work before it is done) or, for a synchronous copy, its own answer. Under look_lock. */
+    _Atomic uint64_t asked_ns; /* when the last message with a reply slot went to the worker */
     pthread_mutex_t look_lock;
     struct gw_looks {
         uint64_t seq;     /* messages noted */
@@ -108,6 +109,8 @@ static void note_look(struct gw *g, const struct cumux_msg_hdr *h, const uint8_t
     if (h->reply < CUMUX_REPLY_SLOTS)
         l->ctx_sync_seq[h->reply] = h->op == CUMUX_OP_CTX_SYNC ? seq : 0;
     pthread_mutex_unlock(&g->look_lock);
+    if (h->reply < CUMUX_REPLY_SLOTS)
+        atomic_store(&g->asked_ns, cumux_now_ns());
 }
 
 /* The copies from the device the messages in ring bytes p[0, n) ask for, queued for the watcher; pinned
@@ -475,8 +478,9 @@ static int watch_round(struct gw *g, struct watch *w)
 }
 
 /* Looks at the page until the link or the worker's connection ends: spinning (giving the CPU away between
- * looks) for 2 ms after anything changed, then every 50 us. The GPU's marks change with no one told, so
- * it is looked at, not waited on. */
+ * looks) for 2 ms after anything changed and for 20 ms after a message that is answered went to the worker
+ * (the program waits for that answer: as the shim's own wait spins before it sleeps), else every 50 us.
+ * The GPU's marks change with no one told, so it is looked at, not waited on. */
 /* What the page holds before the relay's first message reaches the worker (taken before the watcher and the
  * reader start: an answer to that message, the hello, is then one the watcher tells). */
 static struct watch *watch_start(struct gw *g)
@@ -510,7 +514,7 @@ static void *watcher(void *arg)
                 break;
             }
         }
-        if (now - busy < 2000000)
+        if (now - busy < 2000000 || now - atomic_load(&g->asked_ns) < 20000000)
             sched_yield();
         else
             nanosleep(&(struct timespec){0, 50000}, NULL);
