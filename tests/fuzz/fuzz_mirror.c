@@ -40,6 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pthread_mutex_init(&g->send_lock, NULL);
     pthread_mutex_init(&g->stage_lock, NULL);
     pthread_mutex_init(&g->dtoh_lock, NULL);
+    pthread_mutex_init(&g->look_lock, NULL);
     uint8_t *block = mmap(NULL, BLOCK_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (block == MAP_FAILED || pinned_add(&g->pinned, BLOCK_ADDR, BLOCK_SIZE, block) < 0)
         abort();
@@ -68,9 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
         if (g->pending[i].mem)
             munmap(g->pending[i].mem, g->pending[i].size);
-    while (g->pinned.n)
-        pinned_remove(&g->pinned, g->pinned.v[0].server_addr);
-    free(g->pinned.v);
+    pinned_fini(&g->pinned);
     close(sv[0]);
     close(sv[1]);
     free(g);

@@ -5,7 +5,7 @@
 # files, with finding-history: the finding client's inputs as one input, which replays it
 # (FUZZ_CLIENT_INPUTS=1 FUZZ_TRACE=1 build-fuzz/tests/fuzz/fuzz_server $OUT/finding-history); the exit status
 # is non-zero when there is one.
-# Then the network link's readers (fuzz_frames, fuzz_mirror) for LINK_SECONDS each (default 15).
+# Then the network link's readers (fuzz_frames, fuzz_mirror, fuzz_relay) for LINK_SECONDS each (default 15).
 #   tests/fuzz/run.sh [--seconds N] [--jobs N] [--runs N] [--fast] [--binary FUZZ_SERVER]
 # --fast: UBSan without ASan (about three times the executions; the fake driver's oracle still checks
 # every device range), built in build-fuzz-fast/.
@@ -69,11 +69,12 @@ grep -E '^#[0-9]+' "$out/fuzz.log" | tail -1
 echo "fuzz: ${execs:-0} executions (sanitizers: $sanitizers, $jobs process(es)), exit $rc"
 # The network link's readers (issue 45), where they were built (GnuTLS): the frame reader and the gateway's
 # reading of a relay's frames, LINK_SECONDS each (default 15), single process.
-for f in fuzz_frames fuzz_mirror; do
+for f in fuzz_frames fuzz_mirror fuzz_relay; do
     [ -z "$binary" ] || break
     cmake --build "$build" --target $f -j "$jobs" >/dev/null 2>&1 || continue
     mkdir -p "$out/corpus-$f"
     [ $f = fuzz_mirror ] && cp -n "$repo"/tests/fuzz/corpus_mirror/* "$out/corpus-$f/" 2>/dev/null
+    [ $f = fuzz_relay ] && cp -n "$repo"/tests/fuzz/corpus_relay/* "$out/corpus-$f/" 2>/dev/null
     (cd "$out" && "$build/tests/fuzz/$f" -print_final_stats=1 -max_total_time="${LINK_SECONDS:-15}" -timeout=30 \
         -rss_limit_mb=4096 -artifact_prefix="$out/" "$out/corpus-$f" >"$out/$f.log" 2>&1)
     rc_f=$?
