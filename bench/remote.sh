@@ -2,9 +2,7 @@
 # Programs across the network against the same programs on the same server locally (issue 45): one cumuxd,
 # `cumux gateway` beside it on TCP loopback with a key of `cumux keygen`, and each workload run twice, through
 # `cumux run` locally (shared memory) and through `cumux run` with CUMUX_SERVER=127.0.0.1:PORT (relay, TLS,
-# gateway). Phases (--phases, default all):
-#   suites     the GPU suite (tests/gpu/run.sh --cumux) and the runtime suite (tests/runtime/run.sh --cumux),
-#              remotely: every program must pass
+# gateway). Phases (--phases, default all), in this order:
 #   spin       bench_spin in 1 and 4 processes (one common window), launches/s summed; local, remote, remote,
 #              local (each side's figure the mean of its two runs)
 #   copy       bench_copy: 256 MiB host-device copies, pinned and pageable, GB/s
@@ -12,13 +10,15 @@
 #              stream query)
 #   train      bench/startup_train.py: a ResNet-50 training's images/s over REMOTE_TRAIN_S seconds (default 20)
 #              after its warm-up; local, remote
+#   suites     the GPU suite (tests/gpu/run.sh --cumux) and the runtime suite (tests/runtime/run.sh --cumux),
+#              remotely: every program must pass; within what is left of REMOTE_BUDGET seconds (default 900)
 # Prints a table last (local, remote, remote/local, and the issue's goal). Logs: ${OUT:-/tmp/cumux-remote}.
-#   bench/remote.sh [--build DIR] [--phases "suites spin copy roundtrip train"] [--port P]
+#   bench/remote.sh [--build DIR] [--phases "spin copy roundtrip train suites"] [--port P]
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 build="$repo/build"
-phases="suites spin copy roundtrip train"
+phases="spin copy roundtrip train suites"
 port=7461
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -36,6 +36,9 @@ cli="$build/cli/cumux"
 bin="$build/bench"
 py=${PYTHON:-python3}
 train_s=${REMOTE_TRAIN_S:-20}
+budget=${REMOTE_BUDGET:-900} # the suites, last, get what is left of it
+t0=$SECONDS
+left() { echo $((budget - (SECONDS - t0))); }
 log() { echo "[$(date +%T)] $*"; }
 has() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -49,13 +52,40 @@ if ! "$cli" help 2>&1 | grep -q gateway; then
 fi
 
 declare -A R # R[metric,local|remote]
+suites_note="not run"
+isnum() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+ratio() { if isnum "$1" && isnum "$2" && [ "$2" != 0 ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; else echo -; fi; }
+row() { printf '%-36s %12s %12s %10s   %s\n' "$1" "${R[$2,local]:--}" "${R[$2,remote]:--}" "$(ratio "${R[$2,remote]:-}" "${R[$2,local]:-}")" "$3"; }
+report() {
+    reported=1
+    {
+        echo
+        echo "== cumux remote (TCP loopback through relay, TLS and gateway) against local (shared memory), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+        printf '%-36s %12s %12s %10s   %s\n' metric local remote ratio goal
+        row "spin, 1 proc, launches/s" spin1 ""
+        row "spin, 4 procs, launches/s" spin4 ">= 0.95x"
+        row "H2D pinned 256 MiB, GB/s" h2d_pinned_gbs ">= 0.8x"
+        row "D2H pinned 256 MiB, GB/s" d2h_pinned_gbs ">= 0.8x"
+        row "H2D pageable 256 MiB, GB/s" h2d_pageable_gbs ""
+        row "D2H pageable 256 MiB, GB/s" d2h_pageable_gbs ""
+        row "round trip DtoH 4 B, median us" dtoh4_us_median "(figure)"
+        row "round trip DtoH 4 B, p99 us" dtoh4_us_p99 ""
+        row "memset + sync, median us" sync_us_median ""
+        row "stream query, median us" query_us_median ""
+        row "memset + sync after 5 ms idle, median us" idle_us_median ""
+        row "ResNet-50 train, images/s" train ">= 0.90x"
+        row "ResNet-50 warm start-up, s" train_warm ""
+        echo "suites: $suites_note"
+    } | tee "$out/summary.txt"
+}
 cumux_up=0 gw_pid=""
 cleanup() {
     [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null
     [ $cumux_up = 1 ] && "$cli" stop >>"$out/cumux-cli.log" 2>&1
 }
 trap cleanup EXIT
-trap 'log interrupted; exit 130' INT TERM
+reported=0
+trap 'log interrupted; [ $reported = 1 ] || report; exit 130' INT TERM
 
 export CUMUX_LOG_DIRECTORY="${CUMUX_LOG_DIRECTORY:-$out/cumux-server}"
 mkdir -p "$CUMUX_LOG_DIRECTORY"
@@ -87,22 +117,6 @@ declare -A pre=([local]="$cli" [remote]="$rcli")
 kv() { grep -o "$2=[0-9.]*" "$1" 2>/dev/null | tail -1 | cut -d= -f2; }
 mean() { awk 'BEGIN { s = 0; n = 0; for (i = 1; i < ARGC; i++) if (ARGV[i] ~ /^[0-9.]+$/) { s += ARGV[i]; n++ }
                       if (n) printf "%.1f", s / n; else print "FAIL" }' "$@"; }
-
-suites_note="not run"
-if has suites; then
-    log "GPU suite remotely"
-    OUT="$out/gpu-tests" CUMUX_CLI="$rcli" GPU_TEST_TIMEOUT=90 timeout -k 10 300 \
-        "$repo/tests/gpu/run.sh" --cumux --build "$build" >"$out/gpu-tests.txt" 2>&1
-    g_rc=$?
-    g_fail=$(awk -F'|' 'NF == 3 && $3 !~ /PASS|cumux|-----/ { gsub(/ /, "", $1); printf "%s ", $1 }' "$out/gpu-tests.txt")
-    log "runtime suite remotely"
-    OUT="$out/runtime-tests" CUMUX_CLI="$rcli" RT_TEST_TIMEOUT=60 timeout -k 10 200 \
-        "$repo/tests/runtime/run.sh" --cumux --build "$build" >"$out/runtime-tests.txt" 2>&1
-    r_rc=$?
-    suites_note="GPU suite exit $g_rc (not passing: ${g_fail:-none}); runtime suite exit $r_rc"
-    log "$suites_note"
-    tail -n 4 "$out/runtime-tests.txt" | sed 's/^/    /'
-fi
 
 spin() { # SIDE N ROUND
     local side=$1 n=$2 k=$3 start pids=() i
@@ -149,25 +163,24 @@ if has train; then
     done
 fi
 
-isnum() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
-ratio() { if isnum "$1" && isnum "$2" && [ "$2" != 0 ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; else echo -; fi; }
-row() { printf '%-36s %12s %12s %10s   %s\n' "$1" "${R[$2,local]:--}" "${R[$2,remote]:--}" "$(ratio "${R[$2,remote]:-}" "${R[$2,local]:-}")" "$3"; }
-{
-    echo
-    echo "== cumux remote (TCP loopback through relay, TLS and gateway) against local (shared memory), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-    printf '%-36s %12s %12s %10s   %s\n' metric local remote ratio goal
-    row "spin, 1 proc, launches/s" spin1 ""
-    row "spin, 4 procs, launches/s" spin4 ">= 0.95x"
-    row "H2D pinned 256 MiB, GB/s" h2d_pinned_gbs ">= 0.8x"
-    row "D2H pinned 256 MiB, GB/s" d2h_pinned_gbs ">= 0.8x"
-    row "H2D pageable 256 MiB, GB/s" h2d_pageable_gbs ""
-    row "D2H pageable 256 MiB, GB/s" d2h_pageable_gbs ""
-    row "round trip DtoH 4 B, median us" dtoh4_us_median "(figure)"
-    row "round trip DtoH 4 B, p99 us" dtoh4_us_p99 ""
-    row "memset + sync, median us" sync_us_median ""
-    row "stream query, median us" query_us_median ""
-    row "memset + sync after 5 ms idle, median us" idle_us_median ""
-    row "ResNet-50 train, images/s" train ">= 0.90x"
-    row "ResNet-50 warm start-up, s" train_warm ""
-    echo "suites: $suites_note"
-} | tee "$out/summary.txt"
+if has suites; then
+    log "GPU suite remotely"
+    t_gpu=$(( $(left) * 3 / 5 )); [ $t_gpu -gt 300 ] && t_gpu=300
+    OUT="$out/gpu-tests" CUMUX_CLI="$rcli" GPU_TEST_TIMEOUT=90 timeout -k 10 $t_gpu \
+        "$repo/tests/gpu/run.sh" --cumux --build "$build" >"$out/gpu-tests.txt" 2>&1
+    g_rc=$?
+    g_fail=$(awk -F'|' 'NF == 3 && $3 !~ /PASS|cumux|-----/ { gsub(/ /, "", $1); printf "%s ", $1 }' "$out/gpu-tests.txt")
+    log "runtime suite remotely"
+    t_rt=$(( $(left) - 10 )); [ $t_rt -gt 200 ] && t_rt=200; [ $t_rt -lt 30 ] && t_rt=30
+    OUT="$out/runtime-tests" CUMUX_CLI="$rcli" RT_TEST_TIMEOUT=60 timeout -k 10 $t_rt \
+        "$repo/tests/runtime/run.sh" --cumux --build "$build" >"$out/runtime-tests.txt" 2>&1
+    r_rc=$?
+    # What cannot cross (docs/remote.md: descriptor export, an image read back) fails by design.
+    g_unexpected=$(for t in $g_fail; do case " vmm vmm_share link " in *" $t "*) ;; *) printf '%s ' "$t" ;; esac; done)
+    suites_note="GPU suite: not passing ${g_fail:-none} (unexpected: ${g_unexpected:-none}); runtime suite exit $r_rc"
+    log "$suites_note"
+    tail -n 4 "$out/runtime-tests.txt" | sed 's/^/    /'
+fi
+
+report
+

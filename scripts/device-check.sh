@@ -411,7 +411,7 @@ extra_bench $do_slurm slurm "a Slurm job's 4 tasks in its group, against MPS" be
 extra_bench $do_seed seed "the seed's two ResNet-50 trainings" bench/seed_table.sh "${bench_opts[@]}"
 extra_bench $do_latency_torch latency-torch "ResNet-18 inference beside a training" bench/latency_torch.sh "${bench_opts[@]}"
 extra_bench $do_launch_cost launch-cost "a launch's host cost natively, the worker's ways" bench/launch_cost.sh
-extra_bench $do_remote remote "programs across TCP loopback against local cumux" bench/remote.sh
+REMOTE_BUDGET=$(($(left) - 30)) extra_bench $do_remote remote "programs across TCP loopback against local cumux" bench/remote.sh
 extra_bench $do_ab server-ab "cumux with $ab_setting against cumux as it is" \
     bench/server_ab.sh --native --duration 3 "$ab_setting"
 
