@@ -565,7 +565,7 @@ int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_he
             cumux_sock_recv(g->sock, text, w.text_len, NULL);
         }
     } else {
-        snprintf(text, sizeof text, "no cumuxd for GPU %u beside the gateway: %s", gpu, err);
+        snprintf(text, sizeof text, "no cumuxd for GPU %u beside the gateway: %.160s", gpu, err);
     }
     if (out[1] >= 0)
         close(out[1]);

@@ -4,7 +4,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/frame.h"
 #include "common/channel.h"
@@ -151,6 +153,113 @@ int pinned_due(struct pinned_set *s, uint64_t now_ns)
     return due;
 }
 
+/* ---- a large span's pages compared on several cores ----
+ * A look's cost is the compare of each page against its shadow: one core reads both at its memory
+ * bandwidth, which for a buffer of hundreds of MiB is longer than the GPU's copy of it. Spans of at least
+ * PAR_MIN are split between the looking thread and helper threads (half the CPUs, at most 8 in all),
+ * started at the first such look; each says which pages differ, and the looking thread then diffs those
+ * alone. One parallel compare at a time per process (a relay's or a gateway's looks are one thread's). */
+#define PAR_MIN (8ull << 20)
+#define PAR_THREADS 8
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t one; /* one job at a time */
+    pthread_mutex_t m;
+    pthread_cond_t go, done;
+    unsigned helpers, pending;
+    uint64_t gen;
+    /* the job: pages [lo, hi) of mem against shadow (a block of size bytes), a byte per page into changed */
+    const uint8_t *mem, *shadow;
+    uint64_t lo, hi, size;
+    uint8_t *changed;
+} par = {.once = PTHREAD_ONCE_INIT,
+         .one = PTHREAD_MUTEX_INITIALIZER,
+         .m = PTHREAD_MUTEX_INITIALIZER,
+         .go = PTHREAD_COND_INITIALIZER,
+         .done = PTHREAD_COND_INITIALIZER};
+
+/* Part k of `parts` of the current job. */
+static void par_part(unsigned k, unsigned parts)
+{
+    uint64_t pages = (par.hi - par.lo + PAGE - 1) / PAGE, from = pages * k / parts, to = pages * (k + 1) / parts;
+    for (uint64_t i = from; i < to; i++) {
+        uint64_t off = par.lo + i * PAGE, n = par.size - off < PAGE ? par.size - off : PAGE;
+        par.changed[i] = memcmp(par.mem + off, par.shadow + off, n) != 0;
+    }
+}
+
+static void *par_helper(void *arg)
+{
+    unsigned k = (unsigned)(uintptr_t)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&par.m);
+    for (;;) {
+        while (par.gen == seen)
+            pthread_cond_wait(&par.go, &par.m);
+        seen = par.gen;
+        unsigned parts = par.helpers + 1;
+        pthread_mutex_unlock(&par.m);
+        par_part(k, parts);
+        pthread_mutex_lock(&par.m);
+        if (--par.pending == 0)
+            pthread_cond_signal(&par.done);
+    }
+    return NULL;
+}
+
+static void par_start(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = cpus > 1 ? (unsigned)(cpus / 2) : 1;
+    if (want > PAR_THREADS)
+        want = PAR_THREADS;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* helpers take no signals: the process's threads do */
+    for (unsigned k = 1; k < want; k++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, par_helper, (void *)(uintptr_t)k) != 0)
+            break;
+        pthread_detach(t);
+        par.helpers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Which pages of [lo, hi) of block b differ from the shadow, a byte each into *changed (a buffer of this
+ * thread's): false where there are no helpers (the caller compares as it goes). */
+static bool par_compare(const struct pinned_block *b, uint64_t lo, uint64_t hi, uint8_t **changed)
+{
+    static __thread uint8_t *buf;
+    static __thread uint64_t cap;
+    pthread_once(&par.once, par_start);
+    uint64_t pages = (hi - lo + PAGE - 1) / PAGE;
+    if (!par.helpers)
+        return false;
+    if (pages > cap) {
+        uint8_t *nb = realloc(buf, pages);
+        if (!nb)
+            return false;
+        buf = nb, cap = pages;
+    }
+    pthread_mutex_lock(&par.one);
+    pthread_mutex_lock(&par.m);
+    par.mem = b->mem, par.shadow = b->shadow, par.lo = lo, par.hi = hi, par.size = b->size, par.changed = buf;
+    par.pending = par.helpers;
+    par.gen++;
+    pthread_cond_broadcast(&par.go);
+    pthread_mutex_unlock(&par.m);
+    par_part(0, par.helpers + 1);
+    pthread_mutex_lock(&par.m);
+    while (par.pending)
+        pthread_cond_wait(&par.done, &par.m);
+    pthread_mutex_unlock(&par.m);
+    pthread_mutex_unlock(&par.one);
+    *changed = buf;
+    return true;
+}
+
 /* The span of pages of block b that range r (NULL: all of it) touches: [*lo, *hi) offsets. false: none. */
 static bool span(const struct pinned_block *b, const struct pinned_range *r, uint64_t *lo, uint64_t *hi)
 {
@@ -200,15 +309,23 @@ static long long look(struct pinned_set *s, const struct pinned_range *r, size_t
     for (size_t i = 0; i < nblocks && !failed; i++) {
         for (size_t j = 0; j < nspans && !failed; j++) {
             bool first = true;
+            uint8_t *same = NULL; /* where set, a byte per page from `from`: whether it differed (par_compare) */
+            uint64_t from = 0;
+            const uint8_t *same_mem = NULL;
             for (uint64_t off = 0;;) {
                 struct pinned_block *b = find(s, addrs[i], 1);
                 uint64_t lo, hi;
                 if (!b || b->server_addr != addrs[i] || !span(b, r ? &r[j] : NULL, &lo, &hi))
                     break;
-                if (first)
-                    off = lo, first = false;
+                if (first) {
+                    off = from = lo, first = false;
+                    if (hi - lo >= PAR_MIN && par_compare(b, lo, hi, &same))
+                        same_mem = b->mem;
+                }
                 while (off < hi && fits(&o, PAGE)) {
-                    changed += diff_page(b, off, &o);
+                    /* A block freed and made again at the address while we sent: compared as we go. */
+                    if (!same || b->mem != same_mem || same[(off - from) / PAGE])
+                        changed += diff_page(b, off, &o);
                     off += PAGE;
                 }
                 if (off < hi) {

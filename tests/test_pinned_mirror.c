@@ -2,7 +2,8 @@
  * gateway's copies of the same blocks, each side's records applied to the other's. Checked: a whole look
  * carries every changed byte (in runs of 8-byte words, not pages: the other side's bytes between runs stay);
  * a look at ranges carries the changes in the pages those ranges touch and leaves the rest for a later
- * look; a look is due again only after a whole one (or a scheduled ranged one); the ranges an op's body
+ * look; a block of 16 MiB (compared on several threads) the same; a look is due again only after a whole
+ * one (or a scheduled ranged one); the ranges an op's body
  * gives each side (copy, 2-D copy, memset; sizes past 2^64 refused); records that are malformed or outside
  * every block. */
 #include <stdbool.h>
@@ -139,6 +140,36 @@ int main(void)
     CHECK(cumux_op_look(CUMUX_OP_LAUNCH) == CUMUX_LOOK_ALL && cumux_op_look(CUMUX_OP_STREAM_QUERY) == CUMUX_LOOK_NONE &&
               cumux_op_look(CUMUX_OP_COPY) == CUMUX_LOOK_RANGE && cumux_op_look(CUMUX_OP_STREAM_MEM_OP) == CUMUX_LOOK_ALL,
           "the spec's look= classes");
+
+    /* A large block (compared on several threads where there are CPUs for them), not a whole number of
+     * pages: changes scattered over it, its last short page included, all arrive; a ranged look in it too. */
+    {
+        const uint64_t big = (16u << 20) + 100, at = 0x7f1000000000ull;
+        uint8_t *ba = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint8_t *bb = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (ba == MAP_FAILED || bb == MAP_FAILED)
+            return 2;
+        CHECK(pinned_add(&a, at, big, ba) == 0 && pinned_add(&b, at, big, bb) == 0, "add the large blocks");
+        unsigned seed = 12345, writes = 0;
+        for (int k = 0; k < 3000; k++) {
+            seed = seed * 1103515245u + 12345u;
+            ba[(uint64_t)seed % big] = (uint8_t)(k | 1);
+            writes++;
+        }
+        ba[big - 1] = 0x77;
+        changed = pinned_diff(&a, deliver, &to_b);
+        CHECK(changed > 0 && !memcmp(ba, bb, big) && !memcmp(ma, mb, BLOCK), "the large block arrives (%u writes)", writes);
+        CHECK(pinned_diff(&a, deliver, &to_b) == 0, "then nothing");
+        memset(ba + (9u << 20), 0x42, 3 << 20); /* 3 MiB in the middle */
+        ba[100] = 0x99;                          /* outside the range below */
+        struct pinned_range mid = {at + (8u << 20), 8u << 20};
+        changed = pinned_diff_ranges(&a, &mid, 1, false, deliver, &to_b);
+        CHECK(changed == 3 << 20 && !memcmp(ba + (8u << 20), bb + (8u << 20), 8u << 20) && bb[100] != 0x99,
+              "a ranged look in the large block: %lld", changed);
+        CHECK(pinned_diff(&a, deliver, &to_b) == 8 && bb[100] == 0x99, "the rest at the whole look");
+        pinned_remove(&a, at);
+        pinned_remove(&b, at);
+    }
 
     /* Records: malformed ones refused, those outside every block skipped. */
     uint8_t rec[32] = {0};
