@@ -57,7 +57,8 @@ struct gw {
     /* What the GPU may have written into pinned memory, for the watcher's looks (the spec's look=): where
      * a message that may write anywhere (a kernel) was the last, and the copies' and memsets' ranges, each
      * with its message's number; a look at answers covers them until an answered CTX_SYNC after them (all
-     * the client's work before it is done) or, for a synchronous copy, its own answer. Under look_lock. */
+     * the client's work before it is done, where the program made one context: a second one's work is
+     * not the first's to wait for) or, for a synchronous copy, its own answer. Under look_lock. */
     _Atomic uint64_t asked_ns; /* when the last message with a reply slot went to the worker */
     pthread_mutex_t look_lock;
     struct gw_looks {
@@ -70,6 +71,7 @@ struct gw {
         } v[GW_LOOK_RANGES];
         unsigned n;
         uint64_t ctx_sync_seq[CUMUX_REPLY_SLOTS]; /* a CTX_SYNC's number by its reply slot, 0: none */
+        unsigned contexts; /* CTX_CREATEs: with more than one, a CTX_SYNC covers only its own context's work */
     } looks;
     pthread_mutex_t alloc_lock; /* pending: our copy of a HOST_ALLOC's memory until its answer */
     struct {
@@ -106,8 +108,10 @@ static void note_look(struct gw *g, const struct cumux_msg_hdr *h, const uint8_t
     else
         for (int i = 0; i < k; i++)
             l->v[l->n++] = (struct gw_range){two[i], seq, h->reply};
+    if (h->op == CUMUX_OP_CTX_CREATE)
+        l->contexts++;
     if (h->reply < CUMUX_REPLY_SLOTS)
-        l->ctx_sync_seq[h->reply] = h->op == CUMUX_OP_CTX_SYNC ? seq : 0;
+        l->ctx_sync_seq[h->reply] = h->op == CUMUX_OP_CTX_SYNC && l->contexts <= 1 ? seq : 0;
     pthread_mutex_unlock(&g->look_lock);
     if (h->reply < CUMUX_REPLY_SLOTS)
         atomic_store(&g->asked_ns, cumux_now_ns());
