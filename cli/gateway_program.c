@@ -482,8 +482,9 @@ static int watch_round(struct gw *g, struct watch *w)
 }
 
 /* Looks at the page until the link or the worker's connection ends: spinning (giving the CPU away between
- * looks) for 2 ms after anything changed and for 20 ms after a message that is answered went to the worker
- * (the program waits for that answer: as the shim's own wait spins before it sleeps), else every 50 us.
+ * looks) for 2 ms after anything changed and, with 4 CPUs or more, for 20 ms after a message that is
+ * answered went to the worker (the program waits for that answer: as the shim's own wait spins before it
+ * sleeps), else every 50 us.
  * The GPU's marks change with no one told, so it is looked at, not waited on. */
 /* What the page holds before the relay's first message reaches the worker (taken before the watcher and the
  * reader start: an answer to that message, the hello, is then one the watcher tells). */
@@ -503,6 +504,8 @@ static void *watcher(void *arg)
     struct gw *g = arg;
     struct watch *w = g->watch;
     uint64_t busy = cumux_now_ns(), looked = 0;
+    /* Where CPUs are few, a spinning watcher takes them from the worker and the programs it waits for. */
+    uint64_t spin_after_ask_ns = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 20000000 : 0;
     while (!atomic_load(&g->done)) {
         int n = watch_round(g, w);
         if (n < 0)
@@ -518,7 +521,7 @@ static void *watcher(void *arg)
                 break;
             }
         }
-        if (now - busy < 2000000 || now - atomic_load(&g->asked_ns) < 20000000)
+        if (now - busy < 2000000 || now - atomic_load(&g->asked_ns) < spin_after_ask_ns)
             sched_yield();
         else
             nanosleep(&(struct timespec){0, 50000}, NULL);

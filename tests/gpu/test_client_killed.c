@@ -75,7 +75,7 @@ static void client_b(int wfd, int ctl)
     unsigned *host;
     CK(cuMemAllocHost((void **)&host, B_N * sizeof(unsigned)));
     fcntl(ctl, F_SETFL, O_NONBLOCK);
-    int n = B_N, killed = 0;
+    int n = B_N, killed = 0, stop = 0;
     long long delay = 0;
     long before = 0, after = 0;
     uint64_t t_kill = 0;
@@ -103,10 +103,15 @@ static void client_b(int wfd, int ctl)
                 killed = 1;
                 t_kill = gt_now_ns();
             } else if (c == 'S') {
-                double since = killed ? (double)(gt_now_ns() - t_kill) / 1e6 : 0;
-                mp_send(wfd, 'B', (double)before, (double)after, since, 0);
-                exit(0);
+                stop = 1;
             }
+        }
+        /* Asked to stop: once it has verified 5 times since the kill (a slow machine, ASan across the
+         * network, takes longer than the parent's second for that), or after 30 s, whichever is first. */
+        double since = killed ? (double)(gt_now_ns() - t_kill) / 1e6 : 0;
+        if (stop && (after >= 5 || since > 30000)) {
+            mp_send(wfd, 'B', (double)before, (double)after, since, 0);
+            exit(0);
         }
     }
 }
@@ -172,9 +177,10 @@ int main(void)
     int sb = mp_wait(b);
     if (sa != -1 || sb != 0)
         gt_fail("unexpected exits: A %d (expected killed), B %d", sa, sb);
-    /* What matters is that B went on after the kill. How long B saw between the two messages depends on
-     * when it got round to reading them (a loaded machine stretches its iterations): reported, not
-     * required (it once read 879 ms of the parent's 1,100 under ASan on two busy cores). */
+    /* What matters is that B went on after the kill: asked to stop, it goes on until it verified 5 times
+     * since (within 30 s). How long that took depends on the machine's load: reported, not required (it
+     * once read 879 ms of the parent's 1,100 under ASan on two busy cores; across the network under ASan,
+     * 3 to 4 verifications fitted in that second). */
     if (m.v[1] < 5)
         gt_fail("client B verified %.0f times over %.0f ms after the kill (expected >= 5)", m.v[1], m.v[2]);
 
