@@ -15,17 +15,8 @@
 #include "cli/pinned_mirror.h"
 #include "common/channel.h"
 #include "common/proto.h"
+#include "tests/check.h"
 
-static int failures;
-#define CHECK(c, ...)                                                                                                  \
-    do {                                                                                                               \
-        if (!(c)) {                                                                                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            printf("\n");                                                                                              \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
 
 #define BLOCK (64u * 4096u)
 #define ADDR 0x7f0000000000ull
@@ -197,7 +188,7 @@ int main(void)
     pinned_fini(&b);
     pinned_fini(&c);
     if (failures) {
-        printf("FAIL pinned_mirror: %d check(s)\n", failures);
+        printf("FAIL pinned_mirror: %lu of %lu checks\n", failures, checks);
         return 1;
     }
     printf("PASS pinned_mirror\n");

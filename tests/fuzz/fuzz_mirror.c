@@ -8,16 +8,25 @@
  * pinned block at a known address for the records to hit, and a socket pair for the descriptors the
  * gateway hands the worker.
  *
- * Input: frames one after another, each a head {u8 kind (0 MSG, else BYE one time in 256), u8 pad, u16
- * length} and that many bytes (cut at the input's end). */
+ * Input: tests/fuzz/link_input.h. */
 #include "cli/gateway_program.c"
 
 #include <fcntl.h>
+
+#include "tests/fuzz/link_input.h"
 
 #define BLOCK_ADDR 0x7f0000100000ull
 #define BLOCK_SIZE (64u << 10)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A worker that takes every message at once: its tail follows our head. */
+static int read_frame(void *ctx, uint32_t kind, const uint8_t *p, uint32_t len)
+{
+    struct gw *g = ctx;
+    atomic_store(&g->shm->tail, g->head);
+    return on_relay_frame(g, kind, p, len);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -45,24 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (block == MAP_FAILED || pinned_add(&g->pinned, BLOCK_ADDR, BLOCK_SIZE, block) < 0)
         abort();
 
-    for (size_t off = 0; off + 4 <= size;) {
-        uint32_t kind = data[off] == 0xff ? CUMUX_FRAME_BYE : CUMUX_FRAME_MSG;
-        size_t len = (size_t)data[off + 2] | (size_t)data[off + 3] << 8;
-        off += 4;
-        if (len > size - off)
-            len = size - off;
-        /* A copy, not the input itself: the gateway reads a frame in place of a buffer of its own. */
-        uint8_t *frame = malloc(len ? len : 1);
-        if (!frame)
-            abort();
-        memcpy(frame, data + off, len);
-        off += len;
-        atomic_store(&shm->tail, g->head);
-        int r = on_relay_frame(g, kind, frame, (uint32_t)len);
-        free(frame);
-        if (r < 0)
-            break;
-    }
+    link_input_frames(data, size, read_frame, g);
 
     if (g->image_fd >= 0)
         close(g->image_fd);

@@ -9,11 +9,12 @@
  * for the program's, already welcomed, with one pinned block at a known address for the records to hit
  * and a HOST_ALLOC's memory pending on reply slot 1 (its answer names where the block goes).
  *
- * Input: frames one after another, each a head {u8 kind (0 MSG, else BYE one time in 256), u8 pad, u16
- * length} and that many bytes (cut at the input's end). */
+ * Input: tests/fuzz/link_input.h. */
 #include "cli/relay.c"
 
 #include <fcntl.h>
+
+#include "tests/fuzz/link_input.h"
 
 #define BLOCK_ADDR 0x7f0000100000ull
 #define BLOCK_SIZE (64u << 10)
@@ -52,23 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     r->pending[1].mem = pending, r->pending[1].size = BLOCK_SIZE;
 
-    for (size_t off = 0; off + 4 <= size;) {
-        uint32_t kind = data[off] == 0xff ? CUMUX_FRAME_BYE : CUMUX_FRAME_MSG;
-        size_t len = (size_t)data[off + 2] | (size_t)data[off + 3] << 8;
-        off += 4;
-        if (len > size - off)
-            len = size - off;
-        /* A copy, not the input itself: the relay reads a frame in place of a buffer of its own. */
-        uint8_t *frame = malloc(len ? len : 1);
-        if (!frame)
-            abort();
-        memcpy(frame, data + off, len);
-        off += len;
-        int rc = on_gateway_frame(r, kind, frame, (uint32_t)len);
-        free(frame);
-        if (rc < 0)
-            break;
-    }
+    link_input_frames(data, size, on_gateway_frame, r);
 
     if (r->pending[1].mem)
         munmap(r->pending[1].mem, r->pending[1].size);

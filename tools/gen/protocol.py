@@ -287,6 +287,28 @@ def wrap(words, width, first, rest):
 # ---------------------------------------------------------------------------------------------------
 # common/generated/protocol.h
 
+def op_class_switch(out, comment, name, kinds, of, ops):
+    """enum cumux_op_NAME (CUMUX_NAME_KIND, the first kinds[0], the default) and cumux_op_NAME(op)."""
+    out.append("/* %s */" % comment)
+    out.append("enum cumux_op_%s {" % name)
+    for k in kinds:
+        out.append("    CUMUX_%s_%s," % (name.upper(), k.upper()))
+    out.append("};")
+    out.append("static inline enum cumux_op_%s cumux_op_%s(unsigned op)" % (name, name))
+    out.append("{")
+    out.append("    switch (op) {")
+    for k in kinds[1:]:
+        for o in ops:
+            if of(o) == k:
+                out.append("    case CUMUX_OP_%s:" % o.name)
+        out.append("        return CUMUX_%s_%s;" % (name.upper(), k.upper()))
+    out.append("    default:")
+    out.append("        return CUMUX_%s_%s;" % (name.upper(), kinds[0].upper()))
+    out.append("    }")
+    out.append("}")
+    out.append("")
+
+
 def gen_protocol_h(structs, ops):
     out = ["/* %s */" % NOTE,
            "/* The commands' bodies and replies, and the op list. Included by common/proto.h, which holds the",
@@ -348,42 +370,10 @@ def gen_protocol_h(structs, ops):
         out.extend(wrapped("    return ", [" || ".join(names) if names else "0"], ";"))
         out.append("}")
         out.append("")
-    out.append("/* How each op crosses the network (the spec's net=; cli/relay.c, cli/gateway_program.c). */")
-    out.append("enum cumux_op_net {")
-    for k in NET_KINDS:
-        out.append("    CUMUX_NET_%s," % k.upper())
-    out.append("};")
-    out.append("static inline enum cumux_op_net cumux_op_net(unsigned op)")
-    out.append("{")
-    out.append("    switch (op) {")
-    for k in NET_KINDS[1:]:
-        for o in ops:
-            if o.net == k:
-                out.append("    case CUMUX_OP_%s:" % o.name)
-        out.append("        return CUMUX_NET_%s;" % k.upper())
-    out.append("    default:")
-    out.append("        return CUMUX_NET_PLAIN;")
-    out.append("    }")
-    out.append("}")
-    out.append("")
-    out.append("/* What of a program's pinned memory is looked at before an op, across the network (the spec's look=). */")
-    out.append("enum cumux_op_look {")
-    for k in LOOK_KINDS:
-        out.append("    CUMUX_LOOK_%s," % k.upper())
-    out.append("};")
-    out.append("static inline enum cumux_op_look cumux_op_look(unsigned op)")
-    out.append("{")
-    out.append("    switch (op) {")
-    for k in LOOK_KINDS[1:]:
-        for o in ops:
-            if o.look == k:
-                out.append("    case CUMUX_OP_%s:" % o.name)
-        out.append("        return CUMUX_LOOK_%s;" % k.upper())
-    out.append("    default:")
-    out.append("        return CUMUX_LOOK_ALL;")
-    out.append("    }")
-    out.append("}")
-    out.append("")
+    op_class_switch(out, "How each op crosses the network (the spec's net=; cli/relay.c, cli/gateway_program.c).",
+                    "net", NET_KINDS, lambda o: o.net, ops)
+    op_class_switch(out, "What of a program's pinned memory is looked at before an op, across the network (the spec's look=).",
+                    "look", LOOK_KINDS, lambda o: o.look, ops)
     out.append("/* An op a descriptor comes with, over the socket just before it (the spec's `fd`). */")
     out.append("static inline int cumux_op_fd(unsigned op)")
     out.append("{")
