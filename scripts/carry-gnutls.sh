@@ -21,6 +21,9 @@ cat >.gnutls/use.sh <<'EOF'
 # Sourced (from the repository's root) by scripts/device-check.sh; written by scripts/carry-gnutls.sh.
 r=$PWD/.gnutls/root/usr
 export CMAKE_INCLUDE_PATH=$r/include CMAKE_LIBRARY_PATH=$r/lib/x86_64-linux-gnu
+# The linker resolves the carried library's own dependencies (nettle, gmp...) among the carried ones: the
+# machine's may be older. At run time the machine's libgnutls.so.30 and its own dependencies are used.
+export LDFLAGS="${LDFLAGS:+$LDFLAGS }-Wl,-rpath-link,$r/lib/x86_64-linux-gnu"
 sed -i "s|^prefix=.*|prefix=$r|; /^Requires.private/d; /^Libs.private/d" $r/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
 export PKG_CONFIG_PATH=$r/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 ldconfig -p | grep -q 'libgnutls.so.30 ' || export LD_LIBRARY_PATH=$r/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
