@@ -19,14 +19,24 @@ lib=.gnutls/root/usr/lib/x86_64-linux-gnu
 rm -rf "$lib"/*.a "$lib"/libgnutls-dane* "$lib"/libgnutls-openssl* "$lib"/libgnutlsxx* .gnutls/root/usr/share
 cat >.gnutls/use.sh <<'EOF'
 # Sourced (from the repository's root) by scripts/device-check.sh; written by scripts/carry-gnutls.sh.
+# Headers from here. The library: the machine's own libgnutls.so.30 where it has one (named to CMake, so
+# that its own dependencies go with it at run time); else the carried one, with those of its dependencies
+# the machine lacks put on the library path (none that the machine has is replaced, for any program).
 r=$PWD/.gnutls/root/usr
-export CMAKE_INCLUDE_PATH=$r/include CMAKE_LIBRARY_PATH=$r/lib/x86_64-linux-gnu
-# The linker resolves the carried library's own dependencies (nettle, gmp...) among the carried ones: the
-# machine's may be older. At run time the machine's libgnutls.so.30 and its own dependencies are used.
-export LDFLAGS="${LDFLAGS:+$LDFLAGS }-Wl,-rpath-link,$r/lib/x86_64-linux-gnu"
-sed -i "s|^prefix=.*|prefix=$r|; /^Requires.private/d; /^Libs.private/d" $r/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
-export PKG_CONFIG_PATH=$r/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-ldconfig -p | grep -q 'libgnutls.so.30 ' || export LD_LIBRARY_PATH=$r/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-echo "carried GnuTLS: machine's libgnutls.so.30: $(ldconfig -p | grep -c 'libgnutls.so.30 '), header: $(ls /usr/include/gnutls/gnutls.h 2>/dev/null || echo none); $(. /etc/os-release; echo "$PRETTY_NAME"); $(ldd --version | head -1)"
+lib=$r/lib/x86_64-linux-gnu
+export CMAKE_INCLUDE_PATH=$r/include CMAKE_LIBRARY_PATH=$lib
+sys=$(ldconfig -p | awk '$1 == "libgnutls.so.30" && /x86-64/ { print $NF; exit }')
+if [ -n "$sys" ]; then
+    export CUMUX_CMAKE_ARGS="${CUMUX_CMAKE_ARGS:+$CUMUX_CMAKE_ARGS }-DGNUTLS_LIBRARY=$sys"
+else
+    mkdir -p "$PWD/.gnutls/missing"
+    for f in "$lib"/lib*.so.[0-9]*; do
+        so=$(basename "$f")
+        case "$so" in *.so.*.*) continue ;; esac # the soname's link, not the versioned file
+        ldconfig -p | awk -v s="$so" '$1 == s { found = 1 } END { exit !found }' || ln -sf "$f" "$PWD/.gnutls/missing/$so"
+    done
+    export LD_LIBRARY_PATH=$PWD/.gnutls/missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+echo "carried GnuTLS: the machine's libgnutls.so.30: ${sys:-none}; header: $(ls /usr/include/gnutls/gnutls.h 2>/dev/null || echo none); $(. /etc/os-release; echo "$PRETTY_NAME"); $(ldd --version | head -1)"
 EOF
 echo "scripts/carry-gnutls.sh: .gnutls/ ($(du -sh .gnutls | cut -f1)); carry [\".gnutls\"] in the device call"

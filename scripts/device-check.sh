@@ -111,7 +111,9 @@ say() { echo "[device-check +$((SECONDS - t0))s] $*"; }
 build_mode=""
 build=""
 say "configure + build (full project)"
-if { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUMUX_RUNTIME_TESTS=ON && cmake --build build -j16; } >"$logs/build.log" 2>&1; then
+# CUMUX_CMAKE_ARGS: more for CMake (.gnutls/use.sh names the machine's GnuTLS library there).
+read -r -a cmake_args <<<"${CUMUX_CMAKE_ARGS:-}"
+if { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCUMUX_RUNTIME_TESTS=ON "${cmake_args[@]}" && cmake --build build -j16; } >"$logs/build.log" 2>&1; then
     build_mode="full project"
     build="$repo/build"
 else
