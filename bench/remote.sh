@@ -4,7 +4,7 @@
 # `cumux run` locally (shared memory) and through `cumux run` with CUMUX_SERVER=127.0.0.1:PORT (relay, TLS,
 # gateway). Phases (--phases, default all), in this order:
 #   spin       bench_spin in 1 and 4 processes (one common window), launches/s summed; local, remote, remote,
-#              local (each side's figure the mean of its two runs)
+#              local (each side's figure the mean of its two runs; REMOTE_SPIN_ROUNDS=1: local, remote)
 #   copy       bench_copy: 256 MiB host-device copies, pinned and pageable, GB/s
 #   roundtrip  bench_roundtrip: a synchronizing call's median and p99 (4-byte DtoH, memset + synchronize,
 #              stream query)
@@ -132,8 +132,9 @@ spin() { # SIDE N ROUND
 }
 if has spin; then
     for n in 1 4; do
-        a=$(spin local $n 1) b=$(spin remote $n 1) c=$(spin remote $n 2) d=$(spin local $n 2)
-        R[spin$n,local]=$(mean "$a" "$d") R[spin$n,remote]=$(mean "$b" "$c")
+        a=$(spin local $n 1) b=$(spin remote $n 1) c="" d=""
+        if [ "${REMOTE_SPIN_ROUNDS:-2}" -ge 2 ]; then c=$(spin remote $n 2) d=$(spin local $n 2); fi
+        R[spin$n,local]=$(mean "$a" $d) R[spin$n,remote]=$(mean "$b" $c)
         log "spin $n: local $a $d, remote $b $c launches/s"
     done
 fi
