@@ -18,7 +18,7 @@ set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 build="$repo/build"
-phases="spin copy roundtrip train suites"
+phases="${REMOTE_PHASES:-spin copy roundtrip train suites}" # REMOTE_PHASES: the default phases
 port=7461
 while [ $# -gt 0 ]; do
     case "$1" in
