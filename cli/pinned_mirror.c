@@ -168,6 +168,7 @@ static struct {
     pthread_mutex_t m;
     pthread_cond_t go, done;
     unsigned helpers, pending;
+    pid_t pid; /* the process the helpers are threads of (a child forked after has none) */
     uint64_t gen;
     /* the job: pages [lo, hi) of mem against shadow (a block of size bytes), a byte per page into changed */
     const uint8_t *mem, *shadow;
@@ -210,6 +211,7 @@ static void *par_helper(void *arg)
 
 static void par_start(void)
 {
+    par.pid = getpid();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned want = cpus > 1 ? (unsigned)(cpus / 2) : 1;
     if (want > PAR_THREADS)
@@ -235,7 +237,7 @@ static bool par_compare(const struct pinned_block *b, uint64_t lo, uint64_t hi, 
     static __thread uint64_t cap;
     pthread_once(&par.once, par_start);
     uint64_t pages = (hi - lo + PAGE - 1) / PAGE;
-    if (!par.helpers)
+    if (!par.helpers || par.pid != getpid())
         return false;
     if (pages > cap) {
         uint8_t *nb = realloc(buf, pages);
