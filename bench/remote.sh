@@ -10,15 +10,17 @@
 #              stream query)
 #   train      bench/startup_train.py: a ResNet-50 training's images/s over REMOTE_TRAIN_S seconds (default 20)
 #              after its warm-up; local, remote
+#   train_pinned  the same with its batches copied from 4 pinned buffers in turn (STARTUP_PINNED=4, as a
+#              DataLoader with pin_memory=True): pinned memory is compared around the work across the network
 #   suites     the GPU suite (tests/gpu/run.sh --cumux) and the runtime suite (tests/runtime/run.sh --cumux),
 #              remotely: every program must pass; within what is left of REMOTE_BUDGET seconds (default 900)
 # Prints a table last (local, remote, remote/local, and the issue's goal). Logs: ${OUT:-/tmp/cumux-remote}.
-#   bench/remote.sh [--build DIR] [--phases "spin copy roundtrip train suites"] [--port P]
+#   bench/remote.sh [--build DIR] [--phases "spin copy roundtrip train train_pinned suites"] [--port P]
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 build="$repo/build"
-phases="${REMOTE_PHASES:-spin copy roundtrip train suites}" # REMOTE_PHASES: the default phases
+phases="${REMOTE_PHASES:-spin copy roundtrip train train_pinned suites}" # REMOTE_PHASES: the default phases
 port=7461
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -75,6 +77,7 @@ report() {
         row "memset + sync after 5 ms idle, median us" idle_us_median ""
         row "ResNet-50 train, images/s" train ">= 0.90x"
         row "ResNet-50 warm start-up, s" train_warm ""
+        row "ResNet-50, batches from pinned, img/s" train_pinned ""
         echo "suites: $suites_note"
     } | tee "$out/summary.txt"
 }
@@ -161,6 +164,15 @@ if has train; then
         R[train,$side]=$(kv "$out/train.$side.log" images_per_s)
         R[train_warm,$side]=$(kv "$out/train.$side.log" warm)
         log "train $side: $(grep -h '^STARTUP\|^FAIL\|^SKIP' "$out/train.$side.log" | tail -1)"
+    done
+fi
+if has train_pinned; then
+    for side in local remote; do
+        PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" STARTUP_DURATION=$train_s STARTUP_PINNED=4 \
+            timeout -k 5 $((train_s + 150)) "${pre[$side]}" run -- "$py" "$here/startup_train.py" \
+            >"$out/train_pinned.$side.log" 2>&1
+        R[train_pinned,$side]=$(kv "$out/train_pinned.$side.log" images_per_s)
+        log "train, batches from pinned memory, $side: $(grep -h '^STARTUP\|^FAIL\|^SKIP' "$out/train_pinned.$side.log" | tail -1)"
     done
 fi
 

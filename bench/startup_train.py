@@ -5,7 +5,10 @@ Then timed steps: 20, or for STARTUP_DURATION seconds. STARTUP_BATCH: another ba
 trains with 64). With STARTUP_READY set, that file is created once
 warm; with STARTUP_GO set, the timed steps wait until that file exists (bench/startup.sh starts two
 programs' timed steps together this way). STARTUP_CUDNN_BENCHMARK=0: cuDNN's heuristics instead of its
-timed search (whose picks, timed while another program shares the GPU, may differ run to run). Prints one line:
+timed search (whose picks, timed while another program shares the GPU, may differ run to run).
+STARTUP_PINNED=N: the batch comes from N pinned host buffers in turn (as a DataLoader with pin_memory=True
+gives them), copied to the GPU without blocking before each step (bench/remote.sh: what pinned memory costs
+a program across the network). Prints one line:
 STARTUP model=M import=S model_ready=S first_step=S warm=S steps_per_s=N images_per_s=N"""
 import os
 import sys
@@ -31,7 +34,15 @@ torch.cuda.synchronize()
 t_model = time.time()
 
 
+pinned = [torch.randn(batch, 3, 224, 224).pin_memory() for _ in range(int(os.environ.get("STARTUP_PINNED", "0")))]
+steps_done = 0
+
+
 def step():
+    global steps_done
+    if pinned:
+        x.copy_(pinned[steps_done % len(pinned)], non_blocking=True)
+    steps_done += 1
     opt.zero_grad(set_to_none=True)
     loss = lossf(model(x), y)
     loss.backward()
