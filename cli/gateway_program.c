@@ -60,6 +60,11 @@ struct gw {
      * the client's work before it is done, where the program made one context: a second one's work is
      * not the first's to wait for) or, for a synchronous copy, its own answer. Under look_lock. */
     _Atomic uint64_t asked_ns; /* when the last message with a reply slot went to the worker */
+    /* The kernels' printf output, from the worker's end of a pipe (-1: none, or it ended); read and sent
+     * under out_lock by the printf thread as it comes and by the watcher before answers go (the worker
+     * writes a synchronize's output before its answer: the program must have it when it goes on). */
+    pthread_mutex_t out_lock;
+    int out_fd;
     pthread_mutex_t look_lock;
     struct gw_looks {
         uint64_t seq;     /* messages noted */
@@ -329,6 +334,34 @@ static void pinned_answered(struct gw *g, int i)
     pthread_mutex_unlock(&g->alloc_lock);
 }
 
+/* What is in the printf pipe now, to the relay; at the pipe's end it is closed. 0, or -1 (it ended, or
+ * the link did). */
+static int pump_output(struct gw *g)
+{
+    char buf[4096];
+    int rc = 0;
+    pthread_mutex_lock(&g->out_lock);
+    while (g->out_fd >= 0) {
+        ssize_t n = read(g->out_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n <= 0) { /* the worker let go of its end */
+            close(g->out_fd);
+            g->out_fd = -1;
+            rc = -1;
+            break;
+        }
+        if (send_mirror(g, CUMUX_MIRROR_STDOUT, 0, 0, buf, (size_t)n) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->out_lock);
+    return rc;
+}
+
 /* The look at pinned memory before what the watcher saw goes back: all of it while a message that may
  * write anywhere is not known to be over, else the ranges of the copies not known to be over (nothing
  * where there are none). The answers in `answered` (a bit per reply slot) end what they cover. Bytes
@@ -447,6 +480,11 @@ static int watch_round(struct gw *g, struct watch *w)
             w->told_gen = gen, sent++;
         }
     }
+    for (int i = 0; i < CUMUX_REPLY_SLOTS; i++)
+        if (answered[i]) {
+            pump_output(g); /* a synchronize's printf output before its answer */
+            break;
+        }
     for (int i = 0; i < CUMUX_REPLY_SLOTS; i++) {
         if (seq[i] == w->reply_seq[i])
             continue;
@@ -535,13 +573,15 @@ static void *watcher(void *arg)
 /* The program's kernels' printf output, written by the worker into our pipe, to the relay. */
 static void *printf_pump(void *arg)
 {
-    struct gw *g = ((void **)arg)[0];
-    int fd = (int)(intptr_t)((void **)arg)[1];
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0 && send_mirror(g, CUMUX_MIRROR_STDOUT, 0, 0, buf, (size_t)n) == 0)
-        ;
-    close(fd);
+    struct gw *g = arg;
+    while (!atomic_load(&g->done)) {
+        pthread_mutex_lock(&g->out_lock);
+        int fd = g->out_fd;
+        pthread_mutex_unlock(&g->out_lock);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (fd < 0 || (poll(&p, 1, 100) < 0 && errno != EINTR) || pump_output(g) < 0)
+            break;
+    }
     return NULL;
 }
 
@@ -549,8 +589,9 @@ int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_he
 {
     static struct gw g0;
     struct gw *g = &g0;
-    *g = (struct gw){.t = t, .sock = -1, .image_fd = -1};
+    *g = (struct gw){.t = t, .sock = -1, .image_fd = -1, .out_fd = -1};
     pinned_init(&g->pinned);
+    pthread_mutex_init(&g->out_lock, NULL);
     pthread_mutex_init(&g->look_lock, NULL);
     pthread_mutex_init(&g->alloc_lock, NULL);
     pthread_mutex_init(&g->send_lock, NULL);
@@ -596,10 +637,13 @@ int cli_gateway_program(struct cumux_tls *t, uint32_t gpu, const struct cumux_he
     }
     g->head = atomic_load(&g->shm->head);
     pthread_t wt, pt;
-    void *pump_arg[2] = {g, (void *)(intptr_t)out[0]};
+    if (out[0] >= 0 && fcntl(out[0], F_SETFL, O_NONBLOCK) == 0)
+        g->out_fd = out[0];
+    else if (out[0] >= 0)
+        close(out[0]);
     if (!(g->watch = watch_start(g)) || pthread_create(&wt, NULL, watcher, g) != 0)
         return 1;
-    if (out[0] >= 0 && pthread_create(&pt, NULL, printf_pump, pump_arg) == 0)
+    if (g->out_fd >= 0 && pthread_create(&pt, NULL, printf_pump, g) == 0)
         pthread_detach(pt); /* it ends with the process: the worker keeps its end of the pipe until it frees us */
     struct cumux_frame_reader r;
     memset(&r, 0, sizeof r);

@@ -27,6 +27,7 @@ static struct gw *gateway(void)
     struct gw *g = calloc(1, sizeof *g);
     if (!g)
         abort();
+    g->out_fd = -1;
     pinned_init(&g->pinned);
     pthread_mutex_init(&g->look_lock, NULL);
     pthread_mutex_init(&g->dtoh_lock, NULL);

@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!g || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         abort();
     fcntl(sv[0], F_SETFL, O_NONBLOCK); /* a full socket fails the send: the worker is not reading here */
-    *g = (struct gw){.sock = sv[0], .image_fd = -1, .shm = shm};
+    *g = (struct gw){.sock = sv[0], .image_fd = -1, .out_fd = -1, .shm = shm};
     pinned_init(&g->pinned);
     pthread_mutex_init(&g->alloc_lock, NULL);
     pthread_mutex_init(&g->send_lock, NULL);
