@@ -4,7 +4,8 @@
  *                            largest), a wrong key, a wrong identity, a key file others may read and a
  *                            peer speaking no TLS are all refused
  *   test_tls_link serve PORT KEY_FILE         one connection on PORT: echoes every frame back
- *   test_tls_link connect HOST PORT KEY_FILE  frames to it, checked as they come back; "PASS link" */
+ *   test_tls_link connect HOST PORT KEY_FILE  frames to it, checked as they come back; "PASS link"
+ *   test_tls_link throughput MIB              MIB MiB one way over TCP loopback: GB/s */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/frame.h"
@@ -246,6 +248,64 @@ static int units(void)
     return 0;
 }
 
+/* What one link carries one way over TCP loopback: MIB MiB in frames of 8 MiB, read back in pieces of
+ * 64 KiB as the relay and the gateway read (docs/remote.md: what bounds copies across the network). */
+static int drain_frames(void *ctx, uint32_t kind, const uint8_t *p, uint32_t len)
+{
+    (void)kind, (void)p;
+    *(uint64_t *)ctx += len;
+    return 0;
+}
+
+static int throughput(uint64_t mib)
+{
+    char dir[] = "/tmp/tls-throughput-XXXXXX", key[64], err[256];
+    if (!mkdtemp(dir) || snprintf(key, sizeof key, "%s/key", dir) >= (int)sizeof key ||
+        cumux_tls_make_key(key, "bench") != 0)
+        return 2;
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 1) < 0 ||
+        getsockname(ls, (struct sockaddr *)&sa, &sl) < 0)
+        return 2;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = accept(ls, NULL, NULL);
+        struct cumux_tls *t = fd >= 0 ? cumux_tls_server(fd, key, err, sizeof err) : NULL;
+        struct cumux_frame_reader r;
+        memset(&r, 0, sizeof r);
+        static uint8_t buf[1 << 16];
+        uint64_t got = 0;
+        ssize_t n;
+        while (t && got < mib << 20 && (n = cumux_tls_recv(t, buf, sizeof buf)) > 0 &&
+               cumux_frame_feed(&r, buf, (size_t)n, drain_frames, &got) == n)
+            ;
+        _exit(got == mib << 20 ? 0 : 1);
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+        return 2;
+    struct cumux_tls *t = cumux_tls_client(fd, key, err, sizeof err);
+    if (!t)
+        return 2;
+    static uint8_t chunk[8 << 20];
+    memset(chunk, 0x5a, sizeof chunk);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint64_t sent = 0; sent < mib << 20; sent += sizeof chunk)
+        if (cumux_tls_send_frame(t, CUMUX_FRAME_MSG, chunk, sizeof chunk, NULL, 0) < 0)
+            return 1;
+    int st = 0;
+    waitpid(pid, &st, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    cumux_tls_close(t);
+    unlink(key), rmdir(dir);
+    printf("tls_throughput_gbs=%.2f mib=%llu seconds=%.3f\n", (double)(mib << 20) / s / 1e9, (unsigned long long)mib, s);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 1)
@@ -292,6 +352,8 @@ int main(int argc, char **argv)
         printf(rc ? "FAIL link\n" : "PASS link\n");
         return rc;
     }
-    fprintf(stderr, "usage: test_tls_link | serve PORT KEY_FILE | connect HOST PORT KEY_FILE\n");
+    if (argc == 3 && !strcmp(argv[1], "throughput"))
+        return throughput(strtoull(argv[2], NULL, 10));
+    fprintf(stderr, "usage: test_tls_link | serve PORT KEY_FILE | connect HOST PORT KEY_FILE | throughput MIB\n");
     return 2;
 }
