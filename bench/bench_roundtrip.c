@@ -22,6 +22,21 @@ static void report(const char *name, uint64_t *ns, int n)
     printf("%s_us_median=%.2f %s_us_p99=%.2f ", name, ns[n / 2] / 1e3, name, ns[(n * 99) / 100] / 1e3);
 }
 
+/* n timed tries (after `warm` untimed) of a one-word memset then cuStreamSynchronize, each after gap_ns of
+ * doing nothing. */
+static void sync_tries(CUdeviceptr d, CUstream s, uint64_t *ns, int warm, int n, long gap_ns)
+{
+    for (int i = -warm; i < n; i++) {
+        if (gap_ns)
+            nanosleep(&(struct timespec){0, gap_ns}, NULL);
+        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
+        BCK(cuMemsetD32Async(d, (unsigned)i, 1, s));
+        BCK(cuStreamSynchronize(s));
+        if (i >= 0)
+            ns[i] = bench_ns(CLOCK_MONOTONIC) - t0;
+    }
+}
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 2000;
@@ -51,13 +66,7 @@ int main(int argc, char **argv)
     }
     report("dtoh4", ns, n);
 
-    for (int i = -10; i < n; i++) {
-        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
-        BCK(cuMemsetD32Async(d, (unsigned)i, 1, s));
-        BCK(cuStreamSynchronize(s));
-        if (i >= 0)
-            ns[i] = bench_ns(CLOCK_MONOTONIC) - t0;
-    }
+    sync_tries(d, s, ns, 10, n, 0);
     report("sync", ns, n);
 
     for (int i = -10; i < n; i++) {
@@ -73,15 +82,7 @@ int main(int argc, char **argv)
     report("query", ns, n);
 
     int idle_n = n / 20 < 10 ? 10 : n / 20;
-    for (int i = -2; i < idle_n; i++) {
-        struct timespec gap = {0, 5000000};
-        nanosleep(&gap, NULL);
-        uint64_t t0 = bench_ns(CLOCK_MONOTONIC);
-        BCK(cuMemsetD32Async(d, (unsigned)i, 1, s));
-        BCK(cuStreamSynchronize(s));
-        if (i >= 0)
-            ns[i] = bench_ns(CLOCK_MONOTONIC) - t0;
-    }
+    sync_tries(d, s, ns, 2, idle_n, 5000000);
     report("idle", ns, idle_n);
     printf("n=%d\n", n);
     BCK(cuMemFree(d));

@@ -54,17 +54,17 @@ struct gw {
     unsigned dtoh_first, dtoh_n;
     int image_fd; /* the file being received (CUMUX_MIRROR_IMAGE), -1: none */
     struct pinned_set pinned;
-    /* What the GPU may have written into pinned memory, for the watcher's looks (the spec's look=): where
-     * a message that may write anywhere (a kernel) was the last, and the copies' and memsets' ranges, each
-     * with its message's number; a look at answers covers them until an answered CTX_SYNC after them (all
-     * the client's work before it is done, where the program made one context: a second one's work is
-     * not the first's to wait for) or, for a synchronous copy, its own answer. Under look_lock. */
     _Atomic uint64_t asked_ns; /* when the last message with a reply slot went to the worker */
     /* The kernels' printf output, from the worker's end of a pipe (-1: none, or it ended); read and sent
      * under out_lock by the printf thread as it comes and by the watcher before answers go (the worker
      * writes a synchronize's output before its answer: the program must have it when it goes on). */
     pthread_mutex_t out_lock;
     int out_fd;
+    /* What the GPU may have written into pinned memory, for the watcher's looks (the spec's look=): where
+     * a message that may write anywhere (a kernel) was the last, and the copies' and memsets' ranges, each
+     * with its message's number; a look at answers covers them until an answered CTX_SYNC after them (all
+     * the client's work before it is done, where the program made one context: a second one's work is
+     * not the first's to wait for) or, for a synchronous copy, its own answer. Under look_lock. */
     pthread_mutex_t look_lock;
     struct gw_looks {
         uint64_t seq;     /* messages noted */
@@ -519,11 +519,6 @@ static int watch_round(struct gw *g, struct watch *w)
     return sent;
 }
 
-/* Looks at the page until the link or the worker's connection ends: spinning (giving the CPU away between
- * looks) for 2 ms after anything changed and, with 4 CPUs or more, for 20 ms after a message that is
- * answered went to the worker (the program waits for that answer: as the shim's own wait spins before it
- * sleeps), else every 50 us.
- * The GPU's marks change with no one told, so it is looked at, not waited on. */
 /* What the page holds before the relay's first message reaches the worker (taken before the watcher and the
  * reader start: an answer to that message, the hello, is then one the watcher tells). */
 static struct watch *watch_start(struct gw *g)
@@ -537,6 +532,10 @@ static struct watch *watch_start(struct gw *g)
     return w;
 }
 
+/* Looks at the page until the link or the worker's connection ends: spinning (giving the CPU away between
+ * looks) for 2 ms after anything changed and, with 4 CPUs or more, for 20 ms after a message that is
+ * answered went to the worker (the program waits for that answer: as the shim's own wait spins before it
+ * sleeps), else every 50 us. The GPU's marks change with no one told, so it is looked at, not waited on. */
 static void *watcher(void *arg)
 {
     struct gw *g = arg;

@@ -348,32 +348,33 @@ static long long look(struct pinned_set *s, const struct pinned_range *r, size_t
     return failed ? -1 : changed;
 }
 
-/* A look that counts as the one now and then: the next is due in 1 ms, or 20 times what this one cost. */
-static long long scheduled_look(struct pinned_set *s, const struct pinned_range *r, size_t nr, pinned_send_fn send,
-                                void *ctx)
+/* A look that counts as the one now and then, begun at t0: the next is due in 1 ms, or 20 times what this
+ * one cost. */
+static void looked(struct pinned_set *s, uint64_t t0)
 {
-    uint64_t t0 = cumux_now_ns();
-    long long changed = r && !nr ? 0 : look(s, r, nr, send, ctx);
     uint64_t t1 = cumux_now_ns();
     pthread_mutex_lock(&s->lock);
     s->look_cost_ns = t1 - t0;
     s->next_look_ns = t1 + (20 * s->look_cost_ns > 1000000 ? 20 * s->look_cost_ns : 1000000);
     pthread_mutex_unlock(&s->lock);
-    return changed;
 }
 
 long long pinned_diff(struct pinned_set *s, pinned_send_fn send, void *ctx)
 {
-    return scheduled_look(s, NULL, 0, send, ctx);
+    uint64_t t0 = cumux_now_ns();
+    long long changed = look(s, NULL, 0, send, ctx);
+    looked(s, t0);
+    return changed;
 }
 
 long long pinned_diff_ranges(struct pinned_set *s, const struct pinned_range *r, size_t nr, bool scheduled,
                              pinned_send_fn send, void *ctx)
 {
-    static const struct pinned_range none;
+    uint64_t t0 = scheduled ? cumux_now_ns() : 0;
+    long long changed = nr ? look(s, r, nr, send, ctx) : 0;
     if (scheduled)
-        return scheduled_look(s, r ? r : &none, nr, send, ctx);
-    return nr ? look(s, r, nr, send, ctx) : 0;
+        looked(s, t0);
+    return changed;
 }
 
 /* [start, start + (rows - 1) * pitch + width) as a range; false where it does not fit in 64 bits. */

@@ -258,7 +258,7 @@ static int up_round(struct relay *r)
     /* What the program wrote into its pinned memory goes before the work that may read it (all of it before
      * a kernel, a copy's own range before a copy, nothing before a query), and all of it before a host
      * function's end lets its stream go on. */
-    if (r->pinned.n || pinned_due(&r->pinned, cumux_now_ns())) {
+    if (r->pinned.n) { /* (with none, no look is ever due) */
         struct pinned_range rg[LOOK_RANGES];
         int nr = 0;
         if (atomic_load(&m->hostfn_done) != r->hostfn_done || pinned_due(&r->pinned, cumux_now_ns()))
